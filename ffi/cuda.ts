@@ -1,0 +1,160 @@
+/**
+ * The CUDA driver API (libcuda.so.1) as normkit uses it: one symbol table, each entry with its C prototype.
+ *
+ * Types (see types.ts): handles, CUdeviceptr and size_t are "u64"; host pointers are "buffer"; CUresult,
+ * CUdevice and enums are "i32"/"u32". The `_v2` entry points are the ones the 64-bit API has exported since
+ * CUDA 3.2 (cuda.h #defines the plain names to them); calling the plain names would get 32-bit variants.
+ */
+import type { SymbolTable } from "./types.ts";
+
+export const CUDA_SYMBOLS = {
+  // CUresult cuInit(unsigned int Flags);
+  cuInit: { parameters: ["u32"], result: "i32" },
+  // CUresult cuDriverGetVersion(int *driverVersion);
+  cuDriverGetVersion: { parameters: ["buffer"], result: "i32" },
+  // CUresult cuGetErrorName(CUresult error, const char **pStr);
+  cuGetErrorName: { parameters: ["i32", "buffer"], result: "i32" },
+  // CUresult cuGetErrorString(CUresult error, const char **pStr);
+  cuGetErrorString: { parameters: ["i32", "buffer"], result: "i32" },
+
+  // CUresult cuDeviceGetCount(int *count);
+  cuDeviceGetCount: { parameters: ["buffer"], result: "i32" },
+  // CUresult cuDeviceGet(CUdevice *device, int ordinal);
+  cuDeviceGet: { parameters: ["buffer", "i32"], result: "i32" },
+  // CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
+  cuDeviceGetName: { parameters: ["buffer", "i32", "i32"], result: "i32" },
+  // CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
+  cuDeviceGetAttribute: { parameters: ["buffer", "i32", "i32"], result: "i32" },
+  // CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+  cuDeviceTotalMem_v2: { parameters: ["buffer", "i32"], result: "i32" },
+
+  // CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+  cuDevicePrimaryCtxRetain: { parameters: ["buffer", "i32"], result: "i32" },
+  // CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+  cuDevicePrimaryCtxRelease_v2: { parameters: ["i32"], result: "i32" },
+  // CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+  cuDevicePrimaryCtxReset_v2: { parameters: ["i32"], result: "i32" },
+  // CUresult cuCtxSetCurrent(CUcontext ctx);
+  cuCtxSetCurrent: { parameters: ["u64"], result: "i32" },
+  // CUresult cuCtxGetCurrent(CUcontext *pctx);
+  cuCtxGetCurrent: { parameters: ["buffer"], result: "i32" },
+  // CUresult cuCtxSynchronize(void);
+  cuCtxSynchronize: { parameters: [], result: "i32" },
+
+  // CUresult cuModuleLoadData(CUmodule *module, const void *image);
+  cuModuleLoadData: { parameters: ["buffer", "buffer"], result: "i32" },
+  // CUresult cuModuleUnload(CUmodule hmod);
+  cuModuleUnload: { parameters: ["u64"], result: "i32" },
+  // CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+  cuModuleGetFunction: { parameters: ["buffer", "u64", "buffer"], result: "i32" },
+  // CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+  cuFuncSetAttribute: { parameters: ["u64", "i32", "i32"], result: "i32" },
+  // CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
+  cuFuncGetAttribute: { parameters: ["buffer", "i32", "u64"], result: "i32" },
+  // CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
+  //                                                      size_t dynamicSMemSize);
+  cuOccupancyMaxActiveBlocksPerMultiprocessor: { parameters: ["buffer", "u64", "i32", "u64"], result: "i32" },
+
+  // CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+  cuMemAlloc_v2: { parameters: ["buffer", "u64"], result: "i32" },
+  // CUresult cuMemFree_v2(CUdeviceptr dptr);
+  cuMemFree_v2: { parameters: ["u64"], result: "i32" },
+  // CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
+  cuMemGetInfo_v2: { parameters: ["buffer", "buffer"], result: "i32" },
+  // CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N);
+  cuMemsetD8_v2: { parameters: ["u64", "u32", "u64"], result: "i32" },
+  // CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+  cuMemsetD32_v2: { parameters: ["u64", "u32", "u64"], result: "i32" },
+  // CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+  cuMemsetD8Async: { parameters: ["u64", "u32", "u64", "u64"], result: "i32" },
+  // CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+  cuMemsetD32Async: { parameters: ["u64", "u32", "u64", "u64"], result: "i32" },
+  // CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+  cuMemcpyHtoD_v2: { parameters: ["u64", "buffer", "u64"], result: "i32" },
+  // CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+  cuMemcpyDtoH_v2: { parameters: ["buffer", "u64", "u64"], result: "i32" },
+  // CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+  cuMemcpyDtoD_v2: { parameters: ["u64", "u64", "u64"], result: "i32" },
+  // Async copies take host addresses as u64: they must point at pinned memory, whose address we own.
+  // CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+  cuMemcpyHtoDAsync_v2: { parameters: ["u64", "u64", "u64", "u64"], result: "i32" },
+  // CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+  cuMemcpyDtoHAsync_v2: { parameters: ["u64", "u64", "u64", "u64"], result: "i32" },
+  // CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+  cuMemcpyDtoDAsync_v2: { parameters: ["u64", "u64", "u64", "u64"], result: "i32" },
+  // CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
+  cuMemHostAlloc: { parameters: ["buffer", "u64", "u32"], result: "i32" },
+  // CUresult cuMemFreeHost(void *p);
+  cuMemFreeHost: { parameters: ["u64"], result: "i32" },
+
+  // CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
+  cuStreamCreate: { parameters: ["buffer", "u32"], result: "i32" },
+  // CUresult cuStreamDestroy_v2(CUstream hStream);
+  cuStreamDestroy_v2: { parameters: ["u64"], result: "i32" },
+  // CUresult cuStreamSynchronize(CUstream hStream);
+  cuStreamSynchronize: { parameters: ["u64"], result: "i32" },
+  // CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
+  cuStreamWaitEvent: { parameters: ["u64", "u64", "u32"], result: "i32" },
+  // CUresult cuStreamQuery(CUstream hStream);
+  cuStreamQuery: { parameters: ["u64"], result: "i32" },
+
+  // CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
+  cuEventCreate: { parameters: ["buffer", "u32"], result: "i32" },
+  // CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
+  cuEventRecord: { parameters: ["u64", "u64"], result: "i32" },
+  // CUresult cuEventSynchronize(CUevent hEvent);
+  cuEventSynchronize: { parameters: ["u64"], result: "i32" },
+  // CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+  // (cuda.h 12.8+ maps the name to _v2; the original stays exported, so older drivers work too)
+  cuEventElapsedTime: { parameters: ["buffer", "u64", "u64"], result: "i32" },
+  // CUresult cuEventQuery(CUevent hEvent);
+  cuEventQuery: { parameters: ["u64"], result: "i32" },
+  // CUresult cuEventDestroy_v2(CUevent hEvent);
+  cuEventDestroy_v2: { parameters: ["u64"], result: "i32" },
+
+  // CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+  //                         unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+  //                         unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+  cuLaunchKernel: {
+    parameters: ["u64", "u32", "u32", "u32", "u32", "u32", "u32", "u32", "u64", "u64", "u64"],
+    result: "i32",
+  },
+} as const satisfies SymbolTable;
+
+export type CudaSymbols = typeof CUDA_SYMBOLS;
+
+/** CUresult values the runtime reacts to by name (all others are reported through cuGetErrorName). */
+export const CUDA_SUCCESS = 0;
+export const CUDA_ERROR_NOT_READY = 600;
+
+/** CUdevice_attribute values used by Device (cuda.h). */
+export const CU_DEVICE_ATTRIBUTE = {
+  MAX_THREADS_PER_BLOCK: 1,
+  MAX_BLOCK_DIM_X: 2,
+  MAX_BLOCK_DIM_Y: 3,
+  MAX_BLOCK_DIM_Z: 4,
+  MAX_GRID_DIM_X: 5,
+  MAX_GRID_DIM_Y: 6,
+  MAX_GRID_DIM_Z: 7,
+  MAX_SHARED_MEMORY_PER_BLOCK: 8,
+  WARP_SIZE: 10,
+  MULTIPROCESSOR_COUNT: 16,
+  L2_CACHE_SIZE: 38,
+  COMPUTE_CAPABILITY_MAJOR: 75,
+  COMPUTE_CAPABILITY_MINOR: 76,
+  MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: 81,
+  MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 97,
+} as const;
+
+/** CUfunction_attribute values. */
+export const CU_FUNC_ATTRIBUTE = {
+  MAX_THREADS_PER_BLOCK: 0,
+  SHARED_SIZE_BYTES: 1,
+  NUM_REGS: 4,
+  MAX_DYNAMIC_SHARED_SIZE_BYTES: 8,
+} as const;
+
+export const CU_STREAM_NON_BLOCKING = 1;
+export const CU_EVENT_DEFAULT = 0;
+export const CU_EVENT_DISABLE_TIMING = 2;
+export const CU_MEMHOSTALLOC_PORTABLE = 1;

@@ -1,0 +1,108 @@
+// normkit kernel prelude: lets one kernel source compile with
+//   nvcc  (NVIDIA: PTX/SASS), and
+//   clang -x hip -nogpulib -nogpuinc --cuda-device-only (AMD: HSACO, no HIP headers).
+//
+// Rules for kernel sources that include this header:
+//   - no cuda_runtime.h / hip_runtime.h includes, no cooperative groups, no libdevice/ocml calls;
+//   - use the NK_* macros and nk_* helpers below instead of __global__, threadIdx, __syncthreads, ...;
+//   - blockDim.x must be a multiple of NK_WARP_SIZE (all lanes of every warp are active).
+#ifndef NORMKIT_PORTABLE_H
+#define NORMKIT_PORTABLE_H
+
+#if defined(__HIP__) && defined(__AMDGCN__)
+// ---------------------------------------------------------------- AMD (clang HIP, no headers)
+#define NK_GLOBAL __attribute__((global))
+#define NK_SHARED __attribute__((shared))
+#define NK_DEVICE __attribute__((device))
+#define NK_INLINE __attribute__((device)) __attribute__((always_inline)) inline
+#define NK_LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
+#define NK_RESTRICT __restrict__
+
+// Wave size per target family: 64 on CDNA/GCN (gfx9xx), 32 on RDNA (gfx10/11/12, default mode).
+// Newer clang no longer defines __AMDGCN_WAVEFRONT_SIZE, so derive it; nk_check_wave() below
+// traps (and folds away when right) if the guess disagrees with the compiled wave size.
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#define NK_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+#elif defined(__GFX9__)
+#define NK_WARP_SIZE 64
+#elif defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__)
+#define NK_WARP_SIZE 32
+#else
+#error "normkit: unknown AMDGPU family; define NK_WARP_SIZE"
+#endif
+
+NK_INLINE unsigned nk_thread_x() { return __builtin_amdgcn_workitem_id_x(); }
+NK_INLINE unsigned nk_block_x() { return __builtin_amdgcn_workgroup_id_x(); }
+NK_INLINE unsigned nk_block_dim_x() { return __builtin_amdgcn_workgroup_size_x(); }
+NK_INLINE unsigned nk_grid_dim_x() {
+  // gridDim.x in blocks = grid size in work-items / workgroup size (HSA dispatch packet).
+  const unsigned short* dp = (const unsigned short*)__builtin_amdgcn_dispatch_ptr();
+  const unsigned grid_items = *(const unsigned*)(dp + 6);  // grid_size_x at byte offset 12
+  return grid_items / nk_block_dim_x();
+}
+NK_INLINE unsigned nk_lane() {
+  return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+}
+NK_INLINE void nk_check_wave() {
+  if (__builtin_amdgcn_wavefrontsize() != NK_WARP_SIZE) __builtin_trap();
+}
+// Block barrier: release fence, s_barrier, acquire fence (fence-after-only races on gfx942).
+NK_INLINE void nk_barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+NK_INLINE float nk_shfl_xor(float v, int mask) {
+  const int src = (int)(nk_lane() ^ (unsigned)mask);
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src << 2, __builtin_bit_cast(int, v)));
+}
+NK_INLINE float nk_rsqrt(float v) { return 1.0f / __builtin_sqrtf(v); }
+
+#elif defined(__CUDACC__)
+// ---------------------------------------------------------------- NVIDIA (nvcc; no explicit includes)
+#define NK_GLOBAL __global__
+#define NK_SHARED __shared__
+#define NK_DEVICE __device__
+#define NK_INLINE __device__ __forceinline__
+#define NK_LAUNCH_BOUNDS(n) __launch_bounds__(n)
+#define NK_RESTRICT __restrict__
+#define NK_WARP_SIZE 32
+
+NK_INLINE unsigned nk_thread_x() { return threadIdx.x; }
+NK_INLINE unsigned nk_block_x() { return blockIdx.x; }
+NK_INLINE unsigned nk_block_dim_x() { return blockDim.x; }
+NK_INLINE unsigned nk_grid_dim_x() { return gridDim.x; }
+NK_INLINE unsigned nk_lane() { return threadIdx.x & 31u; }
+NK_INLINE void nk_check_wave() {}
+NK_INLINE void nk_barrier() { __syncthreads(); }
+NK_INLINE float nk_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask, 32); }
+NK_INLINE float nk_rsqrt(float v) { return rsqrtf(v); }  // max 2 ulp
+
+#else
+#error "normkit kernels: compile with nvcc or clang -x hip"
+#endif
+
+// Butterfly sum over the whole warp/wave: every lane ends with the same total, summed in the same
+// order on every lane (bitwise identical results across lanes).
+NK_INLINE float nk_warp_sum(float v) {
+#pragma unroll
+  for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1) v += nk_shfl_xor(v, m);
+  return v;
+}
+
+// Block-wide sum; every thread gets the total (bitwise identical in every thread).
+// `buf` must hold blockDim.x / NK_WARP_SIZE floats in shared memory and must not be reused for
+// another reduction until every thread of the block has passed one more nk_barrier() (callers
+// alternate between two buffers). One barrier per call. blockDim.x / NK_WARP_SIZE <= NK_WARP_SIZE.
+NK_INLINE float nk_block_sum(float v, float* buf) {
+  const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
+  const unsigned lane = nk_lane();
+  v = nk_warp_sum(v);
+  if (lane == 0) buf[nk_thread_x() / NK_WARP_SIZE] = v;
+  nk_barrier();
+  // Every warp reduces the per-warp partials itself: no second barrier, no broadcast.
+  float t = lane < nwarps ? buf[lane] : 0.0f;
+  return nk_warp_sum(t);
+}
+
+#endif  // NORMKIT_PORTABLE_H

@@ -1,0 +1,158 @@
+/** The CUDA implementation of the Driver interface, over ffi/cuda.ts. */
+import {
+  CU_DEVICE_ATTRIBUTE as A,
+  CU_EVENT_DEFAULT,
+  CU_EVENT_DISABLE_TIMING,
+  CU_FUNC_ATTRIBUTE as F,
+  CU_MEMHOSTALLOC_PORTABLE,
+  CU_STREAM_NON_BLOCKING,
+  CUDA_ERROR_NOT_READY,
+  CUDA_SYMBOLS,
+} from "../ffi/cuda.ts";
+import { openLibrary } from "../ffi/library.ts";
+import { ffi } from "../ffi/runtime.ts";
+import type { DeviceInfo, Driver, KernelAttribute } from "./driver.ts";
+import { GpuError } from "./errors.ts";
+
+const FUNC_ATTR: Record<KernelAttribute, number> = {
+  maxThreadsPerBlock: F.MAX_THREADS_PER_BLOCK,
+  staticSharedBytes: F.SHARED_SIZE_BYTES,
+  registers: F.NUM_REGS,
+  maxDynamicSharedBytes: F.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+};
+
+// Out-parameter scratch, reused by every call: JS is single-threaded and each value is read right away.
+const u64Out = new BigUint64Array(2);
+const i32Out = new Int32Array(1);
+const f32Out = new Float32Array(1);
+const utf8 = new TextEncoder();
+
+/** Opens libcuda.so.1 (or $NORMKIT_CUDA_LIB) and initializes the driver; throws LibraryLoadError or GpuError. */
+export function openCudaDriver(): Driver {
+  const lib = openLibrary("libcuda.so.1", "NORMKIT_CUDA_LIB", CUDA_SYMBOLS);
+  const s = lib.symbols;
+
+  const errorText = (code: number, fn: "cuGetErrorName" | "cuGetErrorString"): string | undefined => {
+    if (s[fn](code, u64Out) !== 0 || u64Out[0] === 0n) return undefined;
+    return ffi!.readCString(u64Out[0]);
+  };
+  const fail = (call: string, code: number): never => {
+    throw new GpuError(
+      "cuda",
+      call,
+      code,
+      errorText(code, "cuGetErrorName") ?? `CUDA_ERROR_${code}`,
+      errorText(code, "cuGetErrorString") ?? "unknown error",
+    );
+  };
+  const check = (call: string, code: number): void => {
+    if (code !== 0) fail(call, code);
+  };
+  const i32 = (call: string, code: number): number => (check(call, code), i32Out[0]);
+  const u64 = (call: string, code: number): bigint => (check(call, code), u64Out[0]);
+  const readySync = (call: string, code: number): boolean => {
+    if (code === CUDA_ERROR_NOT_READY) return false;
+    check(call, code);
+    return true;
+  };
+
+  check("cuInit", s.cuInit(0));
+  const version = i32("cuDriverGetVersion", s.cuDriverGetVersion(i32Out));
+
+  const handleOf = (ordinal: number): number => i32("cuDeviceGet", s.cuDeviceGet(i32Out, ordinal));
+  const attr = (dev: number, a: number): number =>
+    i32("cuDeviceGetAttribute", s.cuDeviceGetAttribute(i32Out, a, dev));
+
+  return {
+    backend: "cuda",
+    version,
+    deviceCount: () => i32("cuDeviceGetCount", s.cuDeviceGetCount(i32Out)),
+    deviceInfo(ordinal: number): DeviceInfo {
+      const dev = handleOf(ordinal);
+      const nameBuf = new Uint8Array(256);
+      check("cuDeviceGetName", s.cuDeviceGetName(nameBuf, nameBuf.length, dev));
+      const name = new TextDecoder().decode(nameBuf.subarray(0, nameBuf.indexOf(0)));
+      const major = attr(dev, A.COMPUTE_CAPABILITY_MAJOR), minor = attr(dev, A.COMPUTE_CAPABILITY_MINOR);
+      return {
+        ordinal,
+        name,
+        arch: `sm_${major}${minor}`,
+        computeCapability: [major, minor],
+        multiprocessors: attr(dev, A.MULTIPROCESSOR_COUNT),
+        totalMemory: Number(u64("cuDeviceTotalMem_v2", s.cuDeviceTotalMem_v2(u64Out, dev))),
+        warpSize: attr(dev, A.WARP_SIZE),
+        maxThreadsPerBlock: attr(dev, A.MAX_THREADS_PER_BLOCK),
+        maxBlockDim: [attr(dev, A.MAX_BLOCK_DIM_X), attr(dev, A.MAX_BLOCK_DIM_Y), attr(dev, A.MAX_BLOCK_DIM_Z)],
+        maxGridDim: [attr(dev, A.MAX_GRID_DIM_X), attr(dev, A.MAX_GRID_DIM_Y), attr(dev, A.MAX_GRID_DIM_Z)],
+        maxSharedPerBlock: attr(dev, A.MAX_SHARED_MEMORY_PER_BLOCK),
+        maxSharedPerBlockOptin: attr(dev, A.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        l2CacheBytes: attr(dev, A.L2_CACHE_SIZE),
+      };
+    },
+
+    retainContext: (ordinal) =>
+      u64("cuDevicePrimaryCtxRetain", s.cuDevicePrimaryCtxRetain(u64Out, handleOf(ordinal))),
+    releaseContext: (ordinal) =>
+      check("cuDevicePrimaryCtxRelease_v2", s.cuDevicePrimaryCtxRelease_v2(handleOf(ordinal))),
+    resetContext: (ordinal) => check("cuDevicePrimaryCtxReset_v2", s.cuDevicePrimaryCtxReset_v2(handleOf(ordinal))),
+    setCurrent: (ctx) => check("cuCtxSetCurrent", s.cuCtxSetCurrent(ctx)),
+    synchronize: () => check("cuCtxSynchronize", s.cuCtxSynchronize()),
+
+    memAlloc: (bytes) => u64("cuMemAlloc_v2", s.cuMemAlloc_v2(u64Out, BigInt(bytes))),
+    memFree: (ptr) => check("cuMemFree_v2", s.cuMemFree_v2(ptr)),
+    memInfo() {
+      const free = new BigUint64Array(1), total = new BigUint64Array(1);
+      check("cuMemGetInfo_v2", s.cuMemGetInfo_v2(free, total));
+      return { free: Number(free[0]), total: Number(total[0]) };
+    },
+    memset8: (ptr, value, bytes, stream) =>
+      check("cuMemsetD8Async", s.cuMemsetD8Async(ptr, value, BigInt(bytes), stream)),
+    memset32: (ptr, value, count, stream) =>
+      check("cuMemsetD32Async", s.cuMemsetD32Async(ptr, value >>> 0, BigInt(count), stream)),
+    copyHtoD: (dst, src, bytes) => check("cuMemcpyHtoD_v2", s.cuMemcpyHtoD_v2(dst, src, BigInt(bytes))),
+    copyDtoH: (dst, src, bytes) => check("cuMemcpyDtoH_v2", s.cuMemcpyDtoH_v2(dst, src, BigInt(bytes))),
+    copyDtoD: (dst, src, bytes, stream) =>
+      check("cuMemcpyDtoDAsync_v2", s.cuMemcpyDtoDAsync_v2(dst, src, BigInt(bytes), stream)),
+    copyHtoDAsync: (dst, src, bytes, stream) =>
+      check("cuMemcpyHtoDAsync_v2", s.cuMemcpyHtoDAsync_v2(dst, src, BigInt(bytes), stream)),
+    copyDtoHAsync: (dst, src, bytes, stream) =>
+      check("cuMemcpyDtoHAsync_v2", s.cuMemcpyDtoHAsync_v2(dst, src, BigInt(bytes), stream)),
+    hostAlloc: (bytes) =>
+      u64("cuMemHostAlloc", s.cuMemHostAlloc(u64Out, BigInt(bytes), CU_MEMHOSTALLOC_PORTABLE)),
+    hostFree: (addr) => check("cuMemFreeHost", s.cuMemFreeHost(addr)),
+
+    streamCreate: () => u64("cuStreamCreate", s.cuStreamCreate(u64Out, CU_STREAM_NON_BLOCKING)),
+    streamDestroy: (st) => check("cuStreamDestroy_v2", s.cuStreamDestroy_v2(st)),
+    streamSynchronize: (st) => check("cuStreamSynchronize", s.cuStreamSynchronize(st)),
+    streamWaitEvent: (st, ev) => check("cuStreamWaitEvent", s.cuStreamWaitEvent(st, ev, 0)),
+    streamQuery: (st) => readySync("cuStreamQuery", s.cuStreamQuery(st)),
+
+    eventCreate: (timing) =>
+      u64("cuEventCreate", s.cuEventCreate(u64Out, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING)),
+    eventRecord: (ev, st) => check("cuEventRecord", s.cuEventRecord(ev, st)),
+    eventSynchronize: (ev) => check("cuEventSynchronize", s.cuEventSynchronize(ev)),
+    eventQuery: (ev) => readySync("cuEventQuery", s.cuEventQuery(ev)),
+    eventElapsed(start, end) {
+      check("cuEventElapsedTime", s.cuEventElapsedTime(f32Out, start, end));
+      return f32Out[0];
+    },
+    eventDestroy: (ev) => check("cuEventDestroy_v2", s.cuEventDestroy_v2(ev)),
+
+    moduleLoad: (image) => u64("cuModuleLoadData", s.cuModuleLoadData(u64Out, image)),
+    moduleUnload: (mod) => check("cuModuleUnload", s.cuModuleUnload(mod)),
+    moduleFunction: (mod, name) =>
+      u64("cuModuleGetFunction", s.cuModuleGetFunction(u64Out, mod, utf8.encode(name + "\0"))),
+    kernelAttribute: (fn, a) => i32("cuFuncGetAttribute", s.cuFuncGetAttribute(i32Out, FUNC_ATTR[a], fn)),
+    setKernelMaxDynamicShared: (fn, bytes) =>
+      check("cuFuncSetAttribute", s.cuFuncSetAttribute(fn, F.MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)),
+    occupancy: (fn, threads, shared) =>
+      i32(
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        s.cuOccupancyMaxActiveBlocksPerMultiprocessor(i32Out, fn, threads, BigInt(shared)),
+      ),
+    launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
+      const code = s.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0n);
+      if (code !== 0) fail("cuLaunchKernel", code);
+    },
+  };
+}

@@ -1,0 +1,239 @@
+/**
+ * Device: opens a backend (CUDA, else CPU), owns the context and everything created from it.
+ *
+ *   using dev = Device.open();                           // CUDA if a device exists, else CPU
+ *   using dev = Device.open({ backend: "cuda", ordinal: 1 });   // fails loudly when there is none
+ */
+import { LibraryLoadError } from "../ffi/library.ts";
+import { ffi } from "../ffi/runtime.ts";
+import { openCudaDriver } from "./cuda.ts";
+import type { DeviceInfo, Driver } from "./driver.ts";
+import { ArgumentError, BackendUnavailableError, GpuError, UnsupportedError } from "./errors.ts";
+import { DeviceBuffer, PinnedBuffer } from "./memory.ts";
+import { Module } from "./module.ts";
+import { Owner, Resource } from "./resource.ts";
+import { Event, Stream } from "./stream.ts";
+
+export type Backend = "cuda" | "cpu";
+
+export interface OpenOptions {
+  /** "auto" (default): CUDA when a CUDA device exists, else CPU. */
+  backend?: Backend | "auto";
+  /** Which GPU (default 0). */
+  ordinal?: number;
+}
+
+const CPU_INFO: DeviceInfo = {
+  ordinal: 0,
+  name: "CPU (float64 reference backend)",
+  arch: "cpu",
+  computeCapability: [0, 0],
+  multiprocessors: 1,
+  totalMemory: 0,
+  warpSize: 1,
+  maxThreadsPerBlock: 1,
+  maxBlockDim: [1, 1, 1],
+  maxGridDim: [1, 1, 1],
+  maxSharedPerBlock: 0,
+  maxSharedPerBlockOptin: 0,
+  l2CacheBytes: 0,
+};
+
+// One driver per process, loaded on first use; the failure reason is kept for fallbacks.
+let cuda: { driver: Driver } | { error: string } | undefined;
+function cudaDriver(): { driver: Driver } | { error: string } {
+  if (!cuda) {
+    try {
+      cuda = { driver: openCudaDriver() };
+    } catch (e) {
+      if (!(e instanceof LibraryLoadError || e instanceof GpuError)) throw e;
+      cuda = { error: e.message };
+    }
+  }
+  return cuda;
+}
+
+// The context current on this thread, so that switching devices costs a driver call only when needed.
+let currentContext = 0n;
+
+/** A retained primary context. `alive` turns false once released: later releases of children are no-ops. */
+class Context {
+  alive = true;
+  constructor(readonly driver: Driver, readonly handle: bigint, readonly ordinal: number) {}
+
+  activate(): Driver {
+    if (currentContext !== this.handle) {
+      this.driver.setCurrent(this.handle);
+      currentContext = this.handle;
+    }
+    return this.driver;
+  }
+
+  /** For releasing children: the driver if the context still exists, else null (the memory went with it). */
+  forRelease(): Driver | null {
+    return this.alive ? this.activate() : null;
+  }
+
+  release(): void {
+    if (!this.alive) return;
+    this.alive = false;
+    if (currentContext === this.handle) currentContext = 0n;
+    this.driver.releaseContext(this.ordinal);
+  }
+}
+
+export class Device extends Resource {
+  readonly backend: Backend;
+  readonly info: DeviceInfo;
+  /** Why "auto" fell back to the CPU, when it did. */
+  readonly fallbackReason: string | undefined;
+  /** @internal owns every resource created from this device */
+  readonly owner: Owner;
+  readonly #context: Context | null;
+  #stream: Stream | undefined;
+  /** @internal per-device caches of higher layers (loaded modules, prepared kernels) */
+  readonly cache: Map<string, unknown> = new Map();
+
+  private constructor(backend: Backend, info: DeviceInfo, context: Context | null, fallback?: string) {
+    const owner = new Owner();
+    super(new Owner(), () => {
+      // Children first (buffers, streams, modules…), then the context they live in.
+      try {
+        owner.releaseAll();
+      } finally {
+        context?.release();
+      }
+    }, null);
+    this.owner = owner;
+    this.backend = backend;
+    this.info = info;
+    this.#context = context;
+    this.fallbackReason = fallback;
+  }
+
+  /** Opens a device. See OpenOptions. */
+  static open(opts: OpenOptions = {}): Device {
+    const backend = opts.backend ?? "auto";
+    const ordinal = opts.ordinal ?? 0;
+    if (!["auto", "cuda", "cpu"].includes(backend)) throw new ArgumentError("backend", `"auto", "cuda" or "cpu"`, backend);
+    if (!Number.isInteger(ordinal) || ordinal < 0) throw new ArgumentError("ordinal", "an integer ≥ 0", ordinal);
+    if (backend === "cpu") return new Device("cpu", CPU_INFO, null);
+
+    const c = cudaDriver();
+    let reason: string;
+    if ("driver" in c) {
+      const count = c.driver.deviceCount();
+      if (ordinal < count) return Device.#openCuda(c.driver, ordinal);
+      reason = count === 0 ? "no CUDA device found" : `CUDA device ${ordinal} requested, ${count} present`;
+    } else {
+      reason = c.error;
+    }
+    if (backend === "cuda") throw new BackendUnavailableError("cuda", reason);
+    return new Device("cpu", CPU_INFO, null, reason);
+  }
+
+  static #openCuda(driver: Driver, ordinal: number): Device {
+    const info = driver.deviceInfo(ordinal);
+    const ctx = new Context(driver, driver.retainContext(ordinal), ordinal);
+    return new Device("cuda", info, ctx);
+  }
+
+  /** How many CUDA devices this machine has (0 when the driver is missing). */
+  static cudaDeviceCount(): number {
+    const c = cudaDriver();
+    return "driver" in c ? c.driver.deviceCount() : 0;
+  }
+
+  protected get label(): string {
+    return `Device(${this.backend}:${this.info.ordinal})`;
+  }
+
+  get name(): string {
+    return this.info.name;
+  }
+
+  /**
+   * @internal The driver, after making this device's context current; null on the CPU backend.
+   * Every driver call of the runtime goes through here.
+   */
+  get activeDriver(): Driver | null {
+    this.assertOpen();
+    return this.#context ? this.#context.activate() : null;
+  }
+
+  /** The device's default stream (non-blocking), where ops and copies go unless told otherwise. */
+  get stream(): Stream {
+    this.assertOpen();
+    return (this.#stream ??= this.createStream());
+  }
+
+  createStream(): Stream {
+    const d = this.activeDriver;
+    if (!d) return new Stream(this, 0n, () => {});
+    const h = d.streamCreate();
+    return new Stream(this, h, () => (this.#context!.forRelease()?.streamDestroy(h)));
+  }
+
+  /** An event; `timing: false` makes it cheaper when only used for ordering. */
+  createEvent(opts: { timing?: boolean } = {}): Event {
+    const timing = opts.timing ?? true;
+    const d = this.activeDriver;
+    if (!d) return new Event(this, 0n, timing, () => {});
+    const h = d.eventCreate(timing);
+    return new Event(this, h, timing, () => this.#context!.forRelease()?.eventDestroy(h));
+  }
+
+  /** Device memory (host memory on the CPU backend), uninitialized on GPUs. */
+  alloc(bytes: number): DeviceBuffer {
+    if (!Number.isSafeInteger(bytes) || bytes < 0) throw new ArgumentError("bytes", "an integer ≥ 0", bytes);
+    const d = this.activeDriver;
+    if (!d) return new DeviceBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
+    if (bytes === 0) return new DeviceBuffer(this, 0, 0n, null, () => {});
+    const ptr = d.memAlloc(bytes);
+    return new DeviceBuffer(this, bytes, ptr, null, () => this.#context!.forRelease()?.memFree(ptr));
+  }
+
+  /** Page-locked host memory for asynchronous copies (ordinary memory on the CPU backend). */
+  pinned(bytes: number): PinnedBuffer {
+    if (!Number.isSafeInteger(bytes) || bytes < 1) throw new ArgumentError("bytes", "an integer ≥ 1", bytes);
+    const d = this.activeDriver;
+    if (!d) return new PinnedBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
+    const addr = d.hostAlloc(bytes);
+    const view = new Uint8Array(ffi!.viewMemory(addr, bytes));
+    return new PinnedBuffer(this, bytes, addr, view, () => this.#context!.forRelease()?.hostFree(addr));
+  }
+
+  /** Loads PTX (text or bytes), a cubin or a fatbin into this device's context. */
+  loadModule(image: Uint8Array | string): Module {
+    const d = this.activeDriver;
+    if (!d) throw new UnsupportedError("the CPU backend cannot load GPU modules");
+    let bytes: Uint8Array;
+    if (typeof image === "string") bytes = new TextEncoder().encode(image + "\0");
+    else if (image instanceof Uint8Array && image.byteLength > 0) bytes = image;
+    else throw new ArgumentError("image", "PTX text or non-empty PTX/cubin/fatbin bytes", image);
+    // The driver reads PTX up to a NUL: make sure one is there.
+    if (bytes[0] !== 0x7f && bytes[0] !== 0x50 && bytes[bytes.length - 1] !== 0 && isText(bytes)) {
+      const z = new Uint8Array(bytes.length + 1);
+      z.set(bytes);
+      bytes = z;
+    }
+    const h = d.moduleLoad(bytes);
+    return new Module(this, h, () => this.#context!.forRelease()?.moduleUnload(h));
+  }
+
+  /** Blocks until all work on this device has finished. */
+  synchronize(): void {
+    this.activeDriver?.synchronize();
+  }
+
+  /** Free and total device memory in bytes (cuMemGetInfo). */
+  memoryInfo(): { free: number; total: number } {
+    const d = this.activeDriver;
+    return d ? d.memInfo() : { free: 0, total: 0 };
+  }
+}
+
+function isText(b: Uint8Array): boolean {
+  // PTX starts with comments or directives; cubins are ELF (0x7f 'E'), fatbins start with 0x50 0xED 0x55 0xBA.
+  return b[0] === 0x2f || b[0] === 0x2e || b[0] === 0x0a || b[0] === 0x20 || b[0] === 0x09;
+}

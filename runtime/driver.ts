@@ -1,0 +1,86 @@
+/**
+ * The small interface every GPU backend implements (CUDA in cuda.ts; HIP has its own file). Everything above
+ * runtime/ talks to this, never to an FFI symbol. Handles and device pointers are bigints; host memory is a
+ * view; every method throws GpuError on failure.
+ */
+
+/** What a device can do, read once at open. */
+export interface DeviceInfo {
+  readonly ordinal: number;
+  readonly name: string;
+  /** e.g. "sm_90" (CUDA) or "gfx942" (HIP). */
+  readonly arch: string;
+  readonly computeCapability: readonly [number, number];
+  readonly multiprocessors: number;
+  readonly totalMemory: number;
+  readonly warpSize: number;
+  readonly maxThreadsPerBlock: number;
+  readonly maxBlockDim: readonly [number, number, number];
+  readonly maxGridDim: readonly [number, number, number];
+  /** Shared memory a block gets without opting in (48 KiB on NVIDIA). */
+  readonly maxSharedPerBlock: number;
+  /** Shared memory a block may get after raising the kernel's limit. */
+  readonly maxSharedPerBlockOptin: number;
+  readonly l2CacheBytes: number;
+}
+
+export type KernelAttribute = "maxThreadsPerBlock" | "staticSharedBytes" | "registers" | "maxDynamicSharedBytes";
+
+export interface Driver {
+  readonly backend: "cuda" | "hip";
+  /** e.g. 13000 for CUDA 13.0. */
+  readonly version: number;
+  deviceCount(): number;
+  deviceInfo(ordinal: number): DeviceInfo;
+
+  /** Retains the device's primary context and returns it. */
+  retainContext(ordinal: number): bigint;
+  releaseContext(ordinal: number): void;
+  /** Destroys all allocations of the primary context and makes it usable again after a sticky error. */
+  resetContext(ordinal: number): void;
+  setCurrent(ctx: bigint): void;
+  synchronize(): void;
+
+  memAlloc(bytes: number): bigint;
+  memFree(ptr: bigint): void;
+  memInfo(): { free: number; total: number };
+  memset8(ptr: bigint, value: number, bytes: number, stream: bigint): void;
+  memset32(ptr: bigint, value: number, count: number, stream: bigint): void;
+  copyHtoD(dst: bigint, src: ArrayBufferView, bytes: number): void;
+  copyDtoH(dst: ArrayBufferView, src: bigint, bytes: number): void;
+  copyDtoD(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
+  /** Async copies take pinned host addresses. */
+  copyHtoDAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
+  copyDtoHAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
+  hostAlloc(bytes: number): bigint;
+  hostFree(addr: bigint): void;
+
+  streamCreate(): bigint;
+  streamDestroy(stream: bigint): void;
+  streamSynchronize(stream: bigint): void;
+  streamWaitEvent(stream: bigint, event: bigint): void;
+  /** true when all work on the stream is done. */
+  streamQuery(stream: bigint): boolean;
+
+  eventCreate(timing: boolean): bigint;
+  eventRecord(event: bigint, stream: bigint): void;
+  eventSynchronize(event: bigint): void;
+  eventQuery(event: bigint): boolean;
+  /** Milliseconds between two recorded, completed events. */
+  eventElapsed(start: bigint, end: bigint): number;
+  eventDestroy(event: bigint): void;
+
+  moduleLoad(image: Uint8Array): bigint;
+  moduleUnload(module: bigint): void;
+  moduleFunction(module: bigint, name: string): bigint;
+  kernelAttribute(fn: bigint, attr: KernelAttribute): number;
+  setKernelMaxDynamicShared(fn: bigint, bytes: number): void;
+  occupancy(fn: bigint, blockThreads: number, dynamicShared: number): number;
+  /** `params` is the address of a void*[] of argument addresses, prepared once per Kernel. */
+  launch(
+    fn: bigint,
+    gx: number, gy: number, gz: number,
+    bx: number, by: number, bz: number,
+    sharedBytes: number, stream: bigint, params: bigint,
+  ): void;
+}

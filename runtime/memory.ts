@@ -1,0 +1,185 @@
+/**
+ * Memory: DeviceBuffer (device memory; plain host bytes on the CPU backend) and PinnedBuffer (page-locked
+ * host memory, needed for truly asynchronous copies).
+ *
+ * Copies are queued on a stream (default: the device's), so they are ordered with kernels on that stream:
+ * - write() from ordinary (pageable) JS memory returns once the driver has staged the bytes, so the source
+ *   may be reused at once, and the upload lands before later work on the stream;
+ * - read() into ordinary JS memory returns once the bytes have arrived (after earlier work on the stream);
+ * - writeAsync()/readAsync() with a PinnedBuffer return immediately: keep the PinnedBuffer untouched
+ *   until the stream (or an event recorded after the copy) has completed.
+ */
+import { ffi } from "../ffi/runtime.ts";
+import type { Device } from "./device.ts";
+import { ArgumentError } from "./errors.ts";
+import { Resource } from "./resource.ts";
+import type { Stream } from "./stream.ts";
+
+interface CopyOptions {
+  /** Byte offset into this buffer. */
+  offset?: number;
+  /** The stream the copy is ordered on (default: the device's stream). */
+  stream?: Stream;
+}
+
+interface AsyncCopyOptions extends CopyOptions {
+  /** Byte offset into the pinned buffer. */
+  pinnedOffset?: number;
+  /** Bytes to copy (default: the rest of the pinned buffer). */
+  bytes?: number;
+}
+
+function checkRange(argument: string, offset: number, bytes: number, size: number): void {
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new ArgumentError(`${argument} offset`, "an integer ≥ 0", offset);
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new ArgumentError(`${argument} bytes`, "an integer ≥ 0", bytes);
+  if (offset + bytes > size) {
+    throw new ArgumentError(argument, `a range inside ${size} bytes`, `${bytes} bytes at offset ${offset}`);
+  }
+}
+
+function bytesOf(view: ArrayBufferView): Uint8Array {
+  return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+}
+
+/** Memory on a device. `using buf = device.alloc(bytes)`. */
+export class DeviceBuffer extends Resource {
+  readonly device: Device;
+  readonly byteLength: number;
+  readonly #ptr: bigint;
+  /** CPU backend: the bytes themselves. */
+  readonly #host: Uint8Array | null;
+
+  /** @internal use device.alloc() */
+  constructor(device: Device, byteLength: number, ptr: bigint, host: Uint8Array | null, release: () => void) {
+    super(device.owner, release, device);
+    this.device = device;
+    this.byteLength = byteLength;
+    this.#ptr = ptr;
+    this.#host = host;
+  }
+
+  protected get label(): string {
+    return `DeviceBuffer(${this.byteLength} bytes)`;
+  }
+
+  /** The device address (CUdeviceptr). On the CPU backend: 0n. */
+  get ptr(): bigint {
+    this.assertOpen();
+    return this.#ptr;
+  }
+
+  /** CPU backend only: the bytes. */
+  get hostBytes(): Uint8Array {
+    this.assertOpen();
+    if (!this.#host) throw new ArgumentError("buffer", "a buffer of the CPU backend (this one is on the GPU)");
+    return this.#host;
+  }
+
+  /** Copies `src` into this buffer at `offset`. The source may be reused as soon as this returns. */
+  write(src: ArrayBufferView, opts: CopyOptions = {}): void {
+    const offset = opts.offset ?? 0;
+    checkRange("write", offset, src.byteLength, this.byteLength);
+    const d = this.device.activeDriver;
+    if (!d) return this.hostBytes.set(bytesOf(src), offset);
+    if (src.byteLength === 0) return;
+    const stream = opts.stream ?? this.device.stream;
+    d.copyHtoDAsync(this.#ptr + BigInt(offset), ffi!.addressOf(src), src.byteLength, stream.handle);
+  }
+
+  /** Copies bytes from this buffer (at `offset`) into `dst`, after earlier work on the stream. */
+  read(dst: ArrayBufferView, opts: CopyOptions = {}): void {
+    const offset = opts.offset ?? 0;
+    checkRange("read", offset, dst.byteLength, this.byteLength);
+    const d = this.device.activeDriver;
+    if (!d) return bytesOf(dst).set(this.hostBytes.subarray(offset, offset + dst.byteLength));
+    if (dst.byteLength === 0) return;
+    const stream = opts.stream ?? this.device.stream;
+    d.copyDtoHAsync(ffi!.addressOf(dst), this.#ptr + BigInt(offset), dst.byteLength, stream.handle);
+  }
+
+  /** Queues an upload from pinned memory; returns at once. */
+  writeAsync(src: PinnedBuffer, opts: AsyncCopyOptions = {}): void {
+    const { offset = 0, pinnedOffset = 0 } = opts;
+    const bytes = opts.bytes ?? src.byteLength - pinnedOffset;
+    checkRange("writeAsync source", pinnedOffset, bytes, src.byteLength);
+    checkRange("writeAsync", offset, bytes, this.byteLength);
+    const d = this.device.activeDriver;
+    if (!d) return this.hostBytes.set(src.bytes.subarray(pinnedOffset, pinnedOffset + bytes), offset);
+    const stream = opts.stream ?? this.device.stream;
+    d.copyHtoDAsync(this.#ptr + BigInt(offset), src.address + BigInt(pinnedOffset), bytes, stream.handle);
+  }
+
+  /** Queues a download into pinned memory; returns at once. */
+  readAsync(dst: PinnedBuffer, opts: AsyncCopyOptions = {}): void {
+    const { offset = 0, pinnedOffset = 0 } = opts;
+    const bytes = opts.bytes ?? dst.byteLength - pinnedOffset;
+    checkRange("readAsync destination", pinnedOffset, bytes, dst.byteLength);
+    checkRange("readAsync", offset, bytes, this.byteLength);
+    const d = this.device.activeDriver;
+    if (!d) return dst.bytes.set(this.hostBytes.subarray(offset, offset + bytes), pinnedOffset);
+    const stream = opts.stream ?? this.device.stream;
+    d.copyDtoHAsync(dst.address + BigInt(pinnedOffset), this.#ptr + BigInt(offset), bytes, stream.handle);
+  }
+
+  /** Queues a device-to-device copy of `bytes` from `src` into this buffer. */
+  copyFrom(src: DeviceBuffer, opts: CopyOptions & { srcOffset?: number; bytes?: number } = {}): void {
+    const { offset = 0, srcOffset = 0 } = opts;
+    const bytes = opts.bytes ?? src.byteLength - srcOffset;
+    checkRange("copyFrom source", srcOffset, bytes, src.byteLength);
+    checkRange("copyFrom", offset, bytes, this.byteLength);
+    if (src.device !== this.device) throw new ArgumentError("copyFrom source", "a buffer of the same device");
+    const d = this.device.activeDriver;
+    if (!d) return this.hostBytes.set(src.hostBytes.subarray(srcOffset, srcOffset + bytes), offset);
+    if (bytes === 0) return;
+    const stream = opts.stream ?? this.device.stream;
+    d.copyDtoD(this.#ptr + BigInt(offset), src.ptr + BigInt(srcOffset), bytes, stream.handle);
+  }
+
+  /** Queues filling the whole buffer with the byte `value` (0–255). */
+  fill(value: number, opts: { stream?: Stream } = {}): void {
+    if (!Number.isInteger(value) || value < 0 || value > 255) throw new ArgumentError("value", "a byte 0–255", value);
+    const d = this.device.activeDriver;
+    if (!d) return void this.hostBytes.fill(value);
+    d.memset8(this.ptr, value, this.byteLength, (opts.stream ?? this.device.stream).handle);
+  }
+
+  /** Queues filling the buffer with the 32-bit pattern `bits` (e.g. a float's bits); byteLength % 4 must be 0. */
+  fill32(bits: number, opts: { stream?: Stream } = {}): void {
+    if (this.byteLength % 4 !== 0) throw new ArgumentError("buffer", "a byte length divisible by 4", this.byteLength);
+    const d = this.device.activeDriver;
+    if (!d) return void new Uint32Array(this.hostBytes.buffer, this.hostBytes.byteOffset, this.byteLength / 4).fill(bits >>> 0);
+    d.memset32(this.ptr, bits, this.byteLength / 4, (opts.stream ?? this.device.stream).handle);
+  }
+}
+
+/** Page-locked host memory (cuMemHostAlloc). `bytes` is a view of it; don't touch it after close(). */
+export class PinnedBuffer extends Resource {
+  readonly device: Device;
+  readonly byteLength: number;
+  readonly #address: bigint;
+  readonly #bytes: Uint8Array;
+
+  /** @internal use device.pinned() */
+  constructor(device: Device, byteLength: number, address: bigint, bytes: Uint8Array, release: () => void) {
+    super(device.owner, release, device);
+    this.device = device;
+    this.byteLength = byteLength;
+    this.#address = address;
+    this.#bytes = bytes;
+  }
+
+  protected get label(): string {
+    return `PinnedBuffer(${this.byteLength} bytes)`;
+  }
+
+  get address(): bigint {
+    this.assertOpen();
+    return this.#address;
+  }
+
+  /** The memory as bytes. Make typed views with `new Float32Array(p.bytes.buffer, p.bytes.byteOffset, n)`. */
+  get bytes(): Uint8Array {
+    this.assertOpen();
+    return this.#bytes;
+  }
+}

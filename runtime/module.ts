@@ -1,0 +1,218 @@
+/**
+ * Modules (PTX, cubin or fatbin loaded into a context), kernels with prepared argument blocks, launch
+ * configurations and launch(). A Kernel's argument block and pointer array are allocated once; a launch
+ * writes the values into them and calls the driver: no allocation per launch.
+ */
+import { ffi } from "../ffi/runtime.ts";
+import type { Device } from "./device.ts";
+import { ArgumentError, DisposedError, UnsupportedError } from "./errors.ts";
+import { Resource } from "./resource.ts";
+import type { Stream } from "./stream.ts";
+
+/** The C type of one kernel parameter. "ptr" is a device pointer. */
+export type ArgType = "ptr" | "i32" | "u32" | "i64" | "u64" | "f32" | "f64";
+
+/** Anything with a device address: a DeviceBuffer or a Tensor. */
+export interface DevicePointer {
+  readonly ptr: bigint;
+}
+
+/** A value for one parameter: a number (ints and floats), a bigint (64-bit ints, raw pointers), a buffer or null. */
+export type KernelArg = number | bigint | DevicePointer | null;
+
+type Dim3 = readonly [number, number, number];
+
+function dim3(name: string, v: number | readonly number[]): Dim3 {
+  const a = typeof v === "number" ? [v] : [...v];
+  if (a.length < 1 || a.length > 3 || !a.every((x) => Number.isInteger(x) && x >= 1 && x <= 0xffffffff)) {
+    throw new ArgumentError(name, "1 to 3 positive integers", v);
+  }
+  return [a[0], a[1] ?? 1, a[2] ?? 1];
+}
+
+/** Grid, block and dynamic shared memory of a launch, validated against the device at launch. */
+export class LaunchConfig {
+  readonly grid: Dim3;
+  readonly block: Dim3;
+  readonly sharedBytes: number;
+  #validFor: Device | null = null;
+
+  constructor(opts: { grid: number | readonly number[]; block: number | readonly number[]; sharedBytes?: number }) {
+    this.grid = dim3("grid", opts.grid);
+    this.block = dim3("block", opts.block);
+    const shared = opts.sharedBytes ?? 0;
+    if (!Number.isInteger(shared) || shared < 0) throw new ArgumentError("sharedBytes", "an integer ≥ 0", shared);
+    this.sharedBytes = shared;
+  }
+
+  get threadsPerBlock(): number {
+    return this.block[0] * this.block[1] * this.block[2];
+  }
+
+  /** Throws ArgumentError naming the limit this configuration breaks on `device`. */
+  validateFor(device: Device): void {
+    if (this.#validFor === device) return;
+    const info = device.info;
+    for (let i = 0; i < 3; i++) {
+      if (this.grid[i] > info.maxGridDim[i]) {
+        throw new ArgumentError(`grid[${i}]`, `at most ${info.maxGridDim[i]} on ${info.name}`, this.grid[i]);
+      }
+      if (this.block[i] > info.maxBlockDim[i]) {
+        throw new ArgumentError(`block[${i}]`, `at most ${info.maxBlockDim[i]} on ${info.name}`, this.block[i]);
+      }
+    }
+    if (this.threadsPerBlock > info.maxThreadsPerBlock) {
+      throw new ArgumentError("block", `at most ${info.maxThreadsPerBlock} threads on ${info.name}`, this.threadsPerBlock);
+    }
+    if (this.sharedBytes > info.maxSharedPerBlockOptin) {
+      throw new ArgumentError("sharedBytes", `at most ${info.maxSharedPerBlockOptin} on ${info.name}`, this.sharedBytes);
+    }
+    this.#validFor = device;
+  }
+}
+
+/** Code loaded into a device's context. `using mod = device.loadModule(fatbinBytes)`. */
+export class Module extends Resource {
+  readonly device: Device;
+  readonly #handle: bigint;
+  readonly #kernels = new Map<string, bigint>();
+
+  /** @internal use device.loadModule() */
+  constructor(device: Device, handle: bigint, release: () => void) {
+    super(device.owner, release, device);
+    this.device = device;
+    this.#handle = handle;
+  }
+
+  protected get label(): string {
+    return "Module";
+  }
+
+  get handle(): bigint {
+    this.assertOpen();
+    return this.#handle;
+  }
+
+  /** A kernel of this module with its parameter types, declared once (`extern "C"` names). */
+  kernel(name: string, argTypes: readonly ArgType[]): Kernel {
+    const h = this.handle;
+    let fn = this.#kernels.get(name);
+    if (fn === undefined) {
+      fn = this.device.activeDriver!.moduleFunction(h, name);
+      this.#kernels.set(name, fn);
+    }
+    return new Kernel(this, name, fn, argTypes);
+  }
+}
+
+const SLOT = 8; // every argument gets an 8-byte, 8-aligned slot: enough for any scalar or pointer
+
+/** A kernel function with a prepared argument block. Not a native resource of its own (the Module is). */
+export class Kernel {
+  readonly module: Module;
+  readonly name: string;
+  readonly argTypes: readonly ArgType[];
+  readonly #fn: bigint;
+  readonly #block: ArrayBuffer;
+  readonly #i32: Int32Array;
+  readonly #u32: Uint32Array;
+  readonly #f32: Float32Array;
+  readonly #f64: Float64Array;
+  readonly #u64: BigUint64Array;
+  readonly #i64: BigInt64Array;
+  readonly #params: BigUint64Array;
+  readonly #paramsAddress: bigint;
+  #dynamicSharedLimit: number;
+  readonly maxThreadsPerBlock: number;
+
+  /** @internal use module.kernel() */
+  constructor(module: Module, name: string, fn: bigint, argTypes: readonly ArgType[]) {
+    argTypes.forEach((t, i) => {
+      if (!["ptr", "i32", "u32", "i64", "u64", "f32", "f64"].includes(t)) {
+        throw new ArgumentError(`argTypes[${i}]`, "one of ptr, i32, u32, i64, u64, f32, f64", t);
+      }
+    });
+    this.module = module;
+    this.name = name;
+    this.argTypes = [...argTypes];
+    this.#fn = fn;
+    const n = Math.max(argTypes.length, 1);
+    this.#block = new ArrayBuffer(n * SLOT);
+    this.#i32 = new Int32Array(this.#block);
+    this.#u32 = new Uint32Array(this.#block);
+    this.#f32 = new Float32Array(this.#block);
+    this.#f64 = new Float64Array(this.#block);
+    this.#u64 = new BigUint64Array(this.#block);
+    this.#i64 = new BigInt64Array(this.#block);
+    this.#params = new BigUint64Array(new ArrayBuffer(n * 8));
+    const base = ffi!.addressOf(this.#u64);
+    for (let i = 0; i < n; i++) this.#params[i] = base + BigInt(i * SLOT);
+    this.#paramsAddress = ffi!.addressOf(this.#params);
+    const d = module.device.activeDriver!;
+    this.maxThreadsPerBlock = d.kernelAttribute(fn, "maxThreadsPerBlock");
+    this.#dynamicSharedLimit = d.kernelAttribute(fn, "maxDynamicSharedBytes");
+  }
+
+  /** Registers, static shared memory, … as the driver reports them. */
+  attribute(name: "registers" | "staticSharedBytes" | "maxThreadsPerBlock" | "maxDynamicSharedBytes"): number {
+    return this.module.device.activeDriver!.kernelAttribute(this.#fn, name);
+  }
+
+  /** Resident blocks per multiprocessor for a block size and dynamic shared memory. */
+  occupancy(blockThreads: number, dynamicSharedBytes = 0): number {
+    return this.module.device.activeDriver!.occupancy(this.#fn, blockThreads, dynamicSharedBytes);
+  }
+
+  #write(args: readonly KernelArg[]): void {
+    const types = this.argTypes;
+    if (args.length !== types.length) {
+      throw new ArgumentError(`arguments of ${this.name}`, `${types.length} values (${types.join(", ")})`, `${args.length} values`);
+    }
+    for (let i = 0; i < types.length; i++) {
+      const v = args[i];
+      const t = types[i];
+      if (t === "ptr") {
+        if (v === null) this.#u64[i] = 0n;
+        else if (typeof v === "bigint") this.#u64[i] = v;
+        else if (typeof v === "object" && typeof v.ptr === "bigint") this.#u64[i] = v.ptr;
+        else throw new ArgumentError(`${this.name} argument ${i}`, "a DeviceBuffer, Tensor, bigint address or null", v);
+      } else if (t === "i64" || t === "u64") {
+        if (typeof v === "bigint") (t === "i64" ? this.#i64 : this.#u64)[i] = v;
+        else if (typeof v === "number" && Number.isSafeInteger(v)) (t === "i64" ? this.#i64 : this.#u64)[i] = BigInt(v);
+        else throw new ArgumentError(`${this.name} argument ${i}`, `an integer (${t})`, v);
+      } else if (typeof v !== "number") {
+        throw new ArgumentError(`${this.name} argument ${i}`, `a number (${t})`, v);
+      } else if (t === "f32") this.#f32[i * 2] = v;
+      else if (t === "f64") this.#f64[i] = v;
+      else if (!Number.isInteger(v)) throw new ArgumentError(`${this.name} argument ${i}`, `an integer (${t})`, v);
+      else if (t === "i32") this.#i32[i * 2] = v;
+      else this.#u32[i * 2] = v;
+    }
+  }
+
+  /** Queues the kernel on `stream`. Prefer the free function `launch()`. */
+  launch(stream: Stream, config: LaunchConfig, args: readonly KernelArg[]): void {
+    const device = this.module.device;
+    if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
+    if (stream.device !== device) throw new ArgumentError("stream", `a stream of the module's device`);
+    config.validateFor(device);
+    if (config.threadsPerBlock > this.maxThreadsPerBlock) {
+      throw new ArgumentError("block", `at most ${this.maxThreadsPerBlock} threads for kernel ${this.name}`, config.threadsPerBlock);
+    }
+    this.#write(args);
+    const d = device.activeDriver;
+    if (!d) throw new UnsupportedError("kernels cannot run on the CPU backend");
+    if (config.sharedBytes > this.#dynamicSharedLimit) {
+      // Above 48 KiB a kernel must opt in to more dynamic shared memory, once.
+      d.setKernelMaxDynamicShared(this.#fn, config.sharedBytes);
+      this.#dynamicSharedLimit = config.sharedBytes;
+    }
+    const g = config.grid, b = config.block;
+    d.launch(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress);
+  }
+}
+
+/** Queues `kernel` on `stream` with `config` and `args` (cuda.core's launch()). */
+export function launch(stream: Stream, config: LaunchConfig, kernel: Kernel, ...args: KernelArg[]): void {
+  kernel.launch(stream, config, args);
+}

@@ -1,0 +1,96 @@
+/**
+ * Ownership of native resources.
+ *
+ * Each native resource is released exactly once, by whichever comes first: its own close() (or `using`),
+ * its owner closing (a Device closes what it created before releasing its context), or — only as a safety
+ * net for forgotten objects — the garbage collector. An Owner keeps the release functions, not the objects,
+ * so a forgotten object can still be collected.
+ */
+import { DisposedError } from "./errors.ts";
+
+export class Owner {
+  #next = 1;
+  #live = new Map<number, () => void>();
+
+  adopt(release: () => void): number {
+    const id = this.#next++;
+    this.#live.set(id, release);
+    return id;
+  }
+
+  /** Runs the release for `id` if it has not run yet. */
+  release(id: number): void {
+    const fn = this.#live.get(id);
+    if (!fn) return;
+    this.#live.delete(id);
+    fn();
+  }
+
+  /** Releases everything still live, newest first; the first error is rethrown after all have run. */
+  releaseAll(): void {
+    let first: unknown;
+    for (const id of [...this.#live.keys()].reverse()) {
+      try {
+        this.release(id);
+      } catch (e) {
+        first ??= e;
+      }
+    }
+    if (first !== undefined) throw first;
+  }
+
+  /** How many resources are still live (for leak checks). */
+  get liveCount(): number {
+    return this.#live.size;
+  }
+}
+
+const collected = new FinalizationRegistry<{ owner: Owner; id: number }>(({ owner, id }) => {
+  try {
+    owner.release(id);
+  } catch {
+    // A finalizer has nowhere to report to; the owner's releaseAll would have reported it.
+  }
+});
+
+/** Base of every object that owns a native resource: idempotent close(), `using`, use-after-close errors. */
+export abstract class Resource implements Disposable {
+  #owner: Owner;
+  #id: number;
+  #closed = false;
+  #parent: Resource | null;
+
+  /** `parent` (the Device) closing makes this object unusable too. */
+  protected constructor(owner: Owner, release: () => void, parent: Resource | null) {
+    this.#owner = owner;
+    this.#parent = parent;
+    this.#id = owner.adopt(release);
+    collected.register(this, { owner, id: this.#id }, this);
+  }
+
+  /** A short description for error messages, e.g. "DeviceBuffer(1024 bytes)". */
+  protected abstract get label(): string;
+
+  /** True after close(), or after the parent (the Device) closed. */
+  get closed(): boolean {
+    return this.#closed || (this.#parent?.closed ?? false);
+  }
+
+  /** Releases the resource now. Safe to call more than once. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    collected.unregister(this);
+    this.#owner.release(this.#id);
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  /** Throws DisposedError when closed, or when the owner (e.g. the Device) released it. */
+  protected assertOpen(): void {
+    if (this.#closed) throw new DisposedError(this.label);
+    if (this.#parent?.closed) throw new DisposedError(`${this.label} (its device was closed)`);
+  }
+}

@@ -1,0 +1,134 @@
+// Checks, without a GPU, that precompiled/norm_cuda.ts matches precompiled/ and kernels/.
+// Runs under `deno test --allow-read tests/precompiled.test.ts` and `bun test ./tests/precompiled.test.ts`.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { Buffer } from "node:buffer";
+import {
+  NORM_FATBIN,
+  NORM_KERNELS,
+  NORM_PTX,
+  NORM_SOURCE_SHA256,
+} from "../precompiled/norm_cuda.ts";
+
+const root = new URL("../", import.meta.url);
+const read = (rel: string): Uint8Array =>
+  new Uint8Array(readFileSync(new URL(rel, root)));
+const b64 = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, "base64"));
+
+const FATBIN_MAGIC = 0xba55ed50;
+const KIND_PTX = 1;
+const KIND_ELF = 2;
+const FLAG_COMPRESSED = 0x2000n | 0x8000n; // either bit marks a compressed payload
+
+interface FatbinEntry {
+  kind: number;
+  arch: number; // 80 = sm_80
+  flags: bigint;
+  offset: number; // payload offset in the file
+  size: number; // payload size (stored bytes)
+}
+
+// Fatbin layout (as written by nvcc/fatbinary): 16-byte header {u32 magic, u16 version,
+// u16 header size, u64 size of what follows}, then entries {u16 kind, u16 version, u32 header size,
+// u64 payload size, ..., u32 arch at +28, u64 flags at +40, ...} each followed by its payload.
+function parseFatbin(bytes: Uint8Array): FatbinEntry[] {
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  assert.equal(v.getUint32(0, true), FATBIN_MAGIC, "fatbin magic");
+  assert.equal(v.getUint16(4, true), 1, "fatbin version");
+  const headerSize = v.getUint16(6, true);
+  const end = headerSize + Number(v.getBigUint64(8, true));
+  assert.equal(
+    end,
+    bytes.byteLength,
+    "fatbin size field covers the whole file",
+  );
+  const entries: FatbinEntry[] = [];
+  let off = headerSize;
+  while (off < end) {
+    const kind = v.getUint16(off, true);
+    const ehs = v.getUint32(off + 4, true);
+    const size = Number(v.getBigUint64(off + 8, true));
+    assert.ok(
+      ehs >= 64 && off + ehs + size <= end,
+      `fatbin entry at ${off} fits`,
+    );
+    entries.push({
+      kind,
+      arch: v.getUint32(off + 28, true),
+      flags: v.getBigUint64(off + 40, true),
+      offset: off + ehs,
+      size,
+    });
+    off += ehs + size;
+  }
+  assert.equal(off, end, "fatbin entries end exactly at the end of the file");
+  return entries;
+}
+
+test("NORM_PTX decodes to precompiled/norm.ptx", () => {
+  assert.deepEqual(b64(NORM_PTX), read("precompiled/norm.ptx"));
+});
+
+test("NORM_FATBIN decodes to precompiled/norm.fatbin", () => {
+  assert.deepEqual(b64(NORM_FATBIN), read("precompiled/norm.fatbin"));
+});
+
+test("PTX targets sm_80 and has an .entry for every kernel", () => {
+  const ptx = new TextDecoder().decode(b64(NORM_PTX));
+  assert.match(ptx, /^\.target sm_80$/m);
+  assert.ok(NORM_KERNELS.length >= 3);
+  for (const name of ["ln_fwd_f32_simple", "rms_fwd_f32_simple", "scale_f32"]) {
+    assert.ok(NORM_KERNELS.includes(name), `NORM_KERNELS has ${name}`);
+  }
+  const entries = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)].map((m) =>
+    m[1]
+  );
+  assert.deepEqual([...entries].sort(), [...NORM_KERNELS].sort());
+});
+
+test("NORM_SOURCE_SHA256 matches kernels/norm.cu + kernels/portable.h", () => {
+  const h = createHash("sha256");
+  h.update(read("kernels/norm.cu"));
+  h.update(read("kernels/portable.h"));
+  assert.equal(
+    h.digest("hex"),
+    NORM_SOURCE_SHA256,
+    "kernels/ changed: run `bash scripts/build-kernels.sh` and commit precompiled/",
+  );
+});
+
+test("fatbin: magic 0xBA55ED50 (LE), SASS sm_80 + sm_90, PTX compute_90", () => {
+  const bytes = b64(NORM_FATBIN);
+  assert.deepEqual([...bytes.subarray(0, 4)], [0x50, 0xed, 0x55, 0xba]);
+  const entries = parseFatbin(bytes);
+  const elfArchs = entries.filter((e) => e.kind === KIND_ELF).map((e) => e.arch)
+    .sort();
+  const ptxArchs = entries.filter((e) => e.kind === KIND_PTX).map((e) => e.arch)
+    .sort();
+  assert.deepEqual(elfArchs, [80, 90]);
+  assert.deepEqual(ptxArchs, [90]);
+  for (const e of entries) {
+    if (e.kind !== KIND_ELF || (e.flags & FLAG_COMPRESSED) !== 0n) continue;
+    // Uncompressed SASS: a 64-bit ELF whose e_machine is EM_CUDA (190).
+    const elf = bytes.subarray(e.offset, e.offset + e.size);
+    assert.deepEqual(
+      [...elf.subarray(0, 5)],
+      [0x7f, 0x45, 0x4c, 0x46, 2],
+      `sm_${e.arch} ELF header`,
+    );
+    assert.equal(
+      elf[18] | (elf[19] << 8),
+      190,
+      `sm_${e.arch} e_machine EM_CUDA`,
+    );
+    const text = new TextDecoder("latin1").decode(elf);
+    for (const name of NORM_KERNELS) {
+      assert.ok(
+        text.includes(`.text.${name}\0`),
+        `sm_${e.arch} SASS has ${name}`,
+      );
+    }
+  }
+});

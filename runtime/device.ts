@@ -13,6 +13,7 @@ import { DeviceBuffer, PinnedBuffer } from "./memory.ts";
 import { Module } from "./module.ts";
 import { Owner, Resource } from "./resource.ts";
 import { Event, Stream } from "./stream.ts";
+import { emptyTensor, type Tensor, tensorFrom, type TensorOptions } from "./tensor.ts";
 
 export type Backend = "cuda" | "cpu";
 
@@ -219,6 +220,16 @@ export class Device extends Resource {
     }
     const h = d.moduleLoad(bytes);
     return new Module(this, h, () => this.#context!.forRelease()?.moduleUnload(h));
+  }
+
+  /** A tensor holding `values` (row-major, rows × last dim), converted to `opts.dtype` (default f32). */
+  tensor(values: ArrayLike<number>, shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    return tensorFrom(this, values, shape, opts);
+  }
+
+  /** An uninitialized tensor. */
+  empty(shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    return emptyTensor(this, shape, opts);
   }
 
   /** Blocks until all work on this device has finished. */

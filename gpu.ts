@@ -1,0 +1,21 @@
+/**
+ * normkit/gpu: the low-level layer: devices, streams, events, memory, modules, kernels and launches over the
+ * CUDA driver API, usable for your own kernels. Names follow NVIDIA's cuda.core.
+ *
+ * ```ts
+ * import { Device, LaunchConfig, launch } from "@normkit/normkit/gpu";
+ * using dev = Device.open({ backend: "cuda" });
+ * using mod = dev.loadModule(fatbinBytes);
+ * const k = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
+ * launch(dev.stream, new LaunchConfig({ grid: [64], block: [256] }), k, x, y, 2, n);
+ * ```
+ * @module
+ */
+export { Device, type Backend, type OpenOptions } from "./runtime/device.ts";
+export type { DeviceInfo } from "./runtime/driver.ts";
+export { Event, Stream } from "./runtime/stream.ts";
+export { DeviceBuffer, PinnedBuffer } from "./runtime/memory.ts";
+export { type ArgType, type DevicePointer, Kernel, type KernelArg, launch, LaunchConfig, Module } from "./runtime/module.ts";
+export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
+export { LibraryLoadError } from "./ffi/library.ts";
+export { NORM_FATBIN, NORM_KERNELS, NORM_PTX } from "./precompiled/norm_cuda.ts";

@@ -1,0 +1,25 @@
+/**
+ * normkit: LayerNorm and RMSNorm on GPUs (CUDA driver API) for Deno and Bun, with a CPU fallback.
+ *
+ * ```ts
+ * import { Device, layerNorm } from "@normkit/normkit";
+ * using dev = Device.open();                       // CUDA when present, else CPU
+ * using x = dev.tensor(values, [rows, d]);
+ * using y = layerNorm(x, { eps: 1e-5 });
+ * const out = await y.toArray();
+ * ```
+ * @module
+ */
+export { Device, type Backend, type OpenOptions } from "./runtime/device.ts";
+export { Tensor, type TensorOptions } from "./runtime/tensor.ts";
+export { type DType, DTYPES } from "./runtime/dtype.ts";
+export {
+  ArgumentError,
+  BackendUnavailableError,
+  DisposedError,
+  GpuError,
+  UnsupportedError,
+} from "./runtime/errors.ts";
+export { LibraryLoadError } from "./ffi/library.ts";
+export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
+export { normForward as cpuNormForward, type CpuNormInput, type CpuNormOutput } from "./ops/cpu.ts";

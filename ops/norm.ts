@@ -1,0 +1,126 @@
+/**
+ * layerNorm / rmsNorm: validation, then the CPU maths or a GPU launch from the plan. Semantics follow
+ * PyTorch's F.layer_norm / F.rms_norm over the last dimension (biased variance, f32 or better accumulation).
+ */
+import { decode, type DType, encode } from "../runtime/dtype.ts";
+import { UnsupportedError } from "../runtime/errors.ts";
+import { LaunchConfig } from "../runtime/module.ts";
+import type { Stream } from "../runtime/stream.ts";
+import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
+import { normForward } from "./cpu.ts";
+import { NORM_FWD_ARGS, normKernel } from "./kernels.ts";
+import { type NormKind, planNorm } from "./plan.ts";
+import { checkEps, checkInput, checkOut, checkOutDtype, checkParam } from "./validate.ts";
+
+export interface RMSNormOptions {
+  /** Per-feature scale, shape [D], f32 or x's dtype. */
+  weight?: Tensor;
+  /** Default 1e-6. */
+  eps?: number;
+  /** Where to write y (x itself for in place). Default: a new tensor. */
+  out?: Tensor;
+  /** dtype of a new output (default: x's). */
+  outDtype?: DType;
+  /** Stream to run on (default: the device's). */
+  stream?: Stream;
+  /** Also return the per-row statistics. */
+  stats?: boolean;
+}
+
+export interface LayerNormOptions extends RMSNormOptions {
+  /** Per-feature shift, shape [D]. */
+  bias?: Tensor;
+  /** Default 1e-5. */
+  eps?: number;
+}
+
+/** y and, with `stats: true`, per-row mean and rstd (f32, shape = the leading dimensions of x). */
+export interface NormResult {
+  y: Tensor;
+  /** For rmsNorm: zeros. */
+  mean: Tensor;
+  rstd: Tensor;
+}
+
+/** LayerNorm over the last dimension. Asynchronous on the stream; the result is a new tensor unless `out`. */
+export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
+export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
+export function layerNorm(x: Tensor, opts: LayerNormOptions = {}): Tensor | NormResult {
+  return runNorm("layer", x, opts, opts.eps ?? 1e-5);
+}
+
+/** RMSNorm over the last dimension: y = x / sqrt(mean(x²) + eps) * weight. */
+export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
+export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;
+export function rmsNorm(x: Tensor, opts: RMSNormOptions = {}): Tensor | NormResult {
+  return runNorm("rms", x, opts, opts.eps ?? 1e-6);
+}
+
+function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: number): Tensor | NormResult {
+  // Everything is validated before anything is allocated or queued.
+  const x = checkInput(xIn);
+  const eps = checkEps(epsIn);
+  const weight = checkParam("weight", opts.weight, x);
+  const bias = kind === "layer" ? checkParam("bias", opts.bias, x) : undefined;
+  const outDtype = checkOutDtype(opts.outDtype ?? opts.out?.dtype, x);
+  const outGiven = checkOut(opts.out, x, outDtype);
+  const device = x.device;
+  const stream = opts.stream ?? device.stream;
+  if (stream.device !== device) throw new UnsupportedError("stream: must belong to x's device");
+  const gpu = device.backend !== "cpu";
+  const plan = gpu
+    ? planNorm(
+      { kind, rows: Math.max(x.rows, 1), d: x.d, inputDtype: x.dtype, outputDtype: outDtype, paramDtype: weight?.dtype ?? bias?.dtype },
+      { maxGridX: device.info.maxGridDim[0], maxThreadsPerBlock: device.info.maxThreadsPerBlock, warpSize: device.info.warpSize },
+    )
+    : undefined;
+  if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}Norm on ${device.backend}: ${plan.unsupported}`);
+  const launchPlan = plan && "plan" in plan ? plan.plan : undefined;
+
+  const y = outGiven ?? emptyTensor(device, x.shape, { dtype: outDtype });
+  const statShape = x.shape.length > 1 ? x.shape.slice(0, -1) : [1];
+  const mean = opts.stats ? emptyTensor(device, statShape) : undefined;
+  const rstd = opts.stats ? emptyTensor(device, statShape) : undefined;
+  try {
+    if (x.rows > 0) {
+      if (launchPlan) {
+        const k = normKernel(device, launchPlan.kernel, NORM_FWD_ARGS);
+        k.launch(stream, new LaunchConfig(launchPlan), [
+          x, y, weight ?? null, bias ?? null, mean ?? null, rstd ?? null, x.rows, x.d, x.rowStride, y.rowStride, eps,
+        ]);
+      } else {
+        cpuNorm(kind, x, y, weight, bias, mean, rstd, eps);
+      }
+    }
+  } catch (e) {
+    if (!outGiven) y.close();
+    mean?.close();
+    rstd?.close();
+    throw e;
+  }
+  return opts.stats ? { y, mean: mean!, rstd: rstd! } : y;
+}
+
+/** The CPU backend: float64 maths straight on the host bytes. */
+function cpuNorm(kind: NormKind, x: Tensor, y: Tensor, w?: Tensor, b?: Tensor, mean?: Tensor, rstd?: Tensor, eps = 1e-5): void {
+  const xb = x.bytesPerElement;
+  const xs = x.buffer.hostBytes.subarray(x.offset * xb, (x.offset + spanElements(x.rows, x.d, x.rowStride)) * xb);
+  const r = normForward({
+    kind,
+    rows: x.rows,
+    d: x.d,
+    x: decode(xs, x.dtype),
+    xStride: x.rowStride,
+    weight: w?.readSync(),
+    bias: b?.readSync(),
+    eps,
+  });
+  const yb = y.bytesPerElement;
+  const yBytes = y.buffer.hostBytes;
+  for (let row = 0; row < x.rows; row++) {
+    const at = (y.offset + row * y.rowStride) * yb;
+    encode(r.y.subarray(row * x.d, (row + 1) * x.d), y.dtype, yBytes.subarray(at, at + x.d * yb));
+  }
+  if (mean) mean.write(r.mean);
+  if (rstd) rstd.write(r.rstd);
+}

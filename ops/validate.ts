@@ -1,0 +1,68 @@
+/** Argument checks for the norm ops: everything is checked before anything is allocated or launched. */
+import type { Device } from "../runtime/device.ts";
+import { type DType, isDType } from "../runtime/dtype.ts";
+import { ArgumentError, DisposedError } from "../runtime/errors.ts";
+import { spanElements, Tensor } from "../runtime/tensor.ts";
+
+/** The largest hidden size the kernels are built for. */
+export const MAX_D = 262_144;
+
+export function checkTensor(name: string, t: unknown, device?: Device): Tensor {
+  if (!(t instanceof Tensor)) throw new ArgumentError(name, "a Tensor", t);
+  if (t.closed) throw new DisposedError(`${name} (Tensor)`);
+  if (t.device.closed) throw new DisposedError(`${name}'s device`);
+  if (device && t.device !== device) {
+    throw new ArgumentError(name, `a tensor on the same device as x (${device.backend}:${device.info.ordinal})`, `a tensor on ${t.device.backend}:${t.device.info.ordinal}`);
+  }
+  return t;
+}
+
+export function checkEps(eps: unknown): number {
+  if (typeof eps !== "number" || !Number.isFinite(eps) || eps <= 0) throw new ArgumentError("eps", "a finite number > 0", eps);
+  return eps;
+}
+
+export function checkInput(x: unknown): Tensor {
+  const t = checkTensor("x", x);
+  if (t.d === 0) throw new ArgumentError("x", "a last dimension ≥ 1 (D = 0 cannot be normalized)", `shape [${t.shape}]`);
+  if (t.d > MAX_D) throw new ArgumentError("x", `a last dimension ≤ ${MAX_D}`, t.d);
+  return t;
+}
+
+/** weight/bias: a tensor of D elements, f32 or x's dtype, on x's device. */
+export function checkParam(name: string, p: unknown, x: Tensor): Tensor | undefined {
+  if (p === undefined || p === null) return undefined;
+  const t = checkTensor(name, p, x.device);
+  if (t.numel !== x.d || t.rows !== 1) throw new ArgumentError(name, `shape [${x.d}] (D of x)`, `shape [${t.shape}]`);
+  if (t.dtype !== "f32" && t.dtype !== x.dtype) throw new ArgumentError(`${name}.dtype`, `"f32" or x's dtype "${x.dtype}"`, t.dtype);
+  return t;
+}
+
+export function checkOutDtype(outDtype: unknown, x: Tensor): DType {
+  if (outDtype === undefined) return x.dtype;
+  if (!isDType(outDtype)) throw new ArgumentError("outDtype", `"f32", "f16" or "bf16"`, outDtype);
+  return outDtype;
+}
+
+function byteRange(t: Tensor): [number, number] {
+  const b = t.bytesPerElement;
+  return [t.offset * b, (t.offset + spanElements(t.rows, t.d, t.rowStride)) * b];
+}
+
+/** out: x's shape, the output dtype, x's device; the same memory as x exactly (in place) or none of it. */
+export function checkOut(out: unknown, x: Tensor, dtype: DType): Tensor | undefined {
+  if (out === undefined || out === null) return undefined;
+  const t = checkTensor("out", out, x.device);
+  if (t.shape.length !== x.shape.length || t.shape.some((n, i) => n !== x.shape[i])) {
+    throw new ArgumentError("out", `shape [${x.shape}] (the shape of x)`, `shape [${t.shape}]`);
+  }
+  if (t.dtype !== dtype) throw new ArgumentError("out.dtype", `"${dtype}"`, t.dtype);
+  if (t.buffer === x.buffer) {
+    const same = t.offset === x.offset && t.rowStride === x.rowStride && t.dtype === x.dtype;
+    const [a0, a1] = byteRange(x), [b0, b1] = byteRange(t);
+    if (!same && a0 < b1 && b0 < a1) {
+      throw new ArgumentError("out", "either x itself (in place) or memory that does not overlap x", "a partial overlap with x");
+    }
+  }
+  return t;
+}

@@ -116,7 +116,9 @@ test(`every CUDA_SYMBOLS entry (${SYMBOLS.length}) has a prototype comment whose
     proto.params.forEach((cType, i) => {
       const ok = allowedFfiTypes(cType);
       if (!ok.includes(spec.parameters[i])) {
-        problems.push(`${name} parameter ${i} (${cType}): table says "${spec.parameters[i]}", expected ${ok.join(" or ")}`);
+        problems.push(
+          `${name} parameter ${i} (${cType}): table says "${spec.parameters[i]}", expected ${ok.join(" or ")}`,
+        );
       }
     });
   }
@@ -141,7 +143,9 @@ function headerAlias(h: string, base: string): string | undefined {
 }
 
 test(
-  HAVE_CUDA_H ? "prototype comments agree with cuda.h's declarations" : `prototype comments agree with cuda.h [skipped: ${NO_HEADER}]`,
+  HAVE_CUDA_H
+    ? "prototype comments agree with cuda.h's declarations"
+    : `prototype comments agree with cuda.h [skipped: ${NO_HEADER}]`,
   { skip: HAVE_CUDA_H ? false : NO_HEADER },
   () => {
     const h = headerText();
@@ -164,7 +168,9 @@ test(
 );
 
 test(
-  HAVE_CUDA_H ? "each table name is the entry point cuda.h binds its public name to" : `table names vs cuda.h aliases [skipped: ${NO_HEADER}]`,
+  HAVE_CUDA_H
+    ? "each table name is the entry point cuda.h binds its public name to"
+    : `table names vs cuda.h aliases [skipped: ${NO_HEADER}]`,
   { skip: HAVE_CUDA_H ? false : NO_HEADER },
   () => {
     const h = headerText();
@@ -220,7 +226,11 @@ const LIBC = {
   abs: { parameters: ["i32"], result: "i32" },
 } as const;
 
-const FFI_SKIP = ffi === null ? "this runtime has no FFI" : !ffi.ffiAllowed() ? "FFI not permitted (--allow-ffi)" : false;
+const FFI_SKIP = ffi === null
+  ? "this runtime has no FFI"
+  : !ffi.ffiAllowed()
+  ? "FFI not permitted (--allow-ffi)"
+  : false;
 const name = (s: string) => (FFI_SKIP ? `${s} [skipped: ${FFI_SKIP}]` : s);
 
 test(name("libc through ffi: buffer arguments honour byteOffset, u64 results are bigint"), { skip: FFI_SKIP }, () => {

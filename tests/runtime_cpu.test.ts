@@ -50,7 +50,9 @@ const NO_GPU = cudaCount === 0;
 // ---- Device.open -------------------------------------------------------------------------------------------
 
 test(
-  NO_GPU ? "Device.open() without a GPU falls back to the CPU and says why" : `Device.open() CPU fallback [skipped: ${cudaCount} CUDA device(s) present]`,
+  NO_GPU
+    ? "Device.open() without a GPU falls back to the CPU and says why"
+    : `Device.open() CPU fallback [skipped: ${cudaCount} CUDA device(s) present]`,
   { skip: NO_GPU ? false : "a CUDA device is present, so auto opens CUDA" },
   () => {
     using dev = Device.open();
@@ -452,7 +454,11 @@ test("LaunchConfig.validateFor checks the device's limits (the CPU device allows
   throwsNaming(() => new LaunchConfig({ grid: 2, block: 1 }).validateFor(dev), ArgumentError, "grid[0]");
   throwsNaming(() => new LaunchConfig({ grid: [1, 1, 3], block: 1 }).validateFor(dev), ArgumentError, "grid[2]");
   throwsNaming(() => new LaunchConfig({ grid: 1, block: [1, 2] }).validateFor(dev), ArgumentError, "block[1]");
-  throwsNaming(() => new LaunchConfig({ grid: 1, block: 1, sharedBytes: 1 }).validateFor(dev), ArgumentError, "sharedBytes");
+  throwsNaming(
+    () => new LaunchConfig({ grid: 1, block: 1, sharedBytes: 1 }).validateFor(dev),
+    ArgumentError,
+    "sharedBytes",
+  );
 });
 
 test("dev.loadModule on the CPU backend → UnsupportedError", () => {

@@ -119,7 +119,20 @@ export const CUDA_SYMBOLS = {
     parameters: ["u64", "u32", "u32", "u32", "u32", "u32", "u32", "u32", "u64", "u64", "u64"],
     result: "i32",
   },
+  // CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+  // (CUDA 12.0+; used for thread-block clusters. `config` is a prepared struct, see CU_LAUNCH_CONFIG.)
+  cuLaunchKernelEx: { parameters: ["u64", "u64", "u64", "u64"], result: "i32" },
 } as const satisfies SymbolTable;
+
+/**
+ * Byte layout of CUlaunchConfig and of one CUlaunchAttribute (cuda.h, LP64):
+ *   CUlaunchConfig { u32 gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+ *                    (pad 4) CUstream hStream @32; CUlaunchAttribute *attrs @40; u32 numAttrs @48; } size 56
+ *   CUlaunchAttribute { u32 id; (pad 4) union value[64] @8; } size 72; clusterDim = { u32 x, y, z } @8
+ */
+export const CU_LAUNCH_CONFIG = { size: 56, stream: 32, attrs: 40, numAttrs: 48 } as const;
+export const CU_LAUNCH_ATTRIBUTE = { size: 72, value: 8 } as const;
+export const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
 
 export type CudaSymbols = typeof CUDA_SYMBOLS;
 

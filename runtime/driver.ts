@@ -83,4 +83,11 @@ export interface Driver {
     bx: number, by: number, bz: number,
     sharedBytes: number, stream: bigint, params: bigint,
   ): void;
+  /** As launch(), with thread-block clusters of `cluster` blocks along x (gx must be a multiple). */
+  launchCluster(
+    fn: bigint,
+    gx: number, gy: number, gz: number,
+    bx: number, by: number, bz: number,
+    sharedBytes: number, stream: bigint, params: bigint, cluster: number,
+  ): void;
 }

@@ -35,14 +35,25 @@ export class LaunchConfig {
   readonly grid: Dim3;
   readonly block: Dim3;
   readonly sharedBytes: number;
+  /** Thread-block cluster size along x (1 = no cluster; 2–8 need compute capability 9.0+). */
+  readonly cluster: number;
   #validFor: Device | null = null;
 
-  constructor(opts: { grid: number | readonly number[]; block: number | readonly number[]; sharedBytes?: number }) {
+  constructor(opts: {
+    grid: number | readonly number[];
+    block: number | readonly number[];
+    sharedBytes?: number;
+    cluster?: number;
+  }) {
     this.grid = dim3("grid", opts.grid);
     this.block = dim3("block", opts.block);
     const shared = opts.sharedBytes ?? 0;
     if (!Number.isInteger(shared) || shared < 0) throw new ArgumentError("sharedBytes", "an integer ≥ 0", shared);
     this.sharedBytes = shared;
+    const cluster = opts.cluster ?? 1;
+    if (!Number.isInteger(cluster) || cluster < 1 || cluster > 8) throw new ArgumentError("cluster", "an integer 1–8", cluster);
+    if (this.grid[0] % cluster !== 0) throw new ArgumentError("grid[0]", `a multiple of the cluster size ${cluster}`, this.grid[0]);
+    this.cluster = cluster;
   }
 
   get threadsPerBlock(): number {
@@ -66,6 +77,9 @@ export class LaunchConfig {
     }
     if (this.sharedBytes > info.maxSharedPerBlockOptin) {
       throw new ArgumentError("sharedBytes", `at most ${info.maxSharedPerBlockOptin} on ${info.name}`, this.sharedBytes);
+    }
+    if (this.cluster > 1 && info.computeCapability[0] < 9) {
+      throw new ArgumentError("cluster", `1 on ${info.name} (clusters need compute capability 9.0+)`, this.cluster);
     }
     this.#validFor = device;
   }
@@ -208,7 +222,11 @@ export class Kernel {
       this.#dynamicSharedLimit = config.sharedBytes;
     }
     const g = config.grid, b = config.block;
-    d.launch(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress);
+    if (config.cluster > 1) {
+      d.launchCluster(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress, config.cluster);
+    } else {
+      d.launch(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress);
+    }
   }
 }
 

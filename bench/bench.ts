@@ -1,0 +1,133 @@
+/**
+ * Forward benchmark (a benchmark, not a test): per shape and dtype, kernel time with device events (median
+ * of many runs after warm-up; every case moves ≥ 256 MiB, far above the 60 MB L2), GB/s counting
+ * 2·N·D·bytes (x read, y written; γ/β once), and % of the device-to-device copy bandwidth measured in this
+ * same run. Also a host-inclusive figure (launch + synchronize, median) for small batches with mitata.
+ *
+ *   deno run -A bench/bench.ts [--quick] [--json out.json]      bun bench/bench.ts [...]
+ */
+import process from "node:process";
+import { writeFileSync } from "node:fs";
+import { Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import { encode } from "../runtime/dtype.ts";
+
+const args = process.argv.slice(2);
+const quick = args.includes("--quick");
+const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
+const runtime = "Deno" in globalThis ? "deno" : "bun";
+
+const DS = quick ? [1024, 4096, 32768] : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
+const DTYPES: DType[] = ["f32", "bf16", "f16"];
+const KINDS = ["layer", "rms"] as const;
+const MIN_BYTES = 256 * 2 ** 20;
+const REPS = quick ? 10 : 30;
+
+using dev = Device.open({ backend: "cuda" });
+const info = dev.info;
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[s.length >> 1];
+}
+
+/** Times `fn` (queued on dev.stream) with events: median ms over REPS after 3 warm-ups. */
+function timeIt(fn: () => void): number {
+  for (let i = 0; i < 3; i++) fn();
+  const times: number[] = [];
+  using a = dev.createEvent(), b = dev.createEvent();
+  for (let i = 0; i < REPS; i++) {
+    a.record();
+    fn();
+    b.record();
+    b.synchronize();
+    times.push(b.elapsedSince(a));
+  }
+  return median(times);
+}
+
+// The ceiling: a large device-to-device copy, bytes read + written.
+const copyBytes = 2 ** 30;
+let copyGBs: number;
+{
+  using src = dev.alloc(copyBytes), dst = dev.alloc(copyBytes);
+  src.fill(7);
+  const ms = timeIt(() => dst.copyFrom(src));
+  copyGBs = (2 * copyBytes) / (ms * 1e6);
+}
+console.log(`# ${info.name} (${info.arch}, ${info.multiprocessors} SMs), ${runtime}, ${new Date().toISOString()}`);
+console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s (read + write, 1 GiB)`);
+
+// Random source data, uploaded once per dtype and tiled on the device (never zeros).
+const TILE = 2 ** 22; // elements
+let seed = 1;
+const rand = (): number => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 4 - 2;
+const tileValues = Float32Array.from({ length: TILE }, rand);
+
+interface Row {
+  kind: string; dtype: DType; d: number; rows: number; us: number; gbs: number; pctCopy: number;
+}
+const results: Row[] = [];
+console.log("kind  dtype      D     rows       µs     GB/s  %copy");
+for (const d of DS) {
+  for (const dtype of DTYPES) {
+    const b = dtype === "f32" ? 4 : 2;
+    const rows = Math.ceil(MIN_BYTES / (2 * d * b));
+    let x: Tensor | undefined, y: Tensor | undefined, w: Tensor | undefined, bias: Tensor | undefined;
+    try {
+      x = dev.empty([rows, d], { dtype });
+      y = dev.empty([rows, d], { dtype });
+      const tile = encode(tileValues, dtype);
+      using t = dev.alloc(tile.byteLength);
+      t.write(tile);
+      for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
+        x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
+      }
+      w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype: "f32" });
+      bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype: "f32" });
+      for (const kind of KINDS) {
+        const run = kind === "layer"
+          ? () => layerNorm(x!, { weight: w, bias, out: y })
+          : () => rmsNorm(x!, { weight: w, out: y });
+        const ms = timeIt(run);
+        const bytes = 2 * rows * d * b + d * 4 * (kind === "layer" ? 2 : 1);
+        const gbs = bytes / (ms * 1e6);
+        const row = { kind, dtype, d, rows, us: ms * 1000, gbs, pctCopy: (100 * gbs) / copyGBs };
+        results.push(row);
+        console.log(
+          `${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(7)} ${String(rows).padStart(8)} ` +
+            `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}`,
+        );
+      }
+    } catch (e) {
+      console.log(`${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
+    } finally {
+      x?.close(); y?.close(); w?.close(); bias?.close();
+    }
+  }
+}
+
+// Host-inclusive latency for small batches (launch + synchronize), with mitata when it is installed.
+const latency: { d: number; rows: number; hostUs: number }[] = [];
+try {
+  const { bench, run } = await import("mitata");
+  for (const [rows, d] of [[1, 4096], [64, 4096], [1024, 4096]]) {
+    using x = dev.tensor(tileValues.subarray(0, rows * d), [rows, d], { dtype: "bf16" });
+    using y = dev.empty([rows, d], { dtype: "bf16" });
+    bench(`layerNorm bf16 [${rows}, ${d}] launch+sync`, () => {
+      layerNorm(x, { out: y });
+      dev.stream.synchronize();
+    });
+  }
+  const r = await run({ format: "quiet" } as never);
+  for (const b of (r as { benchmarks: { alias: string; runs: { stats?: { p50: number } }[] }[] }).benchmarks) {
+    const m = /\[(\d+), (\d+)\]/.exec(b.alias)!;
+    latency.push({ rows: +m[1], d: +m[2], hostUs: (b.runs[0].stats?.p50 ?? NaN) / 1000 });
+    console.log(`${b.alias}: p50 ${((b.runs[0].stats?.p50 ?? NaN) / 1000).toFixed(2)} µs (host, mitata)`);
+  }
+} catch (e) {
+  console.log(`# host-inclusive (mitata) skipped: ${e instanceof Error ? e.message : e}`);
+}
+
+if (jsonPath) {
+  writeFileSync(jsonPath, JSON.stringify({ device: info.name, arch: info.arch, runtime, date: new Date().toISOString(), copyGBs, results, latency }, null, 1));
+}

@@ -3,9 +3,9 @@
  * PyTorch's F.layer_norm / F.rms_norm over the last dimension (biased variance, f32 or better accumulation).
  */
 import { decode, type DType, encode } from "../runtime/dtype.ts";
-import { UnsupportedError } from "../runtime/errors.ts";
+import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
 import { LaunchConfig } from "../runtime/module.ts";
-import type { Stream } from "../runtime/stream.ts";
+import { Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import { NORM_FWD_ARGS, normKernel } from "./kernels.ts";
@@ -46,14 +46,14 @@ export interface NormResult {
 export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
 export function layerNorm(x: Tensor, opts: LayerNormOptions = {}): Tensor | NormResult {
-  return runNorm("layer", x, opts, opts.eps ?? 1e-5);
+  return runNorm("layer", x, opts, opts.eps === undefined ? 1e-5 : opts.eps);
 }
 
 /** RMSNorm over the last dimension: y = x / sqrt(mean(x²) + eps) * weight. */
 export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;
 export function rmsNorm(x: Tensor, opts: RMSNormOptions = {}): Tensor | NormResult {
-  return runNorm("rms", x, opts, opts.eps ?? 1e-6);
+  return runNorm("rms", x, opts, opts.eps === undefined ? 1e-6 : opts.eps);
 }
 
 function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: number): Tensor | NormResult {
@@ -66,7 +66,8 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   const outGiven = checkOut(opts.out, x, outDtype);
   const device = x.device;
   const stream = opts.stream ?? device.stream;
-  if (stream.device !== device) throw new UnsupportedError("stream: must belong to x's device");
+  if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
+  if (stream.closed) throw new DisposedError("stream");
   const gpu = device.backend !== "cpu";
   const plan = gpu
     ? planNorm(

@@ -113,7 +113,9 @@ export class Device extends Resource {
   }
 
   /** Opens a device. See OpenOptions. */
-  static open(opts: OpenOptions = {}): Device {
+  static open(options?: OpenOptions | null): Device {
+    const opts = options ?? {};
+    if (typeof opts !== "object") throw new ArgumentError("options", "an object { backend?, ordinal? }", opts);
     const backend = opts.backend ?? "auto";
     const ordinal = opts.ordinal ?? 0;
     if (!["auto", "cuda", "cpu"].includes(backend)) throw new ArgumentError("backend", `"auto", "cuda" or "cpu"`, backend);
@@ -165,14 +167,17 @@ export class Device extends Resource {
   /** The device's default stream (non-blocking), where ops and copies go unless told otherwise. */
   get stream(): Stream {
     this.assertOpen();
-    return (this.#stream ??= this.createStream());
+    // Closing the default stream is allowed (using/close on it); the next use gets a fresh one.
+    if (!this.#stream || this.#stream.closed) this.#stream = this.createStream();
+    return this.#stream;
   }
 
   createStream(): Stream {
     const d = this.activeDriver;
     if (!d) return new Stream(this, 0n, () => {});
     const h = d.streamCreate();
-    return new Stream(this, h, () => (this.#context!.forRelease()?.streamDestroy(h)));
+    const ctx = this.#context!; // the release must not capture the Device: it would keep it from being collected
+    return new Stream(this, h, () => ctx.forRelease()?.streamDestroy(h));
   }
 
   /** An event; `timing: false` makes it cheaper when only used for ordering. */
@@ -181,7 +186,8 @@ export class Device extends Resource {
     const d = this.activeDriver;
     if (!d) return new Event(this, 0n, timing, () => {});
     const h = d.eventCreate(timing);
-    return new Event(this, h, timing, () => this.#context!.forRelease()?.eventDestroy(h));
+    const ctx = this.#context!;
+    return new Event(this, h, timing, () => ctx.forRelease()?.eventDestroy(h));
   }
 
   /** Device memory (host memory on the CPU backend), uninitialized on GPUs. */
@@ -191,7 +197,8 @@ export class Device extends Resource {
     if (!d) return new DeviceBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
     if (bytes === 0) return new DeviceBuffer(this, 0, 0n, null, () => {});
     const ptr = d.memAlloc(bytes);
-    return new DeviceBuffer(this, bytes, ptr, null, () => this.#context!.forRelease()?.memFree(ptr));
+    const ctx = this.#context!;
+    return new DeviceBuffer(this, bytes, ptr, null, () => ctx.forRelease()?.memFree(ptr));
   }
 
   /** Page-locked host memory for asynchronous copies (ordinary memory on the CPU backend). */
@@ -201,7 +208,8 @@ export class Device extends Resource {
     if (!d) return new PinnedBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
     const addr = d.hostAlloc(bytes);
     const view = new Uint8Array(ffi!.viewMemory(addr, bytes));
-    return new PinnedBuffer(this, bytes, addr, view, () => this.#context!.forRelease()?.hostFree(addr));
+    const ctx = this.#context!;
+    return new PinnedBuffer(this, bytes, addr, view, () => ctx.forRelease()?.hostFree(addr));
   }
 
   /** Loads PTX (text or bytes), a cubin or a fatbin into this device's context. */
@@ -219,7 +227,8 @@ export class Device extends Resource {
       bytes = z;
     }
     const h = d.moduleLoad(bytes);
-    return new Module(this, h, () => this.#context!.forRelease()?.moduleUnload(h));
+    const ctx = this.#context!;
+    return new Module(this, h, () => ctx.forRelease()?.moduleUnload(h));
   }
 
   /** A tensor holding `values` (row-major, rows × last dim), converted to `opts.dtype` (default f32). */

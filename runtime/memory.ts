@@ -83,7 +83,7 @@ export class DeviceBuffer extends Resource {
     if (!d) return this.hostBytes.set(bytesOf(src), offset);
     if (src.byteLength === 0) return;
     const stream = opts.stream ?? this.device.stream;
-    d.copyHtoDAsync(this.#ptr + BigInt(offset), ffi!.addressOf(src), src.byteLength, stream.handle);
+    d.copyHtoDAsync(this.ptr + BigInt(offset), ffi!.addressOf(src), src.byteLength, stream.handle);
   }
 
   /** Copies bytes from this buffer (at `offset`) into `dst`, after earlier work on the stream. */
@@ -94,7 +94,7 @@ export class DeviceBuffer extends Resource {
     if (!d) return bytesOf(dst).set(this.hostBytes.subarray(offset, offset + dst.byteLength));
     if (dst.byteLength === 0) return;
     const stream = opts.stream ?? this.device.stream;
-    d.copyDtoHAsync(ffi!.addressOf(dst), this.#ptr + BigInt(offset), dst.byteLength, stream.handle);
+    d.copyDtoHAsync(ffi!.addressOf(dst), this.ptr + BigInt(offset), dst.byteLength, stream.handle);
   }
 
   /** Queues an upload from pinned memory; returns at once. */
@@ -106,7 +106,7 @@ export class DeviceBuffer extends Resource {
     const d = this.device.activeDriver;
     if (!d) return this.hostBytes.set(src.bytes.subarray(pinnedOffset, pinnedOffset + bytes), offset);
     const stream = opts.stream ?? this.device.stream;
-    d.copyHtoDAsync(this.#ptr + BigInt(offset), src.address + BigInt(pinnedOffset), bytes, stream.handle);
+    d.copyHtoDAsync(this.ptr + BigInt(offset), src.address + BigInt(pinnedOffset), bytes, stream.handle);
   }
 
   /** Queues a download into pinned memory; returns at once. */
@@ -118,7 +118,7 @@ export class DeviceBuffer extends Resource {
     const d = this.device.activeDriver;
     if (!d) return dst.bytes.set(this.hostBytes.subarray(offset, offset + bytes), pinnedOffset);
     const stream = opts.stream ?? this.device.stream;
-    d.copyDtoHAsync(dst.address + BigInt(pinnedOffset), this.#ptr + BigInt(offset), bytes, stream.handle);
+    d.copyDtoHAsync(dst.address + BigInt(pinnedOffset), this.ptr + BigInt(offset), bytes, stream.handle);
   }
 
   /** Queues a device-to-device copy of `bytes` from `src` into this buffer. */
@@ -132,7 +132,7 @@ export class DeviceBuffer extends Resource {
     if (!d) return this.hostBytes.set(src.hostBytes.subarray(srcOffset, srcOffset + bytes), offset);
     if (bytes === 0) return;
     const stream = opts.stream ?? this.device.stream;
-    d.copyDtoD(this.#ptr + BigInt(offset), src.ptr + BigInt(srcOffset), bytes, stream.handle);
+    d.copyDtoD(this.ptr + BigInt(offset), src.ptr + BigInt(srcOffset), bytes, stream.handle);
   }
 
   /** Queues filling the whole buffer with the byte `value` (0–255). */

@@ -23,6 +23,7 @@ export type KernelArg = number | bigint | DevicePointer | null;
 type Dim3 = readonly [number, number, number];
 
 function dim3(name: string, v: number | readonly number[]): Dim3 {
+  if (typeof v !== "number" && !Array.isArray(v)) throw new ArgumentError(name, "1 to 3 positive integers", v);
   const a = typeof v === "number" ? [v] : [...v];
   if (a.length < 1 || a.length > 3 || !a.every((x) => Number.isInteger(x) && x >= 1 && x <= 0xffffffff)) {
     throw new ArgumentError(name, "1 to 3 positive integers", v);
@@ -45,6 +46,7 @@ export class LaunchConfig {
     sharedBytes?: number;
     cluster?: number;
   }) {
+    if (typeof opts !== "object" || opts === null) throw new ArgumentError("LaunchConfig options", "{ grid, block, sharedBytes?, cluster? }", opts);
     this.grid = dim3("grid", opts.grid);
     this.block = dim3("block", opts.block);
     const shared = opts.sharedBytes ?? 0;
@@ -198,9 +200,13 @@ export class Kernel {
         throw new ArgumentError(`${this.name} argument ${i}`, `a number (${t})`, v);
       } else if (t === "f32") this.#f32[i * 2] = v;
       else if (t === "f64") this.#f64[i] = v;
-      else if (!Number.isInteger(v)) throw new ArgumentError(`${this.name} argument ${i}`, `an integer (${t})`, v);
-      else if (t === "i32") this.#i32[i * 2] = v;
-      else this.#u32[i * 2] = v;
+      else if (t === "i32") {
+        if (!Number.isInteger(v) || v < -0x80000000 || v > 0x7fffffff) throw new ArgumentError(`${this.name} argument ${i}`, "an i32", v);
+        this.#i32[i * 2] = v;
+      } else {
+        if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new ArgumentError(`${this.name} argument ${i}`, "a u32", v);
+        this.#u32[i * 2] = v;
+      }
     }
   }
 

@@ -168,8 +168,11 @@ export function emptyTensor(device: Device, shape: readonly number[], opts: Tens
   if (!isDType(dtype)) throw new ArgumentError("dtype", `"f32", "f16" or "bf16"`, dtype);
   const d = s[s.length - 1];
   const rowStride = opts.rowStride ?? d;
+  if (!Number.isSafeInteger(rowStride) || rowStride < d) {
+    throw new ArgumentError("rowStride", `an integer ≥ the last dimension (${d}): the last dimension must be contiguous`, rowStride);
+  }
   const rows = s.slice(0, -1).reduce((a, n) => a * n, 1);
-  const bytes = spanElements(rows, d, Math.max(rowStride, d)) * dtypeBytes(dtype);
+  const bytes = spanElements(rows, d, rowStride) * dtypeBytes(dtype);
   const buf = device.alloc(bytes);
   try {
     return new Tensor(buf, s, { dtype, rowStride, owns: true });

@@ -1,0 +1,158 @@
+/**
+ * The forward norms on CUDA against the float64 reference, for every dtype combination, mapping and the
+ * awkward sizes (odd D, strided rows, huge D, many rows). Outputs are poisoned (NaN) before each run.
+ *
+ * Tolerances (stated here, checked per element):
+ *   f32 output:       |y − ref| ≤ 1e-5 · (1 + |ref|)
+ *   f16/bf16 output:  |y − round(ref)| ≤ 1 ulp of the output dtype at |ref|   (ref = float64 result from
+ *                     the same, already rounded, inputs; round = nearest-even to the output dtype)
+ * Skipped, with the reason, when there is no CUDA device.
+ */
+import assert from "node:assert/strict";
+import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import { roundTo, ulpOf } from "../runtime/dtype.ts";
+import { gpuTest, randoms } from "./helpers.ts";
+
+const NAN_BITS = 0x7fc00000;
+type Kind = "layer" | "rms";
+const COMBOS: [DType, DType, DType][] = [];
+for (const tin of ["f32", "f16", "bf16"] as DType[]) {
+  for (const tout of ["f32", "f16", "bf16"] as DType[]) {
+    const weightTypes: DType[] = tin === "f32" ? ["f32"] : ["f32", tin];
+    for (const tw of weightTypes) COMBOS.push([tin, tout, tw]);
+  }
+}
+
+interface Case { kind: Kind; rows: number; d: number; tin: DType; tout: DType; tw: DType; pad?: number; affine?: boolean; mean?: number }
+
+/** Runs one case; returns the worst error in units of the tolerance (≤ 1 passes). */
+function runCase(dev: Device, c: Case): number {
+  const { kind, rows, d, tin, tout, tw } = c;
+  const seed = rows * 7919 + d * 31 + tin.length * 3 + tout.length;
+  const xs = randoms(rows * d, seed, -3, 3);
+  if (c.mean) for (let i = 0; i < xs.length; i++) xs[i] = c.mean + xs[i] * 1e-2;
+  const xin = Float64Array.from(xs, (v) => roundTo(v, tin)); // what the device actually holds
+  const affine = c.affine ?? true;
+  const wv = affine ? Float64Array.from(randoms(d, seed + 1, 0.5, 1.5), (v) => roundTo(v, tw)) : undefined;
+  const bv = affine && kind === "layer" ? Float64Array.from(randoms(d, seed + 2, -1, 1), (v) => roundTo(v, tw)) : undefined;
+  const xStride = d + (c.pad ?? 0);
+  using x = dev.tensor(xs, [rows, d], { dtype: tin, rowStride: xStride });
+  using w = wv ? dev.tensor(wv, [d], { dtype: tw }) : undefined;
+  using b = bv ? dev.tensor(bv, [d], { dtype: tw }) : undefined;
+  using y = dev.empty([rows, d], { dtype: tout, rowStride: d + ((c.pad ?? 0) > 0 ? 3 : 0) });
+  y.buffer.fill(0xff); // NaN in every dtype
+  const eps = kind === "layer" ? 1e-5 : 1e-6;
+  const r = kind === "layer"
+    ? layerNorm(x, { weight: w, bias: b, eps, out: y, stats: true })
+    : rmsNorm(x, { weight: w, eps, out: y, stats: true });
+  const got = y.readSync(), rstd = r.rstd.readSync(), mean = r.mean.readSync();
+  r.mean.close();
+  r.rstd.close();
+  const ref = cpuNormForward({ kind, rows, d, x: xin, xStride: d, weight: wv, bias: bv, eps });
+  let worst = 0;
+  for (let i = 0; i < rows * d; i++) {
+    const e = ref.y[i];
+    const tol = tout === "f32" ? 1e-5 * (1 + Math.abs(e)) : ulpOf(e, tout);
+    const err = Math.abs(got[i] - (tout === "f32" ? e : roundTo(e, tout))) / tol;
+    if (!(err <= 1)) {
+      assert.fail(`${JSON.stringify(c)}: y[${(i / d) | 0}][${i % d}] = ${got[i]}, float64 ${e} (tolerance ${tol})`);
+    }
+    if (err > worst) worst = err;
+  }
+  for (let row = 0; row < rows; row++) {
+    assert.ok(Math.abs(rstd[row] - ref.rstd[row]) <= 2e-6 * ref.rstd[row] + 1e-30, `${JSON.stringify(c)} rstd[${row}]`);
+    if (kind === "layer") {
+      assert.ok(Math.abs(mean[row] - ref.mean[row]) <= 1e-6 * (1 + Math.abs(ref.mean[row])), `${JSON.stringify(c)} mean[${row}]`);
+    }
+  }
+  return worst;
+}
+
+const SIZES: [number, number][] = [
+  [1, 1], [37, 3], [9, 127], [64, 128], [11, 1000], [40, 1024], [5, 4097], [6, 5120], [4, 8192], [3, 12288], [2, 65537],
+];
+
+gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance of float64", () => {
+  using dev = Device.open({ backend: "cuda" });
+  const worst: Record<string, number> = {};
+  for (const [tin, tout, tw] of COMBOS) {
+    for (const kind of ["layer", "rms"] as Kind[]) {
+      for (const [rows, d] of SIZES) {
+        const e = runCase(dev, { kind, rows, d, tin, tout, tw });
+        const key = `${tin}->${tout} (w ${tw})`;
+        worst[key] = Math.max(worst[key] ?? 0, e);
+      }
+    }
+  }
+  for (const [k, v] of Object.entries(worst)) console.log(`# worst error ${k}: ${v.toFixed(3)} × tolerance`);
+});
+
+gpuTest("strided rows (random padding), no affine, huge D and many rows", () => {
+  using dev = Device.open({ backend: "cuda" });
+  let s = 5;
+  const pad = (): number => (s = (s * 48271) % 2147483647) % 13;
+  for (const [tin, tout, tw] of [["f32", "f32", "f32"], ["bf16", "bf16", "f32"], ["f16", "f32", "f16"]] as [DType, DType, DType][]) {
+    for (const kind of ["layer", "rms"] as Kind[]) {
+      for (const [rows, d] of [[7, 1000], [33, 127], [5, 8192], [3, 4097]]) runCase(dev, { kind, rows, d, tin, tout, tw, pad: 1 + pad() });
+      runCase(dev, { kind, rows: 12, d: 1024, tin, tout, tw, affine: false });
+      runCase(dev, { kind, rows: 2, d: 262144, tin, tout, tw });
+      runCase(dev, { kind, rows: 100_000, d: 128, tin, tout, tw });
+      runCase(dev, { kind, rows: 100_000, d: 3, tin, tout, tw, pad: 2 });
+    }
+  }
+});
+
+gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 relative error of float64", () => {
+  using dev = Device.open({ backend: "cuda" });
+  for (const d of [128, 1024, 8192, 65537]) {
+    const rows = Math.max(1, Math.floor(2 ** 18 / d));
+    const xs = randoms(rows * d, d, -1, 1).map((v) => 1e4 + v * 1e-2);
+    using x = dev.tensor(xs, [rows, d]);
+    using y = layerNorm(x);
+    const got = y.readSync();
+    const ref = cpuNormForward({ kind: "layer", rows, d, x: Float64Array.from(xs), xStride: d, eps: 1e-5 });
+    let worst = 0;
+    for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i] - ref.y[i]) / Math.max(Math.abs(ref.y[i]), 1e-3));
+    console.log(`# stability D=${d}: worst relative error ${worst.toExponential(2)}`);
+    assert.ok(worst <= 1e-3, `D=${d}: ${worst}`);
+  }
+});
+
+gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (every mapping)", () => {
+  using dev = Device.open({ backend: "cuda" });
+  for (const d of [100, 1024, 12288, 262144]) {
+    const rows = Math.max(2, Math.min(64, 2 ** 20 / d));
+    const xs = randoms(rows * d, d + 3);
+    xs[d + (d >> 1)] = NaN; // row 1
+    using x = dev.tensor(xs, [rows, d], { dtype: "bf16" });
+    using y = dev.empty([rows, d], { dtype: "bf16" });
+    y.buffer.fill32(NAN_BITS);
+    layerNorm(x, { out: y });
+    const first = new Uint8Array(y.buffer.byteLength);
+    y.buffer.read(first);
+    const vals = y.readSync();
+    for (let r = 0; r < rows; r++) {
+      const row = vals.subarray(r * d, (r + 1) * d);
+      assert.ok(r === 1 ? row.every(Number.isNaN) : row.every(Number.isFinite), `D=${d} row ${r}`);
+    }
+    const again = new Uint8Array(first.length);
+    for (let i = 0; i < 100; i++) {
+      layerNorm(x, { out: y });
+      y.buffer.read(again);
+      if (i % 10 === 0 || i === 99) assert.deepEqual(again, first, `D=${d} run ${i}`);
+    }
+  }
+});
+
+gpuTest("in place (out: x) for every mapping", () => {
+  using dev = Device.open({ backend: "cuda" });
+  for (const d of [64, 3000, 20000, 200000]) {
+    const rows = 4;
+    const xs = randoms(rows * d, d);
+    using x: Tensor = dev.tensor(xs, [rows, d]);
+    rmsNorm(x, { out: x });
+    const got = x.readSync();
+    const ref = cpuNormForward({ kind: "rms", rows, d, x: xs, xStride: d, eps: 1e-6 });
+    for (let i = 0; i < got.length; i++) assert.ok(Math.abs(got[i] - ref.y[i]) <= 1e-5 * (1 + Math.abs(ref.y[i])), `D=${d} i=${i}`);
+  }
+});

@@ -3,10 +3,11 @@ import { NORM_FATBIN } from "../precompiled/norm_cuda.ts";
 import type { Device } from "../runtime/device.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
 
-/** Parameter list shared by the forward norm kernels (kernels/norm.cu). */
+/** Parameter list shared by every forward norm kernel (kernels/norm_fwd.cuh, NK_FWD_PARAMS). */
 export const NORM_FWD_ARGS: readonly ArgType[] = [
   "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", // x, y, weight, bias, mean, rstd
   "i32", "i32", "i64", "i64", "f32", //         rows, d, x_stride, y_stride, eps
+  "i32", "i32", //                              tpr, nv (from the plan)
 ];
 
 let fatbin: Uint8Array | undefined;

@@ -72,7 +72,12 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   const plan = gpu
     ? planNorm(
       { kind, rows: Math.max(x.rows, 1), d: x.d, inputDtype: x.dtype, outputDtype: outDtype, paramDtype: weight?.dtype ?? bias?.dtype },
-      { maxGridX: device.info.maxGridDim[0], maxThreadsPerBlock: device.info.maxThreadsPerBlock, warpSize: device.info.warpSize },
+      {
+        maxGridX: device.info.maxGridDim[0],
+        maxThreadsPerBlock: device.info.maxThreadsPerBlock,
+        warpSize: device.info.warpSize,
+        ccMajor: device.info.computeCapability[0],
+      },
     )
     : undefined;
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}Norm on ${device.backend}: ${plan.unsupported}`);
@@ -88,6 +93,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
         const k = normKernel(device, launchPlan.kernel, NORM_FWD_ARGS);
         k.launch(stream, new LaunchConfig(launchPlan), [
           x, y, weight ?? null, bias ?? null, mean ?? null, rstd ?? null, x.rows, x.d, x.rowStride, y.rowStride, eps,
+          launchPlan.tpr, launchPlan.nv,
         ]);
       } else {
         cpuNorm(kind, x, y, weight, bias, mean, rstd, eps);

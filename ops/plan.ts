@@ -2,12 +2,16 @@
  * The launch plan: one pure function from the problem (norm kind, D, rows, dtypes) and the device's limits
  * to a kernel name and launch geometry. No I/O, no driver: unit-tested in CI.
  *
- * Today there is one mapping (the simple f32 kernels: one 256-thread block per row, rows grid-strided when
- * there are more rows than grid slots). The fast kernels' table replaces this in its own change.
+ * The row is cut into 16-byte chunks (VEC = 4 f32 or 8 f16/bf16 elements) and held in registers, at most
+ * MAXV chunks per thread (kernels/norm_fwd.cuh). The mapping is chosen by the number of chunks, from the
+ * table MAPPINGS below: several rows per 256-thread block for small D, one block per row for mid D, a
+ * thread-block cluster per row (Hopper) for very large D, and a block that re-reads the row from L2
+ * where clusters are not available.
  */
 import type { DType } from "../runtime/dtype.ts";
 
 export type NormKind = "layer" | "rms";
+export type Mapping = "rows" | "block" | "cluster" | "wide";
 
 export interface PlanInput {
   kind: NormKind;
@@ -15,7 +19,7 @@ export interface PlanInput {
   d: number;
   inputDtype: DType;
   outputDtype: DType;
-  /** dtype of weight/bias when present */
+  /** dtype of weight/bias when present (f32 or the input dtype) */
   paramDtype?: DType;
 }
 
@@ -24,34 +28,87 @@ export interface PlanLimits {
   maxGridX: number;
   maxThreadsPerBlock: number;
   warpSize: number;
+  /** Compute capability major (clusters need 9+). */
+  ccMajor: number;
 }
 
 export interface LaunchPlan {
   kernel: string;
+  mapping: Mapping;
   grid: [number, number, number];
   block: [number, number, number];
   sharedBytes: number;
+  /** Thread-block cluster size (1 = none). */
+  cluster: number;
+  /** Threads per row (rows mapping) or per block (block/cluster/wide mappings): the kernel's `tpr`. */
+  tpr: number;
+  /** 16-byte chunks per thread: the kernel's `nv`. */
+  nv: number;
 }
 
-/** Why no plan exists, as a sentence naming the unsupported part. */
+/** A plan, or why there is none (a sentence naming the unsupported part). */
 export type PlanResult = { plan: LaunchPlan } | { unsupported: string };
 
-const BLOCK = 256;
+/** Register-cache capacity per thread, in 16-byte chunks (NK_MAXV_ROWS / NK_MAXV_BLOCK in the kernels). */
+export const MAXV_ROWS = 8;
+export const MAXV_BLOCK = 8;
+/** Threads per block of the rows mapping. */
+export const ROWS_BLOCK = 256;
+/** Chunks per thread the heuristics aim for: enough bytes in flight, few registers. */
+const TARGET_NV = 4;
+const CLUSTER_SIZES = [2, 4, 8];
+
+const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
+const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
 
 export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
-  if (p.inputDtype !== "f32" || p.outputDtype !== "f32" || (p.paramDtype && p.paramDtype !== "f32")) {
-    return { unsupported: `GPU kernels for ${p.inputDtype} input / ${p.outputDtype} output / ${p.paramDtype ?? "no"} params are not built yet (only f32 for now)` };
+  const tin = p.inputDtype, tout = p.outputDtype, tw = p.paramDtype ?? "f32";
+  if (tw !== "f32" && tw !== tin) {
+    return { unsupported: `weight/bias must be f32 or the input dtype (${tin}), not ${tw}` };
   }
   if (p.rows < 1 || p.d < 1) return { unsupported: "rows and d must be ≥ 1 to launch" };
-  const block = Math.min(BLOCK, limits.maxThreadsPerBlock);
-  // The kernels reduce through one float per warp, double-buffered: (block / warp) * 2 * 4 bytes.
-  const sharedBytes = Math.ceil(block / limits.warpSize) * 8;
-  return {
+  const vec = 16 / (tin === "f32" ? 4 : 2);
+  const chunks = Math.ceil(p.d / vec);
+  const warp = limits.warpSize;
+  const maxThreads = limits.maxThreadsPerBlock;
+  const name = (m: Mapping): string => `nk_${p.kind === "layer" ? "ln" : "rms"}_${m}_${tin}_${tout}_${tw}`;
+  const reduceShared = (threads: number): number => 2 * Math.ceil(threads / warp) * 4;
+  const make = (mapping: Mapping, tpr: number, nv: number, blockThreads: number, gridX: number, cluster = 1): PlanResult => ({
     plan: {
-      kernel: p.kind === "layer" ? "ln_fwd_f32_simple" : "rms_fwd_f32_simple",
-      grid: [Math.min(p.rows, limits.maxGridX), 1, 1],
-      block: [block, 1, 1],
-      sharedBytes,
+      kernel: name(mapping),
+      mapping,
+      grid: [gridX, 1, 1],
+      block: [blockThreads, 1, 1],
+      sharedBytes: mapping === "rows" ? 0 : reduceShared(blockThreads) + (mapping === "cluster" ? 16 : 0),
+      cluster,
+      tpr,
+      nv,
     },
-  };
+  });
+
+  // Small rows: a sub-warp (tpr lanes) per row, ROWS_BLOCK / tpr rows per block.
+  if (chunks <= warp * MAXV_ROWS && ROWS_BLOCK <= maxThreads) {
+    const tpr = clamp(nextPow2(Math.ceil(chunks / TARGET_NV)), 1, warp);
+    const nv = Math.ceil(chunks / tpr);
+    const rowsPerBlock = ROWS_BLOCK / tpr;
+    return make("rows", tpr, nv, ROWS_BLOCK, Math.min(Math.ceil(p.rows / rowsPerBlock), limits.maxGridX));
+  }
+  // Mid rows: one block per row, the row in registers.
+  const blockThreads = (c: number): number => clamp(nextPow2(Math.ceil(c / TARGET_NV)), warp, maxThreads);
+  if (chunks <= maxThreads * MAXV_BLOCK) {
+    const t = blockThreads(chunks);
+    return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
+  }
+  // Very large rows: split over a cluster of CTAs (Hopper), else re-read from L2 in one block.
+  if (limits.ccMajor >= 9) {
+    for (const c of CLUSTER_SIZES) {
+      const per = Math.ceil(chunks / c);
+      if (per <= maxThreads * MAXV_BLOCK) {
+        const t = blockThreads(per);
+        const rowsInFlight = Math.min(p.rows, Math.floor(limits.maxGridX / c));
+        return make("cluster", t, Math.ceil(per / t), t, rowsInFlight * c, c);
+      }
+    }
+  }
+  return make("wide", maxThreads, 0, maxThreads, Math.min(p.rows, limits.maxGridX));
 }

@@ -3,7 +3,7 @@
  * test's name, when there is none (CI). Run on the GPU host by scripts/gpu-check.sh under Deno and Bun.
  */
 import assert from "node:assert/strict";
-import { cpuNormForward, Device, GpuError, layerNorm, rmsNorm, UnsupportedError } from "../mod.ts";
+import { cpuNormForward, Device, GpuError, layerNorm, rmsNorm } from "../mod.ts";
 import { ArgumentError, launch, LaunchConfig, NORM_FATBIN, NORM_PTX } from "../gpu.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -250,11 +250,12 @@ gpuTest("a NaN in a row makes that row NaN and leaves the others untouched; resu
   }
 });
 
-gpuTest("empty batch launches nothing; unsupported dtypes on CUDA say so", () => {
+gpuTest("empty batch launches nothing; a weight of a third dtype is refused before launch", () => {
   using dev = Device.open({ backend: "cuda" });
   using e = dev.tensor([], [0, 16]);
   using y = layerNorm(e);
   assert.deepEqual(y.shape, [0, 16]);
   using h = dev.tensor(randoms(16, 4), [1, 16], { dtype: "bf16" });
-  assert.throws(() => layerNorm(h), UnsupportedError);
+  using w = dev.tensor(randoms(16, 5), [16], { dtype: "f16" });
+  assert.throws(() => layerNorm(h, { weight: w }), ArgumentError);
 });

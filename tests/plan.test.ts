@@ -1,94 +1,87 @@
-/** The pure launch-plan function (ops/plan.ts): kernel names, geometry, shared memory, unsupported cases. */
+/** The pure launch-plan function (ops/plan.ts): mapping table, geometry invariants, unsupported cases. */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { type LaunchPlan, type PlanInput, type PlanLimits, planNorm, type PlanResult } from "../ops/plan.ts";
+import { type LaunchPlan, MAXV_BLOCK, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
-const H200: PlanLimits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: 32 };
-const f32 = { inputDtype: "f32", outputDtype: "f32" } as const;
+const H200: PlanLimits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9 };
+const A100: PlanLimits = { ...H200, ccMajor: 8 };
 
 function planOf(r: PlanResult): LaunchPlan {
   assert.ok("plan" in r, `expected a plan, got ${JSON.stringify(r)}`);
   return r.plan;
 }
+const plan = (d: number, dtype: DType = "f32", rows = 1000, limits = H200, kind: "layer" | "rms" = "layer"): LaunchPlan =>
+  planOf(planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype }, limits));
 
-function unsupportedOf(r: PlanResult): string {
-  assert.ok("unsupported" in r, `expected unsupported, got ${JSON.stringify(r)}`);
-  assert.equal(typeof r.unsupported, "string");
-  assert.ok(r.unsupported.length > 15, `a sentence, got "${r.unsupported}"`);
-  return r.unsupported;
-}
-
-test("kernel names: layer → ln_fwd_f32_simple, rms → rms_fwd_f32_simple", () => {
-  assert.equal(planOf(planNorm({ kind: "layer", rows: 4, d: 768, ...f32 }, H200)).kernel, "ln_fwd_f32_simple");
-  assert.equal(planOf(planNorm({ kind: "rms", rows: 4, d: 768, ...f32 }, H200)).kernel, "rms_fwd_f32_simple");
+test("kernel names encode kind, mapping and the dtype triple (weight dtype defaults to f32)", () => {
+  assert.equal(plan(768).kernel, "nk_ln_rows_f32_f32_f32");
+  assert.equal(plan(8192, "bf16", 10, H200, "rms").kernel, "nk_rms_block_bf16_bf16_f32");
+  const p = planOf(planNorm({ kind: "layer", rows: 3, d: 4096, inputDtype: "f16", outputDtype: "f32", paramDtype: "f16" }, H200));
+  assert.equal(p.kernel, "nk_ln_block_f16_f32_f16");
 });
 
-test("block is 256 threads, shared bytes = (block / warp) * 8, one block per row", () => {
-  for (const kind of ["layer", "rms"] as const) {
-    for (const [rows, d] of [[1, 1], [7, 1000], [4096, 8192], [3, 262144]]) {
-      const p = planOf(planNorm({ kind, rows, d, ...f32 }, H200));
-      assert.deepEqual(p.block, [256, 1, 1]);
-      assert.equal(p.sharedBytes, (256 / 32) * 8);
-      assert.equal(p.sharedBytes, 64);
-      assert.deepEqual(p.grid, [rows, 1, 1]);
+test("the mapping follows D: rows for small, block for mid, cluster for huge (Hopper), wide without clusters", () => {
+  assert.deepEqual([plan(128, "bf16").mapping, plan(128, "bf16").tpr, plan(128, "bf16").nv], ["rows", 4, 4]);
+  assert.deepEqual([plan(1024).mapping, plan(1024).tpr, plan(1024).nv], ["rows", 32, 8]);
+  assert.deepEqual([plan(4096, "bf16").mapping, plan(4096, "bf16").tpr, plan(4096, "bf16").nv], ["block", 128, 4]);
+  assert.deepEqual([plan(32768).mapping, plan(32768).tpr, plan(32768).nv], ["block", 1024, 8]);
+  assert.deepEqual([plan(65536).mapping, plan(65536).cluster], ["cluster", 2]);
+  assert.deepEqual([plan(262144).mapping, plan(262144).cluster, plan(262144).nv], ["cluster", 8, 8]);
+  assert.deepEqual([plan(262144, "bf16").mapping, plan(262144, "bf16").cluster], ["cluster", 4]);
+  assert.equal(plan(65536, "f32", 10, A100).mapping, "wide");
+  assert.equal(plan(262144, "bf16", 10, A100).mapping, "wide");
+});
+
+test("invariants over every D from 1 to 262144 (sampled), every dtype, both devices", () => {
+  const ds = [1, 2, 3, 4, 5, 7, 8, 9, 31, 33, 127, 128, 129, 1000, 1024, 1025, 2048, 2049, 4097, 5120, 12288, 32768, 32769, 65535, 65537, 131072, 200001, 262144];
+  for (const limits of [H200, A100]) {
+    for (const dtype of ["f32", "f16", "bf16"] as DType[]) {
+      for (const d of ds) {
+        for (const rows of [1, 3, 1000, 100_000]) {
+          const p = plan(d, dtype, rows, limits);
+          const vec = dtype === "f32" ? 4 : 8, chunks = Math.ceil(d / vec);
+          const [g] = p.grid, [b] = p.block;
+          const where = `${dtype} d=${d} rows=${rows} cc=${limits.ccMajor}: ${JSON.stringify(p)}`;
+          assert.ok(b % limits.warpSize === 0 && b <= limits.maxThreadsPerBlock, `block ${where}`);
+          assert.ok(g >= 1 && g <= limits.maxGridX && g % p.cluster === 0, `grid ${where}`);
+          if (p.mapping === "rows") {
+            assert.ok(p.tpr >= 1 && p.tpr <= 32 && (p.tpr & (p.tpr - 1)) === 0 && p.nv <= MAXV_ROWS, where);
+            assert.ok(p.tpr * p.nv >= chunks, `covers the row: ${where}`);
+            assert.ok(g * (b / p.tpr) >= Math.min(rows, 1), where);
+            assert.equal(p.sharedBytes, 0);
+          } else if (p.mapping === "block" || p.mapping === "cluster") {
+            assert.ok(p.tpr === b && p.nv >= 1 && p.nv <= MAXV_BLOCK, where);
+            assert.ok(p.cluster * p.tpr * p.nv >= chunks, `covers the row: ${where}`);
+            assert.ok(p.sharedBytes >= 2 * (b / 32) * 4, where);
+            if (p.mapping === "cluster") assert.ok(limits.ccMajor >= 9 && p.cluster <= 8, where);
+          } else {
+            assert.equal(p.mapping, "wide");
+            assert.ok(limits.ccMajor < 9 && chunks > 1024 * MAXV_BLOCK, `wide only when nothing else fits: ${where}`);
+          }
+        }
+      }
     }
   }
 });
 
-test("shared bytes follow the warp size (64-wide warps: 32 bytes) and the block follows small thread limits", () => {
-  const wide = planOf(planNorm({ kind: "layer", rows: 2, d: 64, ...f32 }, { ...H200, warpSize: 64 }));
-  assert.deepEqual(wide.block, [256, 1, 1]);
-  assert.equal(wide.sharedBytes, (256 / 64) * 8);
-  const small = planOf(planNorm({ kind: "rms", rows: 2, d: 64, ...f32 }, { ...H200, maxThreadsPerBlock: 128 }));
-  assert.deepEqual(small.block, [128, 1, 1], "never more threads than the device allows");
-  assert.equal(small.sharedBytes, (128 / 32) * 8);
+test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the device's limit", () => {
+  const p = plan(128, "f32", 1000); // tpr 8 → 32 rows per block
+  assert.equal(p.grid[0], Math.ceil(1000 / (256 / p.tpr)));
+  const small = { ...H200, maxGridX: 65535 };
+  assert.equal(plan(4096, "f32", 1_000_000, small).grid[0], 65535);
+  const c = plan(262144, "f32", 100_000, small);
+  assert.ok(c.grid[0] <= 65535 && c.grid[0] % 8 === 0);
 });
 
-test("grid is clamped to maxGridX when rows exceed it (rows are grid-strided)", () => {
-  const limits = { ...H200, maxGridX: 65535 };
-  assert.deepEqual(planOf(planNorm({ kind: "layer", rows: 65535, d: 32, ...f32 }, limits)).grid, [65535, 1, 1]);
-  assert.deepEqual(planOf(planNorm({ kind: "layer", rows: 65536, d: 32, ...f32 }, limits)).grid, [65535, 1, 1]);
-  assert.deepEqual(planOf(planNorm({ kind: "rms", rows: 10_000_000, d: 32, ...f32 }, limits)).grid, [65535, 1, 1]);
-  assert.deepEqual(planOf(planNorm({ kind: "rms", rows: 65534, d: 32, ...f32 }, limits)).grid, [65534, 1, 1]);
-});
-
-test("f32 params are fine; f16/bf16 inputs, outputs or params are unsupported, with a sentence naming them", () => {
-  assert.ok("plan" in planNorm({ kind: "layer", rows: 2, d: 8, ...f32, paramDtype: "f32" }, H200));
-  const cases: [DType, DType, DType | undefined][] = [
-    ["f16", "f32", undefined],
-    ["bf16", "f32", undefined],
-    ["f32", "f16", undefined],
-    ["f32", "bf16", undefined],
-    ["f32", "f32", "f16"],
-    ["f32", "f32", "bf16"],
-    ["f16", "f16", "f16"],
-    ["bf16", "bf16", "f32"],
-  ];
-  for (const [inputDtype, outputDtype, paramDtype] of cases) {
-    for (const kind of ["layer", "rms"] as const) {
-      const msg = unsupportedOf(planNorm({ kind, rows: 2, d: 8, inputDtype, outputDtype, paramDtype }, H200));
-      const bad = [inputDtype, outputDtype, paramDtype].find((t) => t !== undefined && t !== "f32")!;
-      assert.ok(msg.includes(bad), `"${msg}" should name ${bad}`);
-    }
-  }
-});
-
-test("rows < 1 or d < 1 is unsupported (no launch of an empty grid)", () => {
-  for (const [rows, d] of [[0, 8], [4, 0], [0, 0], [-1, 8]]) {
-    for (const kind of ["layer", "rms"] as const) {
-      const msg = unsupportedOf(planNorm({ kind, rows, d, ...f32 }, H200));
-      assert.match(msg, /rows|d/);
-    }
-  }
-});
-
-test("pure: same input, same plan; inputs are not modified", () => {
-  const input: PlanInput = Object.freeze({ kind: "layer", rows: 33, d: 4096, ...f32 });
-  const limits: PlanLimits = Object.freeze({ ...H200 });
-  const a = planNorm(input, limits);
-  const b = planNorm(input, limits);
-  assert.deepEqual(a, b);
-  assert.notEqual(planOf(a).grid, planOf(b).grid, "each plan gets its own arrays");
-  assert.deepEqual(input, { kind: "layer", rows: 33, d: 4096, ...f32 });
+test("unsupported: weight/bias dtype other than f32 or the input dtype, no rows, D = 0", () => {
+  const bad = (p: PlanInput): string => {
+    const r = planNorm(p, H200);
+    assert.ok("unsupported" in r, JSON.stringify(r));
+    assert.ok(r.unsupported.length > 15);
+    return r.unsupported;
+  };
+  assert.match(bad({ kind: "layer", rows: 2, d: 64, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "f16" }), /weight/);
+  assert.match(bad({ kind: "layer", rows: 0, d: 64, inputDtype: "f32", outputDtype: "f32" }), /rows/);
+  assert.match(bad({ kind: "rms", rows: 3, d: 0, inputDtype: "f32", outputDtype: "f32" }), /d must/);
 });

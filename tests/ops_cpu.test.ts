@@ -599,8 +599,7 @@ test("validation: a stream of another device is rejected, naming stream", () => 
   using dev2 = Device.open({ backend: "cpu" });
   const s = setup(dev);
   const stream2 = dev2.createStream();
-  // (runNorm throws UnsupportedError here; any Error class naming "stream" is accepted)
-  rejects(s, (k, out) => norm(k)(s.x, { stream: stream2, out }), Error, "stream");
+  rejects(s, (k, out) => norm(k)(s.x, { stream: stream2, out }), ArgumentError, "stream");
 });
 
 test("validation: disposed x (or weight) → DisposedError naming it", () => {

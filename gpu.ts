@@ -18,4 +18,4 @@ export { DeviceBuffer, PinnedBuffer } from "./runtime/memory.ts";
 export { type ArgType, type DevicePointer, Kernel, type KernelArg, launch, LaunchConfig, Module } from "./runtime/module.ts";
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
-export { NORM_FATBIN, NORM_KERNELS, NORM_PTX } from "./precompiled/norm_cuda.ts";
+export { NORM_FATBIN, NORM_KERNELS } from "./precompiled/norm_cuda.ts";

@@ -38,6 +38,12 @@ copy_gbs = 2 * 2**30 / (time_ms(lambda: dst.copy_(src)) * 1e6)
 del src, dst
 print(f"# {torch.cuda.get_device_name()} torch {torch.__version__}, copy {copy_gbs:.0f} GB/s")
 
+# One compiled function serves every shape: lift dynamo's recompile limit (default 8), or later shapes
+# would silently fall back to eager.
+import torch._dynamo
+for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+    if hasattr(torch._dynamo.config, knob):
+        setattr(torch._dynamo.config, knob, 4096)
 ln_c = torch.compile(lambda x, w, b, d: F.layer_norm(x, (d,), w, b, 1e-5), dynamic=False)
 rms_c = torch.compile(lambda x, w, d: F.rms_norm(x, (d,), w, 1e-6), dynamic=False)
 results = []

@@ -15,7 +15,11 @@
 //
 // These "simple" kernels read each row twice (mean, then centred variance) and write y from a third
 // pass; they are the correctness baseline that the fast kernels are checked against.
+//
+// The fast forward kernels (templates in norm_fwd.cuh, contracts in kernels/README.md) are
+// instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide}_{tin}_{tout}_{tw}.
 #include "portable.h"
+#include "norm_fwd.cuh"
 
 extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) ln_fwd_f32_simple(
     const float* x, float* y, const float* weight, const float* bias,
@@ -113,3 +117,41 @@ extern "C" NK_GLOBAL void scale_f32(const float* x, float* y, float a, long long
     y[i] = a * x[i];
   }
 }
+
+// ---------------------------------------------------------------- fast forward kernels
+// Every (input, output, weight/bias) dtype triple built: X(tin, tout, tw), one per line.
+// scripts/build-kernels.sh reads these X(...) lines to list the kernel names: keep one per line.
+#define NK_FWD_DTYPES(X) \
+  X(f32, f32, f32)       \
+  X(f32, f16, f32)       \
+  X(f32, bf16, f32)      \
+  X(f16, f32, f32)       \
+  X(f16, f16, f32)       \
+  X(f16, bf16, f32)      \
+  X(f16, f32, f16)       \
+  X(f16, f16, f16)       \
+  X(f16, bf16, f16)      \
+  X(bf16, f32, f32)      \
+  X(bf16, f16, f32)      \
+  X(bf16, bf16, f32)     \
+  X(bf16, f32, bf16)     \
+  X(bf16, f16, bf16)     \
+  X(bf16, bf16, bf16)
+
+// One kernel: kind (ln|rms), LN flag, mapping (rows|block|cluster|wide), launch bounds, dtypes.
+// rows: 256 threads, registers capped at 64 (4 blocks per SM); the others: up to 1024 threads (so at
+// most 64 registers). The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
+#define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw)                           \
+  extern "C" NK_GLOBAL void bounds nk_##kind##_##map##_##ti##_##to##_##tw(NK_FWD_PARAMS) { \
+    nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                     \
+  }
+#define NK_FWD_KIND(kind, isln, ti, to, tw)                                    \
+  NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)    \
+  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)         \
+  NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS(1024), ti, to, tw)       \
+  NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)
+#define NK_FWD_TRIPLE(ti, to, tw)   \
+  NK_FWD_KIND(ln, true, ti, to, tw) \
+  NK_FWD_KIND(rms, false, ti, to, tw)
+
+NK_FWD_DTYPES(NK_FWD_TRIPLE)

@@ -16,6 +16,7 @@
 #define NK_DEVICE __attribute__((device))
 #define NK_INLINE __attribute__((device)) __attribute__((always_inline)) inline
 #define NK_LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
+#define NK_LAUNCH_BOUNDS_MIN(n, m) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #define NK_RESTRICT __restrict__
 
 // Wave size per target family: 64 on CDNA/GCN (gfx9xx), 32 on RDNA (gfx10/11/12, default mode).
@@ -56,7 +57,21 @@ NK_INLINE float nk_shfl_xor(float v, int mask) {
   const int src = (int)(nk_lane() ^ (unsigned)mask);
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src << 2, __builtin_bit_cast(int, v)));
 }
+NK_INLINE float nk_shfl_idx(float v, int src) {
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src << 2, __builtin_bit_cast(int, v)));
+}
 NK_INLINE float nk_rsqrt(float v) { return 1.0f / __builtin_sqrtf(v); }
+NK_INLINE void nk_trap() { __builtin_trap(); }
+// Empty asm that "modifies" v: the compiler must keep v itself, not values derived from it (stops
+// CSE from keeping unpacked copies of register-cached data alive across a reduction).
+NK_INLINE void nk_opaque(unsigned& v) { asm volatile("" : "+v"(v)); }
+NK_INLINE void nk_opaque(int& v) { asm volatile("" : "+v"(v)); }
+NK_INLINE float nk_u2f(unsigned u) { return __builtin_bit_cast(float, u); }
+NK_INLINE unsigned nk_f2u(float f) { return __builtin_bit_cast(unsigned, f); }
+// IEEE binary16 <-> binary32 through clang's _Float16 (hardware v_cvt_f16_f32: round to nearest even,
+// NaN stays NaN, overflow to +-Inf; binary16 -> binary32 is exact).
+NK_INLINE float nk_f16_to_f32(unsigned short h) { return (float)__builtin_bit_cast(_Float16, h); }
+NK_INLINE unsigned short nk_f32_to_f16(float f) { return __builtin_bit_cast(unsigned short, (_Float16)f); }
 
 #elif defined(__CUDACC__)
 // ---------------------------------------------------------------- NVIDIA (nvcc; no explicit includes)
@@ -65,6 +80,8 @@ NK_INLINE float nk_rsqrt(float v) { return 1.0f / __builtin_sqrtf(v); }
 #define NK_DEVICE __device__
 #define NK_INLINE __device__ __forceinline__
 #define NK_LAUNCH_BOUNDS(n) __launch_bounds__(n)
+// n threads per block at most, and registers capped so that m such blocks fit on one SM.
+#define NK_LAUNCH_BOUNDS_MIN(n, m) __launch_bounds__(n, m)
 #define NK_RESTRICT __restrict__
 #define NK_WARP_SIZE 32
 
@@ -76,11 +93,68 @@ NK_INLINE unsigned nk_lane() { return threadIdx.x & 31u; }
 NK_INLINE void nk_check_wave() {}
 NK_INLINE void nk_barrier() { __syncthreads(); }
 NK_INLINE float nk_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask, 32); }
+NK_INLINE float nk_shfl_idx(float v, int src) { return __shfl_sync(0xffffffffu, v, src, 32); }
 NK_INLINE float nk_rsqrt(float v) { return rsqrtf(v); }  // max 2 ulp
+NK_INLINE void nk_trap() { __trap(); }
+// Empty asm that "modifies" v: the compiler must keep v itself, not values derived from it (stops
+// CSE from keeping unpacked copies of register-cached data alive across a reduction).
+NK_INLINE void nk_opaque(unsigned& v) { asm volatile("" : "+r"(v)); }
+NK_INLINE void nk_opaque(int& v) { asm volatile("" : "+r"(v)); }
+NK_INLINE float nk_u2f(unsigned u) { return __uint_as_float(u); }
+NK_INLINE unsigned nk_f2u(float f) { return __float_as_uint(f); }
+// IEEE binary16 <-> binary32 with the PTX conversions (what __half2float / __float2half_rn compile to):
+// cvt.rn rounds to nearest even, keeps NaN a NaN and Inf an Inf, overflows to +-Inf; f16 -> f32 is exact.
+NK_INLINE float nk_f16_to_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+NK_INLINE unsigned short nk_f32_to_f16(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+// Hopper thread-block clusters (sm_90+ device code only; nothing else may call these).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define NK_HAS_CLUSTER 1
+NK_INLINE unsigned nk_cluster_rank() { unsigned r; asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
+NK_INLINE unsigned nk_cluster_size() { unsigned r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
+NK_INLINE unsigned nk_cluster_id_x() { unsigned r; asm("mov.u32 %0, %%clusterid.x;" : "=r"(r)); return r; }
+NK_INLINE unsigned nk_cluster_count_x() { unsigned r; asm("mov.u32 %0, %%nclusterid.x;" : "=r"(r)); return r; }
+// All threads of all CTAs of the cluster: arrive (release: this thread's earlier loads and stores,
+// shared memory included, are ordered before) and wait (acquire). Every thread must call it, uniformly.
+NK_INLINE void nk_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Load the float at shared-memory address `p` of this CTA, as mapped into CTA `rank` of the cluster (DSMEM).
+NK_INLINE float nk_ld_cluster(const float* p, unsigned rank) {
+  unsigned a, ra;
+  float v;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+  return v;
+}
+#endif
 
 #else
 #error "normkit kernels: compile with nvcc or clang -x hip"
 #endif
+
+#ifndef NK_HAS_CLUSTER
+#define NK_HAS_CLUSTER 0
+#endif
+
+// ---------------------------------------------------------------- half types (both targets)
+// bfloat16 <-> binary32 by bit manipulation: round to nearest even; NaN stays a (quiet) NaN with its
+// sign; values that round past the largest bf16 become +-Inf; Inf stays Inf. bf16 -> f32 is exact.
+NK_INLINE float nk_bf16_to_f32(unsigned short h) { return nk_u2f((unsigned)h << 16); }
+NK_INLINE unsigned short nk_f32_to_bf16(float f) {
+  const unsigned u = nk_f2u(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x0040u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 // Butterfly sum over the whole warp/wave: every lane ends with the same total, summed in the same
 // order on every lane (bitwise identical results across lanes).

@@ -4,7 +4,8 @@
  */
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, GpuError, layerNorm, rmsNorm } from "../mod.ts";
-import { ArgumentError, launch, LaunchConfig, NORM_FATBIN, NORM_PTX } from "../gpu.ts";
+import { readFileSync } from "node:fs";
+import { ArgumentError, launch, LaunchConfig, NORM_FATBIN, NORM_KERNELS } from "../gpu.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
 const MiB = 1 << 20;
@@ -51,13 +52,33 @@ gpuTest("memory: write/read round trip with offsets, fill, fill32, device-to-dev
   assert.throws(() => buf.read(new Uint8Array(16), { offset: 4 * MiB - 8 }), ArgumentError);
 });
 
-gpuTest("modules: fatbin and PTX load; a prepared kernel launches and computes y = 2x", () => {
+/** The compute_80 PTX of one kernel, cut out of precompiled/norm.ptx (JIT-compiling all of it takes long). */
+function ptxOf(kernel: string): string {
+  const ptx = readFileSync(new URL("../precompiled/norm.ptx", import.meta.url), "utf8");
+  const head = ptx.slice(0, ptx.indexOf("\n.", ptx.indexOf(".address_size")) + 1);
+  const start = ptx.indexOf(`.visible .entry ${kernel}(`);
+  const end = ptx.indexOf("\n}\n", start) + 3;
+  assert.ok(start > 0 && end > start, `PTX of ${kernel}`);
+  return head + ptx.slice(start, end);
+}
+
+gpuTest("modules: the fatbin holds every kernel of NORM_KERNELS for this GPU", () => {
+  using dev = Device.open({ backend: "cuda" });
+  using mod = dev.loadModule(fatbin());
+  for (const name of NORM_KERNELS) {
+    const k = mod.kernel(name, []);
+    assert.ok(k.maxThreadsPerBlock >= 256, `${name}: max threads ${k.maxThreadsPerBlock}`);
+    assert.equal(k.attribute("staticSharedBytes") >= 0, true);
+  }
+});
+
+gpuTest("modules: fatbin and PTX (JIT) load; a prepared kernel launches and computes y = 2x", () => {
   using dev = Device.open({ backend: "cuda" });
   const n = 1 << 20;
   const xs = randoms(n, 2);
   using x = dev.alloc(n * 4), y = dev.alloc(n * 4);
   x.write(xs);
-  for (const image of [fatbin(), NORM_PTX ? atob(NORM_PTX) : ""]) {
+  for (const image of [fatbin(), ptxOf("scale_f32")]) {
     using mod = dev.loadModule(image);
     const k = mod.kernel("scale_f32", SCALE_ARGS);
     assert.ok(k.attribute("registers") > 0);

@@ -1,0 +1,485 @@
+// normkit fast forward kernels: LayerNorm / RMSNorm over the last dimension, templated on the input,
+// output and parameter (weight/bias) dtypes and on the kind (LN or RMS), in four thread mappings.
+// Included by norm.cu, which instantiates every (kind, mapping, dtype triple) as an extern "C" kernel.
+// Launch contracts: kernels/README.md (and the comments on each mapping below).
+//
+// Numerics (PyTorch F.layer_norm / F.rms_norm, biased variance), all in f32:
+//   LN : mean = sum(x)/d; var = sum((x-mean)^2)/d from the values held in registers (centred, never
+//        E[x^2]-E[x]^2); rstd = rsqrt(var+eps); y = (x-mean)*rstd*w + b.
+//   RMS: rstd = rsqrt(sum(x^2)/d + eps); y = x*rstd*w. `bias` is ignored, `mean` never written.
+// Deterministic: every sum has a fixed order (per-thread in chunk order, then a fixed shuffle tree /
+// warp tree / cluster rank order); no atomics. In place (y == x with the same stride) is correct:
+// every element of a row is loaded before the row's first reduction completes, and no element is
+// stored before it (the `wide` mapping re-reads x[j] and writes y[j] in the same thread).
+#ifndef NORMKIT_NORM_FWD_CUH
+#define NORMKIT_NORM_FWD_CUH
+#include "portable.h"
+
+// Largest `nv` (16-byte chunks per thread) the register-caching mappings accept. The row lives in
+// MAXV * 4 32-bit registers per thread (packed in the input dtype), whatever the dtype.
+//   rows   : MAXV_ROWS  = 8 -> up to 32 threads * 8 chunks = 1024 f32 / 2048 f16|bf16 elements per row.
+//   block  : MAXV_BLOCK = 8 -> up to 1024 threads * 8 chunks = 32768 f32 / 65536 f16|bf16 elements.
+//   cluster: MAXV_BLOCK per CTA -> C * 32768 f32 / C * 65536 f16|bf16 elements (C CTAs per row).
+#define NK_MAXV_ROWS 8
+#define NK_MAXV_BLOCK 8
+
+// ---------------------------------------------------------------- dtypes
+// S: the storage type (raw bits), SIZE: bytes, to_f/from_f: exact widening / round-to-nearest-even.
+struct nk_f32 {
+  typedef unsigned S;
+  enum { SIZE = 4 };
+  static NK_INLINE float to_f(unsigned s) { return nk_u2f(s); }
+  static NK_INLINE S from_f(float f) { return nk_f2u(f); }
+};
+struct nk_f16 {
+  typedef unsigned short S;
+  enum { SIZE = 2 };
+  static NK_INLINE float to_f(unsigned s) { return nk_f16_to_f32((unsigned short)s); }
+  static NK_INLINE S from_f(float f) { return nk_f32_to_f16(f); }
+};
+struct nk_bf16 {
+  typedef unsigned short S;
+  enum { SIZE = 2 };
+  static NK_INLINE float to_f(unsigned s) { return nk_bf16_to_f32((unsigned short)s); }
+  static NK_INLINE S from_f(float f) { return nk_f32_to_bf16(f); }
+};
+
+struct alignas(16) nk_v4 { unsigned w[4]; };
+struct alignas(8) nk_v2 { unsigned w[2]; };
+
+NK_INLINE int nk_mini(int a, int b) { return a < b ? a : b; }
+NK_INLINE bool nk_aligned(const void* p, unsigned a) {
+  return ((unsigned long long)p & (unsigned long long)(a - 1)) == 0;
+}
+
+// Element e of N elements of T packed little-endian in 32-bit words.
+template <class T>
+NK_INLINE float nk_get(const unsigned* w, int e) {
+  if (T::SIZE == 4) return T::to_f(w[e]);
+  return T::to_f((e & 1) ? (w[e >> 1] >> 16) : (w[e >> 1] & 0xffffu));
+}
+
+// Load N elements of T from p into N*SIZE/4 words. Vector loads when `vec` (p aligned to the chunk's
+// bytes, capped at 16) and the chunk is full (nvalid >= N); else scalar loads of the first nvalid
+// elements, the rest zero bits (+0.0). nvalid <= 0 loads nothing.
+template <class T, int N>
+NK_INLINE void nk_load_words(const typename T::S* p, bool vec, int nvalid, unsigned* w) {
+  constexpr int W = N * T::SIZE / 4;
+  if (vec && nvalid >= N) {
+    if (W == 2) {
+      const nk_v2 v = *(const nk_v2*)p;
+      w[0] = v.w[0];
+      w[1] = v.w[1];
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; k += 4) {
+        const nk_v4 v = *(const nk_v4*)((const unsigned char*)p + 4 * k);
+        w[k] = v.w[0];
+        w[k + 1] = v.w[1];
+        w[k + 2] = v.w[2];
+        w[k + 3] = v.w[3];
+      }
+    }
+  } else if (T::SIZE == 4) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) w[e] = e < nvalid ? (unsigned)p[e] : 0u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const unsigned lo = 2 * k < nvalid ? (unsigned)p[2 * k] : 0u;
+      const unsigned hi = 2 * k + 1 < nvalid ? (unsigned)p[2 * k + 1] : 0u;
+      w[k] = lo | (hi << 16);
+    }
+  }
+}
+
+template <class T, int N>
+NK_INLINE void nk_load_f(const typename T::S* p, bool vec, int nvalid, float (&f)[N]) {
+  unsigned w[N * T::SIZE / 4];
+  nk_load_words<T, N>(p, vec, nvalid, w);
+#pragma unroll
+  for (int e = 0; e < N; ++e) f[e] = nk_get<T>(w, e);
+}
+
+// Store the first nvalid of N floats as T (vector stores when `vec` and the chunk is full).
+template <class T, int N>
+NK_INLINE void nk_store_f(typename T::S* p, bool vec, int nvalid, const float (&f)[N]) {
+  constexpr int W = N * T::SIZE / 4;
+  if (vec && nvalid >= N) {
+    unsigned w[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      if (T::SIZE == 4) w[k] = (unsigned)T::from_f(f[k]);
+      else w[k] = (unsigned)T::from_f(f[2 * k]) | ((unsigned)T::from_f(f[2 * k + 1]) << 16);
+    }
+    if (W == 2) {
+      nk_v2 v;
+      v.w[0] = w[0];
+      v.w[1] = w[1];
+      *(nk_v2*)p = v;
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; k += 4) {
+        nk_v4 v;
+        v.w[0] = w[k];
+        v.w[1] = w[k + 1];
+        v.w[2] = w[k + 2];
+        v.w[3] = w[k + 3];
+        *(nk_v4*)((unsigned char*)p + 4 * k) = v;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      if (e < nvalid) p[e] = T::from_f(f[e]);
+  }
+}
+
+// Number of elements of chunk c (VEC elements from c*VEC) inside [0, d); <= 0 when none.
+template <int VEC>
+NK_INLINE int nk_chunk_valid(int c, int d) {
+  const long long r = (long long)d - (long long)c * VEC;
+  return r >= VEC ? VEC : (int)r;
+}
+
+// y chunk from x chunk (as floats), optional weight/bias chunk (loaded here), mean/rstd.
+template <class TW, bool LN, int VEC>
+NK_INLINE void nk_apply(float (&f)[VEC], const typename TW::S* w, const typename TW::S* b, bool pvec,
+                        int nvalid, float mu, float rs) {
+  if (LN) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) f[e] = (f[e] - mu) * rs;
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) f[e] = f[e] * rs;
+  }
+  if (w) {
+    float g[VEC];
+    nk_load_f<TW, VEC>(w, pvec, nvalid, g);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) f[e] *= g[e];
+  }
+  if (LN && b) {
+    float g[VEC];
+    nk_load_f<TW, VEC>(b, pvec, nvalid, g);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) f[e] += g[e];
+  }
+}
+
+// ---------------------------------------------------------------- row reductions
+// Dynamic shared memory of the block/cluster/wide mappings (floats; sizes per mapping below).
+extern NK_SHARED float nk_fwd_smem[];
+
+// Each returns the row total to every participating thread, bitwise identical in all of them.
+
+// `rows`: xor butterfly over the tpr lanes of a row group (tpr a power of two <= warp size; groups are
+// aligned inside the warp, every lane of the warp calls it).
+struct nk_red_lanes {
+  int tpr;
+  NK_INLINE float operator()(float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+      if (m < tpr) v += nk_shfl_xor(v, m);  // tpr is uniform: whole warps take the same branch
+    return v;
+  }
+};
+
+// `block` / `wide`: nk_block_sum over two alternating buffers of nwarps floats (2*nwarps*4 bytes).
+struct nk_red_block {
+  unsigned nwarps;
+  unsigned parity;
+  NK_INLINE float operator()(float v) {
+    const float r = nk_block_sum(v, nk_fwd_smem + parity * nwarps);
+    parity ^= 1u;
+    return r;
+  }
+};
+
+#if NK_HAS_CLUSTER
+// `cluster`: CTA total (nk_block_sum), published in one of two slots of this CTA's shared memory,
+// cluster barrier (release/acquire), then every warp reads the C CTA totals over DSMEM (lane r reads
+// rank r) and adds them in rank order 0..C-1: the same value in every thread of every CTA.
+// Slot reuse: slot q is written again two reductions later, after the next cluster barrier, which
+// every thread of every CTA reaches only after its reads of slot q (release orders them).
+struct nk_red_cluster {
+  unsigned nwarps;
+  unsigned parity;
+  unsigned csize;
+  NK_INLINE float operator()(float v) {
+    const float p = nk_block_sum(v, nk_fwd_smem + parity * nwarps);
+    float* slots = nk_fwd_smem + 2 * nwarps;  // after the two block-reduction buffers
+    if (nk_thread_x() == 0) slots[parity] = p;
+    nk_cluster_sync();
+    const unsigned lane = nk_lane();
+    const float mine = lane < csize ? nk_ld_cluster(slots + parity, lane) : 0.0f;
+    float t = nk_shfl_idx(mine, 0);
+    for (unsigned r = 1; r < csize; ++r) t += nk_shfl_idx(mine, (int)r);
+    parity ^= 1u;
+    return t;
+  }
+};
+#endif
+
+template <int MAXV>
+NK_INLINE void nk_row_opaque(nk_v4 (&raw)[MAXV]) {
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) nk_opaque(raw[i].w[k]);
+}
+
+// ---------------------------------------------------------------- one row, cached in registers
+// xr, yr, w, b point at element 0 of this thread group's part of the row (the whole row, or a
+// cluster CTA's slice), which has d elements. This thread owns chunks c_first + i*c_step of the part
+// for i < nv (<= MAXV) that are < c_end; every thread of the row calls this (also with nothing to
+// own: c_end <= c_first), so that reductions line up. fd: the full row length, as float.
+// mean_p / rstd_p: where to write the row's statistics (null in all but one thread of the row).
+template <class TI, class TO, class TW, bool LN, int MAXV, class RED>
+NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
+                             const typename TW::S* b, int d, int c_first, int c_step, int c_end,
+                             int nv, float fd, float eps, RED& red, float* mean_p, float* rstd_p) {
+  constexpr int VEC = 16 / TI::SIZE;
+  const bool xvec = nk_aligned(xr, 16);
+  // Valid elements of this thread's i-th chunk (recomputed where needed: cheaper than registers).
+#define NK_NVAL(i) (((i) < nv && c_first + (i) * c_step < c_end) ? nk_chunk_valid<VEC>(c_first + (i) * c_step, d) : 0)
+  nk_v4 raw[MAXV];
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int c = c_first + i * c_step;
+    nk_load_words<TI, VEC>(xr + (long long)c * VEC, xvec, NK_NVAL(i), raw[i].w);
+  }
+
+  float mu = 0.0f, rs;
+  if (LN) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s += nk_get<TI>(raw[i].w, e);  // padding is +0.0
+    mu = red(s) / fd;
+    nk_row_opaque<MAXV>(raw);
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int nvalid = NK_NVAL(i);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float c = nk_get<TI>(raw[i].w, e) - mu;
+        q += e < nvalid ? c * c : 0.0f;  // padding must not add (0-mean)^2
+      }
+    }
+    rs = nk_rsqrt(red(q) / fd + eps);
+    if (mean_p) *mean_p = mu;
+  } else {
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float v = nk_get<TI>(raw[i].w, e);
+        q += v * v;
+      }
+    rs = nk_rsqrt(red(q) / fd + eps);
+  }
+  if (rstd_p) *rstd_p = rs;
+  nk_row_opaque<MAXV>(raw);
+
+  const bool yvec = nk_aligned(yr, (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16);
+  const bool pvec = nk_aligned(w, 16) && (!LN || nk_aligned(b, 16));
+  // Per-chunk weight/bias addresses do not depend on the row: stop the compiler from hoisting all of
+  // them out of the row loop (2 registers each, live for the whole kernel).
+  nk_opaque(c_first);
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int nvalid = NK_NVAL(i);
+    if (nvalid > 0) {
+      const long long off = (long long)(c_first + i * c_step) * VEC;
+      float f[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
+      nk_apply<TW, LN, VEC>(f, w ? w + off : w, (LN && b) ? b + off : b, pvec, nvalid, mu, rs);
+      nk_store_f<TO, VEC>(yr + off, yvec, nvalid, f);
+    }
+  }
+#undef NK_NVAL
+}
+
+#define NK_FWD_PARAMS                                                                              \
+  const void *x, void *y, const void *weight, const void *bias, float *mean, float *rstd, int rows, \
+      int d, long long x_stride, long long y_stride, float eps, int tpr, int nv
+#define NK_FWD_ARGS x, y, weight, bias, mean, rstd, rows, d, x_stride, y_stride, eps, tpr, nv
+
+#define NK_FWD_TYPED_PTRS                                      \
+  const typename TI::S* X = (const typename TI::S*)x;          \
+  typename TO::S* Y = (typename TO::S*)y;                      \
+  const typename TW::S* Wt = (const typename TW::S*)weight;    \
+  const typename TW::S* Bs = LN ? (const typename TW::S*)bias : nullptr
+
+// ---------------------------------------------------------------- mapping `rows`
+// blockDim.x = 256 (any multiple of the warp size <= 256 works); tpr threads per row (power of two,
+// 1..32), blockDim.x/tpr rows per block; thread t of a row owns chunks t, t+tpr, ..., (nv of them,
+// nv <= NK_MAXV_ROWS, nv*tpr*VEC >= d). Grid: any; row groups grid-strided. Dynamic smem: 0.
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  nk_check_wave();
+  if (tpr < 1 || tpr > 32 || (tpr & (tpr - 1)) || nv < 1 || nv > NK_MAXV_ROWS ||
+      (long long)nv * tpr * VEC < d || nk_block_dim_x() % (unsigned)tpr)
+    nk_trap();
+  if (d <= 0) return;
+  NK_FWD_TYPED_PTRS;
+  const int tid = (int)nk_thread_x();
+  const int sub = tid / tpr, t = tid - sub * tpr;
+  const long long rpb = (long long)(nk_block_dim_x() / (unsigned)tpr);
+  const int nchunks = (d - 1) / VEC + 1;
+  nk_red_lanes red{tpr};
+  for (long long rb = (long long)nk_block_x() * rpb; rb < rows; rb += (long long)nk_grid_dim_x() * rpb) {
+    const long long row = rb + sub;
+    const bool active = row < rows;
+    const bool writer = active && t == 0;
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS>(
+        X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, active ? nchunks : 0, nv, (float)d, eps, red,
+        (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
+  }
+}
+
+// ---------------------------------------------------------------- mapping `block`
+// One row per block; blockDim.x = tpr (multiple of the warp size, <= 1024); thread t owns chunks t,
+// t+tpr, ... (nv <= NK_MAXV_BLOCK, nv*tpr*VEC >= d). Grid: any; rows grid-strided.
+// Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  nk_check_wave();
+  if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr * VEC < d)
+    nk_trap();
+  if (d <= 0) return;
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  const int nchunks = (d - 1) / VEC + 1;
+  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK>(
+        X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, red,
+        (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr);
+  }
+}
+
+// ---------------------------------------------------------------- mapping `cluster` (sm_90+)
+// A row per cluster of C CTAs (C = %cluster_nctarank, set at launch: cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = (C,1,1); grid.x a multiple of C; C <= 8 portable, up to 16
+// with CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED; a launch without the attribute is C = 1).
+// CTA rank r owns chunks [r*cpc, (r+1)*cpc) of the row, cpc = ceil(ceil(d/VEC)/C); thread t of the
+// CTA owns chunks r*cpc + t + i*tpr (i < nv <= NK_MAXV_BLOCK, nv*tpr >= cpc). blockDim.x = tpr.
+// Rows: cluster id, strided by the number of clusters. Dynamic smem: (2*(blockDim.x/32) + 2) * 4 bytes.
+// Elsewhere (sm_80 SASS, compute_80 PTX, HIP) the kernel traps.
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
+#if NK_HAS_CLUSTER
+  constexpr int VEC = 16 / TI::SIZE;
+  const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
+  const int nchunks = d > 0 ? (d - 1) / VEC + 1 : 0;
+  const int cpc = (int)((nchunks + csize - 1) / csize);
+  if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr < cpc ||
+      csize > 32)
+    nk_trap();
+  if (d <= 0) return;
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
+  nk_red_cluster red{nwarps, 0u, csize};
+  // This CTA's slice: elements [e0, e0 + cpc*VEC) of the row, of which d - e0 exist.
+  const long long e0 = (long long)crank * cpc * VEC;
+  const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
+  const int dpart = c_end > 0 ? (int)(d - e0) : 0;
+  const bool writer = crank == 0 && t == 0;
+  const typename TW::S* Ws = Wt ? Wt + e0 : Wt;
+  const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
+  for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK>(
+        X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, dpart, t, tpr, c_end, nv, (float)d, eps, red,
+        (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
+  }
+  // No CTA may exit (its shared memory gone) while another can still read its slots.
+  nk_cluster_sync();
+#else
+  (void)x, (void)y, (void)weight, (void)bias, (void)mean, (void)rstd, (void)rows, (void)d;
+  (void)x_stride, (void)y_stride, (void)eps, (void)tpr, (void)nv;
+  nk_trap();
+#endif
+}
+
+// ---------------------------------------------------------------- mapping `wide`
+// One row per block, no register cache: mean pass, centred-variance pass and output pass each read
+// x (from L2 after the first). Any d. blockDim.x = tpr (multiple of the warp size, <= 1024); thread t
+// handles chunks t, t+tpr, ...; nv unused. Grid: any; rows grid-strided.
+// Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  (void)nv;
+  nk_check_wave();
+  if ((unsigned)tpr != nk_block_dim_x()) nk_trap();
+  if (d <= 0) return;
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  const int nchunks = (d - 1) / VEC + 1;
+  const float fd = (float)d;
+  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    const typename TI::S* xr = X + row * x_stride;
+    typename TO::S* yr = Y + row * y_stride;
+    const bool xvec = nk_aligned(xr, 16);
+    float mu = 0.0f, q = 0.0f;
+    if (LN) {
+      float s = 0.0f;
+#pragma unroll 4
+      for (int c = t; c < nchunks; c += tpr) {
+        float f[VEC];
+        nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nk_chunk_valid<VEC>(c, d), f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s += f[e];
+      }
+      mu = red(s) / fd;
+#pragma unroll 4
+      for (int c = t; c < nchunks; c += tpr) {
+        float f[VEC];
+        const int nvalid = nk_chunk_valid<VEC>(c, d);
+        nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nvalid, f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float cc = f[e] - mu;
+          q += e < nvalid ? cc * cc : 0.0f;
+        }
+      }
+    } else {
+#pragma unroll 4
+      for (int c = t; c < nchunks; c += tpr) {
+        float f[VEC];
+        nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nk_chunk_valid<VEC>(c, d), f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) q += f[e] * f[e];
+      }
+    }
+    const float rs = nk_rsqrt(red(q) / fd + eps);
+    if (t == 0) {
+      if (LN && mean) mean[row] = mu;
+      if (rstd) rstd[row] = rs;
+    }
+    const bool yvec = nk_aligned(yr, (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16);
+    const bool pvec = nk_aligned(Wt, 16) && (!LN || nk_aligned(Bs, 16));
+#pragma unroll 2
+    for (int c = t; c < nchunks; c += tpr) {
+      const long long off = (long long)c * VEC;
+      const int nvalid = nk_chunk_valid<VEC>(c, d);
+      float f[VEC];
+      nk_load_f<TI, VEC>(xr + off, xvec, nvalid, f);
+      nk_apply<TW, LN, VEC>(f, Wt ? Wt + off : Wt, Bs ? Bs + off : Bs, pvec, nvalid, mu, rs);
+      nk_store_f<TO, VEC>(yr + off, yvec, nvalid, f);
+    }
+    // Buffer reuse across rows: nk_red_block alternates its two buffers (see nk_block_sum).
+  }
+}
+
+#endif  // NORMKIT_NORM_FWD_CUH

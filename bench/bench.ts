@@ -82,14 +82,15 @@ for (const d of DS) {
       for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
         x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
       }
-      w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype: "f32" });
-      bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype: "f32" });
+      // γ/β in the input dtype, as torch's benchmark has them.
+      w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
+      bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
       for (const kind of KINDS) {
         const run = kind === "layer"
           ? () => layerNorm(x!, { weight: w, bias, out: y })
           : () => rmsNorm(x!, { weight: w, out: y });
         const ms = timeIt(run);
-        const bytes = 2 * rows * d * b + d * 4 * (kind === "layer" ? 2 : 1);
+        const bytes = 2 * rows * d * b + d * b * (kind === "layer" ? 2 : 1);
         const gbs = bytes / (ms * 1e6);
         const row = { kind, dtype, d, rows, us: ms * 1000, gbs, pctCopy: (100 * gbs) / copyGBs };
         results.push(row);
@@ -110,9 +111,10 @@ for (const d of DS) {
 const latency: { d: number; rows: number; hostUs: number }[] = [];
 try {
   const { bench, run } = await import("mitata");
+  using held = new DisposableStack(); // the tensors must outlive run()
   for (const [rows, d] of [[1, 4096], [64, 4096], [1024, 4096]]) {
-    using x = dev.tensor(tileValues.subarray(0, rows * d), [rows, d], { dtype: "bf16" });
-    using y = dev.empty([rows, d], { dtype: "bf16" });
+    const x = held.use(dev.tensor(tileValues.subarray(0, rows * d), [rows, d], { dtype: "bf16" }));
+    const y = held.use(dev.empty([rows, d], { dtype: "bf16" }));
     bench(`layerNorm bf16 [${rows}, ${d}] launch+sync`, () => {
       layerNorm(x, { out: y });
       dev.stream.synchronize();

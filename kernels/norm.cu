@@ -139,17 +139,25 @@ extern "C" NK_GLOBAL void scale_f32(const float* x, float* y, float a, long long
   X(bf16, bf16, bf16)
 
 // One kernel: kind (ln|rms), LN flag, mapping (rows|block|cluster|wide), launch bounds, dtypes.
-// rows: 256 threads, registers capped at 64 (4 blocks per SM); the others: up to 1024 threads (so at
-// most 64 registers). The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
-#define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw)                           \
-  extern "C" NK_GLOBAL void bounds nk_##kind##_##map##_##ti##_##to##_##tw(NK_FWD_PARAMS) { \
-    nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                     \
+// rows: 256 threads, registers capped at 85 (3 blocks per SM); block/cluster: up to 512 threads (128
+// registers); wide: up to 1024. The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
+// The register-caching mappings pick their FULL (mask-free, vector-only) path once per launch.
+#define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw)                                              \
+  extern "C" NK_GLOBAL void bounds nk_##kind##_##map##_##ti##_##to##_##tw(NK_FWD_PARAMS) {                \
+    if (nk_fwd_full<nk_##ti, nk_##to, nk_##tw, isln>(x, y, weight, bias, d, x_stride, y_stride))          \
+      nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, true>(NK_FWD_ARGS);                                   \
+    else                                                                                                  \
+      nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, false>(NK_FWD_ARGS);                                  \
+  }
+#define NK_FWD_KERNEL_WIDE(kind, isln, bounds, ti, to, tw)                                   \
+  extern "C" NK_GLOBAL void bounds nk_##kind##_wide_##ti##_##to##_##tw(NK_FWD_PARAMS) {        \
+    nk_fwd_wide<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                 \
   }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                    \
-  NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)    \
-  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)         \
-  NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS(1024), ti, to, tw)       \
-  NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)
+  NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 3), ti, to, tw)    \
+  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(512), ti, to, tw)          \
+  NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS(512), ti, to, tw)        \
+  NK_FWD_KERNEL_WIDE(kind, isln, NK_LAUNCH_BOUNDS(1024), ti, to, tw)
 #define NK_FWD_TRIPLE(ti, to, tw)   \
   NK_FWD_KIND(ln, true, ti, to, tw) \
   NK_FWD_KIND(rms, false, ti, to, tw)

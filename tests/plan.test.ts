@@ -22,9 +22,9 @@ test("kernel names encode kind, mapping and the dtype triple (weight dtype defau
 });
 
 test("the mapping follows D: rows for small, block for mid, cluster for huge (Hopper), wide without clusters", () => {
-  assert.deepEqual([plan(128, "bf16").mapping, plan(128, "bf16").tpr, plan(128, "bf16").nv], ["rows", 4, 4]);
+  assert.deepEqual([plan(128, "bf16").mapping, plan(128, "bf16").tpr, plan(128, "bf16").nv], ["rows", 2, 8]);
   assert.deepEqual([plan(1024).mapping, plan(1024).tpr, plan(1024).nv], ["rows", 32, 8]);
-  assert.deepEqual([plan(4096, "bf16").mapping, plan(4096, "bf16").tpr, plan(4096, "bf16").nv], ["block", 128, 4]);
+  assert.deepEqual([plan(4096, "bf16").mapping, plan(4096, "bf16").tpr, plan(4096, "bf16").nv], ["block", 64, 8]);
   assert.deepEqual([plan(16384).mapping, plan(16384).tpr, plan(16384).nv], ["block", 512, 8]);
   assert.deepEqual([plan(32768).mapping, plan(32768).cluster], ["cluster", 2]);
   assert.deepEqual([plan(131072).mapping, plan(131072).cluster, plan(131072).nv], ["cluster", 8, 8]);

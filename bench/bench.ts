@@ -1,6 +1,6 @@
 /**
  * Forward benchmark (a benchmark, not a test): per shape and dtype, kernel time with device events (median
- * of many runs after warm-up; every case moves ≥ 256 MiB, far above the 60 MB L2), GB/s counting
+ * of many runs after warm-up; every case moves 1 GiB, far above the 60 MB L2), GB/s counting
  * 2·N·D·bytes (x read, y written; γ/β once), and % of the device-to-device copy bandwidth measured in this
  * same run. Also a host-inclusive figure (launch + synchronize, median) for small batches with mitata.
  *
@@ -19,7 +19,9 @@ const runtime = "Deno" in globalThis ? "deno" : "bun";
 const DS = quick ? [1024, 4096, 32768] : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
 const DTYPES: DType[] = ["f32", "bf16", "f16"];
 const KINDS = ["layer", "rms"] as const;
-const MIN_BYTES = 256 * 2 ** 20;
+// Each case moves 1 GiB (the issue asks for ≥ 256 MiB): at ~250 µs per case the few µs of launch and
+// ramp-up weigh as little as in the 1 GiB copy that sets the ceiling.
+const MIN_BYTES = 2 ** 30;
 const REPS = quick ? 10 : 30;
 
 using dev = Device.open({ backend: "cuda" });

@@ -1,5 +1,5 @@
 """torch eager and torch.compile F.layer_norm / F.rms_norm on the bench grid, timed like bench/bench.ts:
-CUDA events, median of REPS after warm-up, every case >= 256 MiB moved, GB/s = 2*N*D*bytes (+ params).
+CUDA events, median of REPS after warm-up, every case moves 1 GiB, GB/s = 2*N*D*bytes (+ params).
 Also the device-to-device copy bandwidth in the same run. Writes JSON (--json PATH).
 
     python3 bench/compare_torch.py [--quick] [--json out.json] [--no-compile]
@@ -16,7 +16,7 @@ a = ap.parse_args()
 
 DS = [1024, 4096, 32768] if a.quick else [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072]
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-MIN_BYTES = 256 * 2**20
+MIN_BYTES = 2**30  # as bench/bench.ts: 1 GiB moved per case
 REPS = 10 if a.quick else 30
 dev = torch.device("cuda")
 

@@ -15,7 +15,7 @@ for rt in "${runtimes[@]}"; do
           line=$(strip < "$log/deno.txt" | grep -E '^(ok|FAILED) \| [0-9]+ passed' | tail -1)
           p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '^[0-9]+'); f=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '^[0-9]+')
           s=$(grep -oE '[0-9]+ ignored' <<<"$line" | grep -oE '^[0-9]+') ;;
-    bun)  bun test ./tests/ 2>&1 | tee "$log/bun.txt"; rc=${PIPESTATUS[0]}
+    bun)  bun test --timeout 300000 ./tests/ 2>&1 | tee "$log/bun.txt"; rc=${PIPESTATUS[0]}
           p=$(strip < "$log/bun.txt" | grep -E '^ *[0-9]+ pass$' | tail -1 | grep -oE '[0-9]+')
           f=$(strip < "$log/bun.txt" | grep -E '^ *[0-9]+ fail$' | tail -1 | grep -oE '[0-9]+')
           s=$(strip < "$log/bun.txt" | grep -E '^ *[0-9]+ skip$' | tail -1 | grep -oE '[0-9]+') ;;

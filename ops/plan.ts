@@ -63,6 +63,7 @@ export const ROWS_BLOCK = 256;
  */
 const TARGET_NV = 8;
 const CLUSTER_SIZES = [2, 4, 8];
+const CLUSTER_CTA = 256;
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
@@ -101,16 +102,20 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   }
   // Mid rows: one block per row, the row in registers.
   const cta = Math.min(MAX_BLOCK_THREADS, maxThreads);
-  const blockThreads = (c: number): number => clamp(nextPow2(Math.ceil(c / TARGET_NV)), warp, cta);
+  // Any multiple of the warp works (not only powers of two): D = 5120 f32 gets 160 threads × 8 chunks
+  // instead of 256 × 5, the same registers per thread for more rows in flight per SM.
+  const blockThreads = (c: number): number => clamp(Math.ceil(Math.ceil(c / TARGET_NV) / warp) * warp, warp, cta);
   if (chunks <= cta * MAXV_BLOCK) {
     const t = blockThreads(chunks);
     return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
   }
   // Very large rows: split over a cluster of CTAs (Hopper), else re-read from L2 in one block.
+  // The smallest cluster whose CTAs need ≤ CLUSTER_CTA threads: several CTAs per SM hide the cluster
+  // barriers (one 512-thread CTA per SM could not), within the portable cluster size of 8.
   if (limits.ccMajor >= 9) {
     for (const c of CLUSTER_SIZES) {
       const per = Math.ceil(chunks / c);
-      if (per <= cta * MAXV_BLOCK) {
+      if (per <= Math.min(CLUSTER_CTA, cta) * MAXV_BLOCK || (c === 8 && per <= cta * MAXV_BLOCK)) {
         const t = blockThreads(per);
         const rowsInFlight = Math.min(p.rows, Math.floor(limits.maxGridX / c));
         return make("cluster", t, Math.ceil(per / t), t, rowsInFlight * c, c);

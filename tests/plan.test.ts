@@ -26,7 +26,8 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([plan(1024).mapping, plan(1024).tpr, plan(1024).nv], ["rows", 32, 8]);
   assert.deepEqual([plan(4096, "bf16").mapping, plan(4096, "bf16").tpr, plan(4096, "bf16").nv], ["block", 64, 8]);
   assert.deepEqual([plan(16384).mapping, plan(16384).tpr, plan(16384).nv], ["block", 512, 8]);
-  assert.deepEqual([plan(32768).mapping, plan(32768).cluster], ["cluster", 2]);
+  assert.deepEqual([plan(32768).mapping, plan(32768).cluster, plan(32768).tpr], ["cluster", 4, 256]);
+  assert.deepEqual([plan(5120).mapping, plan(5120).tpr, plan(5120).nv], ["block", 160, 8]);
   assert.deepEqual([plan(131072).mapping, plan(131072).cluster, plan(131072).nv], ["cluster", 8, 8]);
   assert.deepEqual([plan(262144, "bf16").mapping, plan(262144, "bf16").cluster], ["cluster", 8]);
   assert.equal(plan(262144).mapping, "wide", "f32 262144 needs more than 8 CTAs: the L2 path");

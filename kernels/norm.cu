@@ -154,9 +154,9 @@ extern "C" NK_GLOBAL void scale_f32(const float* x, float* y, float a, long long
     nk_fwd_wide<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                 \
   }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                    \
-  NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 3), ti, to, tw)    \
-  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(512), ti, to, tw)          \
-  NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS(512), ti, to, tw)        \
+  NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)    \
+  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)   \
+  NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw) \
   NK_FWD_KERNEL_WIDE(kind, isln, NK_LAUNCH_BOUNDS(1024), ti, to, tw)
 #define NK_FWD_TRIPLE(ti, to, tw)   \
   NK_FWD_KIND(ln, true, ti, to, tw) \

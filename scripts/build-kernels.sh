@@ -32,6 +32,7 @@ HASHED_REL=(kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh)
 OUT_REL="precompiled"
 GENERATED=(norm.ptx norm.fatbin norm_cuda.ts)
 
+MAX_SPILL=96
 MODE=build
 case "${1:-}" in
   "") ;;
@@ -71,10 +72,14 @@ build() {
     fi
     if ! wait "$ptx_pid"; then cat "$out/ptx.log" >&2; exit 1; fi
     [[ -n "$quiet" ]] || cat "$out/ptx.log" "$out/ptxas.log" >&2
-    # Any spill in any kernel is a build error (the kernels are written to fit their register caps).
-    if grep -E '[1-9][0-9]* bytes spill (stores|loads)' "$out/ptxas.log" >/dev/null; then
-      echo "build-kernels: ptxas reports register spills:" >&2
-      grep -B3 -E '[1-9][0-9]* bytes spill (stores|loads)' "$out/ptxas.log" >&2
+    # Spills: the register caps (64 per thread, for occupancy) leave a few LN kernels a few words
+    # short; up to MAX_SPILL bytes per kernel are accepted (they measured faster than 128-register
+    # kernels without spills, bench/RESULTS.md); more is a build error.
+    local worst
+    worst="$(grep -oE '[0-9]+ bytes spill stores' "$out/ptxas.log" | grep -oE '^[0-9]+' | sort -n | tail -1)"
+    if (( ${worst:-0} > MAX_SPILL )); then
+      echo "build-kernels: a kernel spills ${worst} bytes (> ${MAX_SPILL}):" >&2
+      grep -B3 -E "(^|[^0-9])${worst} bytes spill stores" "$out/ptxas.log" >&2
       exit 1
     fi
     rm -f "$out/ptxas.log" "$out/ptx.log"

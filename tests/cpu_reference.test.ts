@@ -1,3 +1,4 @@
+import { mulberry32 } from "./random.ts";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type CpuNormInput, normForward } from "../ops/cpu.ts";
@@ -132,14 +133,7 @@ function naiveF32Rstd(x: ArrayLike<number>, off: number, d: number, eps: number)
 
 /** Deterministic PRNG (mulberry32) and a Box-Muller normal on top of it. */
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return mulberry32(seed);
 }
 function normal(rand: () => number): number {
   return Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());

@@ -1,3 +1,4 @@
+import { mulberry32 } from "./random.ts";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
@@ -193,14 +194,7 @@ test("exhaustive: decode then encode returns every f16 / bf16 bit pattern", () =
 
 /** Deterministic PRNG (mulberry32) so failures reproduce. */
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return mulberry32(seed);
 }
 
 /** The tempting f64 -> f32 -> bf16 conversion, which double-rounds. */

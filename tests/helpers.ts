@@ -19,16 +19,4 @@ export function gpuTest(name: string, fn: () => void | Promise<void>): void {
   else test(name, fn);
 }
 
-/** Seeded uniform random numbers in [lo, hi) (mulberry32): reproducible, never all zeros. */
-export function randoms(n: number, seed: number, lo = -1, hi = 1): Float32Array {
-  let a = seed >>> 0;
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    out[i] = lo + (((t ^ (t >>> 14)) >>> 0) / 4294967296) * (hi - lo);
-  }
-  return out;
-}
+export { randoms } from "./random.ts";

@@ -1,3 +1,4 @@
+import { mulberry32 } from "./random.ts";
 /**
  * layerNorm / rmsNorm on the CPU device, against cpuNormForward (ops/cpu.ts) computed here from the float64
  * inputs (rounded to the tensors' dtypes, as the device stores them).
@@ -25,13 +26,9 @@ const NAN32 = 0x7fc00000;
 
 /** mulberry32, mapped to ±[0.05, 2): never zero, both signs. */
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
+  const next = mulberry32(seed);
   return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    const u = ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    const u = next();
     const mag = 0.05 + 1.95 * Math.abs(u * 2 - 1);
     return u < 0.5 ? -mag : mag;
   };

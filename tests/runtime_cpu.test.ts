@@ -1,3 +1,4 @@
+import { mulberry32 } from "./random.ts";
 /**
  * The runtime on the CPU backend and its object model: Device, DeviceBuffer, PinnedBuffer, Tensor, Stream,
  * Event, LaunchConfig and the Owner that releases native resources. Runs everywhere (no GPU needed); the
@@ -28,13 +29,9 @@ function throwsNaming(fn: () => unknown, cls: ErrorClass, argument?: string): vo
 
 /** A deterministic PRNG (mulberry32) giving values in [-2, 2), never exactly 0. */
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
+  const next = mulberry32(seed);
   return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    const u = ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    const u = next();
     return u === 0.5 ? 0.125 : (u - 0.5) * 4;
   };
 }

@@ -62,6 +62,10 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   const eps = checkEps(epsIn);
   const weight = checkParam("weight", opts.weight, x);
   const bias = kind === "layer" ? checkParam("bias", opts.bias, x) : undefined;
+  // The kernels read weight and bias with one dtype.
+  if (weight && bias && weight.dtype !== bias.dtype) {
+    throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
+  }
   const outDtype = checkOutDtype(opts.outDtype ?? opts.out?.dtype, x);
   const outGiven = checkOut(opts.out, x, outDtype);
   const device = x.device;
@@ -69,6 +73,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
   if (stream.closed) throw new DisposedError("stream");
   const gpu = device.backend !== "cpu";
+  if (gpu && x.rows > 0x7fffffff) throw new ArgumentError("x", "at most 2^31 − 1 rows on a GPU", x.rows);
   const plan = gpu
     ? planNorm(
       { kind, rows: Math.max(x.rows, 1), d: x.d, inputDtype: x.dtype, outputDtype: outDtype, paramDtype: weight?.dtype ?? bias?.dtype },
@@ -83,11 +88,16 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}Norm on ${device.backend}: ${plan.unsupported}`);
   const launchPlan = plan && "plan" in plan ? plan.plan : undefined;
 
-  const y = outGiven ?? emptyTensor(device, x.shape, { dtype: outDtype });
   const statShape = x.shape.length > 1 ? x.shape.slice(0, -1) : [1];
-  const mean = opts.stats ? emptyTensor(device, statShape) : undefined;
-  const rstd = opts.stats ? emptyTensor(device, statShape) : undefined;
+  let y: Tensor | undefined = outGiven, mean: Tensor | undefined, rstd: Tensor | undefined;
   try {
+    y ??= emptyTensor(device, x.shape, { dtype: outDtype });
+    if (opts.stats) {
+      mean = emptyTensor(device, statShape);
+      rstd = emptyTensor(device, statShape);
+      // RMSNorm has no mean: report zeros (the kernels leave it unwritten).
+      if (kind === "rms") mean.buffer.fill(0, { stream });
+    }
     if (x.rows > 0) {
       if (launchPlan) {
         const k = normKernel(device, launchPlan.kernel, NORM_FWD_ARGS);
@@ -100,7 +110,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
       }
     }
   } catch (e) {
-    if (!outGiven) y.close();
+    if (!outGiven) y?.close();
     mean?.close();
     rstd?.close();
     throw e;

@@ -207,7 +207,13 @@ export class Device extends Resource {
     const d = this.activeDriver;
     if (!d) return new PinnedBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
     const addr = d.hostAlloc(bytes);
-    const view = new Uint8Array(ffi!.viewMemory(addr, bytes));
+    let view: Uint8Array;
+    try {
+      view = new Uint8Array(ffi!.viewMemory(addr, bytes));
+    } catch (e) {
+      d.hostFree(addr);
+      throw e;
+    }
     const ctx = this.#context!;
     return new PinnedBuffer(this, bytes, addr, view, () => ctx.forRelease()?.hostFree(addr));
   }

@@ -3,9 +3,10 @@
  * host memory, needed for truly asynchronous copies).
  *
  * Copies are queued on a stream (default: the device's), so they are ordered with kernels on that stream:
- * - write() from ordinary (pageable) JS memory returns once the driver has staged the bytes, so the source
- *   may be reused at once, and the upload lands before later work on the stream;
- * - read() into ordinary JS memory returns once the bytes have arrived (after earlier work on the stream);
+ * - write() from ordinary (pageable) JS memory returns once the bytes are on the device (it synchronizes
+ *   the stream: the driver may finish pageable copies asynchronously, and JS may move on or free the source);
+ * - read() into ordinary JS memory returns once the bytes have arrived (after earlier work on the stream;
+ *   it synchronizes the stream, as the driver does not promise that for pageable memory);
  * - writeAsync()/readAsync() with a PinnedBuffer return immediately: keep the PinnedBuffer untouched
  *   until the stream (or an event recorded after the copy) has completed.
  */
@@ -84,6 +85,7 @@ export class DeviceBuffer extends Resource {
     if (src.byteLength === 0) return;
     const stream = opts.stream ?? this.device.stream;
     d.copyHtoDAsync(this.ptr + BigInt(offset), ffi!.addressOf(src), src.byteLength, stream.handle);
+    d.streamSynchronize(stream.handle);
   }
 
   /** Copies bytes from this buffer (at `offset`) into `dst`, after earlier work on the stream. */
@@ -95,6 +97,7 @@ export class DeviceBuffer extends Resource {
     if (dst.byteLength === 0) return;
     const stream = opts.stream ?? this.device.stream;
     d.copyDtoHAsync(ffi!.addressOf(dst), this.ptr + BigInt(offset), dst.byteLength, stream.handle);
+    d.streamSynchronize(stream.handle);
   }
 
   /** Queues an upload from pinned memory; returns at once. */
@@ -140,6 +143,7 @@ export class DeviceBuffer extends Resource {
     if (!Number.isInteger(value) || value < 0 || value > 255) throw new ArgumentError("value", "a byte 0–255", value);
     const d = this.device.activeDriver;
     if (!d) return void this.hostBytes.fill(value);
+    if (this.byteLength === 0) return;
     d.memset8(this.ptr, value, this.byteLength, (opts.stream ?? this.device.stream).handle);
   }
 
@@ -148,6 +152,7 @@ export class DeviceBuffer extends Resource {
     if (this.byteLength % 4 !== 0) throw new ArgumentError("buffer", "a byte length divisible by 4", this.byteLength);
     const d = this.device.activeDriver;
     if (!d) return void new Uint32Array(this.hostBytes.buffer, this.hostBytes.byteOffset, this.byteLength / 4).fill(bits >>> 0);
+    if (this.byteLength === 0) return;
     d.memset32(this.ptr, bits, this.byteLength / 4, (opts.stream ?? this.device.stream).handle);
   }
 }

@@ -171,11 +171,13 @@ export class Kernel {
 
   /** Registers, static shared memory, … as the driver reports them. */
   attribute(name: "registers" | "staticSharedBytes" | "maxThreadsPerBlock" | "maxDynamicSharedBytes"): number {
+    if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
     return this.module.device.activeDriver!.kernelAttribute(this.#fn, name);
   }
 
   /** Resident blocks per multiprocessor for a block size and dynamic shared memory. */
   occupancy(blockThreads: number, dynamicSharedBytes = 0): number {
+    if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
     return this.module.device.activeDriver!.occupancy(this.#fn, blockThreads, dynamicSharedBytes);
   }
 

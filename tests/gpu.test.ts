@@ -90,6 +90,17 @@ gpuTest("modules: fatbin and PTX (JIT) load; a prepared kernel launches and comp
   }
 });
 
+gpuTest("a kernel of a closed module refuses attribute/occupancy/launch with DisposedError", () => {
+  using dev = Device.open({ backend: "cuda" });
+  const mod = dev.loadModule(fatbin());
+  const k = mod.kernel("scale_f32", SCALE_ARGS);
+  mod.close();
+  assert.throws(() => k.attribute("registers"), /closed/);
+  assert.throws(() => k.occupancy(256), /closed/);
+  using x = dev.alloc(1024);
+  assert.throws(() => launch(dev.stream, new LaunchConfig({ grid: [1], block: [32] }), k, x, x, 2, 1), /closed/);
+});
+
 gpuTest("launch checks: limits, argument count and types are rejected before the driver sees them", () => {
   using dev = Device.open({ backend: "cuda" });
   using mod = dev.loadModule(fatbin());

@@ -66,6 +66,8 @@ function runCase(dev: Device, c: Case): number {
     assert.ok(Math.abs(rstd[row] - ref.rstd[row]) <= 2e-6 * ref.rstd[row] + 1e-30, `${JSON.stringify(c)} rstd[${row}]`);
     if (kind === "layer") {
       assert.ok(Math.abs(mean[row] - ref.mean[row]) <= 1e-6 * (1 + Math.abs(ref.mean[row])), `${JSON.stringify(c)} mean[${row}]`);
+    } else {
+      assert.equal(mean[row], 0, `${JSON.stringify(c)}: RMSNorm reports mean 0`);
     }
   }
   return worst;

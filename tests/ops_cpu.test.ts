@@ -480,6 +480,15 @@ test("validation: bias (or weight) with a dtype that is neither f32 nor x's → 
   rejects(h, (k, out) => norm(k)(h.x, { weight: bb16, out }), ArgumentError, "weight.dtype");
 });
 
+test("validation: weight and bias of different dtypes → ArgumentError(bias.dtype) (the kernels read both as one)", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const s = setup(dev, [4, 8], "bf16");
+  using w = dev.tensor(randoms(8, 2), [8], { dtype: "f32" });
+  using b = dev.tensor(randoms(8, 3), [8], { dtype: "bf16" });
+  rejectsOnce(s, () => layerNorm(s.x, { weight: w, bias: b, out: s.out }), ArgumentError, "bias.dtype");
+  rejectsOnce(s, () => layerNorm(s.x, { weight: b, bias: w, out: s.out }), ArgumentError, "bias.dtype");
+});
+
 test("validation: eps ≤ 0, NaN, ±Infinity or not a number → ArgumentError(eps)", () => {
   using dev = Device.open({ backend: "cpu" });
   const s = setup(dev);

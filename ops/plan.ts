@@ -95,7 +95,10 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
 
   // Small rows: a sub-warp (tpr lanes) per row, ROWS_BLOCK / tpr rows per block.
   if (chunks <= warp * MAXV_ROWS && ROWS_BLOCK <= maxThreads) {
-    const tpr = clamp(nextPow2(Math.ceil(chunks / TARGET_NV)), 1, warp);
+    // RMSNorm's single reduction is cheap, so it gains from twice the lanes per row (better coalesced
+    // loads); LayerNorm's two reductions favour full register caches (bench/sweep.ts on the H200).
+    const target = p.kind === "rms" ? TARGET_NV / 2 : TARGET_NV;
+    const tpr = clamp(nextPow2(Math.ceil(chunks / target)), 1, warp);
     const nv = Math.ceil(chunks / tpr);
     const rowsPerBlock = ROWS_BLOCK / tpr;
     return make("rows", tpr, nv, ROWS_BLOCK, Math.min(Math.ceil(p.rows / rowsPerBlock), limits.maxGridX));

@@ -95,10 +95,11 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
 
   // Small rows: a sub-warp (tpr lanes) per row, ROWS_BLOCK / tpr rows per block.
   if (chunks <= warp * MAXV_ROWS && ROWS_BLOCK <= maxThreads) {
-    // RMSNorm's single reduction is cheap, so it gains from twice the lanes per row (better coalesced
-    // loads); LayerNorm's two reductions favour full register caches (bench/sweep.ts on the H200).
-    const target = p.kind === "rms" ? TARGET_NV / 2 : TARGET_NV;
-    const tpr = clamp(nextPow2(Math.ceil(chunks / target)), 1, warp);
+    // LayerNorm's two reductions favour full register caches. RMSNorm's single reduction is cheap, so
+    // for small rows it gains from twice the lanes per row (better coalesced loads), up to 16 lanes
+    // (bench/sweep.ts on the H200: bf16 D=128 3192 -> 4116 GB/s; D=768 is faster at 16 lanes than 32).
+    const full = nextPow2(Math.ceil(chunks / TARGET_NV));
+    const tpr = clamp(p.kind === "rms" ? Math.max(full, Math.min(16, nextPow2(Math.ceil(chunks / 4)))) : full, 1, warp);
     const nv = Math.ceil(chunks / tpr);
     const rowsPerBlock = ROWS_BLOCK / tpr;
     return make("rows", tpr, nv, ROWS_BLOCK, Math.min(Math.ceil(p.rows / rowsPerBlock), limits.maxGridX));

@@ -26,6 +26,9 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([plan(1024).mapping, plan(1024).tpr, plan(1024).nv], ["rows", 32, 8]);
   const rms128 = plan(128, "bf16", 1000, H200, "rms");
   assert.deepEqual([rms128.mapping, rms128.tpr, rms128.nv], ["rows", 4, 4], "RMSNorm: twice the lanes per row");
+  const rms768 = plan(768, "bf16", 1000, H200, "rms");
+  assert.deepEqual([rms768.tpr, rms768.nv], [16, 6], "RMSNorm: at most 16 lanes per row");
+  assert.deepEqual([plan(1024, "f32", 1000, H200, "rms").tpr, plan(1024, "f32", 1000, H200, "rms").nv], [32, 8]);
   assert.deepEqual([plan(4096, "bf16").mapping, plan(4096, "bf16").tpr, plan(4096, "bf16").nv], ["block", 64, 8]);
   assert.deepEqual([plan(16384).mapping, plan(16384).tpr, plan(16384).nv], ["block", 512, 8]);
   assert.deepEqual([plan(32768).mapping, plan(32768).cluster, plan(32768).tpr], ["cluster", 4, 256]);

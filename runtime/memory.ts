@@ -63,6 +63,13 @@ export class DeviceBuffer extends Resource {
     return `DeviceBuffer(${this.byteLength} bytes)`;
   }
 
+  /** A given stream must belong to this buffer's device and be open. */
+  #checkStream(stream: Stream | undefined): void {
+    if (stream === undefined) return;
+    if (stream.device !== this.device) throw new ArgumentError("stream", "a Stream of the buffer's device", stream);
+    void stream.handle; // throws DisposedError when closed
+  }
+
   /** The device address (CUdeviceptr). On the CPU backend: 0n. */
   get ptr(): bigint {
     this.assertOpen();
@@ -80,10 +87,11 @@ export class DeviceBuffer extends Resource {
   write(src: ArrayBufferView, opts: CopyOptions = {}): void {
     const offset = opts.offset ?? 0;
     checkRange("write", offset, src.byteLength, this.byteLength);
+    this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
     if (!d) return this.hostBytes.set(bytesOf(src), offset);
-    if (src.byteLength === 0) return;
     const stream = opts.stream ?? this.device.stream;
+    if (src.byteLength === 0) return;
     d.copyHtoDAsync(this.ptr + BigInt(offset), ffi!.addressOf(src), src.byteLength, stream.handle);
     d.streamSynchronize(stream.handle);
   }
@@ -92,10 +100,11 @@ export class DeviceBuffer extends Resource {
   read(dst: ArrayBufferView, opts: CopyOptions = {}): void {
     const offset = opts.offset ?? 0;
     checkRange("read", offset, dst.byteLength, this.byteLength);
+    this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
     if (!d) return bytesOf(dst).set(this.hostBytes.subarray(offset, offset + dst.byteLength));
-    if (dst.byteLength === 0) return;
     const stream = opts.stream ?? this.device.stream;
+    if (dst.byteLength === 0) return;
     d.copyDtoHAsync(ffi!.addressOf(dst), this.ptr + BigInt(offset), dst.byteLength, stream.handle);
     d.streamSynchronize(stream.handle);
   }
@@ -106,9 +115,11 @@ export class DeviceBuffer extends Resource {
     const bytes = opts.bytes ?? src.byteLength - pinnedOffset;
     checkRange("writeAsync source", pinnedOffset, bytes, src.byteLength);
     checkRange("writeAsync", offset, bytes, this.byteLength);
+    this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
     if (!d) return this.hostBytes.set(src.bytes.subarray(pinnedOffset, pinnedOffset + bytes), offset);
     const stream = opts.stream ?? this.device.stream;
+    if (bytes === 0) return;
     d.copyHtoDAsync(this.ptr + BigInt(offset), src.address + BigInt(pinnedOffset), bytes, stream.handle);
   }
 
@@ -118,9 +129,11 @@ export class DeviceBuffer extends Resource {
     const bytes = opts.bytes ?? dst.byteLength - pinnedOffset;
     checkRange("readAsync destination", pinnedOffset, bytes, dst.byteLength);
     checkRange("readAsync", offset, bytes, this.byteLength);
+    this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
     if (!d) return dst.bytes.set(this.hostBytes.subarray(offset, offset + bytes), pinnedOffset);
     const stream = opts.stream ?? this.device.stream;
+    if (bytes === 0) return;
     d.copyDtoHAsync(dst.address + BigInt(pinnedOffset), this.ptr + BigInt(offset), bytes, stream.handle);
   }
 
@@ -131,29 +144,37 @@ export class DeviceBuffer extends Resource {
     checkRange("copyFrom source", srcOffset, bytes, src.byteLength);
     checkRange("copyFrom", offset, bytes, this.byteLength);
     if (src.device !== this.device) throw new ArgumentError("copyFrom source", "a buffer of the same device");
+    if (src === this && bytes > 0 && offset < srcOffset + bytes && srcOffset < offset + bytes) {
+      throw new ArgumentError("copyFrom", "source and destination ranges that do not overlap", `[${srcOffset}, +${bytes}) → [${offset}, +${bytes})`);
+    }
+    this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
     if (!d) return this.hostBytes.set(src.hostBytes.subarray(srcOffset, srcOffset + bytes), offset);
-    if (bytes === 0) return;
     const stream = opts.stream ?? this.device.stream;
+    if (bytes === 0) return;
     d.copyDtoD(this.ptr + BigInt(offset), src.ptr + BigInt(srcOffset), bytes, stream.handle);
   }
 
   /** Queues filling the whole buffer with the byte `value` (0–255). */
   fill(value: number, opts: { stream?: Stream } = {}): void {
     if (!Number.isInteger(value) || value < 0 || value > 255) throw new ArgumentError("value", "a byte 0–255", value);
+    this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
     if (!d) return void this.hostBytes.fill(value);
+    const stream = opts.stream ?? this.device.stream;
     if (this.byteLength === 0) return;
-    d.memset8(this.ptr, value, this.byteLength, (opts.stream ?? this.device.stream).handle);
+    d.memset8(this.ptr, value, this.byteLength, stream.handle);
   }
 
   /** Queues filling the buffer with the 32-bit pattern `bits` (e.g. a float's bits); byteLength % 4 must be 0. */
   fill32(bits: number, opts: { stream?: Stream } = {}): void {
     if (this.byteLength % 4 !== 0) throw new ArgumentError("buffer", "a byte length divisible by 4", this.byteLength);
+    this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
     if (!d) return void new Uint32Array(this.hostBytes.buffer, this.hostBytes.byteOffset, this.byteLength / 4).fill(bits >>> 0);
+    const stream = opts.stream ?? this.device.stream;
     if (this.byteLength === 0) return;
-    d.memset32(this.ptr, bits, this.byteLength / 4, (opts.stream ?? this.device.stream).handle);
+    d.memset32(this.ptr, bits, this.byteLength / 4, stream.handle);
   }
 }
 

@@ -1,5 +1,6 @@
 /** Streams and events. On the CPU backend both exist so that code runs unchanged; work there is synchronous. */
 import type { Device } from "./device.ts";
+import { ArgumentError } from "./errors.ts";
 import { Resource } from "./resource.ts";
 
 /** An ordered queue of device work (a CUstream). Created by `device.createStream()`. */
@@ -78,6 +79,8 @@ export class Event extends Resource {
 
   record(stream: Stream = this.device.stream): void {
     const h = this.handle;
+    if (stream.device !== this.device) throw new ArgumentError("stream", "a Stream of the event's device", stream);
+    void stream.handle; // DisposedError when closed
     const d = this.device.activeDriver;
     if (d) d.eventRecord(h, stream.handle);
     else this.#hostTime = performance.now();

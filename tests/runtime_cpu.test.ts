@@ -547,3 +547,41 @@ test("Owner ids are unique; releaseAll empties it", () => {
   o.releaseAll();
   assert.equal(o.liveCount, 0);
 });
+
+test("buffer copies and Event.record refuse a stream of another device (ArgumentError naming stream)", () => {
+  using dev = Device.open({ backend: "cpu" });
+  using other = Device.open({ backend: "cpu" });
+  const foreign = other.createStream();
+  using buf = dev.alloc(64);
+  using src = dev.alloc(64);
+  using pinned = dev.pinned(64);
+  const host = new Uint8Array(16);
+  const calls: [string, () => unknown][] = [
+    ["write", () => buf.write(host, { stream: foreign })],
+    ["read", () => buf.read(host, { stream: foreign })],
+    ["fill", () => buf.fill(1, { stream: foreign })],
+    ["fill32", () => buf.fill32(1, { stream: foreign })],
+    ["copyFrom", () => buf.copyFrom(src, { stream: foreign })],
+    ["writeAsync", () => buf.writeAsync(pinned, { stream: foreign })],
+    ["readAsync", () => buf.readAsync(pinned, { stream: foreign })],
+    ["Event.record", () => dev.createEvent().record(foreign)],
+  ];
+  for (const [name, call] of calls) {
+    assert.throws(call, (e: unknown) => e instanceof ArgumentError && /^stream/.test(e.message), name);
+  }
+  const closed = dev.createStream();
+  closed.close();
+  assert.throws(() => buf.write(host, { stream: closed }), DisposedError);
+});
+
+test("copyFrom within one buffer: overlapping ranges are refused, disjoint ones copied", () => {
+  using dev = Device.open({ backend: "cpu" });
+  using buf = dev.alloc(32);
+  buf.write(Uint8Array.from({ length: 32 }, (_, i) => i + 1));
+  assert.throws(() => buf.copyFrom(buf, { srcOffset: 0, offset: 4, bytes: 8 }), ArgumentError);
+  buf.copyFrom(buf, { srcOffset: 0, offset: 16, bytes: 8 });
+  const out = new Uint8Array(32);
+  buf.read(out);
+  assert.deepEqual([...out.subarray(16, 24)], [1, 2, 3, 4, 5, 6, 7, 8]);
+  assert.deepEqual([...out.subarray(0, 8)], [1, 2, 3, 4, 5, 6, 7, 8]);
+});

@@ -54,8 +54,9 @@ export const MAXV_ROWS = 8;
 export const MAXV_BLOCK = 8;
 /** Threads per CTA of the block and cluster mappings, at most (their launch bound: 128 registers each). */
 export const MAX_BLOCK_THREADS = 512;
-/** Threads per block of the rows mapping. */
+/** Threads per block of the rows mapping, and at most threads per row there. */
 export const ROWS_BLOCK = 256;
+export const ROWS_MAX_TPR = 32;
 /**
  * Chunks per thread the heuristics aim for. The kernels' registers are allocated for MAXV chunks whatever
  * nv is at run time, so fewer threads per row with full register caches put the most bytes in flight per
@@ -94,12 +95,13 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   });
 
   // Small rows: a sub-warp (tpr lanes) per row, ROWS_BLOCK / tpr rows per block.
-  if (chunks <= warp * MAXV_ROWS && ROWS_BLOCK <= maxThreads) {
+  // The rows kernel reduces with xor shuffles inside 32-lane groups (whatever the wave size).
+  if (chunks <= ROWS_MAX_TPR * MAXV_ROWS && ROWS_BLOCK <= maxThreads) {
     // LayerNorm's two reductions favour full register caches. RMSNorm's single reduction is cheap, so
     // for small rows it gains from twice the lanes per row (better coalesced loads), up to 16 lanes
     // (bench/sweep.ts on the H200: bf16 D=128 3192 -> 4116 GB/s; D=768 is faster at 16 lanes than 32).
     const full = nextPow2(Math.ceil(chunks / TARGET_NV));
-    const tpr = clamp(p.kind === "rms" ? Math.max(full, Math.min(16, nextPow2(Math.ceil(chunks / 4)))) : full, 1, warp);
+    const tpr = clamp(p.kind === "rms" ? Math.max(full, Math.min(16, nextPow2(Math.ceil(chunks / 4)))) : full, 1, ROWS_MAX_TPR);
     const nv = Math.ceil(chunks / tpr);
     const rowsPerBlock = ROWS_BLOCK / tpr;
     return make("rows", tpr, nv, ROWS_BLOCK, Math.min(Math.ceil(p.rows / rowsPerBlock), limits.maxGridX));

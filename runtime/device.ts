@@ -1,12 +1,14 @@
 /**
- * Device: opens a backend (CUDA, else CPU), owns the context and everything created from it.
+ * Device: opens a backend (CUDA, else HIP, else CPU), owns the context and everything created from it.
  *
- *   using dev = Device.open();                           // CUDA if a device exists, else CPU
+ *   using dev = Device.open();                           // CUDA if a device exists, else HIP, else CPU
  *   using dev = Device.open({ backend: "cuda", ordinal: 1 });   // fails loudly when there is none
+ *   using dev = Device.open({ backend: "hip" });                // AMD GPU, or BackendUnavailableError
  */
 import { LibraryLoadError } from "../ffi/library.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { openCudaDriver } from "./cuda.ts";
+import { openHipDriver } from "./hip.ts";
 import type { DeviceInfo, Driver } from "./driver.ts";
 import { ArgumentError, BackendUnavailableError, GpuError, UnsupportedError } from "./errors.ts";
 import { DeviceBuffer, PinnedBuffer } from "./memory.ts";
@@ -15,10 +17,10 @@ import { Owner, Resource } from "./resource.ts";
 import { Event, Stream } from "./stream.ts";
 import { emptyTensor, type Tensor, tensorFrom, type TensorOptions } from "./tensor.ts";
 
-export type Backend = "cuda" | "cpu";
+export type Backend = "cuda" | "hip" | "cpu";
 
 export interface OpenOptions {
-  /** "auto" (default): CUDA when a CUDA device exists, else CPU. */
+  /** "auto" (default): CUDA when a CUDA device exists, else HIP when an AMD (HIP) device exists, else CPU. */
   backend?: Backend | "auto";
   /** Which GPU (default 0). */
   ordinal?: number;
@@ -40,18 +42,27 @@ const CPU_INFO: DeviceInfo = {
   l2CacheBytes: 0,
 };
 
-// One driver per process, loaded on first use; the failure reason is kept for fallbacks.
-let cuda: { driver: Driver } | { error: string } | undefined;
-function cudaDriver(): { driver: Driver } | { error: string } {
-  if (!cuda) {
-    try {
-      cuda = { driver: openCudaDriver() };
-    } catch (e) {
-      if (!(e instanceof LibraryLoadError || e instanceof GpuError)) throw e;
-      cuda = { error: e.message };
-    }
+// One driver per backend and process, loaded on first use; the failure reason is kept for fallbacks.
+type Loaded = { driver: Driver } | { error: string };
+function loadDriver(open: () => Driver): Loaded {
+  try {
+    return { driver: open() };
+  } catch (e) {
+    if (!(e instanceof LibraryLoadError || e instanceof GpuError)) throw e;
+    return { error: e.message };
   }
-  return cuda;
+}
+let cuda: Loaded | undefined;
+let hip: Loaded | undefined;
+const cudaDriver = (): Loaded => (cuda ??= loadDriver(openCudaDriver));
+const hipDriver = (): Loaded => (hip ??= loadDriver(openHipDriver));
+
+/** The driver's device `ordinal`, or why it cannot be had. */
+function pick(loaded: Loaded, ordinal: number, label: string): { driver: Driver } | { reason: string } {
+  if (!("driver" in loaded)) return { reason: loaded.error };
+  const count = loaded.driver.deviceCount();
+  if (ordinal < count) return { driver: loaded.driver };
+  return { reason: count === 0 ? `no ${label} device found` : `${label} device ${ordinal} requested, ${count} present` };
 }
 
 // The context current on this thread, so that switching devices costs a driver call only when needed.
@@ -118,33 +129,42 @@ export class Device extends Resource {
     if (typeof opts !== "object") throw new ArgumentError("options", "an object { backend?, ordinal? }", opts);
     const backend = opts.backend ?? "auto";
     const ordinal = opts.ordinal ?? 0;
-    if (!["auto", "cuda", "cpu"].includes(backend)) throw new ArgumentError("backend", `"auto", "cuda" or "cpu"`, backend);
+    if (!["auto", "cuda", "hip", "cpu"].includes(backend)) {
+      throw new ArgumentError("backend", `"auto", "cuda", "hip" or "cpu"`, backend);
+    }
     if (!Number.isInteger(ordinal) || ordinal < 0) throw new ArgumentError("ordinal", "an integer ≥ 0", ordinal);
     if (backend === "cpu") return new Device("cpu", CPU_INFO, null);
 
-    const c = cudaDriver();
-    let reason: string;
-    if ("driver" in c) {
-      const count = c.driver.deviceCount();
-      if (ordinal < count) return Device.#openCuda(c.driver, ordinal);
-      reason = count === 0 ? "no CUDA device found" : `CUDA device ${ordinal} requested, ${count} present`;
-    } else {
-      reason = c.error;
+    let cudaReason: string | undefined;
+    if (backend !== "hip") {
+      const c = pick(cudaDriver(), ordinal, "CUDA");
+      if ("driver" in c) return Device.#openGpu("cuda", c.driver, ordinal);
+      if (backend === "cuda") throw new BackendUnavailableError("cuda", c.reason);
+      cudaReason = c.reason;
     }
-    if (backend === "cuda") throw new BackendUnavailableError("cuda", reason);
-    return new Device("cpu", CPU_INFO, null, reason);
+    // HIP is only tried when CUDA has no device: a machine with both uses CUDA unless told otherwise.
+    const h = pick(hipDriver(), ordinal, "HIP");
+    if ("driver" in h) return Device.#openGpu("hip", h.driver, ordinal);
+    if (backend === "hip") throw new BackendUnavailableError("hip", h.reason);
+    return new Device("cpu", CPU_INFO, null, `CUDA: ${cudaReason}; HIP: ${h.reason}`);
   }
 
-  static #openCuda(driver: Driver, ordinal: number): Device {
+  static #openGpu(backend: "cuda" | "hip", driver: Driver, ordinal: number): Device {
     const info = driver.deviceInfo(ordinal);
     const ctx = new Context(driver, driver.retainContext(ordinal), ordinal);
-    return new Device("cuda", info, ctx);
+    return new Device(backend, info, ctx);
   }
 
   /** How many CUDA devices this machine has (0 when the driver is missing). */
   static cudaDeviceCount(): number {
     const c = cudaDriver();
     return "driver" in c ? c.driver.deviceCount() : 0;
+  }
+
+  /** How many HIP (AMD) devices this machine has (0 when the runtime is missing or finds none). */
+  static hipDeviceCount(): number {
+    const h = hipDriver();
+    return "driver" in h ? h.driver.deviceCount() : 0;
   }
 
   protected get label(): string {

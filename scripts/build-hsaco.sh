@@ -2,11 +2,13 @@
 # Build the AMD code objects (HSACO) from the same kernels/ source, with Debian's clang-19 + lld-19
 # (see ../shared/hip.md): no HIP headers, no device libraries; portable.h supplies the prelude.
 #
-#   bash scripts/build-hsaco.sh          # write precompiled/norm_<arch>.hsaco and precompiled/norm_hip.ts
+#   bash scripts/build-hsaco.sh          # write precompiled/norm_hip.ts (the code objects, base64, by target)
 #   bash scripts/build-hsaco.sh --check  # rebuild into a temp dir; exit 1 naming any stale file
 #
 # Targets: gfx90a (MI200, wave64), gfx942 (MI300, wave64), gfx1100 (RDNA3, wave32).
 # Reproducible: -fuse-cuid=none (no random __hip_cuid_* symbol); checked by --check in CI.
+# Only the embedded module is kept (the raw .hsaco files would double the size a GPU-host call carries);
+# decode NORM_HSACO[arch] from base64 to get a code object.
 set -euo pipefail
 export LC_ALL=C
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,7 +45,7 @@ build() { # OUTDIR
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/normkit-hsaco.XXXXXX")"; trap 'rm -rf "$TMP"' EXIT
 build "$TMP"
-FILES=(norm_hip.ts); for a in "${ARCHS[@]}"; do FILES+=("norm_$a.hsaco"); done
+FILES=(norm_hip.ts)
 if [[ "${1:-}" == --check ]]; then
   stale=()
   for f in "${FILES[@]}"; do cmp -s "$TMP/$f" "$ROOT/precompiled/$f" || stale+=("precompiled/$f"); done

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the precompiled NVIDIA kernels from kernels/ into precompiled/.
 #
-#   bash scripts/build-kernels.sh          # rebuild precompiled/norm.ptx, norm.fatbin, norm_cuda.ts
+#   bash scripts/build-kernels.sh          # rebuild precompiled/norm.ptx.gz, norm.fatbin, norm_cuda.ts
 #   bash scripts/build-kernels.sh --check  # rebuild into a temp dir; exit 1 naming any stale file
 #
 # Outputs (all generated; never edit them by hand):
-#   precompiled/norm.ptx     PTX for compute_80 (JIT fallback for any GPU >= sm_80)
+#   precompiled/norm.ptx.gz  PTX for compute_80 (JIT fallback for any GPU >= sm_80), gzip -9n: 11 MB of
+#                            text would crowd the 64 MiB a GPU-host call may carry
 #   precompiled/norm.fatbin  SASS for sm_80 and sm_90, plus PTX for compute_90
 #   precompiled/norm_cuda.ts the fatbin as a base64 string, the source hash, the kernel names
 #
@@ -30,7 +31,7 @@ SRC_REL="kernels/norm.cu"
 # Everything norm.cu compiles from, in hash order (NORM_SOURCE_FILES in the generated module).
 HASHED_REL=(kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh)
 OUT_REL="precompiled"
-GENERATED=(norm.ptx norm.fatbin norm_cuda.ts)
+GENERATED=(norm.ptx.gz norm.fatbin norm_cuda.ts)
 
 MAX_SPILL=96
 MODE=build
@@ -131,7 +132,7 @@ build() {
     echo "// Source: ${HASHED_REL[*]}; sha256 of them concatenated in that order:"
     echo "//   $sha"
     echo "// Compiler: $NVCC_VERSION"
-    echo "// NORM_PTX:    precompiled/norm.ptx    nvcc ${NVCC_FLAGS[*]} ${PTX_FLAGS[*]}"
+    echo "// PTX:         precompiled/norm.ptx.gz nvcc ${NVCC_FLAGS[*]} ${PTX_FLAGS[*]} (gzip -9n)"
     echo "// NORM_FATBIN: precompiled/norm.fatbin nvcc ${NVCC_FLAGS[*]} ${FATBIN_FLAGS[*]}"
     echo "//              (SASS sm_80 + sm_90, PTX compute_90)"
     echo ""
@@ -153,10 +154,11 @@ build() {
     echo "]);"
     echo ""
     echo "/** precompiled/norm.fatbin as base64: SASS for sm_80 and sm_90, PTX for compute_90 (compressed entries)."
-    echo " *  (precompiled/norm.ptx, compute_80 PTX for JIT elsewhere, is a file only: 8 MB of text is too much to embed.) */"
+    echo " *  (precompiled/norm.ptx.gz, compute_80 PTX for JIT elsewhere, is a file only: 11 MB of text is too much to embed.) */"
     echo "export const NORM_FATBIN: string ="
     echo "  \"$(base64 -w0 "$out/norm.fatbin")\";"
   } >"$out/norm_cuda.ts"
+  gzip -9 -n -c "$out/norm.ptx" >"$out/norm.ptx.gz"  # -n: no name or time stamp, so the bytes reproduce
 }
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/normkit-kernels.XXXXXX")"

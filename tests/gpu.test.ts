@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, GpuError, layerNorm, rmsNorm } from "../mod.ts";
 import { readFileSync } from "node:fs";
+import { gunzipSync } from "node:zlib";
 import { ArgumentError, launch, LaunchConfig, NORM_FATBIN, NORM_KERNELS } from "../gpu.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -52,9 +53,9 @@ gpuTest("memory: write/read round trip with offsets, fill, fill32, device-to-dev
   assert.throws(() => buf.read(new Uint8Array(16), { offset: 4 * MiB - 8 }), ArgumentError);
 });
 
-/** The compute_80 PTX of one kernel, cut out of precompiled/norm.ptx (JIT-compiling all of it takes long). */
+/** The compute_80 PTX of one kernel, cut out of precompiled/norm.ptx.gz (JIT-compiling all of it takes long). */
 function ptxOf(kernel: string): string {
-  const ptx = readFileSync(new URL("../precompiled/norm.ptx", import.meta.url), "utf8");
+  const ptx = new TextDecoder().decode(gunzipSync(readFileSync(new URL("../precompiled/norm.ptx.gz", import.meta.url))));
   const head = ptx.slice(0, ptx.indexOf("\n.", ptx.indexOf(".address_size")) + 1);
   const start = ptx.indexOf(`.visible .entry ${kernel}(`);
   const end = ptx.indexOf("\n}\n", start) + 3;

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { Buffer } from "node:buffer";
+import { gunzipSync } from "node:zlib";
 import {
   NORM_FATBIN,
   NORM_KERNELS,
@@ -72,7 +73,7 @@ test("NORM_FATBIN decodes to precompiled/norm.fatbin", () => {
 });
 
 test("PTX targets sm_80 and has an .entry for every kernel", () => {
-  const ptx = new TextDecoder().decode(read("precompiled/norm.ptx"));
+  const ptx = new TextDecoder().decode(gunzipSync(read("precompiled/norm.ptx.gz")));
   assert.match(ptx, /^\.target sm_80$/m);
   assert.ok(NORM_KERNELS.length >= 3);
   for (const name of ["scale_f32"]) {

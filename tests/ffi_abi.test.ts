@@ -9,6 +9,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { commentAbove as sharedCommentAbove } from "./symbol_comments.ts";
 import { existsSync, readFileSync } from "node:fs";
 import {
   CU_DEVICE_ATTRIBUTE,
@@ -55,14 +56,8 @@ function parsePrototype(text: string, name: string, column0 = false): Prototype 
   return { ret: m[1], params };
 }
 
-/** The comment block directly above the symbol's entry in ffi/cuda.ts, without the `//`. */
 function commentAbove(name: string): string {
-  const lines = SOURCE.split("\n");
-  const at = lines.findIndex((l) => new RegExp(`^\\s*${name}\\s*:\\s*\\{`).test(l));
-  assert.ok(at > 0, `${name}: entry not found in ffi/cuda.ts`);
-  const block: string[] = [];
-  for (let i = at - 1; i >= 0 && /^\s*\/\//.test(lines[i]); i--) block.unshift(lines[i].replace(/^\s*\/\/\s?/, ""));
-  return block.join("\n");
+  return sharedCommentAbove(SOURCE, name, "ffi/cuda.ts");
 }
 
 function commentPrototype(name: string): Prototype {

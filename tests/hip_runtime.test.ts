@@ -11,6 +11,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { commentAbove as sharedCommentAbove } from "./symbol_comments.ts";
 import process from "node:process";
 import { existsSync, readFileSync } from "node:fs";
 import {
@@ -60,12 +61,7 @@ function parsePrototype(text: string, name: string): Prototype | undefined {
 }
 
 function commentAbove(name: string): string {
-  const lines = SOURCE.split("\n");
-  const at = lines.findIndex((l) => new RegExp(`^\\s*${name}\\s*:\\s*\\{`).test(l));
-  assert.ok(at > 0, `${name}: entry not found in ffi/hip.ts`);
-  const block: string[] = [];
-  for (let i = at - 1; i >= 0 && /^\s*\/\//.test(lines[i]); i--) block.unshift(lines[i].replace(/^\s*\/\/\s?/, ""));
-  return block.join("\n");
+  return sharedCommentAbove(SOURCE, name, "ffi/hip.ts");
 }
 
 function commentPrototype(name: string): Prototype {

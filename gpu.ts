@@ -14,6 +14,14 @@
 export { Device, type Backend, type OpenOptions } from "./runtime/device.ts";
 export type { DeviceInfo } from "./runtime/driver.ts";
 export { Event, Stream } from "./runtime/stream.ts";
+export {
+  type CaptureMode,
+  type CaptureStatus,
+  Graph,
+  GraphExec,
+  GraphUpdateError,
+  type GraphUpdateRefusal,
+} from "./runtime/graph.ts";
 export { DeviceBuffer, PinnedBuffer } from "./runtime/memory.ts";
 export { type ArgType, type DevicePointer, Kernel, type KernelArg, launch, LaunchConfig, Module } from "./runtime/module.ts";
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";

@@ -122,7 +122,50 @@ export const CUDA_SYMBOLS = {
   // CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
   // (CUDA 12.0+; used for thread-block clusters. `config` is a prepared struct, see CU_LAUNCH_CONFIG.)
   cuLaunchKernelEx: { parameters: ["u64", "u64", "u64", "u64"], result: "i32" },
+
+  // CUDA graphs from stream capture (all present since CUDA 12.0, like cuLaunchKernelEx above).
+  // CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+  cuStreamBeginCapture_v2: { parameters: ["u64", "i32"], result: "i32" },
+  // CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+  cuStreamEndCapture: { parameters: ["u64", "buffer"], result: "i32" },
+  // CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+  cuStreamIsCapturing: { parameters: ["u64", "buffer"], result: "i32" },
+  // (cuda.h #defines cuGraphInstantiate to this entry point)
+  // CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+  cuGraphInstantiateWithFlags: { parameters: ["buffer", "u64", "u64"], result: "i32" },
+  // CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+  cuGraphLaunch: { parameters: ["u64", "u64"], result: "i32" },
+  // `resultInfo` is a CUgraphExecUpdateResultInfo (see CU_GRAPH_EXEC_UPDATE_RESULT_INFO).
+  // CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+  cuGraphExecUpdate_v2: { parameters: ["u64", "u64", "buffer"], result: "i32" },
+  // CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+  cuGraphExecDestroy: { parameters: ["u64"], result: "i32" },
+  // CUresult cuGraphDestroy(CUgraph hGraph);
+  cuGraphDestroy: { parameters: ["u64"], result: "i32" },
 } as const satisfies SymbolTable;
+
+/**
+ * CUgraphExecUpdateResultInfo (cuda.h, LP64): { CUgraphExecUpdateResult result (u32); (pad 4)
+ * CUgraphNode errorNode @8; CUgraphNode errorFromNode @16 } size 24.
+ */
+export const CU_GRAPH_EXEC_UPDATE_RESULT_INFO = { size: 24, result: 0 } as const;
+
+/** CUstreamCaptureMode values. */
+export const CU_STREAM_CAPTURE_MODE = { GLOBAL: 0, THREAD_LOCAL: 1, RELAXED: 2 } as const;
+/** CUstreamCaptureStatus values. */
+export const CU_STREAM_CAPTURE_STATUS = { NONE: 0, ACTIVE: 1, INVALIDATED: 2 } as const;
+/** CUgraphExecUpdateResult values (why cuGraphExecUpdate refused). */
+export const CU_GRAPH_EXEC_UPDATE = {
+  SUCCESS: 0,
+  ERROR: 1,
+  ERROR_TOPOLOGY_CHANGED: 2,
+  ERROR_NODE_TYPE_CHANGED: 3,
+  ERROR_FUNCTION_CHANGED: 4,
+  ERROR_PARAMETERS_CHANGED: 5,
+  ERROR_NOT_SUPPORTED: 6,
+  ERROR_UNSUPPORTED_FUNCTION_CHANGE: 7,
+  ERROR_ATTRIBUTES_CHANGED: 8,
+} as const;
 
 /**
  * Byte layout of CUlaunchConfig and of one CUlaunchAttribute (cuda.h, LP64):
@@ -139,6 +182,8 @@ export type CudaSymbols = typeof CUDA_SYMBOLS;
 /** CUresult values the runtime reacts to by name (all others are reported through cuGetErrorName). */
 export const CUDA_SUCCESS = 0;
 export const CUDA_ERROR_NOT_READY = 600;
+/** cuGraphExecUpdate: the update was refused (resultInfo says why); the executable graph is unchanged. */
+export const CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910;
 
 /** CUdevice_attribute values used by Device (cuda.h). */
 export const CU_DEVICE_ATTRIBUTE = {

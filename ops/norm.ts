@@ -4,12 +4,11 @@
  */
 import { decode, type DType, encode } from "../runtime/dtype.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
-import { LaunchConfig } from "../runtime/module.ts";
-import { Stream } from "../runtime/stream.ts";
+import { deviceCapturing, Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
-import { NORM_FWD_ARGS, normKernel } from "./kernels.ts";
-import { type NormKind, planNorm } from "./plan.ts";
+import type { NormKind } from "./plan.ts";
+import { cachedNormPlan, type PlannedLaunch } from "./plan_cache.ts";
 import { checkEps, checkInput, checkOut, checkOutDtype, checkParam } from "./validate.ts";
 
 export interface RMSNormOptions {
@@ -72,6 +71,13 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   const stream = opts.stream ?? device.stream;
   if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
   if (stream.closed) throw new DisposedError("stream");
+  // Allocating while a stream captures would break the capture (global mode): say so before the driver does.
+  if ((!outGiven || opts.stats) && deviceCapturing(device)) {
+    throw new UnsupportedError(
+      `${kind}Norm during a graph capture: it would allocate ${outGiven ? "the statistics (stats: true)" : "its output (pass out)"}, ` +
+        `and allocation breaks the capture; allocate before beginCapture()`,
+    );
+  }
   if (device.backend === "hip") {
     // The HSACO code objects are built and ABI-checked (precompiled/norm_hip.ts, tests/hsaco_abi.test.ts),
     // but launching them is not wired in: no AMD device has been reached to verify it.
@@ -80,14 +86,15 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   const gpu = device.backend !== "cpu";
   if (gpu && x.rows > 0x7fffffff) throw new ArgumentError("x", "at most 2^31 − 1 rows on a GPU", x.rows);
   const plan = gpu
-    ? planNorm(
+    ? cachedNormPlan(
+      device.cache, // plans (with their LaunchConfig and kernel) cached per problem: nothing allocated per call
       { kind, rows: Math.max(x.rows, 1), d: x.d, inputDtype: x.dtype, outputDtype: outDtype, paramDtype: weight?.dtype ?? bias?.dtype },
-      {
+      () => ({
         maxGridX: device.info.maxGridDim[0],
         maxThreadsPerBlock: device.info.maxThreadsPerBlock,
         warpSize: device.info.warpSize,
         ccMajor: device.backend === "cuda" ? device.info.computeCapability[0] : 0, // clusters: NVIDIA only
-      },
+      }),
     )
     : undefined;
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}Norm on ${device.backend}: ${plan.unsupported}`);
@@ -105,8 +112,8 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
     }
     if (x.rows > 0) {
       if (launchPlan) {
-        const k = normKernel(device, launchPlan.kernel, NORM_FWD_ARGS);
-        k.launch(stream, new LaunchConfig(launchPlan), [
+        const planned = plan as PlannedLaunch;
+        planned.kernel(device).launch(stream, planned.config, [
           x, y, weight ?? null, bias ?? null, mean ?? null, rstd ?? null, x.rows, x.d, x.rowStride, y.rowStride, eps,
           launchPlan.tpr, launchPlan.nv,
         ]);

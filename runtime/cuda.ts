@@ -7,14 +7,18 @@ import {
   CU_EVENT_DEFAULT,
   CU_EVENT_DISABLE_TIMING,
   CU_FUNC_ATTRIBUTE as F,
+  CU_GRAPH_EXEC_UPDATE_RESULT_INFO,
   CU_MEMHOSTALLOC_PORTABLE,
+  CU_STREAM_CAPTURE_MODE,
+  CU_STREAM_CAPTURE_STATUS,
   CU_STREAM_NON_BLOCKING,
+  CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
   CUDA_ERROR_NOT_READY,
   CUDA_SYMBOLS,
 } from "../ffi/cuda.ts";
 import { openLibrary } from "../ffi/library.ts";
 import { ffi } from "../ffi/runtime.ts";
-import type { DeviceInfo, Driver, KernelAttribute } from "./driver.ts";
+import type { CaptureMode, CaptureStatus, DeviceInfo, Driver, GraphDriver, GraphUpdateRefusal, KernelAttribute } from "./driver.ts";
 import { GpuError } from "./errors.ts";
 
 const FUNC_ATTR: Record<KernelAttribute, number> = {
@@ -23,6 +27,17 @@ const FUNC_ATTR: Record<KernelAttribute, number> = {
   registers: F.NUM_REGS,
   maxDynamicSharedBytes: F.MAX_DYNAMIC_SHARED_SIZE_BYTES,
 };
+
+const CAPTURE_MODE: Record<CaptureMode, number> = {
+  global: CU_STREAM_CAPTURE_MODE.GLOBAL,
+  threadLocal: CU_STREAM_CAPTURE_MODE.THREAD_LOCAL,
+  relaxed: CU_STREAM_CAPTURE_MODE.RELAXED,
+};
+// CUgraphExecUpdateResult 1..8, in order.
+const REFUSALS: readonly GraphUpdateRefusal[] = [
+  "error", "topology-changed", "node-type-changed", "function-changed", "parameters-changed", "not-supported",
+  "unsupported-function-change", "attributes-changed",
+];
 
 // Out-parameter scratch, reused by every call: JS is single-threaded and each value is read right away.
 const u64Out = new BigUint64Array(2);
@@ -71,6 +86,32 @@ export function openCudaDriver(): Driver {
   exU32[CU_LAUNCH_CONFIG.numAttrs / 4] = 1;
   exU32[attrAt / 4] = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
 
+  // CUgraphExecUpdateResultInfo out-parameter (its node handles are not used).
+  const updateInfo = new Uint32Array(CU_GRAPH_EXEC_UPDATE_RESULT_INFO.size / 4);
+  const graphs: GraphDriver = {
+    beginCapture: (st, mode) =>
+      check("cuStreamBeginCapture_v2", s.cuStreamBeginCapture_v2(st, CAPTURE_MODE[mode])),
+    endCapture: (st) => u64("cuStreamEndCapture", s.cuStreamEndCapture(st, u64Out)),
+    captureStatus(st): CaptureStatus {
+      const v = i32("cuStreamIsCapturing", s.cuStreamIsCapturing(st, i32Out));
+      return v === CU_STREAM_CAPTURE_STATUS.ACTIVE ? "active" : v === CU_STREAM_CAPTURE_STATUS.INVALIDATED ? "invalidated" : "none";
+    },
+    instantiate: (graph) => u64("cuGraphInstantiateWithFlags", s.cuGraphInstantiateWithFlags(u64Out, graph, 0n)),
+    launch(exec, st) {
+      const code = s.cuGraphLaunch(exec, st);
+      if (code !== 0) fail("cuGraphLaunch", code);
+    },
+    update(exec, graph) {
+      updateInfo.fill(0);
+      const code = s.cuGraphExecUpdate_v2(exec, graph, updateInfo);
+      if (code === 0) return null;
+      if (code !== CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) fail("cuGraphExecUpdate_v2", code);
+      return REFUSALS[updateInfo[CU_GRAPH_EXEC_UPDATE_RESULT_INFO.result / 4] - 1] ?? "error";
+    },
+    destroy: (graph) => check("cuGraphDestroy", s.cuGraphDestroy(graph)),
+    destroyExec: (exec) => check("cuGraphExecDestroy", s.cuGraphExecDestroy(exec)),
+  };
+
   const handleOf = (ordinal: number): number => i32("cuDeviceGet", s.cuDeviceGet(i32Out, ordinal));
   const attr = (dev: number, a: number): number =>
     i32("cuDeviceGetAttribute", s.cuDeviceGetAttribute(i32Out, a, dev));
@@ -78,6 +119,7 @@ export function openCudaDriver(): Driver {
   return {
     backend: "cuda",
     version,
+    graphs,
     deviceCount: () => i32("cuDeviceGetCount", s.cuDeviceGetCount(i32Out)),
     deviceInfo(ordinal: number): DeviceInfo {
       const dev = handleOf(ordinal);

@@ -26,8 +26,44 @@ export interface DeviceInfo {
 
 export type KernelAttribute = "maxThreadsPerBlock" | "staticSharedBytes" | "registers" | "maxDynamicSharedBytes";
 
+/** How strictly the driver refuses unsafe calls (allocation, synchronization) while a stream captures. */
+export type CaptureMode = "global" | "threadLocal" | "relaxed";
+/** "invalidated": an illegal call broke the capture; endCapture will fail. */
+export type CaptureStatus = "none" | "active" | "invalidated";
+
+/** Why the driver refused to update an executable graph in place (CUgraphExecUpdateResult). */
+export type GraphUpdateRefusal =
+  | "error"
+  | "topology-changed"
+  | "node-type-changed"
+  | "function-changed"
+  | "parameters-changed"
+  | "not-supported"
+  | "unsupported-function-change"
+  | "attributes-changed";
+
+/**
+ * Graphs from stream capture. Optional: a backend without it (HIP, for now) leaves Driver.graphs undefined
+ * and runtime/graph.ts says so with an UnsupportedError.
+ */
+export interface GraphDriver {
+  beginCapture(stream: bigint, mode: CaptureMode): void;
+  /** Ends the capture and returns the graph (CUgraph). */
+  endCapture(stream: bigint): bigint;
+  captureStatus(stream: bigint): CaptureStatus;
+  /** Returns the executable graph (CUgraphExec). */
+  instantiate(graph: bigint): bigint;
+  launch(exec: bigint, stream: bigint): void;
+  /** Updates `exec` in place from `graph`: null when done, else why it was refused (exec then unchanged). */
+  update(exec: bigint, graph: bigint): GraphUpdateRefusal | null;
+  destroy(graph: bigint): void;
+  destroyExec(exec: bigint): void;
+}
+
 export interface Driver {
   readonly backend: "cuda" | "hip";
+  /** Stream capture and graphs; undefined where the backend has no binding for them. */
+  readonly graphs?: GraphDriver;
   /** e.g. 13000 for CUDA 13.0. */
   readonly version: number;
   deviceCount(): number;

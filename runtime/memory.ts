@@ -91,6 +91,7 @@ export class DeviceBuffer extends Resource {
     const d = this.device.activeDriver;
     if (!d) return this.hostBytes.set(bytesOf(src), offset);
     const stream = opts.stream ?? this.device.stream;
+    stream.assertNotCapturing("DeviceBuffer.write from JS memory (synchronous; use writeAsync from a PinnedBuffer)");
     if (src.byteLength === 0) return;
     d.copyHtoDAsync(this.ptr + BigInt(offset), ffi!.addressOf(src), src.byteLength, stream.handle);
     d.streamSynchronize(stream.handle);
@@ -104,6 +105,7 @@ export class DeviceBuffer extends Resource {
     const d = this.device.activeDriver;
     if (!d) return bytesOf(dst).set(this.hostBytes.subarray(offset, offset + dst.byteLength));
     const stream = opts.stream ?? this.device.stream;
+    stream.assertNotCapturing("DeviceBuffer.read into JS memory (synchronous; use readAsync into a PinnedBuffer)");
     if (dst.byteLength === 0) return;
     d.copyDtoHAsync(ffi!.addressOf(dst), this.ptr + BigInt(offset), dst.byteLength, stream.handle);
     d.streamSynchronize(stream.handle);

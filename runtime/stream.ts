@@ -1,13 +1,24 @@
 /** Streams and events. On the CPU backend both exist so that code runs unchanged; work there is synchronous. */
 import type { Device } from "./device.ts";
-import { ArgumentError } from "./errors.ts";
+import type { CaptureMode, CaptureStatus } from "./driver.ts";
+import { ArgumentError, UnsupportedError } from "./errors.ts";
+import { Graph, graphDriver } from "./graph.ts";
 import { Resource } from "./resource.ts";
+
+// Streams capturing now, per device: ops check it before they allocate (which would break a global capture).
+const capturingCount = new WeakMap<Device, number>();
+
+/** @internal true while any stream of `device` is capturing (as begun through Stream.beginCapture). */
+export function deviceCapturing(device: Device): boolean {
+  return (capturingCount.get(device) ?? 0) > 0;
+}
 
 /** An ordered queue of device work (a CUstream). Created by `device.createStream()`. */
 export class Stream extends Resource {
   /** The driver handle; 0n on the CPU backend. */
   readonly #handle: bigint;
   readonly device: Device;
+  #capturing = false;
 
   /** @internal use device.createStream() */
   constructor(device: Device, handle: bigint, release: () => void) {
@@ -29,13 +40,94 @@ export class Stream extends Resource {
   /** Blocks until all work queued so far on this stream has finished. */
   synchronize(): void {
     const h = this.handle;
+    this.assertNotCapturing("Stream.synchronize");
     this.device.activeDriver?.streamSynchronize(h);
   }
 
   /** true when all queued work has finished (never blocks). */
   query(): boolean {
     const h = this.handle;
+    this.assertNotCapturing("Stream.query");
     return this.device.activeDriver?.streamQuery(h) ?? true;
+  }
+
+  /** true between beginCapture() and endCapture() (normkit's own record; captureStatus() asks the driver). */
+  get capturing(): boolean {
+    return this.#capturing;
+  }
+
+  /**
+   * @internal Throws UnsupportedError naming `what` while this stream captures: a synchronizing call would
+   * otherwise invalidate the capture with a driver error far from its cause.
+   */
+  assertNotCapturing(what: string): void {
+    if (this.#capturing) {
+      throw new UnsupportedError(
+        `${what} while the stream is capturing a graph: captured work only runs when the graph is launched, so ` +
+          `nothing can be waited for or read back yet (call it before beginCapture() or after endCapture())`,
+      );
+    }
+  }
+
+  /**
+   * Starts recording the work queued on this stream into a graph instead of running it. Until endCapture():
+   * no synchronization, no reads to JS memory, no allocation (pass `out` to the norms). In "global" mode
+   * (the default, as in PyTorch) the driver also refuses unsafe calls made for other streams meanwhile.
+   * Run each op once before capturing it, so that its kernel is loaded and its plan cached.
+   */
+  beginCapture(opts: { mode?: CaptureMode } = {}): void {
+    const h = this.handle;
+    const mode = opts.mode ?? "global";
+    if (mode !== "global" && mode !== "threadLocal" && mode !== "relaxed") {
+      throw new ArgumentError("mode", `"global", "threadLocal" or "relaxed"`, mode);
+    }
+    if (this.#capturing) throw new UnsupportedError("Stream.beginCapture: this stream is already capturing");
+    graphDriver(this.device, "Stream.beginCapture").beginCapture(h, mode);
+    this.#capturing = true;
+    capturingCount.set(this.device, (capturingCount.get(this.device) ?? 0) + 1);
+  }
+
+  /**
+   * Ends the capture and returns the recorded Graph. The capture ends even when this throws (GpuError
+   * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when an illegal call broke it).
+   */
+  endCapture(): Graph {
+    const h = this.handle;
+    if (!this.#capturing) throw new UnsupportedError("Stream.endCapture: this stream is not capturing (call beginCapture() first)");
+    const graphs = graphDriver(this.device, "Stream.endCapture");
+    let graph: bigint;
+    try {
+      graph = graphs.endCapture(h);
+    } finally {
+      this.#capturing = false;
+      capturingCount.set(this.device, (capturingCount.get(this.device) ?? 1) - 1);
+    }
+    return new Graph(this.device, graph, graphs);
+  }
+
+  /** Captures what `record` queues on this stream: beginCapture(), record(), endCapture(), even when record throws. */
+  capture(record: () => void, opts: { mode?: CaptureMode } = {}): Graph {
+    this.beginCapture(opts);
+    try {
+      record();
+    } catch (e) {
+      // End the capture so the stream is usable again; the partial graph is of no use.
+      try {
+        this.endCapture().close();
+      } catch {
+        // The original error is the one worth reporting.
+      }
+      throw e;
+    }
+    return this.endCapture();
+  }
+
+  /** What the driver says about this stream's capture ("invalidated" after an illegal call). */
+  captureStatus(): CaptureStatus {
+    const h = this.handle;
+    const d = this.device.activeDriver;
+    if (!d || !d.graphs) return "none";
+    return d.graphs.captureStatus(h);
   }
 
   /** Work queued on this stream after this call waits until `event` (recorded elsewhere) has completed. */

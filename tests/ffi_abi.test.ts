@@ -10,15 +10,23 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { commentAbove as sharedCommentAbove } from "./symbol_comments.ts";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import {
   CU_DEVICE_ATTRIBUTE,
   CU_EVENT_DEFAULT,
   CU_EVENT_DISABLE_TIMING,
   CU_FUNC_ATTRIBUTE,
+  CU_GRAPH_EXEC_UPDATE,
+  CU_GRAPH_EXEC_UPDATE_RESULT_INFO,
+  CU_LAUNCH_ATTRIBUTE,
   CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+  CU_LAUNCH_CONFIG,
   CU_MEMHOSTALLOC_PORTABLE,
+  CU_STREAM_CAPTURE_MODE,
+  CU_STREAM_CAPTURE_STATUS,
   CU_STREAM_NON_BLOCKING,
+  CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
   CUDA_ERROR_NOT_READY,
   CUDA_SUCCESS,
   CUDA_SYMBOLS,
@@ -66,8 +74,11 @@ function commentPrototype(name: string): Prototype {
   return p;
 }
 
-const U64_TYPES = new Set(["CUdeviceptr", "size_t", "CUstream", "CUevent", "CUmodule", "CUfunction", "CUcontext"]);
-const I32_TYPES = new Set(["int", "CUdevice", "CUresult", "CUdevice_attribute", "CUfunction_attribute"]);
+const U64_TYPES = new Set([
+  "CUdeviceptr", "size_t", "CUstream", "CUevent", "CUmodule", "CUfunction", "CUcontext", "CUgraph", "CUgraphExec",
+  "unsigned long long",
+]);
+const I32_TYPES = new Set(["int", "CUdevice", "CUresult", "CUdevice_attribute", "CUfunction_attribute", "CUstreamCaptureMode"]);
 const U32_TYPES = new Set(["unsigned int", "unsigned char"]);
 
 /** The FFI types a C parameter type may travel as on x86-64 / aarch64 Linux (LP64). */
@@ -132,6 +143,12 @@ function headerText(): string {
   return readFileSync(CUDA_H, "utf8");
 }
 
+/** The public name cuda.h #defines to `entry` (cuGraphInstantiate → cuGraphInstantiateWithFlags), if any. */
+function headerPublicName(h: string, entry: string): string | undefined {
+  const m = new RegExp(`^\\s*#define\\s+(\\w+)\\s+(?:__CUDA_API_PT(?:DS|SZ)\\()?${entry}\\)?\\s*$`, "m").exec(h);
+  return m?.[1];
+}
+
 /** What cuda.h's public name for `symbol` (the symbol without a _vN suffix) is #defined to, if anything. */
 function headerAlias(h: string, base: string): string | undefined {
   const m = new RegExp(`^\\s*#define\\s+${base}\\s+(?:__CUDA_API_PT(?:DS|SZ)\\()?(\\w+)\\)?\\s*$`, "m").exec(h);
@@ -149,7 +166,10 @@ test(
     for (const [name] of SYMBOLS) {
       const base = name.replace(/_v\d+$/, "");
       // cuda.h declares the public (unsuffixed) name at column 0; the legacy declarations further down are indented.
-      const decl = parsePrototype(h, base, true) ?? parsePrototype(h, name, true);
+      // An entry point with no `_vN` suffix of its own may still be what a public name is #defined to.
+      const publicName = headerPublicName(h, name);
+      const decl = parsePrototype(h, base, true) ?? parsePrototype(h, name, true) ??
+        (publicName ? parsePrototype(h, publicName, true) : undefined);
       if (!decl) {
         problems.push(`${name}: no declaration of ${base} in cuda.h`);
         continue;
@@ -203,7 +223,11 @@ test(
       CU_EVENT_DISABLE_TIMING,
       CU_MEMHOSTALLOC_PORTABLE,
       CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+      CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
     };
+    for (const [k, v] of Object.entries(CU_STREAM_CAPTURE_MODE)) ours[`CU_STREAM_CAPTURE_MODE_${k}`] = v;
+    for (const [k, v] of Object.entries(CU_STREAM_CAPTURE_STATUS)) ours[`CU_STREAM_CAPTURE_STATUS_${k}`] = v;
+    for (const [k, v] of Object.entries(CU_GRAPH_EXEC_UPDATE)) ours[`CU_GRAPH_EXEC_UPDATE_${k}`] = v;
     for (const [k, v] of Object.entries(CU_DEVICE_ATTRIBUTE)) ours[`CU_DEVICE_ATTRIBUTE_${k}`] = v;
     for (const [k, v] of Object.entries(CU_FUNC_ATTRIBUTE)) ours[`CU_FUNC_ATTRIBUTE_${k}`] = v;
     assert.ok(Object.keys(ours).length >= 25);
@@ -211,6 +235,47 @@ test(
       .filter(([k, v]) => headerValue(h, k) !== v)
       .map(([k, v]) => `${k}: ours ${v}, cuda.h ${headerValue(h, k)}`);
     assert.deepEqual(wrong, []);
+  },
+);
+
+// The struct layouts the driver reads or writes through raw memory, from the C compiler itself.
+const CC = ["gcc", "cc"].find((c) => {
+  try {
+    execFileSync(c, ["--version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+});
+const LAYOUT_SKIP = !HAVE_CUDA_H ? NO_HEADER : !CC ? "no C compiler (gcc/cc)" : false;
+
+test(
+  LAYOUT_SKIP ? `struct layouts equal cuda.h's [skipped: ${LAYOUT_SKIP}]` : "struct layouts (CUlaunchConfig, CUgraphExecUpdateResultInfo) equal cuda.h's",
+  { skip: LAYOUT_SKIP },
+  () => {
+    const dir = mkdtempSync("/tmp/normkit-layout-");
+    try {
+      writeFileSync(`${dir}/l.c`, `#include <cuda.h>
+#include <stddef.h>
+#include <stdio.h>
+int main(void) {
+  printf("%zu %zu %zu %zu %zu %zu %zu %zu\\n", sizeof(CUlaunchConfig), offsetof(CUlaunchConfig, hStream),
+    offsetof(CUlaunchConfig, attrs), offsetof(CUlaunchConfig, numAttrs), sizeof(CUlaunchAttribute),
+    offsetof(CUlaunchAttribute, value), sizeof(CUgraphExecUpdateResultInfo),
+    offsetof(CUgraphExecUpdateResultInfo, result));
+  return 0;
+}
+`);
+      execFileSync(CC!, ["-I/usr/local/cuda/include", "-o", `${dir}/l`, `${dir}/l.c`]);
+      const got = execFileSync(`${dir}/l`, { encoding: "utf8" }).trim().split(" ").map(Number);
+      assert.deepEqual(got, [
+        CU_LAUNCH_CONFIG.size, CU_LAUNCH_CONFIG.stream, CU_LAUNCH_CONFIG.attrs, CU_LAUNCH_CONFIG.numAttrs,
+        CU_LAUNCH_ATTRIBUTE.size, CU_LAUNCH_ATTRIBUTE.value,
+        CU_GRAPH_EXEC_UPDATE_RESULT_INFO.size, CU_GRAPH_EXEC_UPDATE_RESULT_INFO.result,
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   },
 );
 

@@ -1,0 +1,118 @@
+/**
+ * CUDA graphs from stream capture: record a sequence of launches and copies once, replay it with one
+ * driver call (cuGraphLaunch), which is what makes 1–64-row norms cheap on the host.
+ *
+ *   using graph = stream.capture(() => rmsNorm(x, { weight, out: y, stream }));
+ *   using exec = graph.instantiate();
+ *   exec.launch(stream);                 // as often as wanted; x and y are read/written at their addresses
+ *
+ * A graph remembers device addresses, not objects: keep the buffers it uses open while it can be launched.
+ * To run the same work on other buffers, capture again and `exec.update(newGraph)` (cheaper than a new
+ * instantiate when only arguments changed; GraphUpdateError says when the driver refuses).
+ */
+import type { Device } from "./device.ts";
+import type { GraphDriver, GraphUpdateRefusal } from "./driver.ts";
+import { ArgumentError, UnsupportedError } from "./errors.ts";
+import { Resource } from "./resource.ts";
+import type { Stream } from "./stream.ts";
+
+export type { CaptureMode, CaptureStatus, GraphUpdateRefusal } from "./driver.ts";
+
+/** The driver refused to update an executable graph in place; it is unchanged and still launchable. */
+export class GraphUpdateError extends Error {
+  override name = "GraphUpdateError";
+  constructor(readonly reason: GraphUpdateRefusal) {
+    super(
+      `the executable graph cannot be updated from this graph (${reason}): only kernel arguments, copy and ` +
+        `memset addresses may change; capture the same sequence of operations, or instantiate the new graph`,
+    );
+  }
+}
+
+/** @internal The device's graph driver, or UnsupportedError saying why there is none. */
+export function graphDriver(device: Device, what: string): GraphDriver {
+  const d = device.activeDriver;
+  if (!d) {
+    throw new UnsupportedError(
+      `${what}: graphs need a GPU backend (the CPU backend runs each operation as it is called, so there is nothing to capture)`,
+    );
+  }
+  if (!d.graphs) throw new UnsupportedError(`${what}: graph capture is not bound for the ${d.backend} backend yet`);
+  return d.graphs;
+}
+
+/** A captured graph (CUgraph): a template; instantiate() makes something launchable. */
+export class Graph extends Resource {
+  readonly device: Device;
+  readonly #handle: bigint;
+
+  /** @internal use stream.endCapture() or stream.capture() */
+  constructor(device: Device, handle: bigint, graphs: GraphDriver) {
+    // The release keeps the driver, not the device (a forgotten graph must not keep its device alive).
+    // cuGraphDestroy needs no current context; the owner runs it before the device's context goes.
+    super(device.owner, () => graphs.destroy(handle), device);
+    this.device = device;
+    this.#handle = handle;
+  }
+
+  protected get label(): string {
+    return "Graph";
+  }
+
+  /** The native handle (CUgraph), for interop. */
+  get handle(): bigint {
+    this.assertOpen();
+    return this.#handle;
+  }
+
+  /** Compiles the graph into an executable one (CUgraphExec). The Graph may be closed afterwards. */
+  instantiate(): GraphExec {
+    const h = this.handle;
+    const graphs = graphDriver(this.device, "Graph.instantiate");
+    return new GraphExec(this.device, graphs.instantiate(h), graphs);
+  }
+}
+
+/** An executable graph (CUgraphExec): launch it on any stream of its device. */
+export class GraphExec extends Resource {
+  readonly device: Device;
+  readonly #handle: bigint;
+
+  /** @internal use graph.instantiate() */
+  constructor(device: Device, handle: bigint, graphs: GraphDriver) {
+    super(device.owner, () => graphs.destroyExec(handle), device);
+    this.device = device;
+    this.#handle = handle;
+  }
+
+  protected get label(): string {
+    return "GraphExec";
+  }
+
+  get handle(): bigint {
+    this.assertOpen();
+    return this.#handle;
+  }
+
+  /** Queues the whole graph on `stream` (default: the device's stream). One driver call. */
+  launch(stream: Stream = this.device.stream): void {
+    const h = this.handle;
+    if (stream.device !== this.device) throw new ArgumentError("stream", "a Stream of the graph's device", stream);
+    const s = stream.handle; // DisposedError when closed
+    graphDriver(this.device, "GraphExec.launch").launch(h, s);
+  }
+
+  /**
+   * Takes the parameters (kernel arguments, copy addresses) of `graph`, which must have the same nodes in
+   * the same order (typically: the same code captured with other buffers). Throws GraphUpdateError when
+   * the driver refuses; this executable graph is then unchanged.
+   */
+  update(graph: Graph): void {
+    const h = this.handle;
+    if (!(graph instanceof Graph) || graph.device !== this.device) {
+      throw new ArgumentError("graph", "a Graph of the same device", graph);
+    }
+    const refusal = graphDriver(this.device, "GraphExec.update").update(h, graph.handle);
+    if (refusal !== null) throw new GraphUpdateError(refusal);
+  }
+}

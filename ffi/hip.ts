@@ -28,6 +28,9 @@ export const HIP_SYMBOLS = {
   hipDeviceGetAttribute: { parameters: ["buffer", "i32", "i32"], result: "i32" },
   // hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device);
   hipDeviceGetName: { parameters: ["buffer", "i32", "i32"], result: "i32" },
+  // The gfx name is only in the properties struct (see HIP_DEVICE_PROP below for the layout read).
+  // hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int deviceId);
+  hipGetDeviceProperties: { parameters: ["buffer", "i32"], result: "i32" },
   // hipError_t hipDeviceTotalMem(size_t* bytes, hipDevice_t device);
   hipDeviceTotalMem: { parameters: ["buffer", "i32"], result: "i32" },
   // hipError_t hipDeviceSynchronize(void);
@@ -140,6 +143,18 @@ export const HIP_DEVICE_ATTRIBUTE = {
   SharedMemPerBlockOptin: 75,
   WarpSize: 87,
   MaxSharedMemoryPerMultiprocessor: 10002,
+} as const;
+
+/**
+ * The parts of HIP 5.x's hipDeviceProp_t that runtime/hip.ts reads (offsets in bytes, x86-64). HIP 6 renamed this
+ * layout hipDeviceProp_tR0000 and exports the old hipGetDeviceProperties for it, while its headers map the name to
+ * hipGetDevicePropertiesR0600 (a different layout); only the 5.x symbol and layout are used here. Checked against
+ * the installed header's offsetof/sizeof by tests/hip_runtime.test.ts (g++ -D__HIP_PLATFORM_AMD__).
+ */
+export const HIP_DEVICE_PROP = {
+  size: 792,
+  gcnArchNameOffset: 396,
+  gcnArchNameSize: 256,
 } as const;
 
 /** hipFunction_attribute values (driver_types.h; same order as CUDA's CUfunction_attribute). */

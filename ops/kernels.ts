@@ -1,7 +1,14 @@
-/** The precompiled norm module, loaded once per device from the embedded fatbin, with prepared kernels. */
+/**
+ * The precompiled norm module, loaded once per device (the embedded fatbin on CUDA, the device's code object on
+ * HIP), with prepared kernels, and the device limits the plan uses. The one place that tells backends apart.
+ */
 import { NORM_FATBIN } from "../precompiled/norm_cuda.ts";
 import type { Device } from "../runtime/device.ts";
+import type { DeviceInfo } from "../runtime/driver.ts";
+import { UnsupportedError } from "../runtime/errors.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
+import { hipCodeObject, hsacoTarget, loadHipCodeObjects } from "./hip_module.ts";
+import type { PlanLimits } from "./plan.ts";
 
 /** Parameter list shared by every forward norm kernel (kernels/norm_fwd.cuh, NK_FWD_PARAMS). */
 export const NORM_FWD_ARGS: readonly ArgType[] = [
@@ -16,11 +23,49 @@ function fatbinBytes(): Uint8Array {
   return (fatbin ??= Uint8Array.from(atob(NORM_FATBIN), (c) => c.charCodeAt(0)));
 }
 
+/** The image of the norm module for `device`'s backend and target. */
+function moduleImage(device: Device): Uint8Array {
+  switch (device.backend) {
+    case "cuda":
+      return fatbinBytes();
+    case "hip":
+      return hipCodeObject(hsacoTarget(device.info));
+    default:
+      throw new UnsupportedError(`the ${device.backend} backend has no kernel module`);
+  }
+}
+
+/**
+ * Makes the norm kernels of `device` ready: on HIP imports the AMD code objects (on demand, so that CUDA and CPU
+ * users never load them) and loads the device's; on CUDA loads the fatbin now rather than at the first launch;
+ * nothing on the CPU. Needed once per HIP device before layerNorm/rmsNorm; harmless anywhere.
+ */
+export async function loadKernels(device: Device): Promise<void> {
+  if (device.backend === "cpu") return;
+  // Refuse an unsupported AMD target before importing 8.7 MB for nothing.
+  if (device.backend === "hip") {
+    hsacoTarget(device.info);
+    await loadHipCodeObjects();
+  }
+  normModule(device);
+}
+
+/** The device limits the launch plan depends on. Clusters are an NVIDIA (sm_90+) feature: ccMajor 0 elsewhere. */
+export function planLimits(device: { readonly backend: string; readonly info: DeviceInfo }): PlanLimits {
+  const i = device.info;
+  return {
+    maxGridX: i.maxGridDim[0],
+    maxThreadsPerBlock: i.maxThreadsPerBlock,
+    warpSize: i.warpSize, // 32 on NVIDIA and RDNA (gfx11), 64 on CDNA (gfx9)
+    ccMajor: device.backend === "cuda" ? i.computeCapability[0] : 0,
+  };
+}
+
 /** The norm module of `device`, loaded on first use and closed with the device. */
 export function normModule(device: Device): Module {
   let mod = device.cache.get("normkit.norm.module") as Module | undefined;
   if (!mod || mod.closed) {
-    mod = device.loadModule(fatbinBytes());
+    mod = device.loadModule(moduleImage(device));
     device.cache.set("normkit.norm.module", mod);
   }
   return mod;

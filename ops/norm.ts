@@ -7,6 +7,7 @@ import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/error
 import { deviceCapturing, Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
+import { planLimits } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import { cachedNormPlan, type PlannedLaunch } from "./plan_cache.ts";
 import { checkEps, checkInput, checkOut, checkOutDtype, checkParam } from "./validate.ts";
@@ -78,23 +79,13 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
         `and allocation breaks the capture; allocate before beginCapture()`,
     );
   }
-  if (device.backend === "hip") {
-    // The HSACO code objects are built and ABI-checked (precompiled/norm_hip.ts, tests/hsaco_abi.test.ts),
-    // but launching them is not wired in: no AMD device has been reached to verify it.
-    throw new UnsupportedError(`${kind}Norm on HIP: the AMD kernels are built but their launch is not wired yet`);
-  }
   const gpu = device.backend !== "cpu";
   if (gpu && x.rows > 0x7fffffff) throw new ArgumentError("x", "at most 2^31 − 1 rows on a GPU", x.rows);
   const plan = gpu
     ? cachedNormPlan(
       device.cache, // plans (with their LaunchConfig and kernel) cached per problem: nothing allocated per call
       { kind, rows: Math.max(x.rows, 1), d: x.d, inputDtype: x.dtype, outputDtype: outDtype, paramDtype: weight?.dtype ?? bias?.dtype },
-      () => ({
-        maxGridX: device.info.maxGridDim[0],
-        maxThreadsPerBlock: device.info.maxThreadsPerBlock,
-        warpSize: device.info.warpSize,
-        ccMajor: device.backend === "cuda" ? device.info.computeCapability[0] : 0, // clusters: NVIDIA only
-      }),
+      () => planLimits(device), // wave size 32/64 from the device; clusters only on CUDA
     )
     : undefined;
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}Norm on ${device.backend}: ${plan.unsupported}`);

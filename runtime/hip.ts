@@ -2,8 +2,9 @@
  * The HIP (AMD) implementation of the Driver interface, over ffi/hip.ts (the HIP runtime API, libamdhip64.so).
  *
  * Verified without an AMD GPU only: the library loads, hipInit/hipGetDeviceCount report "no device" and
- * openHipDriver() says so. Everything past hipInit (device info, memory, streams, modules, launches) is written
- * against HIP 5.2's headers and has not run on a device.
+ * openHipDriver() says so; the hipDeviceProp_t offsets read for the gfx name equal the header's (CI compiles it).
+ * Everything past hipInit (device info, memory, streams, modules, launches) is written against HIP 5.2's headers
+ * and has not run on a device.
  *
  * Contexts: the HIP runtime API has one implicit context per device, selected per host thread with hipSetDevice
  * (the hipDevicePrimaryCtx* calls exist but are deprecated). So a "context handle" here is ordinal + 1 (never 0n,
@@ -13,6 +14,7 @@
  */
 import {
   HIP_DEVICE_ATTRIBUTE as A,
+  HIP_DEVICE_PROP as PROP,
   HIP_ERROR_NO_DEVICE,
   HIP_ERROR_NOT_READY,
   HIP_EVENT_DEFAULT,
@@ -39,6 +41,23 @@ const u64Out = new BigUint64Array(2);
 const i32Out = new Int32Array(1);
 const f32Out = new Float32Array(1);
 const utf8 = new TextEncoder();
+const cString = (b: Uint8Array): string => {
+  const end = b.indexOf(0);
+  return new TextDecoder().decode(b.subarray(0, end < 0 ? b.length : end));
+};
+
+/**
+ * The base processor of a HIP gcnArchName: "gfx90a:sramecc+:xnack-" → "gfx90a". Code objects are built without
+ * target features (sramecc/xnack "any"), so they load whatever the device's feature settings; the processor must
+ * match exactly. undefined when `s` is not a gfx target name (e.g. a struct read with the wrong layout).
+ */
+export function gfxArch(s: string): string | undefined {
+  const m = /^(gfx[0-9a-f]{3,5})(?::[a-z]+[+-])*$/.exec(s.trim());
+  return m ? m[1] : undefined;
+}
+
+/** What DeviceInfo.arch says when the gfx name cannot be read (the ops then refuse the device, naming it). */
+export const UNKNOWN_GFX = "gfx?";
 
 /** The words every "there is no usable AMD GPU" error carries, so callers and fallbacks can say it plainly. */
 export const NO_HIP_DEVICE = "no HIP device";
@@ -116,16 +135,19 @@ export function openHipDriver(): Driver {
     deviceInfo(ordinal: number): DeviceInfo {
       const nameBuf = new Uint8Array(256);
       check("hipDeviceGetName", s.hipDeviceGetName(nameBuf, nameBuf.length, ordinal));
-      const end = nameBuf.indexOf(0);
-      const name = new TextDecoder().decode(nameBuf.subarray(0, end < 0 ? nameBuf.length : end));
+      const name = cString(nameBuf);
+      // The gfx name is only in hipDeviceProp_t.gcnArchName (hipDeviceGetAttribute returns ints). The buffer is
+      // 4x the 5.x struct so that a library filling a larger layout cannot write past it, and the field is used
+      // only when it parses as a gfx name (bytes of another layout at that offset would not).
+      const props = new Uint8Array(4 * PROP.size);
+      check("hipGetDeviceProperties", s.hipGetDeviceProperties(props, ordinal));
+      const gcn = cString(props.subarray(PROP.gcnArchNameOffset, PROP.gcnArchNameOffset + PROP.gcnArchNameSize));
+      const arch = gfxArch(gcn) ?? UNKNOWN_GFX;
       const major = attr(ordinal, A.ComputeCapabilityMajor), minor = attr(ordinal, A.ComputeCapabilityMinor);
       return {
         ordinal,
         name,
-        // The gfx name ("gfx942") is only in hipDeviceProp_t.gcnArchName, whose layout changes between HIP
-        // versions (hipGetDevicePropertiesR0600 in 6.x); hipDeviceGetAttribute returns an int and cannot carry it.
-        // Rather than parse a version-dependent struct, the arch is reported as unknown.
-        arch: "gfx?",
+        arch,
         computeCapability: [major, minor],
         multiprocessors: attr(ordinal, A.MultiprocessorCount),
         totalMemory: Number(u64("hipDeviceTotalMem", s.hipDeviceTotalMem(u64Out, ordinal))),

@@ -13,9 +13,13 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { commentAbove as sharedCommentAbove } from "./symbol_comments.ts";
 import process from "node:process";
-import { existsSync, readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   HIP_DEVICE_ATTRIBUTE,
+  HIP_DEVICE_PROP,
   HIP_ERROR_INVALID_DEVICE,
   HIP_ERROR_NO_DEVICE,
   HIP_ERROR_NOT_READY,
@@ -32,7 +36,7 @@ import { ffi } from "../ffi/runtime.ts";
 import type { NativeType } from "../ffi/types.ts";
 import { Device } from "../runtime/device.ts";
 import { BackendUnavailableError, GpuError } from "../runtime/errors.ts";
-import { openHipDriver } from "../runtime/hip.ts";
+import { gfxArch, openHipDriver } from "../runtime/hip.ts";
 
 const SOURCE = readFileSync(new URL("../ffi/hip.ts", import.meta.url), "utf8");
 const SYMBOLS = Object.entries(HIP_SYMBOLS) as [string, { parameters: readonly NativeType[]; result: NativeType }][];
@@ -206,6 +210,37 @@ test(hname("enum constants equal HIP 5.2's header values (hipDeviceAttribute_t i
   // Sanity of the enum reader on known anchors: the AMD-specific block starts at 10000.
   assert.equal(e.get("hipDeviceAttributeAmdSpecificBegin"), 10000);
   assert.equal(e.get("hipDeviceAttributeCudaCompatibleBegin"), 0);
+});
+
+test(hname("HIP_DEVICE_PROP equals offsetof/sizeof in the header's hipDeviceProp_t (compiled with g++)"), { skip: NO_HEADER }, () => {
+  const dir = mkdtempSync(join(tmpdir(), "normkit-hipprop-"));
+  try {
+    writeFileSync(join(dir, "p.cc"), `#include <hip/hip_runtime_api.h>
+#include <cstddef>
+#include <cstdio>
+int main() {
+  std::printf("%zu %zu %zu\\n", sizeof(hipDeviceProp_t), offsetof(hipDeviceProp_t, gcnArchName),
+              sizeof(((hipDeviceProp_t*)0)->gcnArchName));
+}
+`);
+    execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-o", join(dir, "p"), join(dir, "p.cc")]);
+    const [size, gcnArchNameOffset, gcnArchNameSize] = execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(" ").map(Number);
+    assert.deepEqual({ size, gcnArchNameOffset, gcnArchNameSize }, { ...HIP_DEVICE_PROP });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("gfxArch: gcnArchName → base gfx target, feature suffixes stripped; anything else undefined", () => {
+  assert.equal(gfxArch("gfx90a:sramecc+:xnack-"), "gfx90a");
+  assert.equal(gfxArch("gfx942:sramecc+:xnack-"), "gfx942");
+  assert.equal(gfxArch("gfx942:xnack+"), "gfx942");
+  assert.equal(gfxArch("gfx1100"), "gfx1100");
+  assert.equal(gfxArch("gfx1101"), "gfx1101");
+  assert.equal(gfxArch("gfx908:sramecc-"), "gfx908");
+  for (const bad of ["", "gfx", "sm_90", "AMD Instinct MI300X", "gfx942:", "gfx942 junk", "\x01\x02"]) {
+    assert.equal(gfxArch(bad), undefined, JSON.stringify(bad));
+  }
 });
 
 // ---- the real library, when loadable ----------------------------------------------------------------------------

@@ -10,13 +10,15 @@ import { readFileSync } from "node:fs";
 import { decode } from "@msgpack/msgpack";
 import { NORM_HSACO, HSACO_SOURCE_SHA256 } from "../precompiled/norm_hip.ts";
 import { NORM_KERNELS, NORM_SOURCE_FILES } from "../precompiled/norm_cuda.ts";
-import { NORM_FWD_ARGS } from "../ops/kernels.ts";
+import { NORM_FWD_ARGS, planLimits } from "../ops/kernels.ts";
+import { HSACO_WAVE, hsacoTarget } from "../ops/hip_module.ts";
+import { DTYPES } from "../runtime/dtype.ts";
 import type { ArgType } from "../runtime/module.ts";
-import { MAX_BLOCK_THREADS, planNorm, ROWS_BLOCK } from "../ops/plan.ts";
+import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_ROWS, planNorm, ROWS_BLOCK } from "../ops/plan.ts";
 
 const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../${p}`, import.meta.url)));
 const b64 = (s: string): Uint8Array => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
-const WAVE: Record<string, number> = { gfx90a: 64, gfx942: 64, gfx1100: 32 };
+const WAVE = HSACO_WAVE; // what ops/hip_module.ts pairs each target with; checked against .wavefront_size below
 const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
 
 interface KernelMeta {
@@ -97,24 +99,53 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
     }
   });
 
-  test(`${arch}: the plan with wave ${WAVE[arch]} and no clusters launches within the code object's limits`, () => {
+  test(`${arch}: every plan for a wave-${WAVE[arch]} ${arch} device picks a kernel of this code object, within its limits`, () => {
     const md = metadata(b64(NORM_HSACO[arch]));
     const byName = new Map(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
-    for (const d of [1, 3, 127, 128, 1000, 1024, 2048, 4096, 4097, 8192, 12288, 32768, 65537, 262144]) {
-      for (const dtype of ["f32", "bf16"] as const) {
-        for (const kind of ["layer", "rms"] as const) {
-          const r = planNorm({ kind, rows: 1000, d, inputDtype: dtype, outputDtype: dtype }, {
-            maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: WAVE[arch], ccMajor: 0,
-          });
-          assert.ok("plan" in r);
-          const p = r.plan;
-          assert.notEqual(p.mapping, "cluster", "no clusters on AMD");
-          const k = byName.get(p.kernel)!;
-          assert.ok(p.block[0] <= k[".max_flat_workgroup_size"] && p.block[0] % WAVE[arch] === 0 || p.mapping === "rows", `${arch} ${p.kernel} block ${p.block[0]}`);
-          assert.ok(k[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES);
-          if (p.mapping === "rows") assert.ok(p.tpr <= 32, "rows mapping reduces within 32-lane groups");
+    // The limits come from the same function ops/norm.ts uses, for a device like the ones HIP reports.
+    const device = {
+      backend: "hip",
+      info: {
+        ordinal: 0, name: arch, arch, computeCapability: [9, 0] as [number, number], multiprocessors: 104,
+        totalMemory: 1 << 30, warpSize: WAVE[arch], maxThreadsPerBlock: 1024, maxBlockDim: [1024, 1024, 1024] as [number, number, number],
+        maxGridDim: [2147483647, 65536, 65536] as [number, number, number], maxSharedPerBlock: LDS_BYTES,
+        maxSharedPerBlockOptin: LDS_BYTES, l2CacheBytes: 8 << 20,
+      },
+    };
+    assert.equal(hsacoTarget(device.info), arch);
+    const limits = planLimits(device);
+    assert.equal(limits.ccMajor, 0, "no clusters on AMD");
+    const mappings = new Set<string>();
+    // D from 1 chunk to far past the register cache: every mapping and both sides of each boundary.
+    const ds = [1, 3, 8, 127, 128, 1000, 1024, 2047, 2048, 2049, 4096, 4097, 8192, 12288, 16384, 16385, 32768, 65537, 262144];
+    for (const d of ds) {
+      for (const tin of DTYPES) {
+        for (const tout of DTYPES) {
+          for (const tw of [undefined, "f32", tin] as const) {
+            for (const kind of ["layer", "rms"] as const) {
+              const r = planNorm({ kind, rows: 1000, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, limits);
+              assert.ok("plan" in r, JSON.stringify(r));
+              const p = r.plan, at = `${arch} d=${d} ${p.kernel}`;
+              mappings.add(p.mapping);
+              assert.notEqual(p.mapping, "cluster", "no clusters on AMD");
+              const k = byName.get(p.kernel);
+              assert.ok(k, `${at}: not in the code object`);
+              assert.ok(p.block[0] <= k[".max_flat_workgroup_size"], `${at}: block ${p.block[0]} > ${k[".max_flat_workgroup_size"]}`);
+              assert.equal(p.block[0] % WAVE[arch], 0, `${at}: block ${p.block[0]} not whole waves`);
+              assert.ok(k[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: LDS`);
+              if (p.mapping === "rows") {
+                assert.ok(p.tpr <= 32 && p.nv <= MAXV_ROWS, `${at}: rows reduce within 32-lane groups, ≤ ${MAXV_ROWS} chunks`);
+              } else {
+                // The block reduction keeps one float per wave, reduced again by one wave: ≤ wave² threads.
+                assert.equal(p.sharedBytes, 2 * (p.block[0] / WAVE[arch]) * 4, `${at}: two reduction buffers, one float per wave`);
+                assert.ok(p.block[0] / WAVE[arch] <= WAVE[arch], `${at}: more waves than one wave can reduce`);
+                if (p.mapping === "block") assert.ok(p.nv <= MAXV_BLOCK, `${at}: ${p.nv} chunks per thread`);
+              }
+            }
+          }
         }
       }
     }
+    assert.deepEqual([...mappings].sort(), ["block", "rows", "wide"], "the sweep reaches every AMD mapping");
   });
 }

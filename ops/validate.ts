@@ -9,8 +9,9 @@ export const MAX_D = 262_144;
 
 export function checkTensor(name: string, t: unknown, device?: Device): Tensor {
   if (!(t instanceof Tensor)) throw new ArgumentError(name, "a Tensor", t);
-  if (t.closed) throw new DisposedError(`${name} (Tensor)`);
+  // The device first: its tensors are closed with it, and "the device was closed" is the useful message.
   if (t.device.closed) throw new DisposedError(`${name}'s device`);
+  if (t.closed) throw new DisposedError(`${name} (Tensor)`);
   if (device && t.device !== device) {
     throw new ArgumentError(name, `a tensor on the same device as x (${device.backend}:${device.info.ordinal})`, `a tensor on ${t.device.backend}:${t.device.info.ordinal}`);
   }
@@ -49,20 +50,38 @@ function byteRange(t: Tensor): [number, number] {
   return [t.offset * b, (t.offset + spanElements(t.rows, t.d, t.rowStride)) * b];
 }
 
-/** out: x's shape, the output dtype, x's device; the same memory as x exactly (in place) or none of it. */
-export function checkOut(out: unknown, x: Tensor, dtype: DType): Tensor | undefined {
+/**
+ * Whether the byte spans of two tensors (first to last byte of their rows) intersect. Conservative: rows
+ * interleaved by their strides count as overlapping although no element is shared.
+ */
+export function overlaps(a: Tensor, b: Tensor): boolean {
+  if (a.buffer !== b.buffer) return false; // distinct allocations never alias
+  const [a0, a1] = byteRange(a), [b0, b1] = byteRange(b);
+  return a0 < b1 && b0 < a1;
+}
+
+/**
+ * out: x's shape, the output dtype, x's device; the same memory as x exactly (in place) or none of it, and
+ * none of the parameters' memory (writing y into weight/bias while other rows still read them is a race).
+ */
+export function checkOut(
+  out: unknown,
+  x: Tensor,
+  dtype: DType,
+  params: Readonly<Record<string, Tensor | undefined>> = {},
+): Tensor | undefined {
   if (out === undefined || out === null) return undefined;
   const t = checkTensor("out", out, x.device);
   if (t.shape.length !== x.shape.length || t.shape.some((n, i) => n !== x.shape[i])) {
     throw new ArgumentError("out", `shape [${x.shape}] (the shape of x)`, `shape [${t.shape}]`);
   }
   if (t.dtype !== dtype) throw new ArgumentError("out.dtype", `"${dtype}"`, t.dtype);
-  if (t.buffer === x.buffer) {
-    const same = t.offset === x.offset && t.rowStride === x.rowStride && t.dtype === x.dtype;
-    const [a0, a1] = byteRange(x), [b0, b1] = byteRange(t);
-    if (!same && a0 < b1 && b0 < a1) {
-      throw new ArgumentError("out", "either x itself (in place) or memory that does not overlap x", "a partial overlap with x");
-    }
+  const same = t.buffer === x.buffer && t.offset === x.offset && t.rowStride === x.rowStride && t.dtype === x.dtype;
+  if (!same && overlaps(t, x)) {
+    throw new ArgumentError("out", "either x itself (in place) or memory that does not overlap x", "a partial overlap with x");
+  }
+  for (const [name, p] of Object.entries(params)) {
+    if (p && overlaps(t, p)) throw new ArgumentError("out", `memory that does not overlap ${name}`, `an overlap with ${name}`);
   }
   return t;
 }

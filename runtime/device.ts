@@ -24,6 +24,37 @@ export interface OpenOptions {
   backend?: Backend | "auto";
   /** Which GPU (default 0). */
   ordinal?: number;
+  /**
+   * Run the norm sanity check (ones → LayerNorm gives 0, RMSNorm with weight 1 gives 1) before returning;
+   * default true. It is registered by the norm ops (ops/diag.ts, loaded with the package's main module);
+   * a device opened through the low-level layer alone has nothing to check. Throws SanityCheckError.
+   */
+  sanityCheck?: boolean;
+  /**
+   * Check mode (seed 002 §4.4): after every norm call, count the non-finite values and take the abs-max of
+   * input and output on the device, and report them (`device.lastCheck`, and to the callback if one is
+   * given). Each checked call synchronizes its stream: for debugging, not for speed. Default false.
+   */
+  check?: boolean | ((report: CheckReport) => void);
+}
+
+/** Non-finite count and abs-max (over the finite values) of one tensor, computed where it lives. */
+export interface TensorStats {
+  /** Elements looked at (rows × last dim). */
+  count: number;
+  /** NaN and ±Inf elements. */
+  nonFinite: number;
+  /** max |v| over the finite elements (0 when there are none). */
+  absMax: number;
+}
+
+/** What check mode reports for one norm call. */
+export interface CheckReport {
+  op: string;
+  input: TensorStats;
+  output: TensorStats;
+  /** Human-readable findings (non-finite values, f16 near overflow, …); empty when nothing is suspicious. */
+  warnings: string[];
 }
 
 const CPU_INFO: DeviceInfo = {
@@ -68,10 +99,26 @@ function pick(loaded: Loaded, ordinal: number, label: string): { driver: Driver 
 // The context current on this thread, so that switching devices costs a driver call only when needed.
 let currentContext = 0n;
 
+// Every retained context, so that a reset (recover()) can release the children of every Device sharing
+// the primary context: the reset frees their memory too.
+const liveContexts = new Set<Context>();
+
+// The sanity check Device.open() runs (registered by ops/diag.ts: the runtime knows no norms).
+let sanityCheckHook: ((device: Device) => void) | undefined;
+
+/** @internal ops/diag.ts registers the norm sanity check here. */
+export function setSanityCheck(fn: (device: Device) => void): void {
+  sanityCheckHook = fn;
+}
+
 /** A retained primary context. `alive` turns false once released: later releases of children are no-ops. */
 class Context {
   alive = true;
-  constructor(readonly driver: Driver, readonly handle: bigint, readonly ordinal: number) {}
+  /** True while a reset drops the children: their memory goes with the reset, no driver call is made. */
+  suspended = false;
+  constructor(readonly driver: Driver, public handle: bigint, readonly ordinal: number, readonly children: Owner) {
+    liveContexts.add(this);
+  }
 
   activate(): Driver {
     if (currentContext !== this.handle) {
@@ -83,12 +130,13 @@ class Context {
 
   /** For releasing children: the driver if the context still exists, else null (the memory went with it). */
   forRelease(): Driver | null {
-    return this.alive ? this.activate() : null;
+    return this.alive && !this.suspended ? this.activate() : null;
   }
 
   release(): void {
     if (!this.alive) return;
     this.alive = false;
+    liveContexts.delete(this);
     if (currentContext === this.handle) currentContext = 0n;
     this.driver.releaseContext(this.ordinal);
   }
@@ -105,9 +153,19 @@ export class Device extends Resource {
   #stream: Stream | undefined;
   /** @internal per-device caches of higher layers (loaded modules, prepared kernels) */
   readonly cache: Map<string, unknown> = new Map();
+  /** Check mode (OpenOptions.check): null when off; else called with each report (a no-op for `true`). */
+  readonly check: ((report: CheckReport) => void) | null;
+  /** The latest check-mode report (device check mode or an op's `check: true`). */
+  lastCheck: CheckReport | undefined;
 
-  private constructor(backend: Backend, info: DeviceInfo, context: Context | null, fallback?: string) {
-    const owner = new Owner();
+  private constructor(
+    backend: Backend,
+    info: DeviceInfo,
+    context: Context | null,
+    owner: Owner,
+    check: OpenOptions["check"],
+    fallback?: string,
+  ) {
     super(new Owner(), () => {
       // Children first (buffers, streams, modules…), then the context they live in.
       try {
@@ -121,6 +179,7 @@ export class Device extends Resource {
     this.info = info;
     this.#context = context;
     this.fallbackReason = fallback;
+    this.check = check ? (typeof check === "function" ? check : () => {}) : null;
   }
 
   /** Opens a device. See OpenOptions. */
@@ -133,26 +192,46 @@ export class Device extends Resource {
       throw new ArgumentError("backend", `"auto", "cuda", "hip" or "cpu"`, backend);
     }
     if (!Number.isInteger(ordinal) || ordinal < 0) throw new ArgumentError("ordinal", "an integer ≥ 0", ordinal);
-    if (backend === "cpu") return new Device("cpu", CPU_INFO, null);
+    if (opts.sanityCheck !== undefined && typeof opts.sanityCheck !== "boolean") {
+      throw new ArgumentError("sanityCheck", "a boolean", opts.sanityCheck);
+    }
+    const check = opts.check;
+    if (check !== undefined && typeof check !== "boolean" && typeof check !== "function") {
+      throw new ArgumentError("check", "a boolean or a function (report) => void", check);
+    }
+    const dev = Device.#pickAndOpen(backend, ordinal, check);
+    if (opts.sanityCheck !== false && sanityCheckHook) {
+      try {
+        sanityCheckHook(dev);
+      } catch (e) {
+        dev.close();
+        throw e;
+      }
+    }
+    return dev;
+  }
 
+  static #pickAndOpen(backend: Backend | "auto", ordinal: number, check: OpenOptions["check"]): Device {
+    if (backend === "cpu") return new Device("cpu", CPU_INFO, null, new Owner(), check);
     let cudaReason: string | undefined;
     if (backend !== "hip") {
       const c = pick(cudaDriver(), ordinal, "CUDA");
-      if ("driver" in c) return Device.#openGpu("cuda", c.driver, ordinal);
+      if ("driver" in c) return Device.#openGpu("cuda", c.driver, ordinal, check);
       if (backend === "cuda") throw new BackendUnavailableError("cuda", c.reason);
       cudaReason = c.reason;
     }
     // HIP is only tried when CUDA has no device: a machine with both uses CUDA unless told otherwise.
     const h = pick(hipDriver(), ordinal, "HIP");
-    if ("driver" in h) return Device.#openGpu("hip", h.driver, ordinal);
+    if ("driver" in h) return Device.#openGpu("hip", h.driver, ordinal, check);
     if (backend === "hip") throw new BackendUnavailableError("hip", h.reason);
-    return new Device("cpu", CPU_INFO, null, `CUDA: ${cudaReason}; HIP: ${h.reason}`);
+    return new Device("cpu", CPU_INFO, null, new Owner(), check, `CUDA: ${cudaReason}; HIP: ${h.reason}`);
   }
 
-  static #openGpu(backend: "cuda" | "hip", driver: Driver, ordinal: number): Device {
+  static #openGpu(backend: "cuda" | "hip", driver: Driver, ordinal: number, check: OpenOptions["check"]): Device {
     const info = driver.deviceInfo(ordinal);
-    const ctx = new Context(driver, driver.retainContext(ordinal), ordinal);
-    return new Device(backend, info, ctx);
+    const owner = new Owner();
+    const ctx = new Context(driver, driver.retainContext(ordinal), ordinal, owner);
+    return new Device(backend, info, ctx, owner, check);
   }
 
   /** How many CUDA devices this machine has (0 when the driver is missing). */
@@ -270,6 +349,46 @@ export class Device extends Resource {
   /** Blocks until all work on this device has finished. */
   synchronize(): void {
     this.activeDriver?.synchronize();
+  }
+
+  /**
+   * Makes the device usable again after a sticky error (GpuError with `sticky: true`, e.g. a kernel that
+   * touched an illegal address): releases every buffer, pinned buffer, stream, event, module and tensor
+   * this device created (they become closed: using them throws DisposedError), resets the primary context
+   * (cuDevicePrimaryCtxReset) and creates a fresh default stream. Other Devices open on the same GPU share the
+   * primary context: their resources are released too (the reset frees their memory). Also usable without
+   * an error, as "drop everything". On the CPU backend only the release and the new stream happen.
+   */
+  recover(): void {
+    this.assertOpen();
+    const ctx = this.#context;
+    const peers = ctx ? [...liveContexts].filter((c) => c.driver === ctx.driver && c.ordinal === ctx.ordinal) : [];
+    // No driver calls while dropping the children: their memory goes with the reset (and a broken context
+    // would fail every free).
+    for (const c of peers) c.suspended = true;
+    let first: unknown;
+    try {
+      for (const owner of ctx ? peers.map((c) => c.children) : [this.owner]) {
+        try {
+          owner.releaseAll();
+        } catch (e) {
+          first ??= e;
+        }
+      }
+      if (ctx) {
+        ctx.driver.resetContext(ctx.ordinal);
+        // The reset keeps the retain count; retain + release reads the (re-initialized) context's handle.
+        const handle = ctx.driver.retainContext(ctx.ordinal);
+        ctx.driver.releaseContext(ctx.ordinal);
+        for (const c of peers) c.handle = handle;
+        currentContext = 0n;
+      }
+    } finally {
+      for (const c of peers) c.suspended = false;
+    }
+    this.cache.clear();
+    this.#stream = this.createStream();
+    if (first !== undefined) throw first;
   }
 
   /** Free and total device memory in bytes (cuMemGetInfo). */

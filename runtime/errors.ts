@@ -1,8 +1,31 @@
 /** Every error normkit throws on purpose has its own class, so callers can tell them apart. */
 
-/** A driver call failed. `codeName` is the driver's own name, e.g. "CUDA_ERROR_OUT_OF_MEMORY". */
+/**
+ * Error codes after which the context is unusable: every later call on it returns the same error until the
+ * context is reset (CUDA's "sticky" errors; HIP uses the same numbers for these). A faulting kernel (illegal
+ * address, trap/assert, misaligned access, ...) leaves one behind; it surfaces at the next synchronizing call.
+ */
+export const STICKY_ERROR_CODES: ReadonlyMap<number, string> = new Map([
+  [214, "ECC_UNCORRECTABLE"],
+  [700, "ILLEGAL_ADDRESS"],
+  [702, "LAUNCH_TIMEOUT"],
+  [710, "ASSERT"],
+  [714, "HARDWARE_STACK_ERROR"],
+  [715, "ILLEGAL_INSTRUCTION"],
+  [716, "MISALIGNED_ADDRESS"],
+  [717, "INVALID_ADDRESS_SPACE"],
+  [718, "INVALID_PC"],
+  [719, "LAUNCH_FAILED"],
+]);
+
+/**
+ * A driver call failed. `codeName` is the driver's own name, e.g. "CUDA_ERROR_OUT_OF_MEMORY". `sticky` is
+ * true when the error left the context unusable (see STICKY_ERROR_CODES): then only `device.recover()`
+ * (which releases everything the device created) makes the device usable again.
+ */
 export class GpuError extends Error {
   override name = "GpuError";
+  readonly sticky: boolean;
   constructor(
     readonly backend: "cuda" | "hip",
     readonly call: string,
@@ -10,7 +33,15 @@ export class GpuError extends Error {
     readonly codeName: string,
     readonly description: string,
   ) {
-    super(`${call} failed: ${codeName} (${code}): ${description}`);
+    const sticky = STICKY_ERROR_CODES.has(code);
+    super(
+      `${call} failed: ${codeName} (${code}): ${description}` +
+        (sticky
+          ? ". The context is unusable (sticky error, usually a faulting kernel): every later call fails until " +
+            "device.recover(), which releases all of the device's buffers, streams, events and modules"
+          : ""),
+    );
+    this.sticky = sticky;
   }
 }
 
@@ -49,4 +80,15 @@ function describe(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(describe).join(", ")}]`;
   if (v === null || typeof v !== "object") return String(v);
   return (v as object).constructor?.name ?? "object";
+}
+
+/** Device.open()'s sanity check (ones → LayerNorm 0, RMSNorm 1) got a wrong value: the norms cannot be trusted here. */
+export class SanityCheckError extends Error {
+  override name = "SanityCheckError";
+  constructor(readonly op: string, readonly index: number, readonly expected: number, readonly got: number, backend: string) {
+    super(
+      `sanity check failed on ${backend}: ${op} of all-ones gave ${got} at element ${index}, expected ${expected} ` +
+        `(open with { sanityCheck: false } to skip it)`,
+    );
+  }
 }

@@ -39,6 +39,11 @@ export class Owner {
     if (first !== undefined) throw first;
   }
 
+  /** False once `id` was released (by its object, the owner's releaseAll or the collector). */
+  isLive(id: number): boolean {
+    return this.#live.has(id);
+  }
+
   /** How many resources are still live (for leak checks). */
   get liveCount(): number {
     return this.#live.size;
@@ -71,9 +76,9 @@ export abstract class Resource implements Disposable {
   /** A short description for error messages, e.g. "DeviceBuffer(1024 bytes)". */
   protected abstract get label(): string;
 
-  /** True after close(), or after the parent (the Device) closed. */
+  /** True after close(), after the parent (the Device) closed, or after the owner released it (device.recover()). */
   get closed(): boolean {
-    return this.#closed || (this.#parent?.closed ?? false);
+    return this.#closed || !this.#owner.isLive(this.#id) || (this.#parent?.closed ?? false);
   }
 
   /** Releases the resource now. Safe to call more than once. */
@@ -92,5 +97,6 @@ export abstract class Resource implements Disposable {
   protected assertOpen(): void {
     if (this.#closed) throw new DisposedError(this.label);
     if (this.#parent?.closed) throw new DisposedError(`${this.label} (its device was closed)`);
+    if (!this.#owner.isLive(this.#id)) throw new DisposedError(`${this.label} (released by device.recover())`);
   }
 }

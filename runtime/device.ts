@@ -116,6 +116,8 @@ class Context {
   alive = true;
   /** True while a reset drops the children: their memory goes with the reset, no driver call is made. */
   suspended = false;
+  /** Clears the owning Device's caches (prepared kernels, plans) after a reset; weak, so no Device is kept alive. */
+  dropCaches: () => void = () => {};
   constructor(readonly driver: Driver, public handle: bigint, readonly ordinal: number, readonly children: Owner) {
     liveContexts.add(this);
   }
@@ -231,7 +233,10 @@ export class Device extends Resource {
     const info = driver.deviceInfo(ordinal);
     const owner = new Owner();
     const ctx = new Context(driver, driver.retainContext(ordinal), ordinal, owner);
-    return new Device(backend, info, ctx, owner, check);
+    const dev = new Device(backend, info, ctx, owner, check);
+    const ref = new WeakRef(dev);
+    ctx.dropCaches = () => ref.deref()?.cache.clear();
+    return dev;
   }
 
   /** How many CUDA devices this machine has (0 when the driver is missing). */
@@ -380,7 +385,7 @@ export class Device extends Resource {
         // The reset keeps the retain count; retain + release reads the (re-initialized) context's handle.
         const handle = ctx.driver.retainContext(ctx.ordinal);
         ctx.driver.releaseContext(ctx.ordinal);
-        for (const c of peers) c.handle = handle;
+        for (const c of peers) (c.handle = handle), c.dropCaches();
         currentContext = 0n;
       }
     } finally {

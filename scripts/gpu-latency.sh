@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the GPU host: the low-latency path (issue 5) under one runtime, in about a minute:
+#   1. the graph / hot-path / pipeline GPU tests (tests/graph*.test.ts, tests/hotpath.test.ts);
+#   2. bench/coldstart.ts: import → first GPU result, empty and warm CUDA JIT cache (and whether anything was JITted);
+#   3. bench/latency.ts and bench/latency_c.c: the same bf16 norm launches from TS and from C, eager and graph;
+#   4. the TS-vs-C table.
+# Writes text and JSON into $OUT. Usage (the runtime carried as .rt/<runtime>.xz, like gpu-check.sh):
+#   bash scripts/gpu-latency.sh deno|bun
+set -uo pipefail
+cd "$(dirname "$0")/.."
+rt=${1:?deno or bun}
+OUT=${OUT:-/tmp/gpu-latency}; mkdir -p "$OUT"
+if ! command -v "$rt" >/dev/null; then
+  for f in .rt/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "/usr/local/bin/$n"; chmod +x "/usr/local/bin/$n"; done
+fi
+if [ "$rt" = deno ]; then run=(deno run -A); else run=(bun); fi
+"$rt" --version | head -1; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+status=0
+
+echo "== GPU tests: graphs, hot path, pipeline ($rt)"
+if [ "$rt" = deno ]; then
+  deno test --allow-ffi --allow-env --allow-read --allow-run --allow-net --allow-write=/tmp tests/graph.test.ts tests/graph_pipeline.test.ts tests/hotpath.test.ts
+else
+  bun test --timeout 300000 tests/graph.test.ts tests/graph_pipeline.test.ts tests/hotpath.test.ts
+fi > "$OUT/tests-latency-$rt.txt" 2>&1 || status=1
+grep -E '^#|FAILED|fail|error|passed|pass$|skip' "$OUT/tests-latency-$rt.txt" | grep -v '^(pass)' | head -40
+
+echo "== cold start ($rt)"
+timeout 300 "${run[@]}" bench/coldstart.ts --runs 5 --json "$OUT/coldstart-$rt.json" 2>&1 | tee "$OUT/coldstart-$rt.txt" || status=1
+
+echo "== latency ($rt)"
+timeout 300 "${run[@]}" bench/latency.ts --json "$OUT/latency-$rt.json" --cases "$OUT/latency-cases.txt" > "$OUT/latency-$rt.txt" 2>&1 || { status=1; tail -20 "$OUT/latency-$rt.txt"; }
+
+echo "== latency (C, same launches over precompiled/norm.fatbin)"
+gcc -O2 -std=c11 -Wall -Wextra -Werror -I"${CUDA_HOME:-/usr/local/cuda}/include" -o /tmp/latency_c bench/latency_c.c -ldl || status=1
+/tmp/latency_c precompiled/norm.fatbin "$OUT/latency-cases.txt" "$OUT/latency-c.json" > "$OUT/latency-c.txt" 2>&1 || { status=1; tail -5 "$OUT/latency-c.txt"; }
+
+echo "== TS ($rt) vs C: µs per op (eager host = one call; +sync = call and synchronize; graph = replay of 100 ops / 100)"
+"${run[@]}" bench/latency.ts --compare "$OUT/latency-$rt.json" "$OUT/latency-c.json" | tee "$OUT/latency-table-$rt.txt" || status=1
+exit $status

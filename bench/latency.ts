@@ -20,7 +20,13 @@ import { writeFileSync } from "node:fs";
 import { Device, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import type { Stream } from "../gpu.ts";
 import { planNorm } from "../ops/plan.ts";
-import { randoms } from "../tests/random.ts";
+
+/** n seeded values in [lo, hi) (an LCG: the data only has to be finite and not all zeros). */
+function randoms(n: number, seed: number, lo = -1, hi = 1): Float32Array {
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = lo + ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * (hi - lo);
+  return out;
+}
 
 const ROWS = [1, 8, 64], DS = [2048, 4096, 8192], KINDS = ["rms", "layer"] as const;
 const N = 2000, SYNC_EVERY = 256, N_SYNC = 300, GRAPH_OPS = 100, REPLAYS = 200;

@@ -6,11 +6,17 @@ import { Graph, graphDriver } from "./graph.ts";
 import { Resource } from "./resource.ts";
 
 // Streams capturing now, per device: ops check it before they allocate (which would break a global capture).
-const capturingCount = new WeakMap<Device, number>();
+const capturingStreams = new WeakMap<Device, Set<Stream>>();
 
-/** @internal true while any stream of `device` is capturing (as begun through Stream.beginCapture). */
+/**
+ * @internal true while an open stream of `device` is capturing (as begun through Stream.beginCapture). A
+ * stream released mid-capture (closed, or by Device.recover()) no longer counts.
+ */
 export function deviceCapturing(device: Device): boolean {
-  return (capturingCount.get(device) ?? 0) > 0;
+  const set = capturingStreams.get(device);
+  if (!set || set.size === 0) return false;
+  for (const s of set) if (s.closed) set.delete(s);
+  return set.size > 0;
 }
 
 /** An ordered queue of device work (a CUstream). Created by `device.createStream()`. */
@@ -84,7 +90,9 @@ export class Stream extends Resource {
     if (this.#capturing) throw new UnsupportedError("Stream.beginCapture: this stream is already capturing");
     graphDriver(this.device, "Stream.beginCapture").beginCapture(h, mode);
     this.#capturing = true;
-    capturingCount.set(this.device, (capturingCount.get(this.device) ?? 0) + 1);
+    let set = capturingStreams.get(this.device);
+    if (!set) capturingStreams.set(this.device, set = new Set());
+    set.add(this);
   }
 
   /**
@@ -100,7 +108,7 @@ export class Stream extends Resource {
       graph = graphs.endCapture(h);
     } finally {
       this.#capturing = false;
-      capturingCount.set(this.device, (capturingCount.get(this.device) ?? 1) - 1);
+      capturingStreams.get(this.device)?.delete(this);
     }
     return new Graph(this.device, graph, graphs);
   }

@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { cpuNormForward, Device, layerNorm, rmsNorm, UnsupportedError } from "../mod.ts";
 import { DisposedError, Graph, GraphExec, GraphUpdateError, type Stream } from "../gpu.ts";
 import type { Driver, GraphDriver, GraphUpdateRefusal } from "../runtime/driver.ts";
+import { deviceCapturing } from "../runtime/stream.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
 // ---- no GPU needed ------------------------------------------------------------------------------------
@@ -113,6 +114,19 @@ test("norms during a capture: without out (or with stats) they refuse to allocat
     // Allocation breaks a global capture whichever stream it is for: the check is per device.
     assert.throws(() => layerNorm(x, { stream: other }), /during a graph capture/);
     stream.endCapture().close();
+  } finally {
+    dev.close();
+  }
+});
+
+test("a stream closed mid-capture no longer blocks the device's allocating norms", () => {
+  const { dev, stream, x } = fakeGpu();
+  try {
+    stream.beginCapture();
+    assert.throws(() => rmsNorm(x), /during a graph capture/);
+    assert.equal(deviceCapturing(dev), true);
+    stream.close();
+    assert.equal(deviceCapturing(dev), false);
   } finally {
     dev.close();
   }

@@ -11,6 +11,8 @@ import { decode } from "@msgpack/msgpack";
 import { NORM_HSACO, HSACO_SOURCE_SHA256 } from "../precompiled/norm_hip.ts";
 import { NORM_KERNELS, NORM_SOURCE_FILES } from "../precompiled/norm_cuda.ts";
 import { NORM_FWD_ARGS, planLimits } from "../ops/kernels.ts";
+import { DIAG_FINAL_ARGS, DIAG_PARTIAL_ARGS } from "../ops/diag.ts";
+import { NORM_BWD_ARGS, NORM_FINALIZE_ARGS } from "../ops/backward.ts";
 import { HSACO_WAVE, hsacoTarget } from "../ops/hip_module.ts";
 import { DTYPES } from "../runtime/dtype.ts";
 import type { ArgType } from "../runtime/module.ts";
@@ -64,6 +66,16 @@ function cLayout(types: readonly ArgType[]): { offset: number; size: number }[] 
 }
 
 const SCALE_ARGS: ArgType[] = ["ptr", "ptr", "f32", "i64"];
+// The backward kernels (kernels/norm_bwd.cuh) and what ops/backward.ts packs for them.
+const bwdArgs = (name: string): readonly ArgType[] | undefined =>
+  name.startsWith("nk_bwd_finalize_") ? NORM_FINALIZE_ARGS : name.includes("_bwd_") ? NORM_BWD_ARGS : undefined;
+// The check-mode kernels (kernels/diag.cuh) and what ops/diag.ts packs for them.
+const DIAG_ARGS: Record<string, readonly ArgType[]> = {
+  nk_diag_partial_f32: DIAG_PARTIAL_ARGS,
+  nk_diag_partial_f16: DIAG_PARTIAL_ARGS,
+  nk_diag_partial_bf16: DIAG_PARTIAL_ARGS,
+  nk_diag_final: DIAG_FINAL_ARGS,
+};
 
 test("NORM_HSACO holds ELF code objects for gfx90a, gfx942, gfx1100, built from the current sources", () => {
   assert.deepEqual(Object.keys(NORM_HSACO).sort(), ["gfx1100", "gfx90a", "gfx942"]);
@@ -86,10 +98,19 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
     for (const name of NORM_KERNELS) {
       const k = byName.get(name)!;
       const explicit = k[".args"].filter((a) => !a[".value_kind"].startsWith("hidden_"));
-      const want = cLayout(name === "scale_f32" ? SCALE_ARGS : NORM_FWD_ARGS);
+      const want = cLayout(name === "scale_f32" ? SCALE_ARGS : DIAG_ARGS[name] ?? bwdArgs(name) ?? NORM_FWD_ARGS);
       assert.deepEqual(explicit.map((a) => ({ offset: a[".offset"], size: a[".size"] })), want, `${arch} ${name} arguments`);
       assert.equal(k[".wavefront_size"], WAVE[arch], `${arch} ${name} wave size`);
       if (name === "scale_f32") continue;
+      if (bwdArgs(name)) {
+        // ops/backward.ts launches at most 512 threads (256 for the finalize); it refuses HIP devices for now.
+        assert.ok(k[".max_flat_workgroup_size"] >= (name.startsWith("nk_bwd_finalize_") ? 256 : 512), `${arch} ${name}: threads`);
+        continue;
+      }
+      if (name in DIAG_ARGS) {
+        assert.ok(k[".max_flat_workgroup_size"] >= 256, `${arch} ${name}: launched with 256 threads`);
+        continue;
+      }
       const mapping = name.split("_")[2];
       // The most threads and dynamic LDS the plan may launch this mapping with.
       const threads = mapping === "rows" ? ROWS_BLOCK : mapping === "wide" ? 1024 : MAX_BLOCK_THREADS;

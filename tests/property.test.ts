@@ -18,6 +18,10 @@ import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, Tensor } from "
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
 import { gpuTest } from "./helpers.ts";
 import { mulberry32 } from "./random.ts";
+import process from "node:process";
+
+// scripts/gpu-sanitize.sh runs fewer CUDA cases (the sanitizers slow every launch down); 1000 by default.
+const GPU_RUNS = Number(process.env.NORMKIT_PROPERTY_RUNS ?? 1000);
 
 const DTYPE_LIST: DType[] = ["f32", "f16", "bf16"];
 
@@ -130,7 +134,7 @@ test("property (CPU backend, 200 cases): any shape/stride/offset/dtypes/eps/affi
   assert.equal(dev.owner.liveCount, 1, "every case closed what it made (the default stream remains)");
 });
 
-gpuTest("property (CUDA, 1000 cases): any shape/stride/offset/dtypes/eps/affine/out placement within tolerance of float64", () => {
+gpuTest(`property (CUDA, ${GPU_RUNS} cases): any shape/stride/offset/dtypes/eps/affine/out placement within tolerance of float64`, () => {
   using dev = Device.open({ backend: "cuda" });
   const live = (() => {
     void dev.stream;
@@ -143,7 +147,7 @@ gpuTest("property (CUDA, 1000 cases): any shape/stride/offset/dtypes/eps/affine/
       cases++;
       runCase(dev, c, false);
     }),
-    { numRuns: 1000, seed: 20261130 },
+    { numRuns: GPU_RUNS, seed: 20261130 },
   );
   console.log(`# property: ${cases} CUDA cases, 0 mismatches, ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   // Every case's tensors were closed (the sanity check at open already loaded the norm module).

@@ -385,7 +385,10 @@ export class Device extends Resource {
         // The reset keeps the retain count; retain + release reads the (re-initialized) context's handle.
         const handle = ctx.driver.retainContext(ctx.ordinal);
         ctx.driver.releaseContext(ctx.ordinal);
-        for (const c of peers) (c.handle = handle), c.dropCaches();
+        for (const c of peers) {
+          c.handle = handle;
+          c.dropCaches(); // prepared kernels and plans point into the dropped modules
+        }
         currentContext = 0n;
       }
     } finally {

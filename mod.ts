@@ -24,3 +24,17 @@ export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
 export { loadKernels } from "./ops/kernels.ts";
 export { normForward as cpuNormForward, type CpuNormInput, type CpuNormOutput } from "./ops/cpu.ts";
+export {
+  layerNormBackward,
+  type LayerNormBackwardOptions,
+  type NormBackwardResult,
+  rmsNormBackward,
+  type RMSNormBackwardOptions,
+} from "./ops/backward.ts";
+export { normBackward as cpuNormBackward, type CpuNormBackwardInput, type CpuNormBackwardOutput } from "./ops/cpu_bwd.ts";
+export { LayerNorm, type NormModuleOptions, type ParamValues, RMSNorm } from "./ops/modules.ts";
+// Diagnostics (seed 002 §4.4). Importing diag_sanity registers the sanity check Device.open() runs.
+export { type Histogram, histogram, tensorStats } from "./ops/diag.ts";
+export { sanityCheck } from "./ops/diag_sanity.ts";
+export type { CheckReport, TensorStats } from "./runtime/device.ts";
+export { SanityCheckError } from "./runtime/errors.ts";

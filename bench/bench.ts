@@ -4,15 +4,19 @@
  * 2·N·D·bytes (x read, y written; γ/β once), and % of the device-to-device copy bandwidth measured in this
  * same run. Also a host-inclusive figure (launch + synchronize, median) for small batches with mitata.
  *
- *   deno run -A bench/bench.ts [--quick] [--json out.json]      bun bench/bench.ts [...]
+ * With --backward: the backward pass instead (dx, dweight, dbias from the forward's statistics), counting
+ * 3·N·D·bytes (x and dy read, dx written) plus the statistics and parameters.
+ *
+ *   deno run -A bench/bench.ts [--quick] [--backward] [--json out.json]      bun bench/bench.ts [...]
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, type Tensor } from "../mod.ts";
 import { encode } from "../runtime/dtype.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
+const backward = args.includes("--backward");
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
 const runtime = "Deno" in globalThis ? "deno" : "bun";
 
@@ -73,8 +77,10 @@ console.log("kind  dtype      D     rows       µs     GB/s  %copy");
 for (const d of DS) {
   for (const dtype of DTYPES) {
     const b = dtype === "f32" ? 4 : 2;
-    const rows = Math.ceil(MIN_BYTES / (2 * d * b));
+    const arrays = backward ? 3 : 2; // x, y  |  x, dy, dx
+    const rows = Math.ceil(MIN_BYTES / (arrays * d * b));
     let x: Tensor | undefined, y: Tensor | undefined, w: Tensor | undefined, bias: Tensor | undefined;
+    const held = new DisposableStack();
     try {
       x = dev.empty([rows, d], { dtype });
       y = dev.empty([rows, d], { dtype });
@@ -88,11 +94,24 @@ for (const d of DS) {
       w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
       bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
       for (const kind of KINDS) {
-        const run = kind === "layer"
-          ? () => layerNorm(x!, { weight: w, bias, out: y })
-          : () => rmsNorm(x!, { weight: w, out: y });
+        let run: () => void = kind === "layer"
+          ? () => void layerNorm(x!, { weight: w, bias, out: y })
+          : () => void rmsNorm(x!, { weight: w, out: y });
+        let bytes = 2 * rows * d * b + d * b * (kind === "layer" ? 2 : 1);
+        if (backward) {
+          // dy = x's bytes (any values will do for timing), y's buffer holds dx; the gradients of γ/β are
+          // written into preallocated tensors, as a training step would.
+          const f = kind === "layer" ? layerNorm(x, { weight: w, bias, out: y, stats: true }) : rmsNorm(x, { weight: w, out: y, stats: true });
+          const mean = held.use(f.mean), rstd = held.use(f.rstd);
+          const dw = held.use(dev.empty([d], { dtype })), db = held.use(dev.empty([d], { dtype }));
+          const dy = held.use(dev.empty([rows, d], { dtype }));
+          dy.buffer.copyFrom(x.buffer);
+          run = kind === "layer"
+            ? () => void layerNormBackward(dy, x!, { mean, rstd, weight: w, bias, dx: y, dweight: dw, dbias: db })
+            : () => void rmsNormBackward(dy, x!, { rstd, weight: w, dx: y, dweight: dw });
+          bytes = 3 * rows * d * b + rows * 4 * (kind === "layer" ? 2 : 1) + d * b * (kind === "layer" ? 3 : 2);
+        }
         const ms = timeIt(run);
-        const bytes = 2 * rows * d * b + d * b * (kind === "layer" ? 2 : 1);
         const gbs = bytes / (ms * 1e6);
         const row = { kind, dtype, d, rows, us: ms * 1000, gbs, pctCopy: (100 * gbs) / copyGBs };
         results.push(row);
@@ -104,6 +123,7 @@ for (const d of DS) {
     } catch (e) {
       console.log(`${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
     } finally {
+      held.dispose();
       x?.close(); y?.close(); w?.close(); bias?.close();
     }
   }
@@ -111,7 +131,7 @@ for (const d of DS) {
 
 // Host-inclusive latency for small batches (launch + synchronize), with mitata when it is installed.
 const latency: { d: number; rows: number; hostUs: number }[] = [];
-try {
+if (!backward) try {
   const { bench, run } = await import("mitata");
   using held = new DisposableStack(); // the tensors must outlive run()
   for (const [rows, d] of [[1, 4096], [64, 4096], [1024, 4096]]) {
@@ -133,5 +153,5 @@ try {
 }
 
 if (jsonPath) {
-  writeFileSync(jsonPath, JSON.stringify({ device: info.name, arch: info.arch, runtime, date: new Date().toISOString(), copyGBs, results, latency }, null, 1));
+  writeFileSync(jsonPath, JSON.stringify({ device: info.name, arch: info.arch, runtime, pass: backward ? "backward" : "forward", date: new Date().toISOString(), copyGBs, results, latency }, null, 1));
 }

@@ -9,6 +9,8 @@
 // instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide}_{tin}_{tout}_{tw}.
 #include "portable.h"
 #include "norm_fwd.cuh"
+#include "diag.cuh"
+#include "norm_bwd.cuh"
 
 // y[i] = a * x[i] for i in [0, n), grid-stride (any grid, any block size).
 extern "C" NK_GLOBAL void scale_f32(const float* x, float* y, float a, long long n) {
@@ -17,6 +19,13 @@ extern "C" NK_GLOBAL void scale_f32(const float* x, float* y, float a, long long
     y[i] = a * x[i];
   }
 }
+
+// Check-mode diagnostics (diag.cuh): per-block non-finite counts and abs-max, then one final reduction.
+// Written out one per line: scripts/build-kernels.sh lists the kernels from these lines.
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_partial_f32(const unsigned* x, long long rows, int d, long long stride, unsigned long long* counts, float* maxes) { nk_diag_partial<nk_f32>(x, rows, d, stride, counts, maxes); }
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_partial_f16(const unsigned short* x, long long rows, int d, long long stride, unsigned long long* counts, float* maxes) { nk_diag_partial<nk_f16>(x, rows, d, stride, counts, maxes); }
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_partial_bf16(const unsigned short* x, long long rows, int d, long long stride, unsigned long long* counts, float* maxes) { nk_diag_partial<nk_bf16>(x, rows, d, stride, counts, maxes); }
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned long long* counts, const float* maxes, int n, unsigned long long* out_count, float* out_max) { nk_diag_final_impl(counts, maxes, n, out_count, out_max); }
 
 // ---------------------------------------------------------------- fast forward kernels
 // Every (input, output, weight/bias) dtype triple built: X(tin, tout, tw), one per line.
@@ -63,3 +72,52 @@ extern "C" NK_GLOBAL void scale_f32(const float* x, float* y, float a, long long
   NK_FWD_KIND(rms, false, ti, to, tw)
 
 NK_FWD_DTYPES(NK_FWD_TRIPLE)
+
+// ---------------------------------------------------------------- backward kernels
+// Every (x, dy, weight) dtype triple built: B(tx, tdy, tw), one per line (dx has x's dtype; dy has the
+// forward output's, any of the three; weight is f32 or x's dtype). scripts/build-kernels.sh reads these
+// B(...) lines to list nk_{ln|rms}_bwd_{cached|wide}_{tx}_{tdy}_{tw}: keep one per line.
+#define NK_BWD_DTYPES(B) \
+  B(f32, f32, f32)       \
+  B(f32, f16, f32)       \
+  B(f32, bf16, f32)      \
+  B(f16, f32, f32)       \
+  B(f16, f16, f32)       \
+  B(f16, bf16, f32)      \
+  B(f16, f32, f16)       \
+  B(f16, f16, f16)       \
+  B(f16, bf16, f16)      \
+  B(bf16, f32, f32)      \
+  B(bf16, f16, f32)      \
+  B(bf16, bf16, f32)     \
+  B(bf16, f32, bf16)     \
+  B(bf16, f16, bf16)     \
+  B(bf16, bf16, bf16)
+
+// cached: up to 512 threads and 128 registers (NK_MAXV_BWD chunks of x and dy cached); wide: up to 512.
+#define NK_BWD_KIND(kind, isln, tx, td, tw)                                                                    \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(512, 1) nk_##kind##_bwd_cached_##tx##_##td##_##tw(NK_BWD_PARAMS) { \
+    if (nk_bwd_full<nk_##tx, nk_##td, nk_##tw>(dy, x, weight, dx, d, dy_stride, x_stride, dx_stride))              \
+      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, true>(NK_BWD_ARGS);                                           \
+    else                                                                                                            \
+      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, false>(NK_BWD_ARGS);                                          \
+  }                                                                                                                 \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_##kind##_bwd_wide_##tx##_##td##_##tw(NK_BWD_PARAMS) {         \
+    nk_bwd_wide<nk_##tx, nk_##td, nk_##tw, isln>(NK_BWD_ARGS);                                                     \
+  }
+#define NK_BWD_TRIPLE(tx, td, tw)    \
+  NK_BWD_KIND(ln, true, tx, td, tw) \
+  NK_BWD_KIND(rms, false, tx, td, tw)
+
+NK_BWD_DTYPES(NK_BWD_TRIPLE)
+
+// Parameter-gradient finalize, one per output dtype (see nk_bwd_finalize).
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_bwd_finalize_f32(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+  nk_bwd_finalize<nk_f32>(part, nparts, d, nacc, dweight, dbias, accumulate);
+}
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_bwd_finalize_f16(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+  nk_bwd_finalize<nk_f16>(part, nparts, d, nacc, dweight, dbias, accumulate);
+}
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_bwd_finalize_bf16(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+  nk_bwd_finalize<nk_bf16>(part, nparts, d, nacc, dweight, dbias, accumulate);
+}

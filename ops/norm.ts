@@ -11,6 +11,7 @@ import { planLimits } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import { cachedNormPlan, type PlannedLaunch } from "./plan_cache.ts";
 import { checkEps, checkInput, checkOut, checkOutDtype, checkParam } from "./validate.ts";
+import { checkModeFor, startCheck } from "./diag.ts";
 
 export interface RMSNormOptions {
   /** Per-feature scale, shape [D], f32 or x's dtype. */
@@ -25,6 +26,8 @@ export interface RMSNormOptions {
   stream?: Stream;
   /** Also return the per-row statistics. */
   stats?: boolean;
+  /** Check mode for this call (default: the device's, Device.open({ check })): see ops/diag.ts. */
+  check?: boolean;
 }
 
 export interface LayerNormOptions extends RMSNormOptions {
@@ -67,16 +70,19 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
     throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
   }
   const outDtype = checkOutDtype(opts.outDtype ?? opts.out?.dtype, x);
-  const outGiven = checkOut(opts.out, x, outDtype);
+  const outGiven = checkOut(opts.out, x, outDtype, { weight, bias });
   const device = x.device;
   const stream = opts.stream ?? device.stream;
   if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
   if (stream.closed) throw new DisposedError("stream");
+  const checking = checkModeFor(device, opts.check);
   // Allocating while a stream captures would break the capture (global mode): say so before the driver does.
-  if ((!outGiven || opts.stats) && deviceCapturing(device)) {
+  if ((!outGiven || opts.stats || checking) && deviceCapturing(device)) {
     throw new UnsupportedError(
-      `${kind}Norm during a graph capture: it would allocate ${outGiven ? "the statistics (stats: true)" : "its output (pass out)"}, ` +
-        `and allocation breaks the capture; allocate before beginCapture()`,
+      checking
+        ? `${kind}Norm during a graph capture: check mode reads statistics back, which a capture cannot; pass check: false`
+        : `${kind}Norm during a graph capture: it would allocate ${outGiven ? "the statistics (stats: true)" : "its output (pass out)"}, ` +
+          `and allocation breaks the capture; allocate before beginCapture()`,
     );
   }
   const gpu = device.backend !== "cpu";
@@ -93,6 +99,8 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
 
   const statShape = x.shape.length > 1 ? x.shape.slice(0, -1) : [1];
   let y: Tensor | undefined = outGiven, mean: Tensor | undefined, rstd: Tensor | undefined;
+  // Check mode: the input's statistics are queued before the op, which may overwrite x (in place).
+  const pending = checking ? startCheck(`${kind}Norm`, x, stream) : undefined;
   try {
     y ??= emptyTensor(device, x.shape, { dtype: outDtype });
     if (opts.stats) {
@@ -112,6 +120,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
         cpuNorm(kind, x, y, weight, bias, mean, rstd, eps);
       }
     }
+    pending?.finish(y);
   } catch (e) {
     if (!outGiven) y?.close();
     mean?.close();

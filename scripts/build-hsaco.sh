@@ -13,7 +13,7 @@ set -euo pipefail
 export LC_ALL=C
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCHS=(gfx90a gfx942 gfx1100)
-SOURCES=(kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh)
+SOURCES=(kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh kernels/diag.cuh kernels/norm_bwd.cuh)
 CLANG="${CLANG:-clang-19}"
 command -v "$CLANG" >/dev/null || { echo "build-hsaco: $CLANG not found (apt-get install clang-19 lld-19)" >&2; exit 2; }
 command -v ld.lld-19 >/dev/null || command -v ld.lld >/dev/null || { echo "build-hsaco: lld-19 not found" >&2; exit 2; }

@@ -29,7 +29,7 @@ export LC_ALL=C
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SRC_REL="kernels/norm.cu"
 # Everything norm.cu compiles from, in hash order (NORM_SOURCE_FILES in the generated module).
-HASHED_REL=(kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh)
+HASHED_REL=(kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh kernels/diag.cuh kernels/norm_bwd.cuh)
 OUT_REL="precompiled"
 GENERATED=(norm.ptx.gz norm.fatbin norm_cuda.ts)
 
@@ -99,6 +99,14 @@ build() {
       for map in rows block cluster wide; do names+=$'\n'"nk_${kind}_${map}_${t}"; done
     done
   done
+  # Backward kernels: one B(tx, tdy, tw) line per dtype triple inside NK_BWD_DTYPES.
+  triples="$(sed -nE 's/^[[:space:]]*B\([[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*\).*/\1_\2_\3/p' "$ROOT/$SRC_REL")"
+  [[ -n "$triples" ]] || { echo "build-kernels: no B(tx, tdy, tw) lines in $SRC_REL" >&2; exit 1; }
+  for t in $triples; do
+    for kind in ln rms; do
+      for map in cached wide; do names+=$'\n'"nk_${kind}_bwd_${map}_${t}"; done
+    done
+  done
   local entries
   entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/norm.ptx")"
   if [[ "$(sort <<<"$names")" != "$(sort <<<"$entries")" ]]; then
@@ -147,7 +155,8 @@ build() {
     echo "  \"$sha\";"
     echo ""
     echo "/** The extern \"C\" kernels in both images: the hand-written ones in source order, then"
-    echo " *  nk_{ln|rms}_{rows|block|cluster|wide}_{tin}_{tout}_{tw} per dtype triple (kernels/README.md). */"
+    echo " *  nk_{ln|rms}_{rows|block|cluster|wide}_{tin}_{tout}_{tw} per dtype triple, then the backward"
+    echo " *  nk_{ln|rms}_bwd_{cached|wide}_{tx}_{tdy}_{tw} per B(...) triple (kernels/README.md). */"
     echo "export const NORM_KERNELS: readonly string[] = Object.freeze(["
     local n
     for n in $names; do echo "  \"$n\","; done

@@ -97,12 +97,17 @@ const FWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
   )
 );
 
-test("NORM_KERNELS: scale_f32, then all 120 fast forward kernels", () => {
+// The backward kernels: kind x mapping x (x, dy, weight) dtype triple (the same 15 triples), then the finalize.
+const BWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
+  ["ln", "rms"].flatMap((k) => ["cached", "wide"].map((m) => `nk_${k}_bwd_${m}_${t}`))
+);
+const DIAG_KERNELS = ["nk_diag_partial_f32", "nk_diag_partial_f16", "nk_diag_partial_bf16", "nk_diag_final"];
+const FINALIZE_KERNELS = ["nk_bwd_finalize_f32", "nk_bwd_finalize_f16", "nk_bwd_finalize_bf16"];
+
+test("NORM_KERNELS: scale_f32, the diagnostics, the finalize, then 120 forward and 60 backward kernels", () => {
   assert.equal(FWD_KERNELS.length, 120);
-  assert.deepEqual([...NORM_KERNELS], [
-    "scale_f32",
-    ...FWD_KERNELS,
-  ]);
+  assert.equal(BWD_KERNELS.length, 60);
+  assert.deepEqual([...NORM_KERNELS], ["scale_f32", ...DIAG_KERNELS, ...FINALIZE_KERNELS, ...FWD_KERNELS, ...BWD_KERNELS]);
 });
 
 test("NORM_SOURCE_SHA256 matches the kernel sources", () => {
@@ -110,6 +115,8 @@ test("NORM_SOURCE_SHA256 matches the kernel sources", () => {
     "kernels/norm.cu",
     "kernels/portable.h",
     "kernels/norm_fwd.cuh",
+    "kernels/diag.cuh",
+    "kernels/norm_bwd.cuh",
   ]);
   const h = createHash("sha256");
   for (const f of NORM_SOURCE_FILES) h.update(read(f));

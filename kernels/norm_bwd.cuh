@@ -1,0 +1,304 @@
+// normkit backward kernels: dx, and per-block partial sums of dweight / dbias, for LayerNorm and
+// RMSNorm over the last dimension; then one small kernel that adds the partials up.
+// Included by norm.cu, which instantiates them as extern "C" kernels (names in kernels/README.md).
+//
+// Maths (f32), with xhat = (x - mean) * rstd (LN) or x * rstd (RMS), g = dy * w (w = 1 without weight):
+//   LN : dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//   RMS: dx = rstd * (g - xhat * mean(g * xhat))
+//   dweight[j] = sum over rows of dy[j] * xhat[j];  dbias[j] = sum over rows of dy[j]   (LN only)
+// mean / rstd are the forward's statistics (f32, one per row).
+//
+// Parameter gradients without atomics: the grid is persistent (about as many blocks as fit on the GPU
+// at once), and a thread always owns the same columns of the rows it visits, so it adds its rows'
+// dy * xhat into its own slots (shared memory, or this block's row of `part` for `wide`). At the end a
+// block adds its row groups' slots in group order and writes one row of `part` ([grid][nacc][d] f32,
+// nacc = 2 for LN, 1 for RMS); nk_bwd_finalize then adds the rows of `part` in block order. Every sum
+// has a fixed order: the results are bitwise identical run to run.
+#ifndef NORMKIT_NORM_BWD_CUH
+#define NORMKIT_NORM_BWD_CUH
+#include "norm_fwd.cuh"
+
+// Chunks per thread the `cached` mapping holds (x and dy, raw, at most 4 words each per chunk).
+// With 128 registers (launch bound 512 threads, 1 block) 6 chunks fit without spills on sm_90; 8 spilt
+// up to 140 bytes, and 4 chunks at 64 registers spilt more (the masked path's addresses).
+#define NK_MAXV_BWD 6
+
+#define NK_BWD_PARAMS                                                                                  \
+  const void *dy, const void *x, const void *weight, const float *mean, const float *rstd, void *dx,   \
+      float *part, int rows, int d, long long dy_stride, long long x_stride, long long dx_stride, int tpr, \
+      int nv
+#define NK_BWD_ARGS dy, x, weight, mean, rstd, dx, part, rows, d, dy_stride, x_stride, dx_stride, tpr, nv
+
+struct alignas(16) nk_f4 { float v[4]; };
+
+// A chunk is VEC elements: 16 bytes of the wider of x and dy (4 elements if either is f32, else 8).
+template <class TX, class TD>
+struct nk_bwd_geom {
+  enum { VEC = 16 / (TX::SIZE > TD::SIZE ? TX::SIZE : TD::SIZE) };
+  enum { XW = VEC * TX::SIZE / 4, DW = VEC * TD::SIZE / 4 };
+};
+// Alignment of one chunk of T (its bytes, at most 16): the vector width of its loads and stores.
+template <class T, int VEC>
+struct nk_chunk_align {
+  enum { A = VEC * T::SIZE < 16 ? VEC * T::SIZE : 16 };
+};
+
+// Whether every row can take the mask-free vector path: d a multiple of the chunk, every pointer and
+// row start aligned to its chunk.
+template <class TX, class TD, class TW>
+NK_INLINE bool nk_bwd_full(const void* dy, const void* x, const void* w, const void* dx, int d, long long dys,
+                           long long xs, long long dxs) {
+  constexpr int VEC = nk_bwd_geom<TX, TD>::VEC;
+  constexpr unsigned AX = nk_chunk_align<TX, VEC>::A, AD = nk_chunk_align<TD, VEC>::A,
+                     AW = nk_chunk_align<TW, VEC>::A;
+  return d % VEC == 0 && nk_aligned(x, AX) && nk_aligned(dx, AX) && nk_aligned(dy, AD) && nk_aligned(w, AW) &&
+         (xs * TX::SIZE) % AX == 0 && (dxs * TX::SIZE) % AX == 0 && (dys * TD::SIZE) % AD == 0;
+}
+
+// dx for one chunk, and the chunk's contributions to the parameter sums (acc: this thread's slots for
+// the chunk's columns, dweight's at acc[0..], dbias's at acc[d..]; null when no parameter gradient).
+template <class TX, class TD, class TW, bool LN, int VEC>
+NK_INLINE void nk_bwd_chunk(const float (&xf)[VEC], const float (&df)[VEC], const typename TW::S* w, bool pvec,
+                            int nvalid, float mu, float rs, float a, float b, typename TX::S* dxp, bool dxvec,
+                            float* acc, int d, bool accvec) {
+  float wf[VEC];
+  if (w) nk_load_f<TW, VEC>(w, pvec, nvalid, wf);
+  float o[VEC], gx[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float xh = LN ? (xf[e] - mu) * rs : xf[e] * rs;
+    const float g = w ? df[e] * wf[e] : df[e];
+    o[e] = rs * (LN ? (g - a) - xh * b : g - xh * b);
+    gx[e] = df[e] * xh;
+  }
+  nk_store_f<TX, VEC>(dxp, dxvec, nvalid, o);
+  if (!acc) return;
+  if (accvec && nvalid >= VEC) {
+#pragma unroll
+    for (int k = 0; k < VEC; k += 4) {
+      nk_f4 s = *(nk_f4*)(acc + k);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s.v[e] += gx[k + e];
+      *(nk_f4*)(acc + k) = s;
+      if (LN) {
+        nk_f4 t = *(nk_f4*)(acc + d + k);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) t.v[e] += df[k + e];
+        *(nk_f4*)(acc + d + k) = t;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      if (e < nvalid) {
+        acc[e] += gx[e];
+        if (LN) acc[d + e] += df[e];
+      }
+  }
+}
+
+// Row sums for dx: sg = sum(g) (LN), sgx = sum(g * xhat), over one chunk.
+template <class TW, bool LN, int VEC>
+NK_INLINE void nk_bwd_sums(const float (&xf)[VEC], const float (&df)[VEC], const typename TW::S* w, bool pvec,
+                           int nvalid, float mu, float rs, float& sg, float& sgx) {
+  float wf[VEC];
+  if (w) nk_load_f<TW, VEC>(w, pvec, nvalid, wf);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float xh = LN ? (xf[e] - mu) * rs : xf[e] * rs;
+    const float g = w ? df[e] * wf[e] : df[e];
+    sg += e < nvalid ? g : 0.0f;  // elements past the row's end are not part of it
+    sgx += e < nvalid ? g * xh : 0.0f;
+  }
+}
+
+#define NK_BWD_TYPED_PTRS                                    \
+  const typename TD::S* DY = (const typename TD::S*)dy;     \
+  const typename TX::S* X = (const typename TX::S*)x;       \
+  const typename TW::S* W = (const typename TW::S*)weight;  \
+  typename TX::S* DX = (typename TX::S*)dx
+
+// ---------------------------------------------------------------- mapping `cached`
+// blockDim.x = R * tpr: R row groups of tpr threads. tpr is a power of two <= 32 (groups inside a warp,
+// xor-shuffle reductions; blockDim.x a multiple of the warp size) or tpr = blockDim.x (one row per
+// block, block reductions). Thread t of a group owns chunks t, t + tpr, ... (nv <= NK_MAXV_BWD of them,
+// nv * tpr * VEC >= d) and caches their x and dy in registers. Grid: persistent, rows strided by
+// gridDim.x * R. Dynamic shared memory (floats): 2 * (blockDim.x / warp) for the block reductions,
+// rounded up to 4, then R * nacc * d parameter-sum slots when `part` is not null.
+template <class TX, class TD, class TW, bool LN, bool FULL>
+NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
+  constexpr int VEC = nk_bwd_geom<TX, TD>::VEC, XW = nk_bwd_geom<TX, TD>::XW, DW = nk_bwd_geom<TX, TD>::DW;
+  constexpr int NACC = LN ? 2 : 1;
+  nk_check_wave();
+  const int bd = (int)nk_block_dim_x();
+  const bool lanes = tpr <= 32;
+  if (tpr < 1 || nv < 1 || nv > NK_MAXV_BWD || (long long)nv * tpr * VEC < d || bd % tpr ||
+      (lanes ? (tpr & (tpr - 1)) != 0 || bd % NK_WARP_SIZE != 0 : tpr != bd))
+    nk_trap();
+  if (d <= 0) return;
+  NK_BWD_TYPED_PTRS;
+  const int tid = (int)nk_thread_x();
+  const int grp = tid / tpr, t0 = tid - grp * tpr, R = bd / tpr;
+  const unsigned nwarps = (unsigned)bd / NK_WARP_SIZE;
+  float* slots = nk_fwd_smem + ((2 * nwarps + 3) & ~3u);  // 16-byte aligned
+  float* acc = part ? slots + (long long)grp * NACC * d : nullptr;
+  const int nchunks = (d - 1) / VEC + 1;
+  const float fd = (float)d;
+#define NK_NVAL(i) \
+  (((i) < nv && t + (i) * tpr < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(t + (i) * tpr, d)) : 0)
+  if (acc) {
+    const int c_end = nchunks, t = t0;
+    for (int i = 0; i < NK_MAXV_BWD; ++i) {
+      const int nvalid = NK_NVAL(i);
+      for (int e = 0; e < nvalid; ++e) {
+        const int col = (t + i * tpr) * VEC + e;
+        acc[col] = 0.0f;
+        if (LN) acc[d + col] = 0.0f;
+      }
+    }
+  }
+  nk_red_lanes redl{tpr};
+  nk_red_block redb{nwarps, 0u};
+  const bool pvec = FULL || nk_aligned(W, nk_chunk_align<TW, VEC>::A);
+  const long long rstep = (long long)nk_grid_dim_x() * R;
+  for (long long rb = (long long)nk_block_x() * R; rb < rows; rb += rstep) {
+    // Per-chunk weight and slot addresses do not depend on the row: keep the compiler from hoisting
+    // them all out of the loop (two registers each, live throughout; they spilled).
+    int t = t0;
+    nk_opaque(t);
+    const long long row = rb + grp;
+    const bool active = row < rows;
+    const int c_end = active ? nchunks : 0;
+    const typename TX::S* xr = X + row * x_stride;
+    const typename TD::S* dyr = DY + row * dy_stride;
+    typename TX::S* dxr = DX + row * dx_stride;
+    const bool xvec = FULL || nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
+    const bool dvec = FULL || nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
+    unsigned xw[NK_MAXV_BWD][XW], dw[NK_MAXV_BWD][DW];
+#pragma unroll
+    for (int i = 0; i < NK_MAXV_BWD; ++i) {
+      const long long off = (long long)(t + i * tpr) * VEC;
+      nk_load_words<TX, VEC>(xr + off, xvec, NK_NVAL(i), xw[i]);
+      nk_load_words<TD, VEC>(dyr + off, dvec, NK_NVAL(i), dw[i]);
+    }
+    const float mu = (LN && active) ? mean[row] : 0.0f;
+    const float rs = active ? rstd[row] : 0.0f;
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NK_MAXV_BWD; ++i) {
+      const int nvalid = NK_NVAL(i);
+      if (nvalid > 0) {
+        float xf[VEC], df[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
+        nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + (long long)(t + i * tpr) * VEC : W, pvec, nvalid, mu, rs, sg, sgx);
+      }
+    }
+    const float a = LN ? (lanes ? redl(sg) : redb(sg)) / fd : 0.0f;
+    const float b = (lanes ? redl(sgx) : redb(sgx)) / fd;
+    const bool dxvec = FULL || nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
+#pragma unroll
+    for (int i = 0; i < NK_MAXV_BWD; ++i) {
+      const int nvalid = NK_NVAL(i);
+      if (nvalid > 0) {
+        const long long off = (long long)(t + i * tpr) * VEC;
+        float xf[VEC], df[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
+        nk_bwd_chunk<TX, TD, TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, a, b, dxr + off, dxvec,
+                                          acc ? acc + off : acc, d, FULL);
+      }
+    }
+  }
+#undef NK_NVAL
+  if (!part) return;
+  // This block's row of `part`: its groups' slots added in group order.
+  nk_barrier();
+  float* out = part + (long long)nk_block_x() * NACC * d;
+  for (int j = tid; j < NACC * d; j += bd) {
+    float s = 0.0f;
+    for (int g = 0; g < R; ++g) s += slots[(long long)g * NACC * d + j];
+    out[j] = s;
+  }
+}
+
+// ---------------------------------------------------------------- mapping `wide`
+// Rows too long for the register cache: one row per block (blockDim.x = tpr, a multiple of the warp
+// size), thread t handles chunks t, t + tpr, ...; a sums pass and a dx pass each read x and dy (the
+// second mostly from L2). The parameter sums go straight to this block's row of `part`, whose columns
+// each thread owns. nv unused. Grid: persistent, rows strided by gridDim.x. Dynamic smem: 2 * warps * 4.
+template <class TX, class TD, class TW, bool LN>
+NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
+  constexpr int VEC = nk_bwd_geom<TX, TD>::VEC;
+  constexpr int NACC = LN ? 2 : 1;
+  (void)nv;
+  nk_check_wave();
+  if ((unsigned)tpr != nk_block_dim_x() || tpr % NK_WARP_SIZE) nk_trap();
+  if (d <= 0) return;
+  NK_BWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  const int nchunks = (d - 1) / VEC + 1;
+  const float fd = (float)d;
+  float* acc = part ? part + (long long)nk_block_x() * NACC * d : nullptr;
+  if (acc)
+    for (int j = t * VEC; j < d; j += tpr * VEC)
+      for (int e = 0; e < VEC && j + e < d; ++e) {
+        acc[j + e] = 0.0f;
+        if (LN) acc[d + j + e] = 0.0f;
+      }
+  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  const bool pvec = nk_aligned(W, nk_chunk_align<TW, VEC>::A);
+  const bool accvec = d % 4 == 0;  // acc rows then start 16-byte aligned (part is)
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    const typename TX::S* xr = X + row * x_stride;
+    const typename TD::S* dyr = DY + row * dy_stride;
+    typename TX::S* dxr = DX + row * dx_stride;
+    const bool xvec = nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
+    const bool dvec = nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
+    const bool dxvec = nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
+    const float mu = LN ? mean[row] : 0.0f, rs = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll 2
+    for (int c = t; c < nchunks; c += tpr) {
+      const long long off = (long long)c * VEC;
+      const int nvalid = nk_chunk_valid<VEC>(c, d);
+      float xf[VEC], df[VEC];
+      nk_load_f<TX, VEC>(xr + off, xvec, nvalid, xf);
+      nk_load_f<TD, VEC>(dyr + off, dvec, nvalid, df);
+      nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, sg, sgx);
+    }
+    const float a = LN ? red(sg) / fd : 0.0f;
+    const float b = red(sgx) / fd;
+#pragma unroll 2
+    for (int c = t; c < nchunks; c += tpr) {
+      const long long off = (long long)c * VEC;
+      const int nvalid = nk_chunk_valid<VEC>(c, d);
+      float xf[VEC], df[VEC];
+      nk_load_f<TX, VEC>(xr + off, xvec, nvalid, xf);
+      nk_load_f<TD, VEC>(dyr + off, dvec, nvalid, df);
+      nk_bwd_chunk<TX, TD, TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, a, b, dxr + off, dxvec,
+                                        acc ? acc + off : acc, d, accvec);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- finalize
+// out[j] (j < nacc * d; dweight for j < d, dbias after) = sum over p < nparts of part[p][j], in order p,
+// plus the old value when `accumulate` (gradient accumulation). A null dweight or dbias is skipped.
+// One thread per j; any grid and block that cover nacc * d.
+template <class TO>
+NK_INLINE void nk_bwd_finalize(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias,
+                               int accumulate) {
+  const long long n = (long long)nacc * d;
+  const long long j = (long long)nk_block_x() * nk_block_dim_x() + nk_thread_x();
+  if (j >= n) return;
+  typename TO::S* o = (typename TO::S*)(j < d ? dweight : dbias);
+  if (!o) return;
+  const long long k = j < d ? j : j - d;
+  float s = 0.0f;
+  for (int p = 0; p < nparts; ++p) s += part[(long long)p * n + j];
+  if (accumulate) s = TO::to_f(o[k]) + s;
+  o[k] = TO::from_f(s);
+}
+
+#endif  // NORMKIT_NORM_BWD_CUH

@@ -1,0 +1,216 @@
+/**
+ * layerNormBackward / rmsNormBackward: validation, then the float64 CPU maths or two GPU launches (dx with
+ * per-block parameter sums from a persistent grid, then the finalize that adds them in a fixed order).
+ * No floating-point atomics anywhere: results are bitwise identical run to run.
+ */
+import type { Device } from "../runtime/device.ts";
+import { decode, type DType, encode } from "../runtime/dtype.ts";
+import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
+import type { DeviceBuffer } from "../runtime/memory.ts";
+import { LaunchConfig } from "../runtime/module.ts";
+import { Stream } from "../runtime/stream.ts";
+import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
+import { normBackward } from "./cpu_bwd.ts";
+import { normKernel } from "./kernels.ts";
+import type { NormKind } from "./plan.ts";
+import { planNormBackward } from "./plan_bwd.ts";
+import { checkInput, checkParam, checkTensor } from "./validate.ts";
+import type { ArgType } from "../runtime/module.ts";
+
+/** Parameters of nk_{ln|rms}_bwd_{cached|wide}_* (kernels/norm_bwd.cuh, NK_BWD_PARAMS). */
+export const NORM_BWD_ARGS: readonly ArgType[] = [
+  "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", // dy, x, weight, mean, rstd, dx, part
+  "i32", "i32", "i64", "i64", "i64", //                rows, d, dy_stride, x_stride, dx_stride
+  "i32", "i32", //                                     tpr, nv (from the plan)
+];
+/** Parameters of nk_bwd_finalize_{f32|f16|bf16}: part, nparts, d, nacc, dweight, dbias, accumulate. */
+export const NORM_FINALIZE_ARGS: readonly ArgType[] = ["ptr", "i32", "i32", "i32", "ptr", "ptr", "i32"];
+
+/** Whether two tensors' byte spans (first row start to last row end) intersect. */
+function overlaps(a: Tensor, b: Tensor): boolean {
+  if (a.buffer !== b.buffer) return false;
+  const span = (t: Tensor) => [t.offset * t.bytesPerElement, (t.offset + spanElements(t.rows, t.d, t.rowStride)) * t.bytesPerElement];
+  const [a0, a1] = span(a), [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+export interface RMSNormBackwardOptions {
+  /** Per-row 1/σ from the forward (`stats: true`): f32, one per row of x. */
+  rstd: Tensor;
+  /** The forward's weight (f32 or x's dtype); dweight is returned when it is given. */
+  weight?: Tensor;
+  /** Where to write dx (x's shape and dtype; may be dy itself). Default: a new tensor. */
+  dx?: Tensor;
+  /** Where to write dweight ([D], weight's dtype). Default: a new tensor. */
+  dweight?: Tensor;
+  /** Add the parameter gradients to `dweight` / `dbias` instead of overwriting them. */
+  accumulate?: boolean;
+  stream?: Stream;
+}
+
+export interface LayerNormBackwardOptions extends RMSNormBackwardOptions {
+  /** Per-row mean from the forward: f32, one per row of x. */
+  mean: Tensor;
+  /** The forward's bias: dbias is returned when it is given (its values are not read). */
+  bias?: Tensor;
+  /** Where to write dbias ([D], bias's dtype). Default: a new tensor. */
+  dbias?: Tensor;
+}
+
+export interface NormBackwardResult {
+  dx: Tensor;
+  dweight?: Tensor;
+  dbias?: Tensor;
+}
+
+/** Gradients of y = layerNorm(x, {weight, bias}) given dy = ∂L/∂y. Asynchronous on the stream. */
+export function layerNormBackward(dy: Tensor, x: Tensor, opts: LayerNormBackwardOptions): NormBackwardResult {
+  return runBackward("layer", dy, x, opts);
+}
+
+/** Gradients of y = rmsNorm(x, {weight}) given dy = ∂L/∂y. Asynchronous on the stream. */
+export function rmsNormBackward(dy: Tensor, x: Tensor, opts: RMSNormBackwardOptions): NormBackwardResult {
+  return runBackward("rms", dy, x, opts as LayerNormBackwardOptions);
+}
+
+function checkStat(name: string, t: unknown, x: Tensor): Tensor {
+  const s = checkTensor(name, t, x.device);
+  if (s.dtype !== "f32") throw new ArgumentError(`${name}.dtype`, `"f32"`, s.dtype);
+  if (s.numel !== x.rows || !s.contiguous) throw new ArgumentError(name, `${x.rows} contiguous f32 values (one per row of x)`, `shape [${s.shape}]`);
+  return s;
+}
+
+function checkGradOut(name: string, t: unknown, x: Tensor, dtype: DType): Tensor | undefined {
+  if (t === undefined || t === null) return undefined;
+  const g = checkTensor(name, t, x.device);
+  if (g.numel !== x.d || g.rows !== 1) throw new ArgumentError(name, `shape [${x.d}]`, `shape [${g.shape}]`);
+  if (g.dtype !== dtype) throw new ArgumentError(`${name}.dtype`, `"${dtype}" (the parameter's dtype)`, g.dtype);
+  return g;
+}
+
+function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormBackwardOptions): NormBackwardResult {
+  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", kind === "layer" ? "{ mean, rstd, … }" : "{ rstd, … }", opts);
+  const x = checkInput(xIn);
+  const dy = checkTensor("dy", dyIn, x.device);
+  if (dy.shape.length !== x.shape.length || dy.shape.some((n, i) => n !== x.shape[i])) {
+    throw new ArgumentError("dy", `shape [${x.shape}] (the shape of x)`, `shape [${dy.shape}]`);
+  }
+  const mean = kind === "layer" ? checkStat("mean", opts.mean, x) : undefined;
+  const rstd = checkStat("rstd", opts.rstd, x);
+  const weight = checkParam("weight", opts.weight, x);
+  const bias = kind === "layer" ? checkParam("bias", opts.bias, x) : undefined;
+  if (weight && bias && weight.dtype !== bias.dtype) throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
+  const pdtype: DType = weight?.dtype ?? bias?.dtype ?? "f32";
+  const dwGiven = checkGradOut("dweight", opts.dweight, x, pdtype);
+  const dbGiven = kind === "layer" ? checkGradOut("dbias", opts.dbias, x, pdtype) : undefined;
+  if (dwGiven && !weight) throw new ArgumentError("dweight", "only with a weight", "a tensor");
+  if (dbGiven && !bias) throw new ArgumentError("dbias", "only with a bias", "a tensor");
+  const dxGiven = opts.dx === undefined ? undefined : checkTensor("dx", opts.dx, x.device);
+  if (dxGiven) {
+    if (dxGiven.shape.length !== x.shape.length || dxGiven.shape.some((n, i) => n !== x.shape[i])) {
+      throw new ArgumentError("dx", `shape [${x.shape}] (the shape of x)`, `shape [${dxGiven.shape}]`);
+    }
+    if (dxGiven.dtype !== x.dtype) throw new ArgumentError("dx.dtype", `x's dtype "${x.dtype}"`, dxGiven.dtype);
+    if (overlaps(dxGiven, x)) throw new ArgumentError("dx", "memory that does not overlap x", "an overlap with x");
+    const inPlace = dxGiven.buffer === dy.buffer && dxGiven.offset === dy.offset && dxGiven.rowStride === dy.rowStride && dxGiven.dtype === dy.dtype;
+    if (!inPlace && overlaps(dxGiven, dy)) throw new ArgumentError("dx", "dy itself (in place) or memory that does not overlap dy", "a partial overlap with dy");
+  }
+  for (const [n, g] of [["dweight", dwGiven], ["dbias", dbGiven]] as const) {
+    for (const [m, t] of [["x", x], ["dy", dy], ["dx", dxGiven]] as const) {
+      if (g && t && overlaps(g, t)) throw new ArgumentError(n, `memory that does not overlap ${m}`, `an overlap with ${m}`);
+    }
+  }
+  if (dwGiven && dbGiven && overlaps(dwGiven, dbGiven)) throw new ArgumentError("dbias", "memory that does not overlap dweight", "an overlap");
+  const device = x.device;
+  const stream = opts.stream ?? device.stream;
+  if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
+  if (stream.closed) throw new DisposedError("stream");
+  if (device.backend === "hip") throw new UnsupportedError(`${kind}NormBackward on HIP: the backward kernels have not been run on an AMD GPU`);
+  const accumulate = opts.accumulate === true;
+  if (accumulate && ((weight && !dwGiven) || (bias && !dbGiven))) {
+    throw new ArgumentError("accumulate", "dweight (and dbias with a bias) to add into", "no tensor to accumulate into");
+  }
+  const plan = device.backend === "cpu" ? undefined : planNormBackward(
+    { kind, d: x.d, xDtype: x.dtype, dyDtype: dy.dtype, weightDtype: weight?.dtype, paramGrads: !!(weight || bias) },
+    { maxThreadsPerBlock: device.info.maxThreadsPerBlock, warpSize: device.info.warpSize, maxSharedPerBlockOptin: device.info.maxSharedPerBlockOptin },
+  );
+  if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}NormBackward: ${plan.unsupported}`);
+
+  let dx = dxGiven, dweight = dwGiven, dbias = dbGiven;
+  try {
+    dx ??= emptyTensor(device, x.shape, { dtype: x.dtype });
+    if (weight) dweight ??= emptyTensor(device, [x.d], { dtype: pdtype });
+    if (bias) dbias ??= emptyTensor(device, [x.d], { dtype: pdtype });
+    if (!plan) {
+      cpuBackward(kind, dy, x, mean, rstd, weight, dx, dweight, dbias, accumulate);
+    } else if (x.rows === 0) {
+      // Nothing to launch for dx; the parameter gradients of no rows are zeros.
+      if (!accumulate) for (const g of [dweight, dbias]) g?.write(new Float32Array(x.d), { stream });
+    } else {
+      const p = plan.plan;
+      const k = normKernel(device, p.kernel, NORM_BWD_ARGS);
+      // Persistent grid: as many blocks as fit at once (shared memory above 48 KiB needs the kernel's
+      // opt-in, which the occupancy query does not assume, hence the shared-memory bound computed here).
+      const perSm = Math.max(1, Math.min(k.occupancy(p.block, 0), Math.floor((device.info.maxSharedPerBlockOptin + 1024) / (p.sharedBytes + 1024))));
+      const grid = Math.min(Math.ceil(x.rows / p.rowsPerBlock), device.info.multiprocessors * perSm, device.info.maxGridDim[0]);
+      const part = p.nacc > 0 ? workspace(device, stream, grid * p.nacc * x.d * 4) : null;
+      k.launch(stream, new LaunchConfig({ grid: [grid, 1, 1], block: [p.block, 1, 1], sharedBytes: p.sharedBytes }), [
+        dy, x, weight ?? null, mean ?? null, rstd, dx, part, x.rows, x.d, dy.rowStride, x.rowStride, dx.rowStride, p.tpr, p.nv,
+      ]);
+      if (part) {
+        const fin = normKernel(device, `nk_bwd_finalize_${pdtype}`, NORM_FINALIZE_ARGS);
+        fin.launch(stream, new LaunchConfig({ grid: [Math.ceil((p.nacc * x.d) / 256), 1, 1], block: [256, 1, 1] }), [
+          part, grid, x.d, p.nacc, dweight ?? null, dbias ?? null, accumulate ? 1 : 0,
+        ]);
+      }
+    }
+  } catch (e) {
+    if (!dxGiven) dx?.close();
+    if (!dwGiven) dweight?.close();
+    if (!dbGiven) dbias?.close();
+    throw e;
+  }
+  return { dx, ...(dweight ? { dweight } : {}), ...(dbias ? { dbias } : {}) };
+}
+
+/**
+ * The per-block parameter sums, one grow-only buffer per stream (work on one stream is ordered, so
+ * consecutive backward calls on it can share it). Owned by the device: released with it.
+ */
+const workspaces = new WeakMap<Stream, DeviceBuffer>();
+function workspace(device: Device, stream: Stream, bytes: number): DeviceBuffer {
+  const have = workspaces.get(stream);
+  if (have && !have.closed && have.byteLength >= bytes) return have;
+  if (have && !have.closed) {
+    stream.synchronize(); // earlier launches on this stream may still read it
+    have.close();
+  }
+  const buf = device.alloc(Math.max(bytes, 1 << 20));
+  workspaces.set(stream, buf);
+  return buf;
+}
+
+/** The CPU backend: float64 maths on the host bytes, with the forward's statistics as given. */
+function cpuBackward(
+  kind: NormKind, dy: Tensor, x: Tensor, mean: Tensor | undefined, rstd: Tensor, weight: Tensor | undefined,
+  dx: Tensor, dweight: Tensor | undefined, dbias: Tensor | undefined, accumulate: boolean,
+): void {
+  const rows = x.rows, d = x.d;
+  const view = (t: Tensor) => decode(t.buffer.hostBytes.subarray(t.offset * t.bytesPerElement, (t.offset + spanElements(t.rows, t.d, t.rowStride)) * t.bytesPerElement), t.dtype);
+  const r = normBackward({
+    kind, rows, d, x: view(x), xStride: x.rowStride, dy: view(dy), dyStride: dy.rowStride,
+    mean: mean?.readSync(), rstd: rstd.readSync(), weight: weight?.readSync(),
+  });
+  const b = dx.bytesPerElement, out = dx.buffer.hostBytes;
+  for (let row = 0; row < rows; row++) {
+    const at = (dx.offset + row * dx.rowStride) * b;
+    encode(r.dx.subarray(row * d, (row + 1) * d), dx.dtype, out.subarray(at, at + d * b));
+  }
+  for (const [g, v] of [[dweight, r.dweight], [dbias, r.dbias]] as const) {
+    if (!g) continue;
+    if (accumulate) {
+      const old = g.readSync();
+      g.write(v.map((s, j) => old[j] + s));
+    } else g.write(v);
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * Float64 reference / CPU fallback for the LayerNorm and RMSNorm backward pass (PyTorch semantics).
+ * With xhat = (x − mean)·rstd (LN) or x·rstd (RMS) and g = dy·w:
+ *   LN : dx = rstd·(g − mean(g) − xhat·mean(g·xhat)),  dweight = Σ_rows dy·xhat,  dbias = Σ_rows dy
+ *   RMS: dx = rstd·(g − xhat·mean(g·xhat)),            dweight = Σ_rows dy·xhat
+ * The statistics are the forward's (given), or recomputed here in float64 when absent.
+ * tests/cpu_backward.test.ts checks these formulas against finite differences of ops/cpu.ts's forward.
+ */
+import { normForward, type NormKind } from "./cpu.ts";
+
+export interface CpuNormBackwardInput {
+  kind: NormKind;
+  rows: number;
+  d: number;
+  /** Element index of row r is r * xStride (and r * dyStride). */
+  x: ArrayLike<number>;
+  xStride: number;
+  dy: ArrayLike<number>;
+  dyStride: number;
+  /** Per-row mean (LN) and rstd from the forward; recomputed in float64 with `eps` when absent. */
+  mean?: ArrayLike<number>;
+  rstd?: ArrayLike<number>;
+  eps?: number;
+  /** Length d; without it the scale is 1. */
+  weight?: ArrayLike<number>;
+}
+
+export interface CpuNormBackwardOutput {
+  /** rows · d, contiguous. */
+  dx: Float64Array;
+  /** Σ over rows of dy·xhat, length d. */
+  dweight: Float64Array;
+  /** Σ over rows of dy, length d (zeros for RMS). */
+  dbias: Float64Array;
+}
+
+export function normBackward(p: CpuNormBackwardInput): CpuNormBackwardOutput {
+  const { kind, rows, d } = p;
+  let mean = p.mean, rstd = p.rstd;
+  if (!rstd || (kind === "layer" && !mean)) {
+    if (p.eps === undefined) throw new RangeError("normBackward: give mean/rstd, or eps to recompute them");
+    const f = normForward({ kind, rows, d, x: p.x, xStride: p.xStride, eps: p.eps });
+    mean = f.mean;
+    rstd = f.rstd;
+  }
+  const dx = new Float64Array(rows * d);
+  const dweight = new Float64Array(d), dbias = new Float64Array(d);
+  const xhat = new Float64Array(d), g = new Float64Array(d);
+  for (let r = 0; r < rows; r++) {
+    const mu = kind === "layer" ? mean![r] : 0, rs = rstd[r];
+    let sg = 0, sgx = 0;
+    for (let j = 0; j < d; j++) {
+      const dyv = p.dy[r * p.dyStride + j];
+      xhat[j] = (p.x[r * p.xStride + j] - mu) * rs;
+      g[j] = p.weight ? dyv * p.weight[j] : dyv;
+      sg += g[j];
+      sgx += g[j] * xhat[j];
+      dweight[j] += dyv * xhat[j];
+      dbias[j] += dyv;
+    }
+    const a = kind === "layer" ? sg / d : 0, b = sgx / d;
+    for (let j = 0; j < d; j++) dx[r * d + j] = rs * (g[j] - a - xhat[j] * b);
+  }
+  if (kind === "rms") dbias.fill(0);
+  return { dx, dweight, dbias };
+}

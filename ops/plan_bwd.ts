@@ -1,0 +1,98 @@
+/**
+ * The backward launch plan: one pure function from (kind, D, dtypes, whether parameter gradients are
+ * wanted, device limits) to the dx kernel, its block, shared memory and rows per block. The grid is
+ * persistent: the caller sizes it from the kernel's occupancy (a driver fact), at most one block per
+ * RPB rows. Contracts: kernels/norm_bwd.cuh.
+ *
+ * A chunk is 16 bytes of the wider of x and dy (VEC = 4 elements if either is f32, else 8); a thread
+ * caches up to MAXV_BWD chunks of x and dy in registers (`cached`), or re-reads them (`wide`).
+ */
+import type { DType } from "../runtime/dtype.ts";
+import type { NormKind } from "./plan.ts";
+
+export const MAXV_BWD = 6;
+/** Threads per block at most (both mappings' launch bound). */
+export const BWD_MAX_THREADS = 512;
+/** Block size of the several-rows-per-block layout. */
+export const BWD_ROWS_BLOCK = 256;
+/** Chunks per thread aimed for: few lanes per row, deep register caches (as in the forward). */
+const TARGET_NV = MAXV_BWD;
+/**
+ * Shared memory the several-rows layout may spend on its parameter-sum slots (R · nacc · D floats):
+ * halving the row groups below this keeps two or more blocks resident per SM.
+ */
+const ROWS_SLOT_BUDGET = 64 * 1024;
+
+export interface BwdPlanInput {
+  kind: NormKind;
+  d: number;
+  xDtype: DType;
+  dyDtype: DType;
+  /** f32 or x's dtype; f32 when there is no weight. */
+  weightDtype?: DType;
+  /** Whether dweight / dbias are computed (the kernel then fills per-block parameter sums). */
+  paramGrads: boolean;
+}
+
+export interface BwdLimits {
+  maxThreadsPerBlock: number;
+  warpSize: number;
+  /** Dynamic shared memory a block may use after opting in. */
+  maxSharedPerBlockOptin: number;
+}
+
+export interface BwdPlan {
+  kernel: string;
+  mapping: "cached" | "wide";
+  block: number;
+  sharedBytes: number;
+  tpr: number;
+  nv: number;
+  /** Rows one block handles at once (row groups per block). */
+  rowsPerBlock: number;
+  /** Parameter-sum arrays per block row of `part`: 2 (LN: dweight, dbias), 1 (RMS) or 0. */
+  nacc: number;
+}
+
+export type BwdPlanResult = { plan: BwdPlan } | { unsupported: string };
+
+const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
+const size = (t: DType): number => (t === "f32" ? 4 : 2);
+
+export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanResult {
+  const tx = p.xDtype, tdy = p.dyDtype, tw = p.weightDtype ?? "f32";
+  if (tw !== "f32" && tw !== tx) return { unsupported: `weight must be f32 or x's dtype (${tx}), not ${tw}` };
+  if (p.d < 1) return { unsupported: "d must be ≥ 1" };
+  const vec = 16 / Math.max(size(tx), size(tdy));
+  const chunks = Math.ceil(p.d / vec);
+  const warp = limits.warpSize;
+  const nacc = p.paramGrads ? (p.kind === "layer" ? 2 : 1) : 0;
+  const slotBytes = nacc * p.d * 4;
+  const name = (m: "cached" | "wide") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
+  const maxThreads = Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock);
+  // The block reductions' 2 · warps floats, rounded up to 16 bytes (the slots start there).
+  const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
+
+  // Several rows per block: tpr lanes per row (a power of two ≤ 32), R = block / tpr row groups.
+  if (chunks <= 32 * MAXV_BWD && BWD_ROWS_BLOCK <= maxThreads) {
+    const tpr = Math.min(32, nextPow2(Math.ceil(chunks / TARGET_NV)));
+    let block = BWD_ROWS_BLOCK;
+    // Fewer row groups while their slots exceed the budget, keeping whole warps.
+    while (block > Math.max(tpr, warp) && (block / tpr) * slotBytes > ROWS_SLOT_BUDGET) block /= 2;
+    const rpb = block / tpr;
+    const shared = reduceBytes(block) + rpb * slotBytes;
+    if (shared <= limits.maxSharedPerBlockOptin) {
+      return { plan: { kernel: name("cached"), mapping: "cached", block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
+    }
+  }
+  // One row per block, cached in registers, when it fits (and its slots fit in shared memory).
+  if (chunks <= maxThreads * MAXV_BWD) {
+    const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / TARGET_NV) / warp) * warp));
+    const shared = reduceBytes(block) + slotBytes;
+    if (shared <= limits.maxSharedPerBlockOptin) {
+      return { plan: { kernel: name("cached"), mapping: "cached", block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
+    }
+  }
+  const block = maxThreads;
+  return { plan: { kernel: name("wide"), mapping: "wide", block, sharedBytes: reduceBytes(block), tpr: block, nv: 0, rowsPerBlock: 1, nacc } };
+}

@@ -1,0 +1,193 @@
+/**
+ * The backward ops and the training modules on the CPU device (CI): plumbing (dtypes, strides, outputs,
+ * accumulation) against the float64 reference with the tolerances stated in backward_cases.ts, argument
+ * checks, the modules' int8 loading, zero-centred weight and gradient accumulation, and the backward plan.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Device, type DType, LayerNorm, Tensor, layerNorm, layerNormBackward, RMSNorm, rmsNorm, rmsNormBackward } from "../mod.ts";
+import { ArgumentError, DisposedError } from "../runtime/errors.ts";
+import { cpuNormBackward, cpuNormForward } from "../mod.ts";
+import { MAXV_BWD, planNormBackward } from "../ops/plan_bwd.ts";
+import { runBwdCase } from "./backward_cases.ts";
+import { randoms } from "./random.ts";
+
+const cpu = () => Device.open({ backend: "cpu" });
+
+for (const kind of ["layer", "rms"] as const) {
+  for (const [tx, tdy, tw] of [["f32", "f32", "f32"], ["bf16", "f32", "bf16"], ["f16", "bf16", "f32"]] as [DType, DType, DType][]) {
+    test(`${kind} backward on the CPU device: x ${tx}, dy ${tdy}, weight ${tw}, strided, accumulate or not`, () => {
+      using dev = cpu();
+      for (const accumulate of [false, true]) {
+        const r = runBwdCase(dev, { kind, rows: 5, d: 37, tx, tdy, tw, pad: 3, accumulate });
+        assert.ok(r.dx <= 1 && r.dweight <= 1 && r.dbias <= 1, JSON.stringify({ dx: r.dx, dw: r.dweight, db: r.dbias }));
+      }
+      const plain = runBwdCase(dev, { kind, rows: 3, d: 8, tx, tdy, tw, affine: false });
+      assert.ok(plain.dx <= 1 && plain.bits.dweight === undefined);
+    });
+  }
+}
+
+test("backward results: shapes, dtypes, which gradients are returned", () => {
+  using dev = cpu();
+  using x = dev.tensor(randoms(12, 1), [2, 2, 3], { dtype: "bf16" });
+  using dy = dev.tensor(randoms(12, 2), [2, 2, 3]);
+  using w = dev.tensor([1, 2, 3], [3], { dtype: "bf16" });
+  using b = dev.tensor([0, 1, 0], [3], { dtype: "bf16" });
+  const f = layerNorm(x, { weight: w, bias: b, stats: true });
+  const r = layerNormBackward(dy, x, { mean: f.mean, rstd: f.rstd, weight: w, bias: b });
+  assert.deepEqual(r.dx.shape, [2, 2, 3]);
+  assert.equal(r.dx.dtype, "bf16");
+  assert.equal(r.dweight?.dtype, "bf16");
+  assert.equal(r.dbias?.dtype, "bf16");
+  const rr = rmsNormBackward(dy, x, { rstd: f.rstd });
+  assert.equal(rr.dweight, undefined);
+  assert.equal("dbias" in rr, false);
+  for (const t of [f.y, f.mean, f.rstd, r.dx, r.dweight!, r.dbias!, rr.dx]) t.close();
+});
+
+test("dx may be dy itself (in place); the result equals the out-of-place one", () => {
+  using dev = cpu();
+  using x = dev.tensor(randoms(40, 3), [4, 10]);
+  using dy = dev.tensor(randoms(40, 4), [4, 10]);
+  const f = rmsNorm(x, { stats: true });
+  const a = rmsNormBackward(dy, x, { rstd: f.rstd });
+  const want = a.dx.readSync();
+  rmsNormBackward(dy, x, { rstd: f.rstd, dx: dy });
+  assert.deepEqual(dy.readSync(), want);
+  for (const t of [f.y, f.mean, f.rstd, a.dx]) t.close();
+});
+
+test("backward argument errors name the argument; nothing is written", () => {
+  using dev = cpu();
+  using x = dev.tensor(randoms(12, 5), [3, 4]);
+  using dy = dev.tensor(randoms(12, 6), [3, 4]);
+  const f = layerNorm(x, { stats: true });
+  using dx = dev.empty([3, 4]);
+  dx.buffer.fill(0xff);
+  const bad = (fn: () => unknown, name: RegExp) => assert.throws(fn, (e: unknown) => e instanceof ArgumentError && name.test((e as Error).message));
+  using dyWrong = dev.tensor(randoms(8, 7), [2, 4]);
+  bad(() => layerNormBackward(dyWrong, x, { mean: f.mean, rstd: f.rstd, dx }), /dy/);
+  using short = dev.tensor([1, 2], [2]);
+  bad(() => layerNormBackward(dy, x, { mean: short, rstd: f.rstd, dx }), /mean/);
+  using rstd16 = dev.tensor([1, 2, 3], [3], { dtype: "f16" });
+  bad(() => layerNormBackward(dy, x, { mean: f.mean, rstd: rstd16, dx }), /rstd\.dtype/);
+  bad(() => layerNormBackward(dy, x, { mean: undefined as never, rstd: f.rstd, dx }), /mean/);
+  using w5 = dev.tensor([1, 2, 3, 4, 5], [5]);
+  bad(() => layerNormBackward(dy, x, { mean: f.mean, rstd: f.rstd, weight: w5, dx }), /weight/);
+  using dx16 = dev.empty([3, 4], { dtype: "f16" });
+  bad(() => layerNormBackward(dy, x, { mean: f.mean, rstd: f.rstd, dx: dx16 }), /dx\.dtype/);
+  using big = dev.tensor(randoms(24, 8), [2, 12]);
+  const xView = new Tensor(big.buffer, [3, 4]), dxOverX = new Tensor(big.buffer, [3, 4], { offset: 2 });
+  bad(() => layerNormBackward(dy, xView, { mean: f.mean, rstd: f.rstd, dx: dxOverX }), /dx/);
+  using w = dev.tensor([1, 1, 1, 1], [4]);
+  bad(() => layerNormBackward(dy, x, { mean: f.mean, rstd: f.rstd, weight: w, accumulate: true, dx }), /accumulate/);
+  using dw16 = dev.empty([4], { dtype: "f16" });
+  bad(() => layerNormBackward(dy, x, { mean: f.mean, rstd: f.rstd, weight: w, dweight: dw16, dx }), /dweight\.dtype/);
+  assert.ok(dx.readSync().every(Number.isNaN), "dx untouched by failed calls");
+  f.mean.close();
+  assert.throws(() => layerNormBackward(dy, x, { mean: f.mean, rstd: f.rstd }), DisposedError);
+  f.y.close();
+  f.rstd.close();
+});
+
+test("zero rows: empty dx, zero parameter gradients", () => {
+  using dev = cpu();
+  using x = dev.empty([0, 4]);
+  using dy = dev.empty([0, 4]);
+  using w = dev.tensor([1, 2, 3, 4], [4]);
+  using stat = dev.empty([0]);
+  const r = rmsNormBackward(dy, x, { rstd: stat, weight: w });
+  assert.deepEqual(r.dx.shape, [0, 4]);
+  assert.deepEqual([...r.dweight!.readSync()], [0, 0, 0, 0]);
+  r.dx.close();
+  r.dweight!.close();
+});
+
+test("LayerNorm module: forward/backward/accumulate/zeroGrad against the float64 reference", () => {
+  using dev = cpu();
+  const d = 6, rows = 3;
+  using m = new LayerNorm(dev, d);
+  const wv = randoms(d, 11, 0.5, 1.5), bv = randoms(d, 12, -1, 1);
+  m.load({ weight: wv, bias: bv });
+  const xv = randoms(rows * d, 13, -2, 2), dyv = randoms(rows * d, 14, -1, 1);
+  using x = dev.tensor(xv, [rows, d]);
+  using dy = dev.tensor(dyv, [rows, d]);
+  using y = m.forward(x);
+  const ref = cpuNormForward({ kind: "layer", rows, d, x: xv, xStride: d, weight: wv, bias: bv, eps: 1e-5 });
+  y.readSync().forEach((v, i) => assert.ok(Math.abs(v - ref.y[i]) <= 1e-5 * (1 + Math.abs(ref.y[i]))));
+  using dx = m.backward(dy);
+  const g = cpuNormBackward({ kind: "layer", rows, d, x: xv, xStride: d, dy: dyv, dyStride: d, weight: wv, eps: 1e-5 });
+  dx.readSync().forEach((v, i) => assert.ok(Math.abs(v - g.dx[i]) <= 1e-5 * (1 + Math.abs(g.dx[i])), `dx[${i}]`));
+  assert.throws(() => m.backward(dy), /forward/); // one backward per forward
+  m.forward(x).close();
+  m.backward(dy).close(); // accumulates: twice the gradient
+  const s = m.state();
+  s.weightGrad!.forEach((v, j) => assert.ok(Math.abs(v - 2 * g.dweight[j]) <= 1e-5 * (1 + Math.abs(2 * g.dweight[j])), `dweight[${j}]`));
+  s.biasGrad!.forEach((v, j) => assert.ok(Math.abs(v - 2 * g.dbias[j]) <= 1e-5 * (1 + Math.abs(2 * g.dbias[j])), `dbias[${j}]`));
+  m.zeroGrad();
+  assert.ok(m.state().weightGrad!.every((v) => v === 0));
+  m.close();
+  assert.throws(() => m.forward(x), DisposedError);
+});
+
+test("RMSNorm module: int8 weights (per-tensor and per-channel scale) and a zero-centred weight", () => {
+  using dev = cpu();
+  const d = 4;
+  using m = new RMSNorm(dev, d);
+  m.load({ weight: { int8: Int8Array.from([10, -20, 30, 127]), scale: 0.01 } });
+  assert.deepEqual([...m.state().weight!], [0.1, -0.2, 0.3, 1.27].map(Math.fround));
+  m.load({ weight: { int8: Int8Array.from([1, 2, 3, 4]), scale: [1, 0.5, 0.25, 2] } });
+  assert.deepEqual([...m.state().weight!], [1, 1, 0.75, 8]);
+  assert.throws(() => m.load({ weight: { int8: Int8Array.from([1, 2]), scale: 1 } }), /weight\.int8/);
+  assert.throws(() => m.load({ weight: { int8: Int8Array.from([1, 2, 3, 4]), scale: [1] } }), /weight\.scale/);
+  assert.throws(() => m.load({ bias: [1, 2, 3, 4] }), /bias/);
+
+  // Zero-centred: stored w, used as 1 + w; gradient with respect to w equals that of the scale.
+  using z = new RMSNorm(dev, d, { zeroCentered: true });
+  const w = [0.5, -0.25, 0, 1];
+  z.load({ weight: w });
+  const xv = randoms(2 * d, 21, -2, 2), dyv = randoms(2 * d, 22, -1, 1);
+  using x = dev.tensor(xv, [2, d]);
+  using dy = dev.tensor(dyv, [2, d]);
+  using y = z.forward(x);
+  const scale = w.map((v) => 1 + v);
+  const ref = cpuNormForward({ kind: "rms", rows: 2, d, x: xv, xStride: d, weight: scale, eps: 1e-6 });
+  y.readSync().forEach((v, i) => assert.ok(Math.abs(v - ref.y[i]) <= 1e-5 * (1 + Math.abs(ref.y[i]))));
+  z.backward(dy).close();
+  const g = cpuNormBackward({ kind: "rms", rows: 2, d, x: xv, xStride: d, dy: dyv, dyStride: d, weight: scale, eps: 1e-6 });
+  z.state().weightGrad!.forEach((v, j) => assert.ok(Math.abs(v - g.dweight[j]) <= 1e-5 * (1 + Math.abs(g.dweight[j]))));
+  assert.deepEqual([...z.state().weight!], w);
+});
+
+test("backward plan: mappings, geometry and kernel contracts over D", () => {
+  const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448 };
+  for (const kind of ["layer", "rms"] as const) {
+    for (const [tx, tdy] of [["f32", "f32"], ["bf16", "bf16"], ["bf16", "f32"]] as [DType, DType][]) {
+      for (let d = 1; d <= 262144; d = d < 64 ? d + 1 : Math.ceil(d * 1.37)) {
+        for (const paramGrads of [true, false]) {
+          const r = planNormBackward({ kind, d, xDtype: tx, dyDtype: tdy, paramGrads }, limits);
+          assert.ok("plan" in r);
+          const p = r.plan;
+          const vec = tx === "f32" || tdy === "f32" ? 4 : 8;
+          const nacc = paramGrads ? (kind === "layer" ? 2 : 1) : 0;
+          assert.equal(p.nacc, nacc);
+          assert.ok(p.block % 32 === 0 && p.block <= 512, `block ${p.block}`);
+          assert.ok(p.sharedBytes <= limits.maxSharedPerBlockOptin);
+          assert.match(p.kernel, new RegExp(`^nk_${kind === "layer" ? "ln" : "rms"}_bwd_${p.mapping}_${tx}_${tdy}_f32$`));
+          if (p.mapping === "cached") {
+            assert.ok(p.nv >= 1 && p.nv <= MAXV_BWD && p.nv * p.tpr * vec >= d, `d ${d}: nv ${p.nv} tpr ${p.tpr}`);
+            assert.ok(p.tpr <= 32 ? (p.tpr & (p.tpr - 1)) === 0 : p.tpr === p.block);
+            assert.equal(p.rowsPerBlock, p.block / p.tpr);
+            const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
+            assert.equal(p.sharedBytes, reduce + p.rowsPerBlock * nacc * d * 4);
+          } else {
+            assert.equal(p.tpr, p.block);
+            assert.ok(d > 512 * MAXV_BWD * vec / 2, `wide only for long rows (d ${d})`);
+          }
+        }
+      }
+    }
+  }
+  assert.ok("unsupported" in planNormBackward({ kind: "rms", d: 8, xDtype: "f16", dyDtype: "f16", weightDtype: "bf16", paramGrads: true }, limits));
+});

@@ -1,0 +1,79 @@
+/**
+ * The backward pass on CUDA against the float64 reference (tolerances stated in backward_cases.ts), for
+ * every dtype combination, both mappings (`cached`, `wide`), odd D, strided rows, accumulation, the
+ * modules, and bitwise determinism over 20 runs. Skipped, with the reason, when there is no CUDA device.
+ */
+import assert from "node:assert/strict";
+import { Device, type DType, RMSNorm } from "../mod.ts";
+import { type BwdCase, runBwdCase } from "./backward_cases.ts";
+import { gpuTest, randoms } from "./helpers.ts";
+
+const COMBOS: [DType, DType, DType][] = [];
+for (const tx of ["f32", "f16", "bf16"] as DType[]) {
+  for (const tdy of ["f32", "f16", "bf16"] as DType[]) {
+    for (const tw of (tx === "f32" ? ["f32"] : ["f32", tx]) as DType[]) COMBOS.push([tx, tdy, tw]);
+  }
+}
+
+function check(dev: Device, c: BwdCase): void {
+  const r = runBwdCase(dev, c);
+  const what = `${c.kind} rows ${c.rows} d ${c.d} x ${c.tx} dy ${c.tdy} w ${c.tw}${c.pad ? ` pad ${c.pad}` : ""}`;
+  assert.ok(r.dx <= 1, `${what}: dx error ${r.dx} × tolerance`);
+  assert.ok(r.dweight <= 1, `${what}: dweight error ${r.dweight} × tolerance`);
+  assert.ok(r.dbias <= 1, `${what}: dbias error ${r.dbias} × tolerance`);
+}
+
+for (const kind of ["layer", "rms"] as const) {
+  gpuTest(`${kind} backward: every dtype combination × D ∈ {1, 3, 127, 1000, 4097, 8192}`, () => {
+    using dev = Device.open({ backend: "cuda" });
+    for (const [tx, tdy, tw] of COMBOS) {
+      for (const d of [1, 3, 127, 1000, 4097, 8192]) check(dev, { kind, rows: d > 4000 ? 40 : 300, d, tx, tdy, tw });
+    }
+  });
+  gpuTest(`${kind} backward: long rows (wide mapping), strided rows, accumulation, no affine`, () => {
+    using dev = Device.open({ backend: "cuda" });
+    for (const [tx, tdy, tw] of [["f32", "f32", "f32"], ["bf16", "bf16", "bf16"], ["f16", "f32", "f32"]] as [DType, DType, DType][]) {
+      check(dev, { kind, rows: 6, d: 65537, tx, tdy, tw });
+      check(dev, { kind, rows: 3, d: 262144, tx, tdy, tw });
+      check(dev, { kind, rows: 500, d: 1024, tx, tdy, tw, pad: 5 });
+      check(dev, { kind, rows: 7, d: 20000, tx, tdy, tw, pad: 8 });
+      check(dev, { kind, rows: 2000, d: 768, tx, tdy, tw, accumulate: true });
+      check(dev, { kind, rows: 100, d: 512, tx, tdy, tw, affine: false });
+    }
+    // Many rows: the persistent grid loops over them.
+    check(dev, { kind, rows: 100_000, d: 128, tx: "bf16", tdy: "bf16", tw: "f32" });
+  });
+  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and wide)`, () => {
+    using dev = Device.open({ backend: "cuda" });
+    for (const d of [256, 4096, 50000]) {
+      const c: BwdCase = { kind, rows: d > 10000 ? 64 : 3000, d, tx: "bf16", tdy: "bf16", tw: "f32", seed: 99 };
+      const first = runBwdCase(dev, c).bits;
+      for (let i = 1; i < 20; i++) {
+        const b = runBwdCase(dev, c).bits;
+        assert.deepEqual(new Uint32Array(b.dx.buffer), new Uint32Array(first.dx.buffer), `dx run ${i} d ${d}`);
+        assert.deepEqual(new Uint32Array(b.dweight!.buffer), new Uint32Array(first.dweight!.buffer), `dweight run ${i} d ${d}`);
+        if (kind === "layer") assert.deepEqual(new Uint32Array(b.dbias!.buffer), new Uint32Array(first.dbias!.buffer));
+      }
+    }
+  });
+}
+
+gpuTest("RMSNorm module on CUDA: forward, backward and accumulated gradient match the CPU device", () => {
+  using gpu = Device.open({ backend: "cuda" });
+  using cpu = Device.open({ backend: "cpu" });
+  const d = 2048, rows = 64;
+  const xv = randoms(rows * d, 5, -2, 2), dyv = randoms(rows * d, 6, -1, 1), wv = randoms(d, 7, 0.5, 1.5);
+  const run = (dev: Device) => {
+    using m = new RMSNorm(dev, d, { zeroCentered: true });
+    m.load({ weight: wv });
+    using x = dev.tensor(xv, [rows, d], { dtype: "bf16" });
+    using dy = dev.tensor(dyv, [rows, d], { dtype: "bf16" });
+    for (let i = 0; i < 2; i++) {
+      m.forward(x).close();
+      m.backward(dy).close();
+    }
+    return m.state().weightGrad!;
+  };
+  const g = run(gpu), c = run(cpu);
+  for (let j = 0; j < d; j++) assert.ok(Math.abs(g[j] - c[j]) <= 1e-4 * (1 + Math.abs(c[j])), `weightGrad[${j}]: ${g[j]} vs ${c[j]}`);
+});

@@ -23,7 +23,9 @@ export const DIAG_FINAL_ARGS: readonly ArgType[] = ["ptr", "ptr", "i32", "ptr", 
 const THREADS = 256; // NK_DIAG_THREADS
 const MAX_BLOCKS = 1024; // partials per segment
 const SEGMENTS = 2; // input and output, reduced by one final launch
-// Scratch layout (bytes): counts u64[SEGMENTS][MAX_BLOCKS] | maxes f32[SEGMENTS][MAX_BLOCKS] | u64[2] | f32[2].
+// Scratch layout (bytes): counts u64[SEGMENTS * MAX_BLOCKS] | maxes f32[SEGMENTS * MAX_BLOCKS] | u64[2] | f32[2].
+// nk_diag_final's block s reduces counts/maxes[s*n .. s*n+n) for n = blocks: the segments are packed with a
+// stride of `blocks` (not MAX_BLOCKS), see partialAt().
 const MAXES_AT = SEGMENTS * MAX_BLOCKS * 8;
 const RESULT_AT = MAXES_AT + SEGMENTS * MAX_BLOCKS * 4;
 const SCRATCH_BYTES = RESULT_AT + SEGMENTS * 8 + SEGMENTS * 4;
@@ -45,12 +47,24 @@ function blocksFor(n: number): number {
   return Math.max(1, Math.min(MAX_BLOCKS, Math.ceil(n / (THREADS * 16))));
 }
 
+/**
+ * @internal Byte offsets in the scratch where the first pass writes segment `seg`'s `blocks` partial counts
+ * (u64) and maxes (f32): where nk_diag_final's block `seg` reads them (element seg*blocks onwards).
+ */
+export function partialAt(seg: number, blocks: number): { counts: number; maxes: number } {
+  return { counts: seg * blocks * 8, maxes: MAXES_AT + seg * blocks * 4 };
+}
+
+/** @internal The scratch layout constants, for the layout test. */
+export const DIAG_SCRATCH = { bytes: SCRATCH_BYTES, maxesAt: MAXES_AT, resultAt: RESULT_AT, maxBlocks: MAX_BLOCKS, segments: SEGMENTS };
+
 /** Queues the first pass over `t` into segment `seg` of the scratch. */
 function queuePartial(t: Tensor, stream: Stream, seg: number, blocks: number): void {
   const dev = t.device, buf = scratch(dev);
   const k = normKernel(dev, `nk_diag_partial_${t.dtype}`, DIAG_PARTIAL_ARGS);
+  const at = partialAt(seg, blocks);
   k.launch(stream, new LaunchConfig({ grid: [blocks], block: [THREADS] }), [
-    t, t.rows, t.d, t.rowStride, buf.ptr + BigInt(seg * MAX_BLOCKS * 8), buf.ptr + BigInt(MAXES_AT + seg * MAX_BLOCKS * 4),
+    t, t.rows, t.d, t.rowStride, buf.ptr + BigInt(at.counts), buf.ptr + BigInt(at.maxes),
   ]);
 }
 

@@ -91,6 +91,9 @@ const hipDriver = (): Loaded => (hip ??= loadDriver(openHipDriver));
 /** The driver's device `ordinal`, or why it cannot be had. */
 function pick(loaded: Loaded, ordinal: number, label: string): { driver: Driver } | { reason: string } {
   if (!("driver" in loaded)) return { reason: loaded.error };
+  // A GPU poisoned by a failed recover(): say so before any driver call (those would fail less clearly).
+  const dead = poisonedGpus.get(loaded.driver)?.get(ordinal);
+  if (dead) throw restartError(dead, `Device.open(${loaded.driver.backend}:${ordinal})`);
   const count = loaded.driver.deviceCount();
   if (ordinal < count) return { driver: loaded.driver };
   return { reason: count === 0 ? `no ${label} device found` : `${label} device ${ordinal} requested, ${count} present` };
@@ -102,6 +105,16 @@ let currentContext = 0n;
 // Every retained context, so that a reset (recover()) can release the children of every Device sharing
 // the primary context: the reset frees their memory too.
 const liveContexts = new Set<Context>();
+
+// GPUs (driver, ordinal) whose context recover() could not bring back: this process cannot use them any more.
+const poisonedGpus = new WeakMap<Driver, Map<number, GpuError>>();
+
+/** The error every use of a poisoned GPU throws: restart the process. */
+function restartError(cause: GpuError, what: string): GpuError {
+  return new GpuError(cause.backend, `${what} (poisoned by ${cause.call})`, cause.code, cause.codeName, cause.description, {
+    restartRequired: true,
+  });
+}
 
 // The sanity check Device.open() runs (registered by ops/diag.ts: the runtime knows no norms).
 let sanityCheckHook: ((device: Device) => void) | undefined;
@@ -116,6 +129,8 @@ class Context {
   alive = true;
   /** True while a reset drops the children: their memory goes with the reset, no driver call is made. */
   suspended = false;
+  /** Set when recover() found the context unusable after a reset: every use throws it (restartRequired). */
+  poisoned: GpuError | undefined;
   /** Clears the owning Device's caches (prepared kernels, plans) after a reset; weak, so no Device is kept alive. */
   dropCaches: () => void = () => {};
   constructor(readonly driver: Driver, public handle: bigint, readonly ordinal: number, readonly children: Owner) {
@@ -123,6 +138,7 @@ class Context {
   }
 
   activate(): Driver {
+    if (this.poisoned) throw restartError(this.poisoned, "device use");
     if (currentContext !== this.handle) {
       this.driver.setCurrent(this.handle);
       currentContext = this.handle;
@@ -132,7 +148,7 @@ class Context {
 
   /** For releasing children: the driver if the context still exists, else null (the memory went with it). */
   forRelease(): Driver | null {
-    return this.alive && !this.suspended ? this.activate() : null;
+    return this.alive && !this.suspended && !this.poisoned ? this.activate() : null;
   }
 
   release(): void {
@@ -140,7 +156,8 @@ class Context {
     this.alive = false;
     liveContexts.delete(this);
     if (currentContext === this.handle) currentContext = 0n;
-    this.driver.releaseContext(this.ordinal);
+    // A poisoned context is not released: the call would fail, and the process has to restart anyway.
+    if (!this.poisoned) this.driver.releaseContext(this.ordinal);
   }
 }
 
@@ -230,6 +247,8 @@ export class Device extends Resource {
   }
 
   static #openGpu(backend: "cuda" | "hip", driver: Driver, ordinal: number, check: OpenOptions["check"]): Device {
+    const dead = poisonedGpus.get(driver)?.get(ordinal);
+    if (dead) throw restartError(dead, `Device.open(${backend}:${ordinal})`);
     const info = driver.deviceInfo(ordinal);
     const owner = new Owner();
     const ctx = new Context(driver, driver.retainContext(ordinal), ordinal, owner);
@@ -237,6 +256,11 @@ export class Device extends Resource {
     const ref = new WeakRef(dev);
     ctx.dropCaches = () => ref.deref()?.cache.clear();
     return dev;
+  }
+
+  /** @internal Tests: a Device over the given driver (a test double), as Device.open() makes one for a real driver. */
+  static openWithDriver(driver: Driver, ordinal = 0): Device {
+    return Device.#openGpu(driver.backend, driver, ordinal, undefined);
   }
 
   /** How many CUDA devices this machine has (0 when the driver is missing). */
@@ -257,6 +281,15 @@ export class Device extends Resource {
 
   get name(): string {
     return this.info.name;
+  }
+
+  /**
+   * True after recover() found the context still unusable after a reset (a sticky error the driver cannot
+   * clear in-process): every use of the device then throws GpuError with `restartRequired`, as does
+   * Device.open() of the same GPU in this process. close() still works (it makes no driver calls then).
+   */
+  get poisoned(): boolean {
+    return this.#context?.poisoned !== undefined;
   }
 
   /**
@@ -357,16 +390,30 @@ export class Device extends Resource {
   }
 
   /**
-   * Makes the device usable again after a sticky error (GpuError with `sticky: true`, e.g. a kernel that
-   * touched an illegal address): releases every buffer, pinned buffer, stream, event, module and tensor
-   * this device created (they become closed: using them throws DisposedError), resets the primary context
-   * (cuDevicePrimaryCtxReset) and creates a fresh default stream. Other Devices open on the same GPU share the
-   * primary context: their resources are released too (the reset frees their memory). Also usable without
-   * an error, as "drop everything". On the CPU backend only the release and the new stream happen.
+   * Drops everything and resets the GPU's primary context; after a sticky error, finds out whether that helped.
+   *
+   * Releases every buffer, pinned buffer, stream, event, module, graph and tensor this device created (they
+   * become closed: using them throws DisposedError; no driver call is made for them, their memory goes with
+   * the reset, and nothing is freed twice). Other Devices open on the same GPU share the primary context: their
+   * resources are released too. Then resets the primary context (cuDevicePrimaryCtxReset), re-reads its handle
+   * and checks it with a synchronize and a small allocation; if that works, a fresh default stream is made and
+   * the device is usable again.
+   *
+   * After a sticky error (GpuError `sticky`, e.g. a kernel that touched an illegal address) the NVIDIA driver
+   * does NOT come back (checked on driver 580.159.04, H200: the reset returns success, then retain, alloc and
+   * synchronize keep failing): in-process recovery is impossible and the process must be restarted. recover()
+   * then throws a GpuError with `sticky` and `restartRequired` saying so, and this device and every other
+   * Device on the GPU become `poisoned`: every later use throws the same kind of error, as does Device.open()
+   * of that GPU; close() still works. To survive a faulting kernel, run the GPU work in a child process and
+   * start a new one (tests/recovery.test.ts does that).
+   *
+   * Without an error recover() works as "drop everything and start with a clean context". On the CPU backend
+   * only the release and the new default stream happen.
    */
   recover(): void {
     this.assertOpen();
     const ctx = this.#context;
+    if (ctx?.poisoned) throw restartError(ctx.poisoned, "device.recover()");
     const peers = ctx ? [...liveContexts].filter((c) => c.driver === ctx.driver && c.ordinal === ctx.ordinal) : [];
     // No driver calls while dropping the children: their memory goes with the reset (and a broken context
     // would fail every free).
@@ -381,15 +428,29 @@ export class Device extends Resource {
         }
       }
       if (ctx) {
-        ctx.driver.resetContext(ctx.ordinal);
-        // The reset keeps the retain count; retain + release reads the (re-initialized) context's handle.
-        const handle = ctx.driver.retainContext(ctx.ordinal);
-        ctx.driver.releaseContext(ctx.ordinal);
-        for (const c of peers) {
-          c.handle = handle;
-          c.dropCaches(); // prepared kernels and plans point into the dropped modules
-        }
+        for (const c of peers) c.dropCaches(); // prepared kernels and plans point into the dropped modules
         currentContext = 0n;
+        try {
+          ctx.driver.resetContext(ctx.ordinal);
+          // The reset keeps the retain count; retain + release reads the (re-initialized) context's handle.
+          const handle = ctx.driver.retainContext(ctx.ordinal);
+          ctx.driver.releaseContext(ctx.ordinal);
+          for (const c of peers) c.handle = handle;
+          // Is it usable? After a sticky error the reset "succeeds" and the context still is not.
+          ctx.activate();
+          ctx.driver.synchronize();
+          ctx.driver.memFree(ctx.driver.memAlloc(256));
+        } catch (e) {
+          if (!(e instanceof GpuError)) throw e;
+          const err = new GpuError(e.backend, `device.recover(): ${e.call}`, e.code, e.codeName, e.description, {
+            restartRequired: true,
+          });
+          for (const c of peers) c.poisoned = err;
+          const byOrdinal = poisonedGpus.get(ctx.driver) ?? new Map<number, GpuError>();
+          poisonedGpus.set(ctx.driver, byOrdinal.set(ctx.ordinal, err));
+          currentContext = 0n;
+          throw err;
+        }
       }
     } finally {
       for (const c of peers) c.suspended = false;

@@ -72,7 +72,10 @@ export interface Driver {
   /** Retains the device's primary context and returns it. */
   retainContext(ordinal: number): bigint;
   releaseContext(ordinal: number): void;
-  /** Destroys all allocations of the primary context and makes it usable again after a sticky error. */
+  /**
+   * Destroys all allocations of the primary context. It does not clear a sticky error on the NVIDIA driver
+   * (checked on 580.159.04: the reset returns success, later calls still fail): see Device.recover().
+   */
   resetContext(ordinal: number): void;
   setCurrent(ctx: bigint): void;
   synchronize(): void;

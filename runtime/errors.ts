@@ -1,9 +1,10 @@
 /** Every error normkit throws on purpose has its own class, so callers can tell them apart. */
 
 /**
- * Error codes after which the context is unusable: every later call on it returns the same error until the
- * context is reset (CUDA's "sticky" errors; HIP uses the same numbers for these). A faulting kernel (illegal
- * address, trap/assert, misaligned access, ...) leaves one behind; it surfaces at the next synchronizing call.
+ * Error codes after which the context is unusable: every later call on it returns the same error (CUDA's
+ * "sticky" errors; HIP uses the same numbers for these). On the NVIDIA driver even a context reset does not
+ * clear them: the process must be restarted. A faulting kernel (illegal address, trap/assert, misaligned
+ * access, ...) leaves one behind; it surfaces at the next synchronizing call.
  */
 export const STICKY_ERROR_CODES: ReadonlyMap<number, string> = new Map([
   [214, "ECC_UNCORRECTABLE"],
@@ -20,28 +21,46 @@ export const STICKY_ERROR_CODES: ReadonlyMap<number, string> = new Map([
 
 /**
  * A driver call failed. `codeName` is the driver's own name, e.g. "CUDA_ERROR_OUT_OF_MEMORY". `sticky` is
- * true when the error left the context unusable (see STICKY_ERROR_CODES): then only `device.recover()`
- * (which releases everything the device created) makes the device usable again.
+ * true when the error left the context unusable (see STICKY_ERROR_CODES). On the NVIDIA driver (checked:
+ * 580.159.04, H200) a sticky error cannot be cleared in-process: a primary-context reset returns success but
+ * every later call (retain, alloc, synchronize) still fails, so the process must be restarted; run GPU work
+ * that may fault in a child process if the parent has to survive it. `device.recover()` releases the device's
+ * resources, tries the reset and, when the context stays unusable, throws a GpuError with `restartRequired`
+ * and leaves the device refusing further use (`device.poisoned`).
  */
 export class GpuError extends Error {
   override name = "GpuError";
   readonly sticky: boolean;
+  /**
+   * True when this process can no longer use the GPU at all (device.recover() found the context still
+   * unusable after a reset, or the GPU was already found so): restart the process. Implies `sticky`.
+   */
+  readonly restartRequired: boolean;
   constructor(
     readonly backend: "cuda" | "hip",
     readonly call: string,
     readonly code: number,
     readonly codeName: string,
     readonly description: string,
+    opts: { restartRequired?: boolean } = {},
   ) {
-    const sticky = STICKY_ERROR_CODES.has(code);
+    const restartRequired = opts.restartRequired === true;
+    const sticky = restartRequired || STICKY_ERROR_CODES.has(code);
     super(
       `${call} failed: ${codeName} (${code}): ${description}` +
-        (sticky
-          ? ". The context is unusable (sticky error, usually a faulting kernel): every later call fails until " +
-            "device.recover(), which releases all of the device's buffers, streams, events and modules"
+        (restartRequired
+          ? ". The context is unusable and in-process recovery is impossible with this driver: a context reset " +
+            "did not clear the sticky error, so every CUDA/HIP call on this GPU in this process fails. The process " +
+            "must be restarted (run GPU work that may fault in a child process to keep the parent alive)"
+          : sticky
+          ? ". The context is unusable (sticky error, usually a faulting kernel): every later call on it fails. " +
+            "The NVIDIA driver cannot clear this in-process: the process must be restarted. device.recover() " +
+            "releases the device's buffers, streams, events and modules and tries a context reset; it throws " +
+            "(restartRequired) when the context stays unusable"
           : ""),
     );
     this.sticky = sticky;
+    this.restartRequired = restartRequired;
   }
 }
 

@@ -6,7 +6,8 @@
 #
 # Files: the GPU suites (tests/gpu*.test.ts) plus the GPU halves of validation, diagnostics and the property
 # tests (100 CUDA cases here: NORMKIT_PROPERTY_RUNS). Not the CPU-only files, not tests/recovery.test.ts (its
-# kernel faults on purpose: memcheck reports that, correctly) and not tests/leaks.test.ts (host-side cycles).
+# child process, tests/fixtures/fault_child.ts, faults a kernel on purpose: compute-sanitizer follows child
+# processes and memcheck reports that, correctly) and not tests/leaks.test.ts (host-side cycles).
 # Each tool gets SANITIZE_TOOL_TIMEOUT seconds (default 110: three tools stay under ~6 minutes); a tool that
 # runs out is reported as TIMEOUT and fails the script. Full logs: $OUT/sanitize-<runtime>-<tool>.log.
 # Exit status: 0 only when every tool reported 0 errors and its test run passed.

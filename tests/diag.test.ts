@@ -17,7 +17,7 @@ import {
   SanityCheckError,
   tensorStats,
 } from "../mod.ts";
-import { statsOfValues } from "../ops/diag.ts";
+import { DIAG_SCRATCH, partialAt, statsOfValues } from "../ops/diag.ts";
 import { roundTo } from "../runtime/dtype.ts";
 import { setSanityCheck } from "../runtime/device.ts";
 import { gpuTest, randoms } from "./helpers.ts";
@@ -80,6 +80,41 @@ test("per-call check: true on a device without check mode; f16 near overflow is 
   const r = dev.lastCheck!;
   assert.equal(r.input.absMax, roundTo(61_000, "f16"), "61000 rounded to f16");
   assert.ok(r.warnings.some((w) => /near the f16 maximum/.test(w)), r.warnings.join("; "));
+});
+
+test("diag scratch layout: the first pass writes each segment where nk_diag_final's block reads it (check-mode output stats)", () => {
+  // A host model of the two passes over the scratch: the first pass writes `blocks` partials of segment s at
+  // partialAt(s, blocks); nk_diag_final's block s reads counts/maxes[s*n .. s*n+n) with n = blocks
+  // (kernels/diag.cuh). With a MAX_BLOCKS segment stride, block 1 read the unwritten tail of segment 0 and
+  // check mode reported {nonFinite: 0, absMax: 0} for an all-NaN output (found on the H200).
+  const { bytes, maxesAt, resultAt, maxBlocks, segments } = DIAG_SCRATCH;
+  for (const blocks of [1, 2, 189, 1000, maxBlocks]) {
+    const mem = new ArrayBuffer(bytes);
+    const counts = new BigUint64Array(mem, 0, maxesAt / 8), maxes = new Float32Array(mem, maxesAt, (resultAt - maxesAt) / 4);
+    const written: [number, number][] = [];
+    for (let s = 0; s < segments; s++) {
+      const at = partialAt(s, blocks);
+      assert.ok(at.counts % 8 === 0 && at.maxes % 4 === 0, "aligned");
+      assert.ok(at.counts + blocks * 8 <= maxesAt && at.maxes + blocks * 4 <= resultAt, `segment ${s} of ${blocks} fits`);
+      for (let b = 0; b < blocks; b++) {
+        counts[at.counts / 8 + b] = BigInt(1 + s * 1000 + (b % 3)); // distinct per segment
+        maxes[(at.maxes - maxesAt) / 4 + b] = s * 100 + (b % 7);
+        written.push([at.counts / 8 + b, (at.maxes - maxesAt) / 4 + b]);
+      }
+    }
+    assert.equal(new Set(written.map((w) => w[0])).size, written.length, "no two partials share a count slot");
+    for (let s = 0; s < segments; s++) {
+      let cnt = 0n, mx = 0;
+      for (let i = 0; i < blocks; i++) { // nk_diag_final_impl, block s
+        cnt += counts[s * blocks + i];
+        mx = Math.max(mx, maxes[s * blocks + i]);
+      }
+      let want = 0n;
+      for (let b = 0; b < blocks; b++) want += BigInt(1 + s * 1000 + (b % 3));
+      assert.equal(cnt, want, `blocks ${blocks}: segment ${s} count`);
+      assert.equal(mx, s * 100 + Math.min(6, blocks - 1), `blocks ${blocks}: segment ${s} max`);
+    }
+  }
 });
 
 test("histogram: counts per bin, below/above/non-finite, edges; bad bins/range refused", () => {

@@ -5,11 +5,11 @@
 import { decode, type DType, encode } from "../runtime/dtype.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
 import { deviceCapturing, Stream } from "../runtime/stream.ts";
+import type { LaunchConfig, Kernel } from "../runtime/module.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
-import { planLimits } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
-import { cachedNormPlan, type PlannedLaunch } from "./plan_cache.ts";
+import { lookupNormPlan } from "./plan_cache.ts";
 import { checkEps, checkInput, checkOut, checkOutDtype, checkParam } from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
 
@@ -59,7 +59,81 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions = {}): Tensor | NormResu
   return runNorm("rms", x, opts, opts.eps === undefined ? 1e-6 : opts.eps);
 }
 
+/**
+ * The last GPU call with `out` (no stats, no check mode) of each kind, as validated: the objects it was given
+ * and the launch it made. A call with the very same objects (and eps) skips validation and the plan lookup:
+ * none of what they checked can change (tensors are immutable views; streams, devices and modules only
+ * close), so what is left to check per call is that everything is still open. Anything else goes through
+ * runNorm's full validation, which refuses bad input with the same errors as ever.
+ */
+class ValidatedCall {
+  constructor(
+    readonly x: Tensor,
+    readonly weightIn: unknown,
+    readonly biasIn: unknown,
+    readonly out: Tensor,
+    readonly outDtypeIn: unknown,
+    readonly streamIn: Stream | undefined,
+    readonly eps: number,
+    readonly weight: Tensor | undefined,
+    readonly bias: Tensor | undefined,
+    readonly stream: Stream,
+    readonly kernel: Kernel,
+    readonly config: LaunchConfig,
+    readonly tpr: number,
+    readonly nv: number,
+  ) {}
+}
+// One per kind (a model alternating rms and layer norms keeps both); holds the last call's objects until the next.
+let lastRms: ValidatedCall | undefined;
+let lastLayer: ValidatedCall | undefined;
+
+/** Writes the forward kernel's arguments (NORM_FWD_ARGS) into its prepared block: all validated by runNorm. */
+function writeNormArgs(
+  k: Kernel, x: Tensor, y: Tensor, w: Tensor | undefined, b: Tensor | undefined, mean: Tensor | undefined,
+  rstd: Tensor | undefined, eps: number, tpr: number, nv: number,
+): void {
+  k.setPtr(0, x.ptr);
+  k.setPtr(1, y.ptr);
+  k.setPtr(2, w === undefined ? 0n : w.ptr);
+  k.setPtr(3, b === undefined ? 0n : b.ptr);
+  k.setPtr(4, mean === undefined ? 0n : mean.ptr);
+  k.setPtr(5, rstd === undefined ? 0n : rstd.ptr);
+  k.setI32(6, x.rows);
+  k.setI32(7, x.d);
+  k.setI64(8, x.rowStride);
+  k.setI64(9, y.rowStride);
+  k.setF32(10, eps);
+  k.setI32(11, tpr);
+  k.setI32(12, nv);
+}
+
+/** Launches `c` again when `x`, `opts` and `eps` are exactly its call and everything is still open; else false. */
+function repeatCall(c: ValidatedCall | undefined, x: Tensor, opts: LayerNormOptions, eps: number, layer: boolean): boolean {
+  if (
+    c === undefined || c.x !== x || c.out !== opts.out || c.weightIn !== opts.weight || c.eps !== eps ||
+    (layer && c.biasIn !== opts.bias) || c.streamIn !== opts.stream || c.outDtypeIn !== opts.outDtype || opts.stats ||
+    (opts.check !== undefined && opts.check !== false)
+  ) return false;
+  // Closed objects go the full way, which throws the usual DisposedError (x first: it covers the device).
+  if (x.closed || c.out.closed || (c.weight !== undefined && c.weight.closed) || (c.bias !== undefined && c.bias.closed)) {
+    return false;
+  }
+  if (opts.check === undefined && checkModeFor(x.device, undefined)) return false; // the device's check mode
+  // The default stream is replaced when closed: the call must still be on the stream it validated.
+  if (c.streamIn === undefined ? x.device.stream !== c.stream : c.stream.closed) return false;
+  const k = c.kernel;
+  if (k.module.closed) return false;
+  if (k.writer !== c) {
+    writeNormArgs(k, x, c.out, c.weight, c.bias, undefined, undefined, eps, c.tpr, c.nv);
+    k.writer = c;
+  }
+  k.launchWritten(c.stream, c.config);
+  return true;
+}
+
 function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: number): Tensor | NormResult {
+  if (repeatCall(kind === "rms" ? lastRms : lastLayer, xIn, opts, epsIn, kind === "layer")) return opts.out!;
   // Everything is validated before anything is allocated or queued.
   const x = checkInput(xIn);
   const eps = checkEps(epsIn);
@@ -87,35 +161,38 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   }
   const gpu = device.backend !== "cpu";
   if (gpu && x.rows > 0x7fffffff) throw new ArgumentError("x", "at most 2^31 − 1 rows on a GPU", x.rows);
+  // Plans (with their LaunchConfig and kernel) cached per problem: nothing allocated per call. Limits on a
+  // miss from planLimits(device): wave size 32/64 from the device; clusters only on CUDA.
   const plan = gpu
-    ? cachedNormPlan(
-      device.cache, // plans (with their LaunchConfig and kernel) cached per problem: nothing allocated per call
-      { kind, rows: Math.max(x.rows, 1), d: x.d, inputDtype: x.dtype, outputDtype: outDtype, paramDtype: weight?.dtype ?? bias?.dtype },
-      () => planLimits(device), // wave size 32/64 from the device; clusters only on CUDA
-    )
+    ? lookupNormPlan(device.cache, kind, Math.max(x.rows, 1), x.d, x.dtype, outDtype, weight?.dtype ?? bias?.dtype, undefined, device)
     : undefined;
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}Norm on ${device.backend}: ${plan.unsupported}`);
-  const launchPlan = plan && "plan" in plan ? plan.plan : undefined;
-
-  const statShape = x.shape.length > 1 ? x.shape.slice(0, -1) : [1];
   let y: Tensor | undefined = outGiven, mean: Tensor | undefined, rstd: Tensor | undefined;
   // Check mode: the input's statistics are queued before the op, which may overwrite x (in place).
   const pending = checking ? startCheck(`${kind}Norm`, x, stream) : undefined;
   try {
     y ??= emptyTensor(device, x.shape, { dtype: outDtype });
     if (opts.stats) {
+      const statShape = x.shape.length > 1 ? x.shape.slice(0, -1) : [1];
       mean = emptyTensor(device, statShape);
       rstd = emptyTensor(device, statShape);
       // RMSNorm has no mean: report zeros (the kernels leave it unwritten).
       if (kind === "rms") mean.buffer.fill(0, { stream });
     }
     if (x.rows > 0) {
-      if (launchPlan) {
-        const planned = plan as PlannedLaunch;
-        planned.kernel(device).launch(stream, planned.config, [
-          x, y, weight ?? null, bias ?? null, mean ?? null, rstd ?? null, x.rows, x.d, x.rowStride, y.rowStride, eps,
-          launchPlan.tpr, launchPlan.nv,
-        ]);
+      if (plan) {
+        const k = plan.kernel(device), config = plan.config, { tpr, nv } = plan.plan;
+        k.checkLaunch(stream, config);
+        k.writer = null; // the block no longer holds an earlier repeatable call's values, even if the launch fails
+        writeNormArgs(k, x, y, weight, bias, mean, rstd, eps, tpr, nv);
+        k.launchWritten(stream, config);
+        if (outGiven && !opts.stats && !checking) {
+          // Remembered for repeatCall(): the very same call next time skips the checks above.
+          const c = new ValidatedCall(x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, tpr, nv);
+          k.writer = c;
+          if (kind === "rms") lastRms = c;
+          else lastLayer = c;
+        }
       } else {
         cpuNorm(kind, x, y, weight, bias, mean, rstd, eps);
       }

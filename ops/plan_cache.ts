@@ -5,8 +5,9 @@
  */
 import type { Device } from "../runtime/device.ts";
 import { type Kernel, LaunchConfig } from "../runtime/module.ts";
-import { NORM_FWD_ARGS, normKernel } from "./kernels.ts";
-import { type LaunchPlan, type PlanInput, type PlanLimits, planNorm } from "./plan.ts";
+import type { DType } from "../runtime/dtype.ts";
+import { NORM_FWD_ARGS, normKernel, planLimits } from "./kernels.ts";
+import { type LaunchPlan, type NormKind, type PlanInput, type PlanLimits, planNorm } from "./plan.ts";
 
 /** Cached plans per device, at most; past it the cache starts over (many distinct row counts, e.g. prefill). */
 export const MAX_CACHED_PLANS = 1024;
@@ -33,20 +34,66 @@ export class PlannedLaunch {
 
 export type CachedPlan = PlannedLaunch | { readonly unsupported: string };
 
+const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
+
+/** The plans of one device: by problem code (kind, D, dtypes), then by rows. Numbers as keys: no string per call. */
+class PlanTable {
+  readonly byProblem = new Map<number, Map<number, CachedPlan>>();
+  size = 0;
+}
+
+function planTable(cache: Map<string, unknown>): PlanTable {
+  let t = cache.get(CACHE_KEY) as PlanTable | undefined;
+  if (!t) cache.set(CACHE_KEY, t = new PlanTable());
+  return t;
+}
+
 /**
  * The plan for `p` from `cache` (a device's cache map), made with `limits()` on a miss. Refusals are cached
  * too: the same unsupported call fails as fast as a supported one succeeds.
  */
 export function cachedNormPlan(cache: Map<string, unknown>, p: PlanInput, limits: () => PlanLimits): CachedPlan {
-  let plans = cache.get(CACHE_KEY) as Map<string, CachedPlan> | undefined;
-  if (!plans) cache.set(CACHE_KEY, plans = new Map());
-  const key = `${p.kind}/${p.rows}/${p.d}/${p.inputDtype}/${p.outputDtype}/${p.paramDtype ?? "-"}`;
-  let hit = plans.get(key);
+  return lookupNormPlan(cache, p.kind, p.rows, p.d, p.inputDtype, p.outputDtype, p.paramDtype, limits, undefined);
+}
+
+/**
+ * cachedNormPlan without the PlanInput object (the ops' hot path: nothing allocated on a hit). On a miss the
+ * limits come from `limits()` or, when it is undefined, from planLimits(device).
+ */
+export function lookupNormPlan(
+  cache: Map<string, unknown>,
+  kind: NormKind,
+  rows: number,
+  d: number,
+  inputDtype: DType,
+  outputDtype: DType,
+  paramDtype: DType | undefined,
+  limits: (() => PlanLimits) | undefined,
+  device: Device | undefined,
+): CachedPlan {
+  const table = planTable(cache);
+  // ((d·2 + kind)·4 + input)·4 + output)·4 + param (3 = none): exact below 2^53 for any D the ops accept.
+  const problem = (((d * 2 + (kind === "layer" ? 1 : 0)) * 4 + DTYPE_CODE[inputDtype]) * 4 + DTYPE_CODE[outputDtype]) * 4 +
+    (paramDtype === undefined ? 3 : DTYPE_CODE[paramDtype]);
+  let byRows = table.byProblem.get(problem);
+  let hit = byRows?.get(rows);
   if (hit === undefined) {
-    const r = planNorm(p, limits());
+    const p: PlanInput = { kind, rows, d, inputDtype, outputDtype, paramDtype };
+    const r = planNorm(p, limits ? limits() : planLimits(device!));
     hit = "plan" in r ? new PlannedLaunch(r.plan) : { unsupported: r.unsupported };
-    if (plans.size >= MAX_CACHED_PLANS) plans.clear();
-    plans.set(key, hit);
+    if (table.size >= MAX_CACHED_PLANS) {
+      table.byProblem.clear();
+      table.size = 0;
+      byRows = undefined;
+    }
+    if (!byRows) table.byProblem.set(problem, byRows = new Map());
+    byRows.set(rows, hit);
+    table.size++;
   }
   return hit;
+}
+
+/** How many plans `cache` (a device's cache map) holds. */
+export function cachedPlanCount(cache: Map<string, unknown>): number {
+  return (cache.get(CACHE_KEY) as PlanTable | undefined)?.size ?? 0;
 }

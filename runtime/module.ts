@@ -122,6 +122,9 @@ export class Module extends Resource {
 }
 
 const SLOT = 8; // every argument gets an 8-byte, 8-aligned slot: enough for any scalar or pointer
+// 64-bit integers from numbers are written as two 32-bit halves (no BigInt per launch) on little-endian hosts.
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+const TWO_32 = 4294967296;
 
 /** A kernel function with a prepared argument block. Not a native resource of its own (the Module is). */
 export class Kernel {
@@ -140,6 +143,11 @@ export class Kernel {
   readonly #paramsAddress: bigint;
   #dynamicSharedLimit: number;
   readonly maxThreadsPerBlock: number;
+  /**
+   * @internal The trusted caller whose values the argument block holds (set by that caller after its set*()
+   * calls; null after launch(args)), so that a caller repeating a launch can skip rewriting identical values.
+   */
+  writer: unknown = null;
 
   /** @internal use module.kernel() */
   constructor(module: Module, name: string, fn: bigint, argTypes: readonly ArgType[]) {
@@ -181,7 +189,40 @@ export class Kernel {
     return this.module.device.activeDriver!.occupancy(this.#fn, blockThreads, dynamicSharedBytes);
   }
 
+  /** A 64-bit integer slot from a safe integer (two's complement, so negatives too). */
+  #setInt64(i: number, v: number): void {
+    if (LITTLE_ENDIAN) {
+      this.#u32[i * 2] = v >>> 0; // v mod 2^32
+      this.#u32[i * 2 + 1] = Math.floor(v / TWO_32); // stored mod 2^32: the high word, negatives included
+    } else {
+      this.#i64[i] = BigInt(v);
+    }
+  }
+
+  // ---- trusted writes: for the ops, which validated every value (slot and type as declared) themselves ----
+
+  /** @internal A "ptr" slot (0n for null). No checks. */
+  setPtr(i: number, v: bigint): void {
+    this.#u64[i] = v;
+  }
+
+  /** @internal An "i32" slot. No checks. */
+  setI32(i: number, v: number): void {
+    this.#i32[i * 2] = v;
+  }
+
+  /** @internal An "i64" slot from a safe integer. No checks. */
+  setI64(i: number, v: number): void {
+    this.#setInt64(i, v);
+  }
+
+  /** @internal An "f32" slot. No checks. */
+  setF32(i: number, v: number): void {
+    this.#f32[i * 2] = v;
+  }
+
   #write(args: readonly KernelArg[]): void {
+    this.writer = null;
     const types = this.argTypes;
     if (args.length !== types.length) {
       throw new ArgumentError(`arguments of ${this.name}`, `${types.length} values (${types.join(", ")})`, `${args.length} values`);
@@ -196,7 +237,7 @@ export class Kernel {
         else throw new ArgumentError(`${this.name} argument ${i}`, "a DeviceBuffer, Tensor, bigint address or null", v);
       } else if (t === "i64" || t === "u64") {
         if (typeof v === "bigint") (t === "i64" ? this.#i64 : this.#u64)[i] = v;
-        else if (typeof v === "number" && Number.isSafeInteger(v)) (t === "i64" ? this.#i64 : this.#u64)[i] = BigInt(v);
+        else if (typeof v === "number" && Number.isSafeInteger(v)) this.#setInt64(i, v);
         else throw new ArgumentError(`${this.name} argument ${i}`, `an integer (${t})`, v);
       } else if (typeof v !== "number") {
         throw new ArgumentError(`${this.name} argument ${i}`, `a number (${t})`, v);
@@ -214,6 +255,16 @@ export class Kernel {
 
   /** Queues the kernel on `stream`. Prefer the free function `launch()`. */
   launch(stream: Stream, config: LaunchConfig, args: readonly KernelArg[]): void {
+    this.checkLaunch(stream, config);
+    this.#write(args);
+    this.launchWritten(stream, config);
+  }
+
+  /**
+   * @internal What launch() checks before writing the arguments: the module is open, the stream is the
+   * module's device's, `config` fits the device and this kernel. Throws DisposedError or ArgumentError.
+   */
+  checkLaunch(stream: Stream, config: LaunchConfig): void {
     const device = this.module.device;
     if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
     if (stream.device !== device) throw new ArgumentError("stream", `a stream of the module's device`);
@@ -221,8 +272,14 @@ export class Kernel {
     if (config.threadsPerBlock > this.maxThreadsPerBlock) {
       throw new ArgumentError("block", `at most ${this.maxThreadsPerBlock} threads for kernel ${this.name}`, config.threadsPerBlock);
     }
-    this.#write(args);
-    const d = device.activeDriver;
+  }
+
+  /**
+   * @internal Queues the kernel with the argument block as written: for trusted callers that ran
+   * checkLaunch(stream, config) for this kernel (and an open module) and wrote every slot with set*().
+   */
+  launchWritten(stream: Stream, config: LaunchConfig): void {
+    const d = this.module.device.activeDriver;
     if (!d) throw new UnsupportedError("kernels cannot run on the CPU backend");
     if (config.sharedBytes > this.#dynamicSharedLimit) {
       // Above 48 KiB a kernel must opt in to more dynamic shared memory, once.

@@ -44,6 +44,13 @@ export class Tensor implements Disposable {
   readonly offset: number;
   readonly buffer: DeviceBuffer;
   readonly #ownsBuffer: boolean;
+  // Derived once: a tensor is an immutable view (frozen shape, readonly fields), and the hot path of the ops
+  // reads these on every call.
+  readonly #rows: number;
+  readonly #d: number;
+  readonly #bytesPerElement: number;
+  /** buffer.ptr + the offset in bytes, made on first use (a bigint: no BigInt maths per launch). */
+  #ptr: bigint | undefined;
 
   /** Wraps `buffer` (owned: closed with the tensor when `owns`). Checks that the rows fit. */
   constructor(
@@ -67,6 +74,11 @@ export class Tensor implements Disposable {
     this.offset = offset;
     this.buffer = buffer;
     this.#ownsBuffer = opts.owns ?? false;
+    let rows = 1;
+    for (let i = 0; i < this.shape.length - 1; i++) rows *= this.shape[i];
+    this.#rows = rows;
+    this.#d = d;
+    this.#bytesPerElement = dtypeBytes(dtype);
     const need = (offset + spanElements(this.rows, d, rowStride)) * dtypeBytes(dtype);
     if (need > buffer.byteLength) {
       throw new ArgumentError("buffer", `at least ${need} bytes for shape [${shape}] ${dtype}`, `${buffer.byteLength} bytes`);
@@ -75,22 +87,20 @@ export class Tensor implements Disposable {
 
   /** Product of all dimensions but the last. */
   get rows(): number {
-    let r = 1;
-    for (let i = 0; i < this.shape.length - 1; i++) r *= this.shape[i];
-    return r;
+    return this.#rows;
   }
 
   /** The last dimension (the one norms normalize). */
   get d(): number {
-    return this.shape[this.shape.length - 1];
+    return this.#d;
   }
 
   get numel(): number {
-    return this.rows * this.d;
+    return this.#rows * this.#d;
   }
 
   get bytesPerElement(): number {
-    return dtypeBytes(this.dtype);
+    return this.#bytesPerElement;
   }
 
   /** True when rows are back to back. */
@@ -100,7 +110,8 @@ export class Tensor implements Disposable {
 
   /** Device address of the first element (for kernel arguments). */
   get ptr(): bigint {
-    return this.buffer.ptr + BigInt(this.offset * this.bytesPerElement);
+    const base = this.buffer.ptr; // throws DisposedError once the buffer is closed, every time
+    return this.#ptr ??= base + BigInt(this.offset * this.#bytesPerElement);
   }
 
   get closed(): boolean {

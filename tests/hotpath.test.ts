@@ -7,9 +7,11 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, layerNorm, rmsNorm } from "../mod.ts";
-import { LaunchConfig } from "../gpu.ts";
-import { cachedNormPlan, MAX_CACHED_PLANS, PlannedLaunch } from "../ops/plan_cache.ts";
+import { ArgumentError, Device, DisposedError, layerNorm, rmsNorm, Tensor } from "../mod.ts";
+import { LaunchConfig, type Stream } from "../gpu.ts";
+import { cachedNormPlan, cachedPlanCount, MAX_CACHED_PLANS, PlannedLaunch } from "../ops/plan_cache.ts";
+import { ffi } from "../ffi/runtime.ts";
+import { fakeCudaDevice, type FakeLaunch } from "../bench/hotpath_cpu.ts";
 import { type PlanInput, type PlanLimits, planNorm } from "../ops/plan.ts";
 import type { Driver } from "../runtime/driver.ts";
 import { gpuTest, randoms } from "./helpers.ts";
@@ -77,9 +79,9 @@ test("plan cache: refusals are cached too, with planNorm's reason", () => {
 test(`plan cache: bounded at ${MAX_CACHED_PLANS} entries per device (many row counts do not grow it forever)`, () => {
   const cache = new Map<string, unknown>();
   for (let rows = 1; rows <= 3 * MAX_CACHED_PLANS; rows++) cachedNormPlan(cache, { ...P, rows }, () => H200);
-  const plans = [...cache.values()][0] as Map<string, unknown>;
+  const kept = cachedPlanCount(cache);
   assert.equal(cache.size, 1, "one cache entry on the device");
-  assert.ok(plans.size >= 1 && plans.size <= MAX_CACHED_PLANS, `${plans.size} plans kept`);
+  assert.ok(kept >= 1 && kept <= MAX_CACHED_PLANS, `${kept} plans kept`);
   // The newest is still there.
   const last = cachedNormPlan(cache, { ...P, rows: 3 * MAX_CACHED_PLANS }, () => assert.fail("should be cached"));
   assert.ok(last instanceof PlannedLaunch);
@@ -91,6 +93,144 @@ test("CPU backend: norms work without touching the plan cache", () => {
   using y = dev.empty([2, 16]);
   rmsNorm(x, { out: y });
   assert.equal(dev.cache.size, 0);
+});
+
+// ---- the GPU path over a fake CUDA driver (bench/hotpath_cpu.ts): no GPU needed ------------------------
+
+/** The 13 forward-kernel arguments (NORM_FWD_ARGS) read back from a parameter array (at launch time). */
+function readArgs(params: bigint): (bigint | number)[] {
+  const slots = new BigUint64Array(ffi!.viewMemory(params, 13 * 8).slice(0));
+  const at = (i: number) => new DataView(ffi!.viewMemory(slots[i], 8).slice(0));
+  const out: (bigint | number)[] = [];
+  for (let i = 0; i < 6; i++) out.push(at(i).getBigUint64(0, true));
+  out.push(at(6).getInt32(0, true), at(7).getInt32(0, true), Number(at(8).getBigInt64(0, true)), Number(at(9).getBigInt64(0, true)));
+  out.push(at(10).getFloat32(0, true), at(11).getInt32(0, true), at(12).getInt32(0, true));
+  return out;
+}
+
+/** Views at distinct offsets of one buffer (every pointer argument distinct and non-zero); x has padded rows. */
+function fakeViews() {
+  return fakeCudaDevice((dev) => {
+    const rows = 8, d = 4096, xs = d + 8;
+    const buf = dev.alloc(2 * (16 + rows * xs + rows * d + 3 * d));
+    const view = (offset: number, shape: number[], rowStride?: number) => new Tensor(buf, shape, { dtype: "bf16", offset, rowStride });
+    let at = 16;
+    const x = view(at, [rows, d], xs);
+    const y = view(at += rows * xs, [rows, d]);
+    const w = view(at += rows * d, [d]);
+    const w2 = view(at += d, [d]);
+    const b = view(at += d, [d]);
+    return { s: dev.createStream(), x, y, w, w2, b, rows, d, buf };
+  }, { record: true, snapshot: readArgs });
+}
+
+test("fake CUDA: a repeated call launches with exactly the arguments of a validated one, also after other calls", () => {
+  const { dev, made: m, launches } = fakeViews();
+  try {
+    const want = (w: Tensor, b: Tensor | undefined, eps: number) =>
+      [m.x.ptr, m.y.ptr, w.ptr, b ? b.ptr : 0n, 0n, 0n, m.rows, m.d, m.x.rowStride, m.y.rowStride, Math.fround(eps)];
+    const args = (i: number) => launches[i].args as (bigint | number)[];
+    rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
+    assert.equal(launches.length, 1);
+    assert.deepEqual(args(0).slice(0, 11), want(m.w, undefined, 1e-6));
+    assert.ok(m.x.ptr !== 0n && m.x.ptr !== m.y.ptr && m.w.ptr !== m.w2.ptr && m.x.rowStride !== m.y.rowStride);
+    for (let i = 0; i < 3; i++) rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
+    assert.deepEqual(args(3), args(0), "the repeated call's block");
+    // Other calls in between (another weight; layerNorm with its own eps), then back.
+    rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s });
+    assert.deepEqual(args(4).slice(0, 11), want(m.w2, undefined, 1e-6));
+    layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s, eps: 1e-3 });
+    assert.deepEqual(args(5).slice(0, 11), want(m.w, m.b, 1e-3));
+    rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s });
+    rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s });
+    assert.deepEqual(args(7), args(4));
+    rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s, eps: 1e-2 });
+    assert.deepEqual(args(8).slice(0, 11), want(m.w2, undefined, 1e-2));
+    layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s, eps: 1e-3 });
+    assert.deepEqual(args(9), args(5));
+    const geometry = (l: FakeLaunch) => [l.fn, l.grid, l.block, l.shared, l.cluster, l.stream];
+    assert.deepEqual(geometry(launches[7]), geometry(launches[0]));
+    // Someone else launching the same prepared kernel (the public Kernel.launch) leaves other values in its
+    // block: the next repeat writes its own again.
+    const planned = cachedNormPlan(dev.cache, { kind: "layer", rows: m.rows, d: m.d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, () => assert.fail("cached"));
+    assert.ok(planned instanceof PlannedLaunch);
+    const k = planned.kernel(dev);
+    k.launch(m.s, planned.config, [m.y, m.x, null, null, null, null, 1, 2, 3, 4, 0.5, 1, 1]);
+    assert.deepEqual(args(10).slice(0, 11), [m.y.ptr, m.x.ptr, 0n, 0n, 0n, 0n, 1, 2, 3, 4, 0.5]);
+    layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s, eps: 1e-3 });
+    assert.deepEqual(args(11), args(5));
+    // 1000 repeats: one launch each and no other driver call (the strict fake fails on any other call).
+    for (let i = 0; i < 1000; i++) layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s });
+    assert.equal(launches.length, 1012);
+    assert.deepEqual(args(1011).slice(0, 11), want(m.w, m.b, 1e-5));
+  } finally {
+    dev.close();
+  }
+});
+
+test("fake CUDA: after a validated call, changed options are still refused before launch with the usual errors", () => {
+  const { dev, made: m, launches } = fakeViews();
+  try {
+    const refused = (f: () => unknown, err: new (...a: never[]) => Error, re: RegExp) => {
+      rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
+      rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
+      const n = launches.length;
+      assert.throws(f, (e: unknown) => e instanceof err && re.test((e as Error).message), re.source);
+      assert.equal(launches.length, n, `nothing launched for ${re.source}`);
+    };
+    refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, eps: -1 }), ArgumentError, /eps/);
+    refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, eps: NaN }), ArgumentError, /eps/);
+    refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, check: "yes" as unknown as boolean }), ArgumentError, /check/);
+    refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, outDtype: "f32" }), ArgumentError, /out\.dtype/);
+    refused(() => rmsNorm(m.x, { weight: m.w, out: m.w, stream: m.s }), ArgumentError, /out/);
+    refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: {} as Stream }), ArgumentError, /stream/);
+    refused(() => rmsNorm(m.x, { weight: m.y, out: m.y, stream: m.s }), ArgumentError, /weight/);
+    // A closed stream; the default stream closed is replaced by a fresh one and the call goes through.
+    m.s.close();
+    assert.throws(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s }), DisposedError);
+    rmsNorm(m.x, { weight: m.w, out: m.y });
+    const n = launches.length;
+    dev.stream.close();
+    rmsNorm(m.x, { weight: m.w, out: m.y });
+    assert.equal(launches.length, n + 1);
+    // The buffer under every view closed: x first.
+    m.buf.close();
+    assert.throws(() => rmsNorm(m.x, { weight: m.w, out: m.y }), (e: unknown) => e instanceof DisposedError && /^x /.test(argName(e)));
+    assert.equal(launches.length, n + 1);
+  } finally {
+    dev.close();
+  }
+});
+
+/** The part of a DisposedError message naming what was closed. */
+function argName(e: unknown): string {
+  return String((e as Error).message).replace(/^[^:]*:\s*/, "").replace(/^(the )?/, "");
+}
+
+test("fake CUDA: a weight, bias, out or device closed after a validated call is DisposedError naming it", () => {
+  for (const which of ["weight", "bias", "out", "device"] as const) {
+    const f = fakeCudaDevice((d) => ({
+      s: d.createStream(),
+      x: d.empty([4, 256], { dtype: "bf16" }),
+      y: d.empty([4, 256], { dtype: "bf16" }),
+      w: d.empty([256], { dtype: "bf16" }),
+      b: d.empty([256], { dtype: "bf16" }),
+    }), { record: true });
+    const m = f.made;
+    const call = () => layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s });
+    try {
+      call();
+      call();
+      const n = f.launches.length;
+      assert.equal(n, 2);
+      ({ weight: m.w, bias: m.b, out: m.y, device: f.dev })[which].close();
+      const name = { weight: /weight/, bias: /bias/, out: /out/, device: /x's device/ }[which];
+      assert.throws(call, (e: unknown) => e instanceof DisposedError && name.test((e as Error).message), which);
+      assert.equal(f.launches.length, n);
+    } finally {
+      f.dev.close();
+    }
+  }
 });
 
 // ---- CUDA ---------------------------------------------------------------------------------------------

@@ -112,12 +112,12 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
 NK_BWD_DTYPES(NK_BWD_TRIPLE)
 
 // Parameter-gradient finalize, one per output dtype (see nk_bwd_finalize).
-extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_bwd_finalize_f32(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_bwd_finalize_f32(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
   nk_bwd_finalize<nk_f32>(part, nparts, d, nacc, dweight, dbias, accumulate);
 }
-extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_bwd_finalize_f16(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_bwd_finalize_f16(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
   nk_bwd_finalize<nk_f16>(part, nparts, d, nacc, dweight, dbias, accumulate);
 }
-extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_bwd_finalize_bf16(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_bwd_finalize_bf16(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
   nk_bwd_finalize<nk_bf16>(part, nparts, d, nacc, dweight, dbias, accumulate);
 }

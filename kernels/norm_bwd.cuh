@@ -12,8 +12,11 @@
 // at once), and a thread always owns the same columns of the rows it visits, so it adds its rows'
 // dy * xhat into its own slots (shared memory, or this block's row of `part` for `wide`). At the end a
 // block adds its row groups' slots in group order and writes one row of `part` ([grid][nacc][d] f32,
-// nacc = 2 for LN, 1 for RMS); nk_bwd_finalize then adds the rows of `part` in block order. Every sum
+// nacc = 2 for LN, 1 for RMS); nk_bwd_finalize then adds the rows of `part` in a fixed order. Every sum
 // has a fixed order: the results are bitwise identical run to run.
+// (An element-major slot layout, meant to avoid the 2-way bank conflicts of float4 updates of 8-element
+// chunks, measured slower on the H200: 8x the shared-memory instructions, and conflicts across row
+// groups; LN bf16 D=128 fell from 68% to 31% of copy. The slots stay chunk-major.)
 #ifndef NORMKIT_NORM_BWD_CUH
 #define NORMKIT_NORM_BWD_CUH
 #include "norm_fwd.cuh"
@@ -225,21 +228,23 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 // ---------------------------------------------------------------- mapping `wide`
 // Rows too long for the register cache: one row per block (blockDim.x = tpr, a multiple of the warp
 // size), thread t handles chunks t, t + tpr, ...; a sums pass and a dx pass each read x and dy (the
-// second mostly from L2). The parameter sums go straight to this block's row of `part`, whose columns
-// each thread owns. nv unused. Grid: persistent, rows strided by gridDim.x. Dynamic smem: 2 * warps * 4.
+// second mostly from L2). Each thread owns its columns' parameter sums: in shared memory when nv = 1
+// (copied to this block's row of `part` at the end), else straight in that row of `part` (nv = 0; a
+// read-modify-write in L2 per row). Grid: persistent, rows strided by gridDim.x.
+// Dynamic smem: 2 * warps floats rounded up to 4, then nacc * d floats when nv = 1.
 template <class TX, class TD, class TW, bool LN>
 NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC;
   constexpr int NACC = LN ? 2 : 1;
-  (void)nv;
   nk_check_wave();
-  if ((unsigned)tpr != nk_block_dim_x() || tpr % NK_WARP_SIZE) nk_trap();
+  if ((unsigned)tpr != nk_block_dim_x() || tpr % NK_WARP_SIZE || nv < 0 || nv > 1) nk_trap();
   if (d <= 0) return;
   NK_BWD_TYPED_PTRS;
   const int t = (int)nk_thread_x();
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
-  float* acc = part ? part + (long long)nk_block_x() * NACC * d : nullptr;
+  float* const prow = part ? part + (long long)nk_block_x() * NACC * d : nullptr;
+  float* acc = (part && nv) ? nk_fwd_smem + ((2 * (nk_block_dim_x() / NK_WARP_SIZE) + 3) & ~3u) : prow;
   if (acc)
     for (int j = t * VEC; j < d; j += tpr * VEC)
       for (int e = 0; e < VEC && j + e < d; ++e) {
@@ -248,7 +253,7 @@ NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
       }
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
   const bool pvec = nk_aligned(W, nk_chunk_align<TW, VEC>::A);
-  const bool accvec = d % 4 == 0;  // acc rows then start 16-byte aligned (part is)
+  const bool accvec = d % 4 == 0;  // acc rows then start 16-byte aligned (part and the slots are)
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     const typename TX::S* xr = X + row * x_stride;
     const typename TD::S* dyr = DY + row * dy_stride;
@@ -258,7 +263,7 @@ NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
     const bool dxvec = nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
     const float mu = LN ? mean[row] : 0.0f, rs = rstd[row];
     float sg = 0.0f, sgx = 0.0f;
-#pragma unroll 2
+#pragma unroll 4
     for (int c = t; c < nchunks; c += tpr) {
       const long long off = (long long)c * VEC;
       const int nvalid = nk_chunk_valid<VEC>(c, d);
@@ -269,7 +274,7 @@ NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
     }
     const float a = LN ? red(sg) / fd : 0.0f;
     const float b = red(sgx) / fd;
-#pragma unroll 2
+#pragma unroll 4
     for (int c = t; c < nchunks; c += tpr) {
       const long long off = (long long)c * VEC;
       const int nvalid = nk_chunk_valid<VEC>(c, d);
@@ -280,25 +285,43 @@ NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
                                         acc ? acc + off : acc, d, accvec);
     }
   }
+  if (part && nv)  // this thread's own columns: no barrier needed
+    for (int j = t * VEC; j < d; j += tpr * VEC)
+      for (int e = 0; e < VEC && j + e < d; ++e) {
+        prow[j + e] = acc[j + e];
+        if (LN) prow[d + j + e] = acc[d + j + e];
+      }
 }
 
 // ---------------------------------------------------------------- finalize
-// out[j] (j < nacc * d; dweight for j < d, dbias after) = sum over p < nparts of part[p][j], in order p,
-// plus the old value when `accumulate` (gradient accumulation). A null dweight or dbias is skipped.
-// One thread per j; any grid and block that cover nacc * d.
+// out[j] (j < nacc * d; dweight for j < d, dbias after) = the sum over p < nparts of part[p][j], plus the
+// old value when `accumulate` (gradient accumulation). A null dweight or dbias is skipped.
+// blockDim.x = 512: 32 columns x 16 slices; slice q adds p = q, q + 16, ... in order, then the 16 slice
+// sums are added in slice order (fixed, so deterministic; 16x the loads in flight of one thread per column).
+// Grid: ceil(nacc * d / 32).
+#define NK_FIN_SLICES 16
 template <class TO>
 NK_INLINE void nk_bwd_finalize(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias,
                                int accumulate) {
+  NK_SHARED float sums[NK_FIN_SLICES][33];
+  if (nk_block_dim_x() != 32 * NK_FIN_SLICES) nk_trap();
   const long long n = (long long)nacc * d;
-  const long long j = (long long)nk_block_x() * nk_block_dim_x() + nk_thread_x();
-  if (j >= n) return;
+  const int tx = (int)(nk_thread_x() & 31u), q = (int)(nk_thread_x() >> 5);
+  const long long j = (long long)nk_block_x() * 32 + tx;
+  float s = 0.0f;
+  if (j < n)
+#pragma unroll 4
+    for (int p = q; p < nparts; p += NK_FIN_SLICES) s += part[(long long)p * n + j];
+  sums[q][tx] = s;
+  nk_barrier();
+  if (q != 0 || j >= n) return;
   typename TO::S* o = (typename TO::S*)(j < d ? dweight : dbias);
   if (!o) return;
-  const long long k = j < d ? j : j - d;
-  float s = 0.0f;
-  for (int p = 0; p < nparts; ++p) s += part[(long long)p * n + j];
-  if (accumulate) s = TO::to_f(o[k]) + s;
-  o[k] = TO::from_f(s);
+  float t = 0.0f;
+  for (int k = 0; k < NK_FIN_SLICES; ++k) t += sums[k][tx];
+  const long long at = j < d ? j : j - d;
+  if (accumulate) t = TO::to_f(o[at]) + t;
+  o[at] = TO::from_f(t);
 }
 
 #endif  // NORMKIT_NORM_BWD_CUH

@@ -152,14 +152,17 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
       // Persistent grid: as many blocks as fit at once (shared memory above 48 KiB needs the kernel's
       // opt-in, which the occupancy query does not assume, hence the shared-memory bound computed here).
       const perSm = Math.max(1, Math.min(k.occupancy(p.block, 0), Math.floor((device.info.maxSharedPerBlockOptin + 1024) / (p.sharedBytes + 1024))));
-      const grid = Math.min(Math.ceil(x.rows / p.rowsPerBlock), device.info.multiprocessors * perSm, device.info.maxGridDim[0]);
+      // `wide` re-reads each row: at most two rows in flight per SM keep the re-reads in L2 (and the
+      // per-block parameter rows small).
+      const blocksPerSm = p.mapping === "wide" ? Math.min(perSm, 2) : perSm;
+      const grid = Math.min(Math.ceil(x.rows / p.rowsPerBlock), device.info.multiprocessors * blocksPerSm, device.info.maxGridDim[0]);
       const part = p.nacc > 0 ? workspace(device, stream, grid * p.nacc * x.d * 4) : null;
       k.launch(stream, new LaunchConfig({ grid: [grid, 1, 1], block: [p.block, 1, 1], sharedBytes: p.sharedBytes }), [
         dy, x, weight ?? null, mean ?? null, rstd, dx, part, x.rows, x.d, dy.rowStride, x.rowStride, dx.rowStride, p.tpr, p.nv,
       ]);
       if (part) {
         const fin = normKernel(device, `nk_bwd_finalize_${pdtype}`, NORM_FINALIZE_ARGS);
-        fin.launch(stream, new LaunchConfig({ grid: [Math.ceil((p.nacc * x.d) / 256), 1, 1], block: [256, 1, 1] }), [
+        fin.launch(stream, new LaunchConfig({ grid: [Math.ceil((p.nacc * x.d) / 32), 1, 1], block: [512, 1, 1] }), [
           part, grid, x.d, p.nacc, dweight ?? null, dbias ?? null, accumulate ? 1 : 0,
         ]);
       }

@@ -93,6 +93,10 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
       return { plan: { kernel: name("cached"), mapping: "cached", block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
     }
   }
+  // Long rows: re-read from L2. The parameter sums live in shared memory when they fit (nv = 1), else
+  // in the block's row of the global partials (nv = 0).
   const block = maxThreads;
-  return { plan: { kernel: name("wide"), mapping: "wide", block, sharedBytes: reduceBytes(block), tpr: block, nv: 0, rowsPerBlock: 1, nacc } };
+  const inShared = slotBytes > 0 && reduceBytes(block) + slotBytes <= limits.maxSharedPerBlockOptin;
+  const shared = reduceBytes(block) + (inShared ? slotBytes : 0);
+  return { plan: { kernel: name("wide"), mapping: "wide", block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
 }

@@ -183,6 +183,10 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             assert.equal(p.sharedBytes, reduce + p.rowsPerBlock * nacc * d * 4);
           } else {
             assert.equal(p.tpr, p.block);
+            const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
+            // Parameter sums in shared memory (nv = 1) exactly when they fit.
+            assert.equal(p.nv, nacc > 0 && reduce + nacc * d * 4 <= limits.maxSharedPerBlockOptin ? 1 : 0);
+            assert.equal(p.sharedBytes, reduce + p.nv * nacc * d * 4);
             assert.ok(d > 512 * MAXV_BWD * vec / 2, `wide only for long rows (d ${d})`);
           }
         }

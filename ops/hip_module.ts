@@ -1,7 +1,7 @@
 /**
  * The AMD code objects of the norm kernels: which one a device gets, and importing them on demand.
  *
- * precompiled/norm_hip.ts (8.7 MB of base64, three targets) is imported dynamically, never by the module
+ * precompiled/norm_hip.ts (5.3 MB of gzip + base64, three targets) is imported dynamically, never by the module
  * graph of mod.ts, so CUDA and CPU users never fetch or parse it. Dynamic import is asynchronous while the ops
  * are not, hence loadHipCodeObjects(): awaited once (through loadKernels() in kernels.ts) before the first
  * launch on a HIP device.
@@ -46,7 +46,11 @@ const bytes = new Map<string, Uint8Array>();
 /** Imports precompiled/norm_hip.ts once per process; later calls return at once. */
 export function loadHipCodeObjects(): Promise<void> {
   const url = new URL("../precompiled/norm_hip.ts", import.meta.url).href;
-  imported ??= import(url).then((m: { NORM_HSACO: Readonly<Record<string, string>> }) => (hsaco = m.NORM_HSACO));
+  imported ??= import(url).then(async (m: { NORM_HSACO: Readonly<Record<string, string>> }) => {
+    // Stored gzip-compressed (scripts/build-hsaco.sh): inflate every target once, here, asynchronously.
+    for (const [target, data] of Object.entries(m.NORM_HSACO)) bytes.set(target, await gunzip(fromBase64(data)));
+    return (hsaco = m.NORM_HSACO);
+  });
   // A failed import is not cached: the next call tries again.
   return imported.then(() => {}, (e) => {
     imported = undefined;
@@ -61,10 +65,15 @@ export function hipCodeObject(target: string): Uint8Array {
       "the AMD kernels are imported on demand: `await loadKernels(device)` once before layerNorm/rmsNorm on a HIP device",
     );
   }
-  let b = bytes.get(target);
-  if (!b) {
-    b = Uint8Array.from(atob(hsaco[target]), (c) => c.charCodeAt(0));
-    bytes.set(target, b);
-  }
+  const b = bytes.get(target);
+  if (!b) throw new UnsupportedError(`no AMD code object for target ${target}`);
   return b;
+}
+
+const fromBase64 = (s: string): Uint8Array => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+
+/** Inflates gzip data with the web-standard DecompressionStream (Deno and Bun both have it). */
+async function gunzip(data: Uint8Array): Promise<Uint8Array> {
+  const stream = new Blob([data as BlobPart]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
 }

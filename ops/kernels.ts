@@ -42,7 +42,7 @@ function moduleImage(device: Device): Uint8Array {
  */
 export async function loadKernels(device: Device): Promise<void> {
   if (device.backend === "cpu") return;
-  // Refuse an unsupported AMD target before importing 8.7 MB for nothing.
+  // Refuse an unsupported AMD target before importing 5.3 MB for nothing.
   if (device.backend === "hip") {
     hsacoTarget(device.info);
     await loadHipCodeObjects();

@@ -8,6 +8,7 @@
  *
  * Needs HIP's headers (for the struct offset) and gcc/g++; skipped, saying which is missing, without them.
  */
+import { gunzipSync } from "node:zlib";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
@@ -73,7 +74,7 @@ function fnv1a64(b: Uint8Array): string {
   for (const x of b) h = BigInt.asUintN(64, (h ^ BigInt(x)) * 0x100000001b3n);
   return h.toString(16).padStart(16, "0");
 }
-const hsaco = (arch: string) => Uint8Array.from(atob(NORM_HSACO[arch]), (c) => c.charCodeAt(0));
+const hsaco = (arch: string) => new Uint8Array(gunzipSync(Uint8Array.from(atob(NORM_HSACO[arch]), (c) => c.charCodeAt(0))));
 
 test.after(() => built && rmSync(built.work, { recursive: true, force: true }));
 

@@ -3,6 +3,7 @@
  * note (ELF note, msgpack) must agree with what the TypeScript launcher packs (argument offsets and
  * sizes), the wave size the plan assumes, and the launch limits the plan may use.
  */
+import { gunzipSync } from "node:zlib";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -19,7 +20,8 @@ import type { ArgType } from "../runtime/module.ts";
 import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_ROWS, planNorm, ROWS_BLOCK } from "../ops/plan.ts";
 
 const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../${p}`, import.meta.url)));
-const b64 = (s: string): Uint8Array => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+// NORM_HSACO entries are gzip -9n, then base64 (scripts/build-hsaco.sh).
+const b64 = (s: string): Uint8Array => new Uint8Array(gunzipSync(Uint8Array.from(atob(s), (c) => c.charCodeAt(0))));
 const WAVE = HSACO_WAVE; // what ops/hip_module.ts pairs each target with; checked against .wavefront_size below
 const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
 

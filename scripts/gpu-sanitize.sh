@@ -33,11 +33,16 @@ fi
 for f in .rt/*.xz; do [ -e "$f" ] || continue; n=$(basename "$f" .xz); xz -dc "$f" > "/usr/local/bin/$n"; chmod +x "/usr/local/bin/$n"; done
 command -v "$rt" >/dev/null || { echo "gpu-sanitize: $rt not found (carry .rt/$rt.xz)" >&2; exit 2; }
 
-files=(tests/gpu*.test.ts tests/validation.test.ts tests/diag.test.ts tests/property.test.ts)
+# SANITIZE_FILES / SANITIZE_FILTER narrow the run (e.g. to fit a short GPU-host call): a space-separated
+# file list, and a test-name pattern (deno test --filter / bun test -t).
+read -r -a files <<<"${SANITIZE_FILES:-$(echo tests/gpu*.test.ts) tests/validation.test.ts tests/diag.test.ts tests/property.test.ts}"
+filter=()
 if [ "$rt" = deno ]; then
-  cmd=(deno test --allow-ffi --allow-env --allow-read --allow-run --allow-net --allow-write=/tmp "${files[@]}")
+  [ -n "${SANITIZE_FILTER:-}" ] && filter=(--filter "$SANITIZE_FILTER")
+  cmd=(deno test --allow-ffi --allow-env --allow-read --allow-run --allow-net --allow-write=/tmp "${filter[@]}" "${files[@]}")
 else
-  cmd=(bun test --timeout 300000 "${files[@]/#/./}")
+  [ -n "${SANITIZE_FILTER:-}" ] && filter=(-t "$SANITIZE_FILTER")
+  cmd=(bun test --timeout 300000 "${filter[@]}" "${files[@]/#/./}")
 fi
 export NORMKIT_PROPERTY_RUNS=${NORMKIT_PROPERTY_RUNS:-100}
 
@@ -49,10 +54,11 @@ for tool in memcheck racecheck synccheck; do
   timeout "$TOOL_TIMEOUT" "$CS" --tool "$tool" --print-limit 50 "${cmd[@]}" >"$log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
-  # One "ERROR SUMMARY: N error(s)" line per process the sanitizer watched: add them up.
-  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
-  found=$(grep -c 'ERROR SUMMARY' "$log")
-  grep -E '^=========' "$log" | grep -vE 'COMPUTE-SANITIZER|ERROR SUMMARY' | head -20
+  # One summary line per process the sanitizer watched: "ERROR SUMMARY: N error(s)", or for racecheck
+  # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)". Add the errors up.
+  errors=$( { grep -oE 'ERROR SUMMARY: [0-9]+ error' "$log" | grep -oE '[0-9]+'; grep -oE 'RACECHECK SUMMARY: .*\(([0-9]+) errors' "$log" | grep -oE '\([0-9]+' | tr -d '('; } | awk '{s+=$1} END {print s+0}')
+  found=$(grep -cE '(ERROR|RACECHECK) SUMMARY' "$log")
+  grep -E '^=========' "$log" | grep -vE 'COMPUTE-SANITIZER|(ERROR|RACECHECK) SUMMARY' | head -20
   if [ "$rc" -eq 124 ]; then verdict="TIMEOUT after ${TOOL_TIMEOUT}s"; status=1
   elif [ "$found" -eq 0 ]; then verdict="no sanitizer summary (crashed? see $log)"; status=1
   elif [ "$errors" -ne 0 ]; then verdict="$errors error(s)"; status=1

@@ -7,7 +7,7 @@
  * With --backward: the backward pass instead (dx, dweight, dbias from the forward's statistics), counting
  * 3·N·D·bytes (x and dy read, dx written) plus the statistics and parameters.
  *
- *   deno run -A bench/bench.ts [--quick] [--backward] [--json out.json]      bun bench/bench.ts [...]
+ *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--json out.json]      bun bench/bench.ts [...]
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
@@ -20,7 +20,9 @@ const backward = args.includes("--backward");
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
 const runtime = "Deno" in globalThis ? "deno" : "bun";
 
-const DS = quick ? [1024, 4096, 32768] : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
+const dsArg = args.includes("--ds") ? args[args.indexOf("--ds") + 1] : undefined; // e.g. --ds 32768,65536
+const DS = dsArg ? dsArg.split(",").map(Number)
+  : quick ? [1024, 4096, 32768] : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
 const DTYPES: DType[] = ["f32", "bf16", "f16"];
 const KINDS = ["layer", "rms"] as const;
 // Each case moves 1 GiB (the issue asks for ≥ 256 MiB): at ~250 µs per case the few µs of launch and

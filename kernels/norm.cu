@@ -94,7 +94,8 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
   B(bf16, f16, bf16)     \
   B(bf16, bf16, bf16)
 
-// cached: up to 512 threads and 128 registers (NK_MAXV_BWD chunks of x and dy cached); wide: up to 512.
+// cached: up to 512 threads and 128 registers (NK_MAXV_BWD chunks of x and dy cached); wide and rowsum: up
+// to 512; tile: 256 (its column sums live in registers).
 #define NK_BWD_KIND(kind, isln, tx, td, tw)                                                                    \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(512, 1) nk_##kind##_bwd_cached_##tx##_##td##_##tw(NK_BWD_PARAMS) { \
     if (nk_bwd_full<nk_##tx, nk_##td, nk_##tw>(dy, x, weight, dx, d, dy_stride, x_stride, dx_stride))              \
@@ -104,6 +105,12 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
   }                                                                                                                 \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_##kind##_bwd_wide_##tx##_##td##_##tw(NK_BWD_PARAMS) {         \
     nk_bwd_wide<nk_##tx, nk_##td, nk_##tw, isln>(NK_BWD_ARGS);                                                     \
+  }                                                                                                                 \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_##kind##_bwd_rowsum_##tx##_##td##_##tw(NK_BWD_PARAMS) {       \
+    nk_bwd_rowsum<nk_##tx, nk_##td, nk_##tw, isln>(NK_BWD_ARGS);                                                   \
+  }                                                                                                                 \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_##kind##_bwd_tile_##tx##_##td##_##tw(NK_BWD_PARAMS) {         \
+    nk_bwd_tile<nk_##tx, nk_##td, nk_##tw, isln>(NK_BWD_ARGS);                                                     \
   }
 #define NK_BWD_TRIPLE(tx, td, tw)    \
   NK_BWD_KIND(ln, true, tx, td, tw) \

@@ -149,6 +149,30 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
     } else {
       const p = plan.plan;
       const k = normKernel(device, p.kernel, NORM_BWD_ARGS);
+      const args = (part: bigint | DeviceBuffer | null) =>
+        [dy, x, weight ?? null, mean ?? null, rstd, dx!, part, x.rows, x.d, dy.rowStride, x.rowStride, dx!.rowStride, p.tpr, p.nv];
+      if (p.mapping === "split") {
+        // Row sums, then column tiles × row groups (kernels/norm_bwd.cuh); workspace: the row sums, then
+        // the groups' column partials, which the finalize adds up.
+        const sms = device.info.multiprocessors;
+        const ntiles = Math.ceil(x.d / p.tileColumns!);
+        // One wave of tile blocks: as many row groups as fill the GPU once.
+        const resident = sms * Math.max(1, k.occupancy(p.block, 0));
+        const groups = Math.max(1, Math.min(x.rows, Math.ceil(resident / ntiles), Math.floor(device.info.maxGridDim[0] / ntiles)));
+        const sumsFloats = (2 * x.rows + 3) & ~3;
+        const part = workspace(device, stream, 4 * (sumsFloats + groups * p.nacc * x.d));
+        const rk = normKernel(device, p.rowsumKernel!, NORM_BWD_ARGS);
+        const rgrid = Math.min(x.rows, 4 * sms, device.info.maxGridDim[0]);
+        rk.launch(stream, new LaunchConfig({ grid: [rgrid, 1, 1], block: [p.rowsumBlock!, 1, 1], sharedBytes: p.rowsumShared! }), [
+          ...args(part).slice(0, 12), p.rowsumBlock!, 0,
+        ]);
+        k.launch(stream, new LaunchConfig({ grid: [ntiles * groups, 1, 1], block: [p.block, 1, 1] }), args(part));
+        const fin = normKernel(device, `nk_bwd_finalize_${pdtype}`, NORM_FINALIZE_ARGS);
+        fin.launch(stream, new LaunchConfig({ grid: [Math.ceil((p.nacc * x.d) / 32), 1, 1], block: [512, 1, 1] }), [
+          part.ptr + BigInt(4 * sumsFloats), groups, x.d, p.nacc, dweight ?? null, dbias ?? null, accumulate ? 1 : 0,
+        ]);
+        return { dx, ...(dweight ? { dweight } : {}), ...(dbias ? { dbias } : {}) };
+      }
       // Persistent grid: as many blocks as fit at once (shared memory above 48 KiB needs the kernel's
       // opt-in, which the occupancy query does not assume, hence the shared-memory bound computed here).
       const perSm = Math.max(1, Math.min(k.occupancy(p.block, 0), Math.floor((device.info.maxSharedPerBlockOptin + 1024) / (p.sharedBytes + 1024))));

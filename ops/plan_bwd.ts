@@ -13,6 +13,8 @@ import type { NormKind } from "./plan.ts";
 export const MAXV_BWD = 6;
 /** Threads per block at most (both mappings' launch bound). */
 export const BWD_MAX_THREADS = 512;
+/** Threads of a `tile` block (its launch bound), each summing 16 columns in registers. */
+export const TILE_THREADS = 256;
 /** Block size of the several-rows-per-block layout. */
 export const BWD_ROWS_BLOCK = 256;
 /** Chunks per thread aimed for: few lanes per row, deep register caches (as in the forward). */
@@ -43,7 +45,8 @@ export interface BwdLimits {
 
 export interface BwdPlan {
   kernel: string;
-  mapping: "cached" | "wide";
+  /** `split`: the `rowsum` kernel (block `rowsumBlock`), then `kernel` = the `tile` kernel. */
+  mapping: "cached" | "wide" | "split";
   block: number;
   sharedBytes: number;
   tpr: number;
@@ -52,6 +55,11 @@ export interface BwdPlan {
   rowsPerBlock: number;
   /** Parameter-sum arrays per block row of `part`: 2 (LN: dweight, dbias), 1 (RMS) or 0. */
   nacc: number;
+  /** `split` only: the row-sums kernel, its block and shared memory, and the columns of one tile. */
+  rowsumKernel?: string;
+  rowsumBlock?: number;
+  rowsumShared?: number;
+  tileColumns?: number;
 }
 
 export type BwdPlanResult = { plan: BwdPlan } | { unsupported: string };
@@ -68,7 +76,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   const warp = limits.warpSize;
   const nacc = p.paramGrads ? (p.kind === "layer" ? 2 : 1) : 0;
   const slotBytes = nacc * p.d * 4;
-  const name = (m: "cached" | "wide") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
+  const name = (m: "cached" | "wide" | "rowsum" | "tile") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
   const maxThreads = Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock);
   // The block reductions' 2 · warps floats, rounded up to 16 bytes (the slots start there).
   const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
@@ -97,6 +105,17 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   // in the block's row of the global partials (nv = 0).
   const block = maxThreads;
   const inShared = slotBytes > 0 && reduceBytes(block) + slotBytes <= limits.maxSharedPerBlockOptin;
+  if (slotBytes > 0 && !inShared) {
+    // Sums too large for shared memory: row sums first, then column tiles with the sums in registers
+    // (kernels/norm_bwd.cuh, `rowsum` + `tile`): TILE_THREADS threads × 16 columns per tile.
+    return {
+      plan: {
+        kernel: name("tile"), mapping: "split", block: TILE_THREADS, sharedBytes: 0, tpr: TILE_THREADS, nv: 0,
+        rowsPerBlock: 1, nacc, rowsumKernel: name("rowsum"), rowsumBlock: block, rowsumShared: reduceBytes(block),
+        tileColumns: TILE_THREADS * 16,
+      },
+    };
+  }
   const shared = reduceBytes(block) + (inShared ? slotBytes : 0);
   return { plan: { kernel: name("wide"), mapping: "wide", block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
 }

@@ -104,7 +104,7 @@ build() {
   [[ -n "$triples" ]] || { echo "build-kernels: no B(tx, tdy, tw) lines in $SRC_REL" >&2; exit 1; }
   for t in $triples; do
     for kind in ln rms; do
-      for map in cached wide; do names+=$'\n'"nk_${kind}_bwd_${map}_${t}"; done
+      for map in cached wide rowsum tile; do names+=$'\n'"nk_${kind}_bwd_${map}_${t}"; done
     done
   done
   local entries
@@ -156,7 +156,7 @@ build() {
     echo ""
     echo "/** The extern \"C\" kernels in both images: the hand-written ones in source order, then"
     echo " *  nk_{ln|rms}_{rows|block|cluster|wide}_{tin}_{tout}_{tw} per dtype triple, then the backward"
-    echo " *  nk_{ln|rms}_bwd_{cached|wide}_{tx}_{tdy}_{tw} per B(...) triple (kernels/README.md). */"
+    echo " *  nk_{ln|rms}_bwd_{cached|wide|rowsum|tile}_{tx}_{tdy}_{tw} per B(...) triple (kernels/README.md). */"
     echo "export const NORM_KERNELS: readonly string[] = Object.freeze(["
     local n
     for n in $names; do echo "  \"$n\","; done

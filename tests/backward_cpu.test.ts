@@ -174,7 +174,16 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
           assert.equal(p.nacc, nacc);
           assert.ok(p.block % 32 === 0 && p.block <= 512, `block ${p.block}`);
           assert.ok(p.sharedBytes <= limits.maxSharedPerBlockOptin);
-          assert.match(p.kernel, new RegExp(`^nk_${kind === "layer" ? "ln" : "rms"}_bwd_${p.mapping}_${tx}_${tdy}_f32$`));
+          const k = kind === "layer" ? "ln" : "rms";
+          assert.match(p.kernel, new RegExp(`^nk_${k}_bwd_${p.mapping === "split" ? "tile" : p.mapping}_${tx}_${tdy}_f32$`));
+          if (p.mapping === "split") {
+            // Only where the sums fit neither in registers nor in shared memory.
+            assert.ok(nacc > 0 && 64 + nacc * d * 4 > limits.maxSharedPerBlockOptin, `split at d ${d}`);
+            assert.equal(p.rowsumKernel, `nk_${k}_bwd_rowsum_${tx}_${tdy}_f32`);
+            assert.ok(p.block === 256 && p.tileColumns === 256 * 16 && p.sharedBytes === 0);
+            assert.ok(p.rowsumBlock === 512 && p.rowsumShared === 4 * ((2 * 16 + 3) & ~3));
+            continue;
+          }
           if (p.mapping === "cached") {
             assert.ok(p.nv >= 1 && p.nv <= MAXV_BWD && p.nv * p.tpr * vec >= d, `d ${d}: nv ${p.nv} tpr ${p.tpr}`);
             assert.ok(p.tpr <= 32 ? (p.tpr & (p.tpr - 1)) === 0 : p.tpr === p.block);

@@ -99,14 +99,14 @@ const FWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
 
 // The backward kernels: kind x mapping x (x, dy, weight) dtype triple (the same 15 triples), then the finalize.
 const BWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
-  ["ln", "rms"].flatMap((k) => ["cached", "wide"].map((m) => `nk_${k}_bwd_${m}_${t}`))
+  ["ln", "rms"].flatMap((k) => ["cached", "wide", "rowsum", "tile"].map((m) => `nk_${k}_bwd_${m}_${t}`))
 );
 const DIAG_KERNELS = ["nk_diag_partial_f32", "nk_diag_partial_f16", "nk_diag_partial_bf16", "nk_diag_final"];
 const FINALIZE_KERNELS = ["nk_bwd_finalize_f32", "nk_bwd_finalize_f16", "nk_bwd_finalize_bf16"];
 
-test("NORM_KERNELS: scale_f32, the diagnostics, the finalize, then 120 forward and 60 backward kernels", () => {
+test("NORM_KERNELS: scale_f32, the diagnostics, the finalize, then 120 forward and 120 backward kernels", () => {
   assert.equal(FWD_KERNELS.length, 120);
-  assert.equal(BWD_KERNELS.length, 60);
+  assert.equal(BWD_KERNELS.length, 120);
   assert.deepEqual([...NORM_KERNELS], ["scale_f32", ...DIAG_KERNELS, ...FINALIZE_KERNELS, ...FWD_KERNELS, ...BWD_KERNELS]);
 });
 
@@ -140,5 +140,7 @@ test("fatbin: magic 0xBA55ED50 (LE), SASS sm_80 + sm_90, PTX compute_90", () => 
   // Every entry is compressed (-Xfatbin -compress-all): the kernels inside are checked on the GPU
   // host, where tests/gpu.test.ts looks up every name in NORM_KERNELS in the loaded module.
   for (const e of entries) assert.notEqual(e.flags & FLAG_COMPRESSED, 0n, `entry arch ${e.arch} kind ${e.kind} is compressed`);
-  assert.ok(bytes.length < 4 * 2 ** 20, `fatbin stays small enough to embed (${bytes.length} bytes)`);
+  // Embedded as base64 (4/3 of it) next to the fatbin and the gzipped PTX: with a runtime the GPU-host
+  // call carries at most 64 MiB, so the module must stay small (4.3 MB with 120 forward + 120 backward kernels).
+  assert.ok(bytes.length < 5 * 2 ** 20, `fatbin stays small enough to embed (${bytes.length} bytes)`);
 });

@@ -8,7 +8,7 @@ import { decode, type DType, encode } from "../runtime/dtype.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
 import type { DeviceBuffer } from "../runtime/memory.ts";
 import { LaunchConfig } from "../runtime/module.ts";
-import { Stream } from "../runtime/stream.ts";
+import { deviceCapturing, Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { normKernel } from "./kernels.ts";
@@ -135,6 +135,13 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
     { maxThreadsPerBlock: device.info.maxThreadsPerBlock, warpSize: device.info.warpSize, maxSharedPerBlockOptin: device.info.maxSharedPerBlockOptin },
   );
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}NormBackward: ${plan.unsupported}`);
+  // Allocating while a stream captures breaks the capture (global mode): say so before the driver does.
+  if (deviceCapturing(device)) {
+    const missing = [!dxGiven && "dx", weight && !dwGiven && "dweight", bias && !dbGiven && "dbias"].filter(Boolean);
+    if (missing.length) {
+      throw new UnsupportedError(`${kind}NormBackward during a graph capture: it would allocate ${missing.join(", ")}; pass them (allocated before beginCapture())`);
+    }
+  }
 
   let dx = dxGiven, dweight = dwGiven, dbias = dbGiven;
   try {
@@ -208,6 +215,11 @@ const workspaces = new WeakMap<Stream, DeviceBuffer>();
 function workspace(device: Device, stream: Stream, bytes: number): DeviceBuffer {
   const have = workspaces.get(stream);
   if (have && !have.closed && have.byteLength >= bytes) return have;
+  if (stream.capturing) {
+    throw new UnsupportedError(
+      `backward during a graph capture needs ${bytes} bytes of workspace on this stream: run the same backward once before beginCapture()`,
+    );
+  }
   if (have && !have.closed) {
     stream.synchronize(); // earlier launches on this stream may still read it
     have.close();

@@ -1,6 +1,6 @@
 /**
  * The backward pass on CUDA against the float64 reference (tolerances stated in backward_cases.ts), for
- * every dtype combination, both mappings (`cached`, `wide`), odd D, strided rows, accumulation, the
+ * every dtype combination, every mapping (`cached`, `wide`, `rowsum` + `tile`), odd D, strided rows, accumulation, the
  * modules, and bitwise determinism over 20 runs. Skipped, with the reason, when there is no CUDA device.
  */
 import assert from "node:assert/strict";

@@ -8,7 +8,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { cpuNormForward, Device, layerNorm, rmsNorm, UnsupportedError } from "../mod.ts";
+import { cpuNormForward, Device, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, Tensor, UnsupportedError } from "../mod.ts";
 import { DisposedError, Graph, GraphExec, GraphUpdateError, type Stream } from "../gpu.ts";
 import type { Driver, GraphDriver, GraphUpdateRefusal } from "../runtime/driver.ts";
 import { deviceCapturing } from "../runtime/stream.ts";
@@ -113,6 +113,21 @@ test("norms during a capture: without out (or with stats) they refuse to allocat
     assert.throws(() => layerNorm(x, { stream, out: y, stats: true }), /allocate the statistics/);
     // Allocation breaks a global capture whichever stream it is for: the check is per device.
     assert.throws(() => layerNorm(x, { stream: other }), /during a graph capture/);
+    stream.endCapture().close();
+  } finally {
+    dev.close();
+  }
+});
+
+test("backward during a capture: refuses to allocate dx or the parameter gradients, naming them", () => {
+  const { dev, stream, buf, x, y } = fakeGpu();
+  try {
+    // Views of an existing buffer: making new tensors would call the (fake) driver.
+    const mean = new Tensor(buf, [4]), rstd = new Tensor(buf, [4], { offset: 4 }), w = new Tensor(buf, [8], { offset: 8 });
+    stream.beginCapture();
+    const refuses = (names: RegExp) => (e: unknown) => e instanceof UnsupportedError && /graph capture/.test(e.message) && names.test(e.message);
+    assert.throws(() => layerNormBackward(y, x, { mean, rstd, stream }), refuses(/allocate dx/));
+    assert.throws(() => rmsNormBackward(y, x, { rstd, weight: w, stream, dx: y }), refuses(/allocate dweight/));
     stream.endCapture().close();
   } finally {
     dev.close();

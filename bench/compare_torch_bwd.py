@@ -6,9 +6,10 @@ compiled function, so AOTAutograd's compiled backward runs. Copy bandwidth measu
 
     python3 bench/compare_torch_bwd.py [--quick] [--json out.json] [--no-compile]
 """
-import argparse, json, datetime, statistics
+import argparse, json, datetime
 import torch
 import torch.nn.functional as F
+import torch_common as tc  # bench/torch_common.py (python puts the script's folder on sys.path)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true")
@@ -23,27 +24,9 @@ REPS = 10 if a.quick else 20
 dev = torch.device("cuda")
 
 
-def time_ms(fn):
-    for _ in range(3):
-        fn()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(REPS):
-        s.record(); fn(); e.record(); e.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
-
-
-src = torch.empty(2**30, dtype=torch.uint8, device=dev).fill_(7)
-dst = torch.empty_like(src)
-copy_gbs = 2 * 2**30 / (time_ms(lambda: dst.copy_(src)) * 1e6)
-del src, dst
+copy_gbs = tc.copy_gbs(dev, REPS)
 print(f"# {torch.cuda.get_device_name()} torch {torch.__version__}, copy {copy_gbs:.0f} GB/s (backward)")
-
-import torch._dynamo
-for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
-    if hasattr(torch._dynamo.config, knob):
-        setattr(torch._dynamo.config, knob, 4096)
+tc.lift_recompile_limits()
 ln_c = torch.compile(lambda x, w, b, d: F.layer_norm(x, (d,), w, b, 1e-5), dynamic=False)
 rms_c = torch.compile(lambda x, w, d: F.rms_norm(x, (d,), w, 1e-6), dynamic=False)
 results = []
@@ -68,7 +51,7 @@ for d in DS:
                     else:
                         y = rms_c(x, w, d) if fwd else F.rms_norm(x, (d,), w, 1e-6)
                         ins = (x, w)
-                    ms = time_ms(lambda: torch.autograd.grad(y, ins, dy, retain_graph=True))
+                    ms = tc.time_ms(lambda: torch.autograd.grad(y, ins, dy, retain_graph=True), REPS)
                     row[f"{label}_us"], row[f"{label}_gbs"] = ms * 1e3, nbytes / (ms * 1e6)
                     del y
                 except Exception as ex:  # report, don't hide

@@ -5,16 +5,16 @@
  */
 import type { Device } from "../runtime/device.ts";
 import { decode, type DType, encode } from "../runtime/dtype.ts";
-import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
+import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import type { DeviceBuffer } from "../runtime/memory.ts";
 import { LaunchConfig } from "../runtime/module.ts";
-import { deviceCapturing, Stream } from "../runtime/stream.ts";
+import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
-import { planNormBackward } from "./plan_bwd.ts";
-import { checkInput, checkParam, checkTensor } from "./validate.ts";
+import { type BwdPlan, planNormBackward } from "./plan_bwd.ts";
+import { checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 
 /** Parameters of nk_{ln|rms}_bwd_{cached|wide}_* (kernels/norm_bwd.cuh, NK_BWD_PARAMS). */
@@ -26,13 +26,6 @@ export const NORM_BWD_ARGS: readonly ArgType[] = [
 /** Parameters of nk_bwd_finalize_{f32|f16|bf16}: part, nparts, d, nacc, dweight, dbias, accumulate. */
 export const NORM_FINALIZE_ARGS: readonly ArgType[] = ["ptr", "i32", "i32", "i32", "ptr", "ptr", "i32"];
 
-/** Whether two tensors' byte spans (first row start to last row end) intersect. */
-function overlaps(a: Tensor, b: Tensor): boolean {
-  if (a.buffer !== b.buffer) return false;
-  const span = (t: Tensor) => [t.offset * t.bytesPerElement, (t.offset + spanElements(t.rows, t.d, t.rowStride)) * t.bytesPerElement];
-  const [a0, a1] = span(a), [b0, b1] = span(b);
-  return a0 < b1 && b0 < a1;
-}
 
 export interface RMSNormBackwardOptions {
   /** Per-row 1/σ from the forward (`stats: true`): f32, one per row of x. */
@@ -92,9 +85,7 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
   if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", kind === "layer" ? "{ mean, rstd, … }" : "{ rstd, … }", opts);
   const x = checkInput(xIn);
   const dy = checkTensor("dy", dyIn, x.device);
-  if (dy.shape.length !== x.shape.length || dy.shape.some((n, i) => n !== x.shape[i])) {
-    throw new ArgumentError("dy", `shape [${x.shape}] (the shape of x)`, `shape [${dy.shape}]`);
-  }
+  checkSameShape("dy", dy, x);
   const mean = kind === "layer" ? checkStat("mean", opts.mean, x) : undefined;
   const rstd = checkStat("rstd", opts.rstd, x);
   const weight = checkParam("weight", opts.weight, x);
@@ -107,13 +98,10 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
   if (dbGiven && !bias) throw new ArgumentError("dbias", "only with a bias", "a tensor");
   const dxGiven = opts.dx === undefined ? undefined : checkTensor("dx", opts.dx, x.device);
   if (dxGiven) {
-    if (dxGiven.shape.length !== x.shape.length || dxGiven.shape.some((n, i) => n !== x.shape[i])) {
-      throw new ArgumentError("dx", `shape [${x.shape}] (the shape of x)`, `shape [${dxGiven.shape}]`);
-    }
+    checkSameShape("dx", dxGiven, x);
     if (dxGiven.dtype !== x.dtype) throw new ArgumentError("dx.dtype", `x's dtype "${x.dtype}"`, dxGiven.dtype);
     if (overlaps(dxGiven, x)) throw new ArgumentError("dx", "memory that does not overlap x", "an overlap with x");
-    const inPlace = dxGiven.buffer === dy.buffer && dxGiven.offset === dy.offset && dxGiven.rowStride === dy.rowStride && dxGiven.dtype === dy.dtype;
-    if (!inPlace && overlaps(dxGiven, dy)) throw new ArgumentError("dx", "dy itself (in place) or memory that does not overlap dy", "a partial overlap with dy");
+    if (!sameView(dxGiven, dy) && overlaps(dxGiven, dy)) throw new ArgumentError("dx", "dy itself (in place) or memory that does not overlap dy", "a partial overlap with dy");
   }
   for (const [n, g] of [["dweight", dwGiven], ["dbias", dbGiven]] as const) {
     for (const [m, t] of [["x", x], ["dy", dy], ["dx", dxGiven]] as const) {
@@ -122,9 +110,7 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
   }
   if (dwGiven && dbGiven && overlaps(dwGiven, dbGiven)) throw new ArgumentError("dbias", "memory that does not overlap dweight", "an overlap");
   const device = x.device;
-  const stream = opts.stream ?? device.stream;
-  if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
-  if (stream.closed) throw new DisposedError("stream");
+  const stream = checkStream(opts.stream ?? device.stream, device);
   if (device.backend === "hip") throw new UnsupportedError(`${kind}NormBackward on HIP: the backward kernels have not been run on an AMD GPU`);
   const accumulate = opts.accumulate === true;
   if (accumulate && ((weight && !dwGiven) || (bias && !dbGiven))) {
@@ -154,49 +140,7 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
       // Nothing to launch for dx; the parameter gradients of no rows are zeros.
       if (!accumulate) for (const g of [dweight, dbias]) g?.write(new Float32Array(x.d), { stream });
     } else {
-      const p = plan.plan;
-      const k = normKernel(device, p.kernel, NORM_BWD_ARGS);
-      const args = (part: bigint | DeviceBuffer | null) =>
-        [dy, x, weight ?? null, mean ?? null, rstd, dx!, part, x.rows, x.d, dy.rowStride, x.rowStride, dx!.rowStride, p.tpr, p.nv];
-      if (p.mapping === "split") {
-        // Row sums, then column tiles × row groups (kernels/norm_bwd.cuh); workspace: the row sums, then
-        // the groups' column partials, which the finalize adds up.
-        const sms = device.info.multiprocessors;
-        const ntiles = Math.ceil(x.d / p.tileColumns!);
-        // One wave of tile blocks: as many row groups as fill the GPU once.
-        const resident = sms * Math.max(1, k.occupancy(p.block, 0));
-        const groups = Math.max(1, Math.min(x.rows, Math.ceil(resident / ntiles), Math.floor(device.info.maxGridDim[0] / ntiles)));
-        const sumsFloats = (2 * x.rows + 3) & ~3;
-        const part = workspace(device, stream, 4 * (sumsFloats + groups * p.nacc * x.d));
-        const rk = normKernel(device, p.rowsumKernel!, NORM_BWD_ARGS);
-        const rgrid = Math.min(x.rows, 4 * sms, device.info.maxGridDim[0]);
-        rk.launch(stream, new LaunchConfig({ grid: [rgrid, 1, 1], block: [p.rowsumBlock!, 1, 1], sharedBytes: p.rowsumShared! }), [
-          ...args(part).slice(0, 12), p.rowsumBlock!, 0,
-        ]);
-        k.launch(stream, new LaunchConfig({ grid: [ntiles * groups, 1, 1], block: [p.block, 1, 1] }), args(part));
-        const fin = normKernel(device, `nk_bwd_finalize_${pdtype}`, NORM_FINALIZE_ARGS);
-        fin.launch(stream, new LaunchConfig({ grid: [Math.ceil((p.nacc * x.d) / 32), 1, 1], block: [512, 1, 1] }), [
-          part.ptr + BigInt(4 * sumsFloats), groups, x.d, p.nacc, dweight ?? null, dbias ?? null, accumulate ? 1 : 0,
-        ]);
-        return { dx, ...(dweight ? { dweight } : {}), ...(dbias ? { dbias } : {}) };
-      }
-      // Persistent grid: as many blocks as fit at once (shared memory above 48 KiB needs the kernel's
-      // opt-in, which the occupancy query does not assume, hence the shared-memory bound computed here).
-      const perSm = Math.max(1, Math.min(k.occupancy(p.block, 0), Math.floor((device.info.maxSharedPerBlockOptin + 1024) / (p.sharedBytes + 1024))));
-      // `wide` re-reads each row: at most two rows in flight per SM keep the re-reads in L2 (and the
-      // per-block parameter rows small).
-      const blocksPerSm = p.mapping === "wide" ? Math.min(perSm, 2) : perSm;
-      const grid = Math.min(Math.ceil(x.rows / p.rowsPerBlock), device.info.multiprocessors * blocksPerSm, device.info.maxGridDim[0]);
-      const part = p.nacc > 0 ? workspace(device, stream, grid * p.nacc * x.d * 4) : null;
-      k.launch(stream, new LaunchConfig({ grid: [grid, 1, 1], block: [p.block, 1, 1], sharedBytes: p.sharedBytes }), [
-        dy, x, weight ?? null, mean ?? null, rstd, dx, part, x.rows, x.d, dy.rowStride, x.rowStride, dx.rowStride, p.tpr, p.nv,
-      ]);
-      if (part) {
-        const fin = normKernel(device, `nk_bwd_finalize_${pdtype}`, NORM_FINALIZE_ARGS);
-        fin.launch(stream, new LaunchConfig({ grid: [Math.ceil((p.nacc * x.d) / 32), 1, 1], block: [512, 1, 1] }), [
-          part, grid, x.d, p.nacc, dweight ?? null, dbias ?? null, accumulate ? 1 : 0,
-        ]);
-      }
+      launchBackward(plan.plan, { dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, stream, pdtype });
     }
   } catch (e) {
     if (!dxGiven) dx?.close();
@@ -205,6 +149,49 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
     throw e;
   }
   return { dx, ...(dweight ? { dweight } : {}), ...(dbias ? { dbias } : {}) };
+}
+
+interface BackwardLaunch {
+  dy: Tensor; x: Tensor; weight?: Tensor; mean?: Tensor; rstd: Tensor;
+  dx: Tensor; dweight?: Tensor; dbias?: Tensor; accumulate: boolean; stream: Stream; pdtype: DType;
+}
+
+/** Queues the plan's kernels (x has rows): dx with per-block parameter sums, then the finalize. */
+function launchBackward(p: BwdPlan, a: BackwardLaunch): void {
+  const { x, stream } = a, device = x.device;
+  const sms = device.info.multiprocessors, maxGrid = device.info.maxGridDim[0];
+  const k = normKernel(device, p.kernel, NORM_BWD_ARGS);
+  const config = (grid: number, block: number, sharedBytes = 0) => new LaunchConfig({ grid: [grid, 1, 1], block: [block, 1, 1], sharedBytes });
+  const args = (part: DeviceBuffer | null, tpr = p.tpr, nv = p.nv) =>
+    [a.dy, x, a.weight ?? null, a.mean ?? null, a.rstd, a.dx, part, x.rows, x.d, a.dy.rowStride, x.rowStride, a.dx.rowStride, tpr, nv];
+  const finalize = (partials: bigint, nparts: number) =>
+    normKernel(device, `nk_bwd_finalize_${a.pdtype}`, NORM_FINALIZE_ARGS).launch(stream, config(Math.ceil((p.nacc * x.d) / 32), 512), [
+      partials, nparts, x.d, p.nacc, a.dweight ?? null, a.dbias ?? null, a.accumulate ? 1 : 0,
+    ]);
+  if (p.mapping === "split") {
+    // Row sums, then column tiles × row groups (kernels/norm_bwd.cuh); workspace: the row sums, then the
+    // groups' column partials, which the finalize adds up. One wave of tile blocks fills the GPU once.
+    const ntiles = Math.ceil(x.d / p.tileColumns!);
+    const resident = sms * Math.max(1, k.occupancy(p.block, 0));
+    const groups = Math.max(1, Math.min(x.rows, Math.ceil(resident / ntiles), Math.floor(maxGrid / ntiles)));
+    const sumsFloats = (2 * x.rows + 3) & ~3;
+    const part = workspace(device, stream, 4 * (sumsFloats + groups * p.nacc * x.d));
+    normKernel(device, p.rowsumKernel!, NORM_BWD_ARGS)
+      .launch(stream, config(Math.min(x.rows, 4 * sms, maxGrid), p.rowsumBlock!, p.rowsumShared!), args(part, p.rowsumBlock!, 0));
+    k.launch(stream, config(ntiles * groups, p.block), args(part));
+    finalize(part.ptr + BigInt(4 * sumsFloats), groups);
+    return;
+  }
+  // Persistent grid: as many blocks as fit at once (shared memory above 48 KiB needs the kernel's opt-in,
+  // which the occupancy query does not assume, hence the shared-memory bound computed here).
+  const perSm = Math.max(1, Math.min(k.occupancy(p.block, 0), Math.floor((device.info.maxSharedPerBlockOptin + 1024) / (p.sharedBytes + 1024))));
+  // `wide` re-reads each row: at most two rows in flight per SM keep the re-reads in L2 (and the per-block
+  // parameter rows small).
+  const blocksPerSm = p.mapping === "wide" ? Math.min(perSm, 2) : perSm;
+  const grid = Math.min(Math.ceil(x.rows / p.rowsPerBlock), sms * blocksPerSm, maxGrid);
+  const part = p.nacc > 0 ? workspace(device, stream, grid * p.nacc * x.d * 4) : null;
+  k.launch(stream, config(grid, p.block, p.sharedBytes), args(part));
+  if (part) finalize(part.ptr, grid);
 }
 
 /**

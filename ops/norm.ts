@@ -3,14 +3,14 @@
  * PyTorch's F.layer_norm / F.rms_norm over the last dimension (biased variance, f32 or better accumulation).
  */
 import { decode, type DType, encode } from "../runtime/dtype.ts";
-import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
-import { deviceCapturing, Stream } from "../runtime/stream.ts";
+import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
+import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import type { LaunchConfig, Kernel } from "../runtime/module.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import type { NormKind } from "./plan.ts";
 import { lookupNormPlan } from "./plan_cache.ts";
-import { checkEps, checkInput, checkOut, checkOutDtype, checkParam } from "./validate.ts";
+import { checkEps, checkInput, checkOut, checkOutDtype, checkParam, checkStream } from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
 
 export interface RMSNormOptions {
@@ -146,9 +146,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   const outDtype = checkOutDtype(opts.outDtype ?? opts.out?.dtype, x);
   const outGiven = checkOut(opts.out, x, outDtype, { weight, bias });
   const device = x.device;
-  const stream = opts.stream ?? device.stream;
-  if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
-  if (stream.closed) throw new DisposedError("stream");
+  const stream = checkStream(opts.stream ?? device.stream, device);
   const checking = checkModeFor(device, opts.check);
   // Allocating while a stream captures would break the capture (global mode): say so before the driver does.
   if ((!outGiven || opts.stats || checking) && deviceCapturing(device)) {

@@ -2,6 +2,7 @@
 import type { Device } from "../runtime/device.ts";
 import { type DType, isDType } from "../runtime/dtype.ts";
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
+import { Stream } from "../runtime/stream.ts";
 import { spanElements, Tensor } from "../runtime/tensor.ts";
 
 /** The largest hidden size the kernels are built for. */
@@ -60,6 +61,25 @@ export function overlaps(a: Tensor, b: Tensor): boolean {
   return a0 < b1 && b0 < a1;
 }
 
+/** `t` (named `name`) must have x's shape. */
+export function checkSameShape(name: string, t: Tensor, x: Tensor): void {
+  if (t.shape.length !== x.shape.length || t.shape.some((n, i) => n !== x.shape[i])) {
+    throw new ArgumentError(name, `shape [${x.shape}] (the shape of x)`, `shape [${t.shape}]`);
+  }
+}
+
+/** The same elements in the same layout and dtype: an exact alias (in place), not a partial overlap. */
+export function sameView(a: Tensor, b: Tensor): boolean {
+  return a.buffer === b.buffer && a.offset === b.offset && a.rowStride === b.rowStride && a.dtype === b.dtype;
+}
+
+/** The stream an op runs on: an open Stream of x's device. */
+export function checkStream(stream: unknown, device: Device): Stream {
+  if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
+  if (stream.closed) throw new DisposedError("stream");
+  return stream;
+}
+
 /**
  * out: x's shape, the output dtype, x's device; the same memory as x exactly (in place) or none of it, and
  * none of the parameters' memory (writing y into weight/bias while other rows still read them is a race).
@@ -72,12 +92,9 @@ export function checkOut(
 ): Tensor | undefined {
   if (out === undefined || out === null) return undefined;
   const t = checkTensor("out", out, x.device);
-  if (t.shape.length !== x.shape.length || t.shape.some((n, i) => n !== x.shape[i])) {
-    throw new ArgumentError("out", `shape [${x.shape}] (the shape of x)`, `shape [${t.shape}]`);
-  }
+  checkSameShape("out", t, x);
   if (t.dtype !== dtype) throw new ArgumentError("out.dtype", `"${dtype}"`, t.dtype);
-  const same = t.buffer === x.buffer && t.offset === x.offset && t.rowStride === x.rowStride && t.dtype === x.dtype;
-  if (!same && overlaps(t, x)) {
+  if (!sameView(t, x) && overlaps(t, x)) {
     throw new ArgumentError("out", "either x itself (in place) or memory that does not overlap x", "a partial overlap with x");
   }
   for (const [name, p] of Object.entries(params)) {

@@ -88,25 +88,24 @@ build() {
   )
 
   # Kernel names: every extern "C" NK_GLOBAL function in the source, in source order.
-  local names triples t kind map
+  local names
   names="$(sed -nE 's/^extern "C"[[:space:]]+NK_GLOBAL[[:space:]]+void[[:space:]]+(NK_LAUNCH_BOUNDS\([0-9]+\)[[:space:]]+)?([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\(.*/\2/p' "$ROOT/$SRC_REL")"
   [[ -n "$names" ]] || { echo "build-kernels: no extern \"C\" NK_GLOBAL kernels found in $SRC_REL" >&2; exit 1; }
-  # Generated kernels: one X(tin, tout, tw) line per dtype triple inside NK_FWD_DTYPES.
-  triples="$(sed -nE 's/^[[:space:]]*X\([[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*\).*/\1_\2_\3/p' "$ROOT/$SRC_REL")"
-  [[ -n "$triples" ]] || { echo "build-kernels: no X(tin, tout, tw) lines in $SRC_REL" >&2; exit 1; }
-  for t in $triples; do
-    for kind in ln rms; do
-      for map in rows block cluster wide; do names+=$'\n'"nk_${kind}_${map}_${t}"; done
+  # Generated kernels, one set per dtype-triple line of norm.cu: X(tin, tout, tw) in NK_FWD_DTYPES gives
+  # nk_{ln|rms}_{map}_{triple}, B(tx, tdy, tw) in NK_BWD_DTYPES gives nk_{ln|rms}_bwd_{map}_{triple}.
+  generated() { # LETTER PREFIX MAP...
+    local letter=$1 prefix=$2; shift 2
+    local triples t kind map
+    triples="$(sed -nE "s/^[[:space:]]*$letter\\([[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*\\).*/\\1_\\2_\\3/p" "$ROOT/$SRC_REL")"
+    [[ -n "$triples" ]] || { echo "build-kernels: no $letter(...) dtype lines in $SRC_REL" >&2; exit 1; }
+    for t in $triples; do
+      for kind in ln rms; do
+        for map in "$@"; do names+=$'\n'"nk_${kind}_${prefix}${map}_${t}"; done
+      done
     done
-  done
-  # Backward kernels: one B(tx, tdy, tw) line per dtype triple inside NK_BWD_DTYPES.
-  triples="$(sed -nE 's/^[[:space:]]*B\([[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*\).*/\1_\2_\3/p' "$ROOT/$SRC_REL")"
-  [[ -n "$triples" ]] || { echo "build-kernels: no B(tx, tdy, tw) lines in $SRC_REL" >&2; exit 1; }
-  for t in $triples; do
-    for kind in ln rms; do
-      for map in cached wide rowsum tile; do names+=$'\n'"nk_${kind}_bwd_${map}_${t}"; done
-    done
-  done
+  }
+  generated X "" rows block cluster wide
+  generated B bwd_ cached wide rowsum tile
   local entries
   entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/norm.ptx")"
   if [[ "$(sort <<<"$names")" != "$(sort <<<"$entries")" ]]; then

@@ -1,0 +1,33 @@
+"""What bench/compare_torch.py and bench/compare_torch_bwd.py share: timing like bench/bench.ts (CUDA events,
+median of `reps` after 3 warm-ups), the device-to-device copy ceiling of the same run, and torch.compile
+settings that let one compiled function serve every shape of the grid."""
+import statistics
+import torch
+
+
+def time_ms(fn, reps):
+    for _ in range(3):
+        fn()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(reps):
+        s.record(); fn(); e.record(); e.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def copy_gbs(dev, reps):
+    """1 GiB device-to-device copy, bytes read + written per second (GB/s)."""
+    src = torch.empty(2**30, dtype=torch.uint8, device=dev).fill_(7)
+    dst = torch.empty_like(src)
+    gbs = 2 * 2**30 / (time_ms(lambda: dst.copy_(src), reps) * 1e6)
+    del src, dst
+    return gbs
+
+
+def lift_recompile_limits():
+    """Dynamo's recompile limit (default 8) would silently send later shapes to eager."""
+    import torch._dynamo
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 4096)

@@ -22,7 +22,7 @@ export {
 } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
-export { loadKernels } from "./ops/kernels.ts";
+export { loadKernels, setDependentLaunch } from "./ops/kernels.ts";
 export { normForward as cpuNormForward, type CpuNormInput, type CpuNormOutput } from "./ops/cpu.ts";
 export {
   layerNormBackward,

@@ -42,6 +42,8 @@ export interface FakeLaunch {
   stream: bigint;
   params: bigint;
   cluster: number;
+  /** Programmatic dependent launch asked for (launchEx). */
+  dependent: boolean;
   /** What opts.snapshot read from the parameter array at launch time (the block is rewritten by later launches). */
   args?: unknown;
 }
@@ -54,7 +56,7 @@ export interface FakeLaunch {
  */
 export function fakeCudaDevice<T>(
   setup: (dev: Device) => T,
-  opts: { record?: boolean; strict?: boolean; snapshot?: (params: bigint) => unknown } = {},
+  opts: { record?: boolean; strict?: boolean; snapshot?: (params: bigint) => unknown; info?: DeviceInfo } = {},
 ): { dev: Device; made: T; launches: FakeLaunch[]; driver: Driver } {
   const dev = Device.open({ backend: "cpu", sanityCheck: false });
   dev.stream; // the default stream, made while the device is still a CPU one
@@ -72,10 +74,10 @@ export function fakeCudaDevice<T>(
     kernelAttribute: (_fn, a) => (a === "maxThreadsPerBlock" ? 1024 : a === "maxDynamicSharedBytes" ? 49152 : 0),
     setKernelMaxDynamicShared: () => {},
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
-      if (record) launches.push({ fn, grid: [gx, gy, gz], block: [bx, by, bz], shared, stream, params, cluster: 1, args: snapshot?.(params) });
+      if (record) launches.push({ fn, grid: [gx, gy, gz], block: [bx, by, bz], shared, stream, params, cluster: 1, dependent: false, args: snapshot?.(params) });
     },
-    launchCluster(fn, gx, gy, gz, bx, by, bz, shared, stream, params, cluster) {
-      if (record) launches.push({ fn, grid: [gx, gy, gz], block: [bx, by, bz], shared, stream, params, cluster, args: snapshot?.(params) });
+    launchEx(fn, gx, gy, gz, bx, by, bz, shared, stream, params, cluster, dependent) {
+      if (record) launches.push({ fn, grid: [gx, gy, gz], block: [bx, by, bz], shared, stream, params, cluster, dependent, args: snapshot?.(params) });
     },
   };
   // strict (default): any other driver call fails loudly; the benchmark uses the plain object (no Proxy trap per call).
@@ -86,7 +88,7 @@ export function fakeCudaDevice<T>(
     },
   });
   Object.defineProperty(dev, "backend", { value: "cuda" });
-  Object.defineProperty(dev, "info", { value: FAKE_H200 });
+  Object.defineProperty(dev, "info", { value: opts.info ?? FAKE_H200 });
   // Like the real getter: refuses once the device is closed, then "activates" (here: nothing to do).
   Object.defineProperty(dev, "activeDriver", {
     get: () => {

@@ -9,15 +9,17 @@
  * - graph_host_us / graph_device_us: a captured graph of 100 calls replayed, host time of exec.launch()
  *   and device time of a replay, both divided by 100 (amortized per op).
  *
- * --cases FILE writes each case's launch (kernel, grid, block, shared, tpr, nv) for bench/latency_c, so
- * that the C program makes exactly the same launches over the same fatbin.
+ * --cases FILE writes each case's launch (kernel, grid, block, shared, tpr, nv, dependent) for bench/latency_c,
+ * so that the C program makes exactly the same launches over the same fatbin.
+ * --pdl off turns programmatic dependent launch off (setDependentLaunch; on by default on sm_90), to measure
+ * what it gains: run once with each and compare.
  *
- *   deno run -A bench/latency.ts [--json out.json] [--cases cases.txt]      bun bench/latency.ts ...
+ *   deno run -A bench/latency.ts [--json out.json] [--cases cases.txt] [--pdl on|off]      bun bench/latency.ts ...
  *   deno run -A bench/latency.ts --compare latency-deno.json latency-c.json     (the table, from saved runs)
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import { Device, layerNorm, rmsNorm, setDependentLaunch, type Tensor } from "../mod.ts";
 import type { Stream } from "../gpu.ts";
 import { planNorm } from "../ops/plan.ts";
 
@@ -64,6 +66,10 @@ if (compare > 0) {
 }
 
 using dev = Device.open({ backend: "cuda" });
+const pdlArg = arg("--pdl") ?? "on";
+if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pdlArg}`);
+const dependent = setDependentLaunch(dev, pdlArg === "on");
+console.log(`# ${runtime}, programmatic dependent launch ${dependent ? "on" : "off"}`);
 using stream = dev.createStream();
 using start = dev.createEvent(), end = dev.createEvent();
 const results: Record<string, unknown>[] = [];
@@ -126,7 +132,7 @@ for (const kind of KINDS) {
       const graphDevice = (end.elapsedSince(start) * 1000) / (REPLAYS * GRAPH_OPS);
 
       const r = {
-        runtime, kind, rows, d, dtype: "bf16",
+        runtime, kind, rows, d, dtype: "bf16", dependent_launch: dependent,
         eager_host_us: median(host),
         eager_device_us: eagerDevice,
         eager_sync_us: median(sync),
@@ -146,7 +152,7 @@ for (const kind of KINDS) {
       );
       if (!("plan" in p)) throw new Error(p.unsupported);
       const q = p.plan;
-      cases.push([kind, rows, d, q.kernel, q.grid[0], q.block[0], q.sharedBytes, q.cluster, q.tpr, q.nv].join(" "));
+      cases.push([kind, rows, d, q.kernel, q.grid[0], q.block[0], q.sharedBytes, q.cluster, q.tpr, q.nv, dependent ? 1 : 0].join(" "));
     }
   }
 }

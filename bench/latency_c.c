@@ -9,7 +9,9 @@
 //   gcc -O2 -std=c11 -I/usr/local/cuda/include -o bench/latency_c bench/latency_c.c -ldl && bench/latency_c precompiled/norm.fatbin cases.txt [out.json]
 //
 // cases.txt comes from `bench/latency.ts --cases`: one line per case,
-//   kind rows d kernel grid block shared cluster tpr nv
+//   kind rows d kernel grid block shared cluster tpr nv dependent
+// (dependent = 1: programmatic dependent launch, cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, as normkit launches on sm_90 by default.)
 // libcuda.so.1 is dlopen()ed (builds without a driver); cuda.h is included for types only.
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
@@ -38,6 +40,7 @@ F(cuEventCreate, CUresult, (CUevent *, unsigned))
 F(cuEventRecord, CUresult, (CUevent, CUstream))
 F(cuEventSynchronize, CUresult, (CUevent))
 F(cuEventElapsedTime, CUresult, (float *, CUevent, CUevent))
+F(cuLaunchKernelEx, CUresult, (const CUlaunchConfig *, CUfunction, void **, void **))
 F(cuLaunchKernel, CUresult, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void **, void **))
 F(cuStreamBeginCapture_v2, CUresult, (CUstream, CUstreamCaptureMode))
@@ -122,7 +125,7 @@ int main(int argc, char **argv) {
   SYM(cuInit); SYM(cuGetErrorName); SYM(cuDeviceGet); SYM(cuDevicePrimaryCtxRetain);
   SYM(cuDevicePrimaryCtxRelease_v2); SYM(cuCtxSetCurrent); SYM(cuModuleLoadData); SYM(cuModuleGetFunction);
   SYM(cuMemAlloc_v2); SYM(cuMemFree_v2); SYM(cuMemcpyHtoD_v2); SYM(cuStreamCreate); SYM(cuStreamSynchronize);
-  SYM(cuEventCreate); SYM(cuEventRecord); SYM(cuEventSynchronize); SYM(cuEventElapsedTime); SYM(cuLaunchKernel);
+  SYM(cuEventCreate); SYM(cuEventRecord); SYM(cuEventSynchronize); SYM(cuEventElapsedTime); SYM(cuLaunchKernel); SYM(cuLaunchKernelEx);
   SYM(cuStreamBeginCapture_v2); SYM(cuStreamEndCapture); SYM(cuGraphInstantiateWithFlags); SYM(cuGraphLaunch);
   SYM(cuGraphExecDestroy); SYM(cuGraphDestroy);
 
@@ -148,9 +151,9 @@ int main(int argc, char **argv) {
   if (!host || !sync || !ghost) return 1;
 
   char kind[16], kernel[128];
-  int rows, d, grid, block, shared, cluster, tpr, nv, first = 1;
-  while (fscanf(cases, "%15s %d %d %127s %d %d %d %d %d %d", kind, &rows, &d, kernel, &grid, &block, &shared,
-                &cluster, &tpr, &nv) == 10) {
+  int rows, d, grid, block, shared, cluster, tpr, nv, dependent, first = 1;
+  while (fscanf(cases, "%15s %d %d %127s %d %d %d %d %d %d %d", kind, &rows, &d, kernel, &grid, &block, &shared,
+                &cluster, &tpr, &nv, &dependent) == 11) {
     if (cluster != 1) { fprintf(stderr, "latency_c: %s needs a cluster launch, not implemented here\n", kernel); return 1; }
     CUfunction fn;
     CK(p_cuModuleGetFunction(&fn, mod, kernel));
@@ -163,7 +166,18 @@ int main(int argc, char **argv) {
     long long stride = d;
     float eps = layer ? 1e-5f : 1e-6f;
     void *params[] = {&x, &y, &w, &b, &none, &none, &rows, &d, &stride, &stride, &eps, &tpr, &nv};
-#define LAUNCH() p_cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, (unsigned)shared, stream, params, NULL)
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = (unsigned)grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = (unsigned)block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = (unsigned)shared, cfg.hStream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
+#define LAUNCH()                                    \
+  (dependent ? p_cuLaunchKernelEx(&cfg, fn, params, NULL) \
+             : p_cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, (unsigned)shared, stream, params, NULL))
 
     for (int i = 0; i < 500; i++) CK(LAUNCH());
     CK(p_cuStreamSynchronize(stream));

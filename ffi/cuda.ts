@@ -120,7 +120,8 @@ export const CUDA_SYMBOLS = {
     result: "i32",
   },
   // CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
-  // (CUDA 12.0+; used for thread-block clusters. `config` is a prepared struct, see CU_LAUNCH_CONFIG.)
+  // (CUDA 12.0+; used for thread-block clusters and programmatic dependent launches. `config` is a prepared
+  // struct, see CU_LAUNCH_CONFIG.)
   cuLaunchKernelEx: { parameters: ["u64", "u64", "u64", "u64"], result: "i32" },
 
   // CUDA graphs from stream capture (all present since CUDA 12.0, like cuLaunchKernelEx above).
@@ -176,6 +177,8 @@ export const CU_GRAPH_EXEC_UPDATE = {
 export const CU_LAUNCH_CONFIG = { size: 56, stream: 32, attrs: 40, numAttrs: 48 } as const;
 export const CU_LAUNCH_ATTRIBUTE = { size: 72, value: 8 } as const;
 export const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
+/** value: int programmaticStreamSerializationAllowed @8 (CUDA 12.0+, honoured on sm_90+). */
+export const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
 
 export type CudaSymbols = typeof CUDA_SYMBOLS;
 

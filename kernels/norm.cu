@@ -53,6 +53,7 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
 // The register-caching mappings pick their FULL (mask-free, vector-only) path once per launch.
 #define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw)                                              \
   extern "C" NK_GLOBAL void bounds nk_##kind##_##map##_##ti##_##to##_##tw(NK_FWD_PARAMS) {                \
+    nk_pdl_enter();                                                                                       \
     if (nk_fwd_full<nk_##ti, nk_##to, nk_##tw, isln>(x, y, weight, bias, d, x_stride, y_stride))          \
       nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, true>(NK_FWD_ARGS);                                   \
     else                                                                                                  \
@@ -60,6 +61,7 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   }
 #define NK_FWD_KERNEL_WIDE(kind, isln, bounds, ti, to, tw)                                   \
   extern "C" NK_GLOBAL void bounds nk_##kind##_wide_##ti##_##to##_##tw(NK_FWD_PARAMS) {        \
+    nk_pdl_enter();                                                                             \
     nk_fwd_wide<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                 \
   }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                    \
@@ -98,18 +100,22 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
 // to 512; tile: 256 (its column sums live in registers).
 #define NK_BWD_KIND(kind, isln, tx, td, tw)                                                                    \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(512, 1) nk_##kind##_bwd_cached_##tx##_##td##_##tw(NK_BWD_PARAMS) { \
+    nk_pdl_enter();                                                                                                 \
     if (nk_bwd_full<nk_##tx, nk_##td, nk_##tw>(dy, x, weight, dx, d, dy_stride, x_stride, dx_stride))              \
       nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, true>(NK_BWD_ARGS);                                           \
     else                                                                                                            \
       nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, false>(NK_BWD_ARGS);                                          \
   }                                                                                                                 \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_##kind##_bwd_wide_##tx##_##td##_##tw(NK_BWD_PARAMS) {         \
+    nk_pdl_enter();                                                                                                \
     nk_bwd_wide<nk_##tx, nk_##td, nk_##tw, isln>(NK_BWD_ARGS);                                                     \
   }                                                                                                                 \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_##kind##_bwd_rowsum_##tx##_##td##_##tw(NK_BWD_PARAMS) {       \
+    nk_pdl_enter();                                                                                                \
     nk_bwd_rowsum<nk_##tx, nk_##td, nk_##tw, isln>(NK_BWD_ARGS);                                                   \
   }                                                                                                                 \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_##kind##_bwd_tile_##tx##_##td##_##tw(NK_BWD_PARAMS) {         \
+    nk_pdl_enter();                                                                                                \
     nk_bwd_tile<nk_##tx, nk_##td, nk_##tw, isln>(NK_BWD_ARGS);                                                     \
   }
 #define NK_BWD_TRIPLE(tx, td, tw)    \
@@ -120,11 +126,14 @@ NK_BWD_DTYPES(NK_BWD_TRIPLE)
 
 // Parameter-gradient finalize, one per output dtype (see nk_bwd_finalize).
 extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_bwd_finalize_f32(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+  nk_pdl_enter();
   nk_bwd_finalize<nk_f32>(part, nparts, d, nacc, dweight, dbias, accumulate);
 }
 extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_bwd_finalize_f16(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+  nk_pdl_enter();
   nk_bwd_finalize<nk_f16>(part, nparts, d, nacc, dweight, dbias, accumulate);
 }
 extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_bwd_finalize_bf16(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
+  nk_pdl_enter();
   nk_bwd_finalize<nk_bf16>(part, nparts, d, nacc, dweight, dbias, accumulate);
 }

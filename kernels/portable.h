@@ -143,6 +143,18 @@ NK_INLINE float nk_ld_cluster(const float* p, unsigned rank) {
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
   return v;
 }
+
+// Programmatic dependent launch (sm_90+). A kernel launched with the driver's
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION may be scheduled while the previous kernel of its
+// stream still runs; griddepcontrol.wait then blocks until that kernel has completed and its memory is
+// visible, so nothing before it may touch global memory. launch_dependents lets the next such launch be
+// scheduled as soon as every CTA of this grid has started (it gives no memory visibility by itself).
+// Without the attribute both are no-ops. The runtime sets the attribute only where this SASS runs (sm_90).
+#define NK_HAS_PDL 1
+NK_INLINE void nk_pdl_enter() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 #endif
 
 #else
@@ -151,6 +163,11 @@ NK_INLINE float nk_ld_cluster(const float* p, unsigned rank) {
 
 #ifndef NK_HAS_CLUSTER
 #define NK_HAS_CLUSTER 0
+#endif
+#ifndef NK_HAS_PDL
+#define NK_HAS_PDL 0
+// sm_80 SASS, compute_80 PTX, HIP: no programmatic launches (the runtime never asks for them there).
+NK_INLINE void nk_pdl_enter() {}
 #endif
 
 // ---------------------------------------------------------------- half types (both targets)

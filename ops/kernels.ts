@@ -5,7 +5,7 @@
 import { NORM_FATBIN } from "../precompiled/norm_cuda.ts";
 import type { Device } from "../runtime/device.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
-import { UnsupportedError } from "../runtime/errors.ts";
+import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
 import { hipCodeObject, hsacoTarget, loadHipCodeObjects } from "./hip_module.ts";
 import type { PlanLimits } from "./plan.ts";
@@ -71,13 +71,57 @@ export function normModule(device: Device): Module {
   return mod;
 }
 
+const KERNEL_KEY = "normkit.norm.kernel.";
+const DEPENDENT_KEY = "normkit.norm.dependentLaunch";
+
 /** A prepared kernel of the norm module (one argument block per kernel name and device). */
 export function normKernel(device: Device, name: string, args: readonly ArgType[]): Kernel {
-  const key = `normkit.norm.kernel.${name}`;
+  const key = KERNEL_KEY + name;
   let k = device.cache.get(key) as Kernel | undefined;
   if (!k || k.module.closed) {
     k = normModule(device).kernel(name, args);
+    k.dependentLaunch = dependentLaunchOn(device) && hasDependentLaunchEntry(name);
     device.cache.set(key, k);
   }
   return k;
+}
+
+/**
+ * The kernels whose entry runs nk_pdl_enter() (griddepcontrol.wait before any memory access; kernels/norm.cu):
+ * the forward, backward and finalize kernels. Not the diagnostics kernels nor scale_f32.
+ */
+export function hasDependentLaunchEntry(name: string): boolean {
+  return /^nk_(ln|rms)_/.test(name) || name.startsWith("nk_bwd_finalize_");
+}
+
+/**
+ * Whether the code the fatbin gives `device` has the griddepcontrol instructions: only the sm_90 SASS does
+ * (the sm_80 SASS that runs on 8.x, and the compute_80 PTX that newer GPUs JIT-compile, do not).
+ */
+export function dependentLaunchSupported(device: { readonly backend: string; readonly info: DeviceInfo }): boolean {
+  const [major, minor] = device.info.computeCapability;
+  return device.backend === "cuda" && major === 9 && minor === 0;
+}
+
+function dependentLaunchOn(device: Device): boolean {
+  return dependentLaunchSupported(device) && device.cache.get(DEPENDENT_KEY) !== false;
+}
+
+/**
+ * Turns programmatic dependent launch of normkit's kernels on (the default where supported: CUDA devices of
+ * compute capability 9.0) or off for `device`. On, a norm may be scheduled while the previous kernel of its
+ * stream still runs, and waits on the device for it: the launch gap between small kernels is hidden (eager
+ * launches and graphs alike). Results are the same either way; off is for measuring the difference.
+ * Returns whether it is on afterwards (false where unsupported, whatever was asked).
+ */
+export function setDependentLaunch(device: Device, on: boolean): boolean {
+  if (typeof on !== "boolean") throw new ArgumentError("on", "a boolean", on);
+  device.cache.set(DEPENDENT_KEY, on);
+  const effective = dependentLaunchOn(device);
+  for (const [key, k] of device.cache) {
+    if (key.startsWith(KERNEL_KEY) && !(k as Kernel).module.closed) {
+      (k as Kernel).dependentLaunch = effective && hasDependentLaunchEntry((k as Kernel).name);
+    }
+  }
+  return effective;
 }

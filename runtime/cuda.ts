@@ -3,6 +3,7 @@ import {
   CU_DEVICE_ATTRIBUTE as A,
   CU_LAUNCH_ATTRIBUTE,
   CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
   CU_LAUNCH_CONFIG,
   CU_EVENT_DEFAULT,
   CU_EVENT_DISABLE_TIMING,
@@ -77,14 +78,13 @@ export function openCudaDriver(): Driver {
   check("cuInit", s.cuInit(0));
   const version = i32("cuDriverGetVersion", s.cuDriverGetVersion(i32Out));
 
-  // One prepared CUlaunchConfig with one cluster-dimension attribute, rewritten per cluster launch.
-  const exBytes = new ArrayBuffer(CU_LAUNCH_CONFIG.size + CU_LAUNCH_ATTRIBUTE.size);
+  // One prepared CUlaunchConfig with room for two attributes (cluster dimension, programmatic stream
+  // serialization), rewritten per launchEx: no allocation per launch.
+  const exBytes = new ArrayBuffer(CU_LAUNCH_CONFIG.size + 2 * CU_LAUNCH_ATTRIBUTE.size);
   const exU32 = new Uint32Array(exBytes), exU64 = new BigUint64Array(exBytes);
   const exAddress = ffi!.addressOf(exU32);
   const attrAt = CU_LAUNCH_CONFIG.size;
   exU64[CU_LAUNCH_CONFIG.attrs / 8] = exAddress + BigInt(attrAt);
-  exU32[CU_LAUNCH_CONFIG.numAttrs / 4] = 1;
-  exU32[attrAt / 4] = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
 
   // CUgraphExecUpdateResultInfo out-parameter (its node handles are not used).
   const updateInfo = new Uint32Array(CU_GRAPH_EXEC_UPDATE_RESULT_INFO.size / 4);
@@ -208,11 +208,21 @@ export function openCudaDriver(): Driver {
       const code = s.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0n);
       if (code !== 0) fail("cuLaunchKernel", code);
     },
-    launchCluster(fn, gx, gy, gz, bx, by, bz, shared, stream, params, cluster) {
+    launchEx(fn, gx, gy, gz, bx, by, bz, shared, stream, params, cluster, dependent) {
       exU32[0] = gx, exU32[1] = gy, exU32[2] = gz, exU32[3] = bx, exU32[4] = by, exU32[5] = bz, exU32[6] = shared;
       exU64[CU_LAUNCH_CONFIG.stream / 8] = stream;
-      const v = (attrAt + CU_LAUNCH_ATTRIBUTE.value) / 4;
-      exU32[v] = cluster, exU32[v + 1] = 1, exU32[v + 2] = 1;
+      let n = 0;
+      if (cluster > 1) {
+        const a = (attrAt + n++ * CU_LAUNCH_ATTRIBUTE.size) / 4, v = a + CU_LAUNCH_ATTRIBUTE.value / 4;
+        exU32[a] = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        exU32[v] = cluster, exU32[v + 1] = 1, exU32[v + 2] = 1;
+      }
+      if (dependent) {
+        const a = (attrAt + n++ * CU_LAUNCH_ATTRIBUTE.size) / 4, v = a + CU_LAUNCH_ATTRIBUTE.value / 4;
+        exU32[a] = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        exU32[v] = 1;
+      }
+      exU32[CU_LAUNCH_CONFIG.numAttrs / 4] = n;
       const code = s.cuLaunchKernelEx(exAddress, fn, params, 0n);
       if (code !== 0) fail("cuLaunchKernelEx", code);
     },

@@ -122,11 +122,15 @@ export interface Driver {
     bx: number, by: number, bz: number,
     sharedBytes: number, stream: bigint, params: bigint,
   ): void;
-  /** As launch(), with thread-block clusters of `cluster` blocks along x (gx must be a multiple). */
-  launchCluster(
+  /**
+   * As launch(), with launch attributes (cuLaunchKernelEx): thread-block clusters of `cluster` blocks along x
+   * (gx a multiple; 1 = none) and/or `dependent`: programmatic dependent launch (the kernel may be scheduled
+   * while the previous kernel of the stream runs; it must wait with griddepcontrol.wait before touching memory).
+   */
+  launchEx(
     fn: bigint,
     gx: number, gy: number, gz: number,
     bx: number, by: number, bz: number,
-    sharedBytes: number, stream: bigint, params: bigint, cluster: number,
+    sharedBytes: number, stream: bigint, params: bigint, cluster: number, dependent: boolean,
   ): void;
 }

@@ -243,8 +243,12 @@ export function openHipDriver(): Driver {
       const code = s.hipModuleLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0n);
       if (code !== 0) fail("hipModuleLaunchKernel", code);
     },
-    launchCluster() {
-      throw new UnsupportedError("thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none");
+    launchEx(_fn, _gx, _gy, _gz, _bx, _by, _bz, _shared, _stream, _params, cluster) {
+      throw new UnsupportedError(
+        cluster > 1
+          ? "thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none"
+          : "programmatic dependent launch is a CUDA (sm_90+) feature; the HIP backend has none",
+      );
     },
   };
 }

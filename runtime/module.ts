@@ -142,6 +142,7 @@ export class Kernel {
   readonly #params: BigUint64Array;
   readonly #paramsAddress: bigint;
   #dynamicSharedLimit: number;
+  #dependentLaunch = false;
   readonly maxThreadsPerBlock: number;
   /**
    * @internal The trusted caller whose values the argument block holds (set by that caller after its set*()
@@ -175,6 +176,26 @@ export class Kernel {
     const d = module.device.activeDriver!;
     this.maxThreadsPerBlock = d.kernelAttribute(fn, "maxThreadsPerBlock");
     this.#dynamicSharedLimit = d.kernelAttribute(fn, "maxDynamicSharedBytes");
+  }
+
+  /**
+   * Programmatic dependent launch (CUDA, compute capability 9.0+; default false): launches of this kernel may
+   * be scheduled while the previous kernel of the stream still runs, which hides the launch gap between
+   * small kernels. Only for kernels that execute `griddepcontrol.wait` (cudaGridDependencySynchronize)
+   * before touching any global memory: without it the kernel would read its input before it is written.
+   * Setting true elsewhere throws UnsupportedError.
+   */
+  get dependentLaunch(): boolean {
+    return this.#dependentLaunch;
+  }
+
+  set dependentLaunch(on: boolean) {
+    if (typeof on !== "boolean") throw new ArgumentError("dependentLaunch", "a boolean", on);
+    const d = this.module.device;
+    if (on && (d.backend !== "cuda" || d.info.computeCapability[0] < 9)) {
+      throw new UnsupportedError(`programmatic dependent launch needs a CUDA device of compute capability 9.0+, not ${d.info.name}`);
+    }
+    this.#dependentLaunch = on;
   }
 
   /** Registers, static shared memory, … as the driver reports them. */
@@ -287,8 +308,11 @@ export class Kernel {
       this.#dynamicSharedLimit = config.sharedBytes;
     }
     const g = config.grid, b = config.block;
-    if (config.cluster > 1) {
-      d.launchCluster(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress, config.cluster);
+    if (config.cluster > 1 || this.#dependentLaunch) {
+      d.launchEx(
+        this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress,
+        config.cluster, this.#dependentLaunch,
+      );
     } else {
       d.launch(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress);
     }

@@ -28,13 +28,14 @@ grep -E '^#|FAILED|fail|error|passed|pass$|skip' "$OUT/tests-latency-$rt.txt" | 
 echo "== cold start ($rt)"
 timeout 300 "${run[@]}" bench/coldstart.ts --runs 5 --json "$OUT/coldstart-$rt.json" 2>&1 | tee "$OUT/coldstart-$rt.txt" || status=1
 
-echo "== latency ($rt)"
-timeout 300 "${run[@]}" bench/latency.ts --json "$OUT/latency-$rt.json" --cases "$OUT/latency-cases.txt" > "$OUT/latency-$rt.txt" 2>&1 || { status=1; tail -20 "$OUT/latency-$rt.txt"; }
-
-echo "== latency (C, same launches over precompiled/norm.fatbin)"
 gcc -O2 -std=c11 -Wall -Wextra -Werror -I"${CUDA_HOME:-/usr/local/cuda}/include" -o /tmp/latency_c bench/latency_c.c -ldl || status=1
-/tmp/latency_c precompiled/norm.fatbin "$OUT/latency-cases.txt" "$OUT/latency-c.json" > "$OUT/latency-c.txt" 2>&1 || { status=1; tail -5 "$OUT/latency-c.txt"; }
-
-echo "== TS ($rt) vs C: µs per op (eager host = one call; +sync = call and synchronize; graph = replay of 100 ops / 100)"
-"${run[@]}" bench/latency.ts --compare "$OUT/latency-$rt.json" "$OUT/latency-c.json" | tee "$OUT/latency-table-$rt.txt" || status=1
+# Programmatic dependent launch on (the default on sm_90) and off: TS and C make the same launches each time.
+for pdl in on off; do
+  echo "== latency ($rt, dependent launch $pdl)"
+  timeout 300 "${run[@]}" bench/latency.ts --pdl $pdl --json "$OUT/latency-$rt-$pdl.json" --cases "/tmp/latency-cases-$pdl.txt" > "/tmp/latency-$rt-$pdl.txt" 2>&1 || { status=1; tail -20 "/tmp/latency-$rt-$pdl.txt"; }
+  echo "== latency (C, same launches over precompiled/norm.fatbin, dependent launch $pdl)"
+  /tmp/latency_c precompiled/norm.fatbin "/tmp/latency-cases-$pdl.txt" "$OUT/latency-c-$pdl.json" > "/tmp/latency-c-$pdl.txt" 2>&1 || { status=1; tail -5 "/tmp/latency-c-$pdl.txt"; }
+  echo "== TS ($rt) vs C, dependent launch $pdl: µs per op (eager host = one call; +sync = call and synchronize; graph = replay of 100 ops / 100)"
+  "${run[@]}" bench/latency.ts --compare "$OUT/latency-$rt-$pdl.json" "$OUT/latency-c-$pdl.json" | tee "$OUT/latency-table-$rt-$pdl.txt" || status=1
+done
 exit $status

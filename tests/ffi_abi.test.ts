@@ -21,6 +21,7 @@ import {
   CU_GRAPH_EXEC_UPDATE_RESULT_INFO,
   CU_LAUNCH_ATTRIBUTE,
   CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
   CU_LAUNCH_CONFIG,
   CU_MEMHOSTALLOC_PORTABLE,
   CU_STREAM_CAPTURE_MODE,
@@ -223,6 +224,7 @@ test(
       CU_EVENT_DISABLE_TIMING,
       CU_MEMHOSTALLOC_PORTABLE,
       CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+      CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
       CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
     };
     for (const [k, v] of Object.entries(CU_STREAM_CAPTURE_MODE)) ours[`CU_STREAM_CAPTURE_MODE_${k}`] = v;
@@ -259,9 +261,10 @@ test(
 #include <stddef.h>
 #include <stdio.h>
 int main(void) {
-  printf("%zu %zu %zu %zu %zu %zu %zu %zu\\n", sizeof(CUlaunchConfig), offsetof(CUlaunchConfig, hStream),
+  printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\\n", sizeof(CUlaunchConfig), offsetof(CUlaunchConfig, hStream),
     offsetof(CUlaunchConfig, attrs), offsetof(CUlaunchConfig, numAttrs), sizeof(CUlaunchAttribute),
-    offsetof(CUlaunchAttribute, value), sizeof(CUgraphExecUpdateResultInfo),
+    offsetof(CUlaunchAttribute, value), offsetof(CUlaunchAttribute, value.clusterDim.x),
+    offsetof(CUlaunchAttribute, value.programmaticStreamSerializationAllowed), sizeof(CUgraphExecUpdateResultInfo),
     offsetof(CUgraphExecUpdateResultInfo, result));
   return 0;
 }
@@ -270,7 +273,7 @@ int main(void) {
       const got = execFileSync(`${dir}/l`, { encoding: "utf8" }).trim().split(" ").map(Number);
       assert.deepEqual(got, [
         CU_LAUNCH_CONFIG.size, CU_LAUNCH_CONFIG.stream, CU_LAUNCH_CONFIG.attrs, CU_LAUNCH_CONFIG.numAttrs,
-        CU_LAUNCH_ATTRIBUTE.size, CU_LAUNCH_ATTRIBUTE.value,
+        CU_LAUNCH_ATTRIBUTE.size, CU_LAUNCH_ATTRIBUTE.value, CU_LAUNCH_ATTRIBUTE.value, CU_LAUNCH_ATTRIBUTE.value,
         CU_GRAPH_EXEC_UPDATE_RESULT_INFO.size, CU_GRAPH_EXEC_UPDATE_RESULT_INFO.result,
       ]);
     } finally {

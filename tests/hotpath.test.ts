@@ -236,7 +236,7 @@ test("fake CUDA: a weight, bias, out or device closed after a validated call is 
 // ---- CUDA ---------------------------------------------------------------------------------------------
 
 const COUNTED = ["memAlloc", "memFree", "hostAlloc", "hostFree", "moduleLoad", "moduleFunction", "streamCreate", "eventCreate",
-  "streamSynchronize", "synchronize", "launch", "launchCluster"] as const;
+  "streamSynchronize", "synchronize", "launch", "launchEx"] as const;
 type Counted = (typeof COUNTED)[number];
 
 /** Counts calls of the driver's allocating (and synchronizing, launching) methods until restore(). */
@@ -290,7 +290,7 @@ gpuTest("hot path: 1000 layerNorm + 1000 rmsNorm calls with out allocate nothing
     for (const k of ["memAlloc", "memFree", "hostAlloc", "hostFree", "moduleLoad", "moduleFunction", "streamCreate", "eventCreate", "synchronize"] as const) {
       assert.equal(c[k], 0, `${k} calls on the hot path`);
     }
-    assert.equal(c.launch + c.launchCluster, 2000, "one launch per call");
+    assert.equal(c.launch + c.launchEx, 2000, "one launch per call");
     assert.equal(c.streamSynchronize, 5, "only the test's own synchronizations");
     assert.equal(dev.memoryInfo().free, free0, "device memory unchanged");
   } finally {
@@ -321,7 +321,7 @@ gpuTest("hot path: replaying a captured graph calls the driver once per replay a
     for (let i = 0; i < 100; i++) exec.launch(stream);
     stream.synchronize();
     assert.equal(replays, 100);
-    assert.equal(s.counts.memAlloc + s.counts.hostAlloc + s.counts.moduleLoad + s.counts.launch + s.counts.launchCluster, 0);
+    assert.equal(s.counts.memAlloc + s.counts.hostAlloc + s.counts.moduleLoad + s.counts.launch + s.counts.launchEx, 0);
   } finally {
     g.launch = launch0;
     s.restore();

@@ -22,6 +22,7 @@ static const char* PTX = ".version 7.0\n.target sm_80\n.address_size 64\n.visibl
 
 int main(int argc, char** argv) {
   const char mode = argc > 1 ? argv[1][0] : 'A';
+  setvbuf(stdout, NULL, _IONBF, 0);  // every step's line survives a crash inside the driver
   void* h = dlopen("libcuda.so.1", RTLD_NOW);
   if (!h) return 2;
 #define LOAD(name, sym) p_##name = (__typeof__(p_##name))dlsym(h, sym);

@@ -7,11 +7,11 @@
  * With --backward: the backward pass instead (dx, dweight, dbias from the forward's statistics), counting
  * 3·N·D·bytes (x and dy read, dx written) plus the statistics and parameters.
  *
- *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--json out.json]      bun bench/bench.ts [...]
+ *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--pdl on|off] [--json out.json]      bun bench/bench.ts [...]
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, type Tensor } from "../mod.ts";
+import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor } from "../mod.ts";
 import { encode } from "../runtime/dtype.ts";
 
 const args = process.argv.slice(2);
@@ -31,6 +31,10 @@ const MIN_BYTES = 2 ** 30;
 const REPS = quick ? 10 : 30;
 
 using dev = Device.open({ backend: "cuda" });
+// --pdl off: programmatic dependent launch off (on by default on sm_90), to measure what it changes.
+const pdlArg = args.includes("--pdl") ? args[args.indexOf("--pdl") + 1] : "on";
+if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pdlArg}`);
+const dependentLaunch = setDependentLaunch(dev, pdlArg === "on");
 const info = dev.info;
 
 function median(xs: number[]): number {
@@ -62,7 +66,7 @@ let copyGBs: number;
   const ms = timeIt(() => dst.copyFrom(src));
   copyGBs = (2 * copyBytes) / (ms * 1e6);
 }
-console.log(`# ${info.name} (${info.arch}, ${info.multiprocessors} SMs), ${runtime}, ${new Date().toISOString()}`);
+console.log(`# ${info.name} (${info.arch}, ${info.multiprocessors} SMs), ${runtime}, ${new Date().toISOString()}, programmatic dependent launch ${dependentLaunch ? "on" : "off"}`);
 console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s (read + write, 1 GiB)`);
 
 // Random source data, uploaded once per dtype and tiled on the device (never zeros).
@@ -155,5 +159,5 @@ if (!backward) try {
 }
 
 if (jsonPath) {
-  writeFileSync(jsonPath, JSON.stringify({ device: info.name, arch: info.arch, runtime, pass: backward ? "backward" : "forward", date: new Date().toISOString(), copyGBs, results, latency }, null, 1));
+  writeFileSync(jsonPath, JSON.stringify({ device: info.name, arch: info.arch, runtime, pass: backward ? "backward" : "forward", dependentLaunch, date: new Date().toISOString(), copyGBs, results, latency }, null, 1));
 }

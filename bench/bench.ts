@@ -42,12 +42,18 @@ function median(xs: number[]): number {
   return s[s.length >> 1];
 }
 
+// Before each timed call the stream gets a 256 MiB memset (~0.1 ms of device work, as triton's do_bench
+// clears a cache buffer): the device is still busy with it while the host queues the start event and the call,
+// so the interval holds only device time (not the host's validation and launch), and L2 holds nothing useful.
+using busy = dev.alloc(256 * 2 ** 20);
+
 /** Times `fn` (queued on dev.stream) with events: median ms over REPS after 3 warm-ups. */
 function timeIt(fn: () => void): number {
   for (let i = 0; i < 3; i++) fn();
   const times: number[] = [];
   using a = dev.createEvent(), b = dev.createEvent();
   for (let i = 0; i < REPS; i++) {
+    busy.fill(i & 0xff);
     a.record();
     fn();
     b.record();

@@ -1,16 +1,25 @@
 """What bench/compare_torch.py and bench/compare_torch_bwd.py share: timing like bench/bench.ts (CUDA events,
-median of `reps` after 3 warm-ups), the device-to-device copy ceiling of the same run, and torch.compile
+median of `reps` after 3 warm-ups, each call queued behind a 256 MiB memset), the device-to-device copy ceiling of the same run, and torch.compile
 settings that let one compiled function serve every shape of the grid."""
 import statistics
 import torch
 
 
+_busy = None
+
+
 def time_ms(fn, reps):
+    """As bench/bench.ts: a 256 MiB memset queued before each timed call keeps the device busy while the start
+    event and the call are queued (the interval holds device time only, not Python's dispatch) and clears L2."""
+    global _busy
+    if _busy is None:
+        _busy = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     for _ in range(3):
         fn()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ts = []
-    for _ in range(reps):
+    for i in range(reps):
+        _busy.fill_(i & 0xFF)
         s.record(); fn(); e.record(); e.synchronize()
         ts.append(s.elapsed_time(e))
     return statistics.median(ts)

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { ArgumentError, cpuNormForward, Device, layerNorm, rmsNorm, setDependentLaunch, UnsupportedError } from "../mod.ts";
 import { FAKE_H200, fakeCudaDevice } from "../bench/hotpath_cpu.ts";
-import { dependentLaunchSupported, hasDependentLaunchEntry, normKernel, NORM_FWD_ARGS } from "../ops/kernels.ts";
+import { dependentLaunchByDefault, dependentLaunchSupported, hasDependentLaunchEntry, normKernel, NORM_FWD_ARGS } from "../ops/kernels.ts";
 import { NORM_KERNELS } from "../precompiled/norm_cuda.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -75,7 +75,7 @@ test("only the H200-class fatbin code (sm_90 SASS) has the wait: cc 9.0 CUDA yes
   }
 });
 
-test("kernel source: exactly the kernels the runtime flags start with nk_pdl_enter() (griddepcontrol.wait first)", () => {
+test("kernel source: the kernels that start with nk_pdl_enter() are exactly those hasDependentLaunchEntry names; only forward ones are launched with it", () => {
   const src = readFileSync(new URL("../kernels/norm.cu", import.meta.url), "utf8").split("\n");
   const seen: string[] = [];
   for (let i = 0; i < src.length; i++) {
@@ -89,9 +89,14 @@ test("kernel source: exactly the kernels the runtime flags start with nk_pdl_ent
   }
   assert.ok(seen.length >= 10, `kernel definitions found: ${seen.join(", ")}`);
   // Every built kernel is classified; the diagnostics and scale kernels are not flagged.
-  const flagged = NORM_KERNELS.filter(hasDependentLaunchEntry);
-  assert.equal(flagged.length, NORM_KERNELS.length - 5, "all but scale_f32 and the 4 diagnostics kernels");
+  const waiting = NORM_KERNELS.filter(hasDependentLaunchEntry);
+  assert.equal(waiting.length, NORM_KERNELS.length - 5, "all but scale_f32 and the 4 diagnostics kernels");
   for (const n of ["scale_f32", "nk_diag_partial_f32", "nk_diag_final"]) assert.equal(hasDependentLaunchEntry(n), false, n);
+  // Launched with it by default: the 120 forward kernels, every one of which waits.
+  const byDefault = NORM_KERNELS.filter(dependentLaunchByDefault);
+  assert.equal(byDefault.length, 120);
+  assert.ok(byDefault.every(hasDependentLaunchEntry));
+  assert.ok(!NORM_KERNELS.some((n) => dependentLaunchByDefault(n) && /_bwd_/.test(n)));
 });
 
 // ---- on the GPU: order is kept when every launch may overlap the previous one ------------------------------

@@ -74,7 +74,7 @@ export function fakeCudaDevice<T>(
     kernelAttribute: (_fn, a) => (a === "maxThreadsPerBlock" ? 1024 : a === "maxDynamicSharedBytes" ? 49152 : 0),
     setKernelMaxDynamicShared: () => {},
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
-      if (record) launches.push({ fn, grid: [gx, gy, gz], block: [bx, by, bz], shared, stream, params, cluster: 1, dependent: false, args: snapshot?.(params) });
+      fake.launchEx!(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 1, false);
     },
     launchEx(fn, gx, gy, gz, bx, by, bz, shared, stream, params, cluster, dependent) {
       if (record) launches.push({ fn, grid: [gx, gy, gz], block: [bx, by, bz], shared, stream, params, cluster, dependent, args: snapshot?.(params) });

@@ -80,26 +80,18 @@ export function normKernel(device: Device, name: string, args: readonly ArgType[
   let k = device.cache.get(key) as Kernel | undefined;
   if (!k || k.module.closed) {
     k = normModule(device).kernel(name, args);
-    k.dependentLaunch = dependentLaunchOn(device) && dependentLaunchByDefault(name);
+    k.dependentLaunch = launchesDependent(device, name);
     device.cache.set(key, k);
   }
   return k;
 }
 
 /**
- * The kernels whose entry runs nk_pdl_enter() (griddepcontrol.wait before any memory access; kernels/norm.cu):
- * the forward, backward and finalize kernels. Not the diagnostics kernels nor scale_f32.
- */
-export function hasDependentLaunchEntry(name: string): boolean {
-  return /^nk_(ln|rms)_/.test(name) || name.startsWith("nk_bwd_finalize_");
-}
-
-/**
  * The kernels launched with programmatic dependent launch when it is on: the forward kernels, whose small-batch
  * launches it measurably speeds up (H200: 0.21–0.37 µs less per op in graphs, 0.5–0.9 µs less per back-to-back
  * eager op in C; bandwidth runs unchanged within noise). Not the backward and finalize kernels: they can take
- * it (they wait first), but it gained nothing there and measured 1.6% slower (median of the grid, one run), so
- * they launch plainly.
+ * it (they wait first; tests/dependent_launch.test.ts checks the source), but it gained nothing there and
+ * measured 1.6% slower (median of the grid, one run), so they launch plainly.
  */
 export function dependentLaunchByDefault(name: string): boolean {
   return /^nk_(ln|rms)_(rows|block|cluster|wide)_/.test(name);
@@ -114,8 +106,9 @@ export function dependentLaunchSupported(device: { readonly backend: string; rea
   return device.backend === "cuda" && major === 9 && minor === 0;
 }
 
-function dependentLaunchOn(device: Device): boolean {
-  return dependentLaunchSupported(device) && device.cache.get(DEPENDENT_KEY) !== false;
+/** Whether normkit launches kernel `name` on `device` with programmatic dependent launch now. */
+function launchesDependent(device: Device, name: string): boolean {
+  return dependentLaunchSupported(device) && device.cache.get(DEPENDENT_KEY) !== false && dependentLaunchByDefault(name);
 }
 
 /**
@@ -128,11 +121,10 @@ function dependentLaunchOn(device: Device): boolean {
 export function setDependentLaunch(device: Device, on: boolean): boolean {
   if (typeof on !== "boolean") throw new ArgumentError("on", "a boolean", on);
   device.cache.set(DEPENDENT_KEY, on);
-  const effective = dependentLaunchOn(device);
   for (const [key, k] of device.cache) {
     if (key.startsWith(KERNEL_KEY) && !(k as Kernel).module.closed) {
-      (k as Kernel).dependentLaunch = effective && dependentLaunchByDefault((k as Kernel).name);
+      (k as Kernel).dependentLaunch = launchesDependent(device, (k as Kernel).name);
     }
   }
-  return effective;
+  return dependentLaunchSupported(device) && on;
 }

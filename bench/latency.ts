@@ -148,7 +148,7 @@ for (const kind of KINDS) {
 
       const p = planNorm(
         { kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" },
-        { maxGridX: dev.info.maxGridDim[0], maxThreadsPerBlock: dev.info.maxThreadsPerBlock, warpSize: dev.info.warpSize, ccMajor: dev.info.computeCapability[0] },
+        { maxGridX: dev.info.maxGridDim[0], maxThreadsPerBlock: dev.info.maxThreadsPerBlock, warpSize: dev.info.warpSize, ccMajor: dev.info.computeCapability[0], multiprocessors: dev.info.multiprocessors },
       );
       if (!("plan" in p)) throw new Error(p.unsupported);
       const q = p.plan;

@@ -22,7 +22,7 @@ for (const dtype of ["f32", "bf16"] as DType[]) {
     for (const cc of [9, 8]) {
       for (const kind of ["layer", "rms"] as const) {
         const r = planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype }, {
-          maxGridX: info.maxGridDim[0], maxThreadsPerBlock: info.maxThreadsPerBlock, warpSize: 32, ccMajor: cc,
+          maxGridX: info.maxGridDim[0], maxThreadsPerBlock: info.maxThreadsPerBlock, warpSize: 32, ccMajor: cc, multiprocessors: info.multiprocessors,
         });
         const p = (r as { plan: LaunchPlan }).plan;
         const k = normKernel(dev, p.kernel, NORM_FWD_ARGS);

@@ -59,16 +59,11 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
     else                                                                                                  \
       nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, false>(NK_FWD_ARGS);                                  \
   }
-#define NK_FWD_KERNEL_WIDE(kind, isln, bounds, ti, to, tw)                                   \
-  extern "C" NK_GLOBAL void bounds nk_##kind##_wide_##ti##_##to##_##tw(NK_FWD_PARAMS) {        \
-    nk_pdl_enter();                                                                             \
-    nk_fwd_wide<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                 \
-  }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                    \
   NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)    \
   NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)   \
   NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw) \
-  NK_FWD_KERNEL_WIDE(kind, isln, NK_LAUNCH_BOUNDS(1024), ti, to, tw)
+  NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)
 #define NK_FWD_TRIPLE(ti, to, tw)   \
   NK_FWD_KIND(ln, true, ti, to, tw) \
   NK_FWD_KIND(rms, false, ti, to, tw)

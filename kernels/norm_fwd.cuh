@@ -175,6 +175,20 @@ NK_INLINE void nk_apply(float (&f)[VEC], const typename TW::S* w, const typename
   }
 }
 
+// The same with the weight/bias chunks already loaded, as words of TW (gw, bw): for callers that issue
+// those loads early, in groups.
+template <class TW, bool LN, int VEC>
+NK_INLINE void nk_apply_words(float (&f)[VEC], bool has_w, const unsigned* gw, bool has_b, const unsigned* bw,
+                              float k, float dm, float rs) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    float v = LN ? ((f[e] - k) - dm) * rs : f[e] * rs;
+    if (has_w) v *= nk_get<TW>(gw, e);
+    if (LN && has_b) v += nk_get<TW>(bw, e);
+    f[e] = v;
+  }
+}
+
 // ---------------------------------------------------------------- row reductions
 // Dynamic shared memory of the block/cluster/wide mappings (floats; sizes per mapping below).
 extern NK_SHARED float nk_fwd_smem[];
@@ -237,6 +251,15 @@ NK_INLINE void nk_row_opaque(nk_v4 (&raw)[MAXV]) {
     for (int k = 0; k < 4; ++k) nk_opaque(raw[i].w[k]);
 }
 
+// Weight chunks per group (G of nk_row_cached) for the block and cluster mappings: 2 for RMSNorm on the
+// vector path where a weight chunk is one 16-byte load (TW as wide as TI), else 1. LayerNorm keeps 1: with
+// weight and bias for two chunks its 64-register kernels spilled up to 92 bytes and lost 3 to 7 points of
+// copy bandwidth on the H200 (LN bf16 D=5120 93.3 -> 86.3%), against +0.5 to +0.8 for RMSNorm.
+template <class TI, class TW, bool LN, bool FULL>
+struct nk_param_group {
+  enum { G = FULL && !LN && TW::SIZE == TI::SIZE ? 2 : 1 };
+};
+
 // ---------------------------------------------------------------- one row, cached in registers
 // xr, yr, w, b point at element 0 of this thread group's part of the row (the whole row, or a
 // cluster CTA's slice), which has d elements. This thread owns chunks c_first + i*c_step of the part
@@ -245,7 +268,11 @@ NK_INLINE void nk_row_opaque(nk_v4 (&raw)[MAXV]) {
 // mean_p / rstd_p: where to write the row's statistics (null in all but one thread of the row).
 // FULL: every chunk this thread owns is whole and x, y, w, b are 16-byte aligned (checked by the caller
 // once per launch): no per-element masks, vector access only.
-template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED>
+// G: weight/bias chunks loaded per group in the output loop. A load may not move above a store the compiler
+// cannot prove disjoint, so with G = 1 each chunk's weight/bias load waits for the previous chunk's y store
+// and the row pays MAXV serial L2 round trips; G = 2 halves them (see nk_param_group for where). The rows
+// mapping keeps G = 1: its weight/bias sit in L1 and the extra registers cost it more (bench/kexp.cu v3).
+template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED, int G = 1>
 NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
                              const typename TW::S* b, int d, int c_first, int c_step, int c_end,
                              int nv, float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p) {
@@ -325,16 +352,44 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
   // Per-chunk weight/bias addresses do not depend on the row: stop the compiler from hoisting all of
   // them out of the row loop (2 registers each, live for the whole kernel).
   nk_opaque(c_first);
+  static_assert(MAXV % G == 0, "weight/bias groups must tile the row cache");
+  if (G == 1) {
 #pragma unroll
-  for (int i = 0; i < MAXV; ++i) {
-    const int nvalid = NK_NVAL(i);
-    if (nvalid > 0) {
-      const long long off = (long long)(c_first + i * c_step) * VEC;
-      float f[VEC];
+    for (int i = 0; i < MAXV; ++i) {
+      const int nvalid = NK_NVAL(i);
+      if (nvalid > 0) {
+        const long long off = (long long)(c_first + i * c_step) * VEC;
+        float f[VEC];
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
-      nk_apply<TW, LN, VEC>(f, w ? w + off : w, (LN && b) ? b + off : b, pvec, nvalid, k, dm, rs);
-      nk_store_f<TO, VEC>(yr + off, yvec, nvalid, f);
+        for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
+        nk_apply<TW, LN, VEC>(f, w ? w + off : w, (LN && b) ? b + off : b, pvec, nvalid, k, dm, rs);
+        nk_store_f<TO, VEC>(yr + off, yvec, nvalid, f);
+      }
+    }
+  } else {
+    constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
+#pragma unroll
+    for (int g = 0; g < MAXV; g += G) {
+      unsigned gw[G][WV], bw[G][WV];
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        const long long off = (long long)(c_first + (g + j) * c_step) * VEC;
+        const int nvalid = NK_NVAL(g + j);  // <= 0: nothing loaded
+        if (w) nk_load_words<TW, VEC>(w + off, pvec, nvalid, gw[j]);
+        if (LN && b) nk_load_words<TW, VEC>(b + off, pvec, nvalid, bw[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        const int nvalid = NK_NVAL(g + j);
+        if (nvalid > 0) {
+          const long long off = (long long)(c_first + (g + j) * c_step) * VEC;
+          float f[VEC];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[g + j].w, e);
+          nk_apply_words<TW, LN, VEC>(f, w != nullptr, gw[j], LN && b, bw[j], k, dm, rs);
+          nk_store_f<TO, VEC>(yr + off, yvec, nvalid, f);
+        }
+      }
     }
   }
 #undef NK_NVAL
@@ -408,7 +463,7 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL>(
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL, nk_red_block, nk_param_group<TI, TW, LN, FULL>::G>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, k, red,
         (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr);
   }
@@ -446,7 +501,7 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
   const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
   for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;  // the row's first element, in every CTA
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL>(
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL, nk_red_cluster, nk_param_group<TI, TW, LN, FULL>::G>(
         X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, dpart, t, tpr, c_end, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }
@@ -460,13 +515,36 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
 }
 
 // ---------------------------------------------------------------- mapping `wide`
-// One row per block, no register cache: mean pass, centred-variance pass and output pass each read
-// x (from L2 after the first). Any d. blockDim.x = tpr (multiple of the warp size, <= 1024); thread t
-// handles chunks t, t+tpr, ...; nv unused. Grid: any; rows grid-strided.
-// Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
-template <class TI, class TO, class TW, bool LN>
-NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
+// One row per block, no register cache: mean pass, centred-variance pass and output pass each read x (from
+// L2 after the first, while the row is still there: rows up to 128 KB on the H200). Each pass goes over the
+// row in steps of NK_WIDE_STEP chunks per thread, all loads of a step issued before any is used (as Triton's
+// looped reductions run): one 16-byte load in flight per thread was half the bandwidth (bench/kexp.cu wide2).
+// Steps of NK_WIDE_STEP / 2 on the masked path and where a weight chunk is two 16-byte loads (16-bit x,
+// f32 weights): their registers would spill. FULL as in nk_row_cached (aligned rows, d a multiple of the
+// chunk: no masks). Any d. blockDim.x = tpr (multiple of the warp size, <= 1024); thread t handles chunks
+// t, t+tpr, ...; nv unused. Grid: any; rows grid-strided (the plan launches one block per SM). Dynamic
+// smem: 2 * (blockDim.x/32) * 4 bytes.
+#define NK_WIDE_STEP 4
+// Elements of chunk c inside the row (<= 0 past it).
+template <int VEC, bool FULL>
+NK_INLINE int nk_wide_valid(int c, int nchunks, int d) {
+  return FULL ? (c < nchunks ? VEC : 0) : nk_chunk_valid<VEC>(c, d);
+}
+// One step: chunks c0 + u*tpr (u < U) of the row into r, all loads issued before any is used (elements
+// past d and chunks past the row are zero bits: a chunk with no valid element loads nothing).
+template <class TI, int U, bool FULL>
+NK_INLINE void nk_wide_step(const typename TI::S* xr, bool xvec, int c0, int tpr, int nchunks, int d, nk_v4 (&r)[U]) {
   constexpr int VEC = 16 / TI::SIZE;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = c0 + u * tpr;
+    nk_load_words<TI, VEC>(xr + (long long)c * VEC, xvec, nk_wide_valid<VEC, FULL>(c, nchunks, d), r[u].w);
+  }
+}
+template <class TI, class TO, class TW, bool LN, bool FULL>
+NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE, U = FULL && TW::SIZE == TI::SIZE ? NK_WIDE_STEP : NK_WIDE_STEP / 2;
+  constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
   (void)nv;
   nk_check_wave();
   if ((unsigned)tpr != nk_block_dim_x()) nk_trap();
@@ -476,41 +554,51 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  const bool pvec = FULL || (nk_aligned(Wt, 16) && (!LN || nk_aligned(Bs, 16)));
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     const typename TI::S* xr = X + row * x_stride;
     typename TO::S* yr = Y + row * y_stride;
-    const bool xvec = nk_aligned(xr, 16);
+    const bool xvec = FULL || nk_aligned(xr, 16);
+    const bool yvec = FULL || nk_aligned(yr, (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16);
     float dm = 0.0f, q = 0.0f;
     const float k = LN ? TI::to_f(xr[0]) : 0.0f;  // shift, as in nk_row_cached
     if (LN) {
       float s = 0.0f;
-#pragma unroll 4
-      for (int c = t; c < nchunks; c += tpr) {
-        float f[VEC];
-        const int nvalid = nk_chunk_valid<VEC>(c, d);
-        nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nvalid, f);
+      for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
+        nk_v4 r[U];
+        nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) s += e < nvalid ? f[e] - k : 0.0f;
+        for (int u = 0; u < U; ++u) {
+          const int nvalid = nk_wide_valid<VEC, FULL>(c0 + u * tpr, nchunks, d);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) s += e < nvalid ? nk_get<TI>(r[u].w, e) - k : 0.0f;
+        }
       }
       dm = red(s) / fd;
-#pragma unroll 4
-      for (int c = t; c < nchunks; c += tpr) {
-        float f[VEC];
-        const int nvalid = nk_chunk_valid<VEC>(c, d);
-        nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nvalid, f);
+      for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
+        nk_v4 r[U];
+        nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float cc = (f[e] - k) - dm;
-          q += e < nvalid ? cc * cc : 0.0f;
+        for (int u = 0; u < U; ++u) {
+          const int nvalid = nk_wide_valid<VEC, FULL>(c0 + u * tpr, nchunks, d);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float cc = (nk_get<TI>(r[u].w, e) - k) - dm;
+            q += e < nvalid ? cc * cc : 0.0f;  // padding must not add (0-mean)^2
+          }
         }
       }
     } else {
-#pragma unroll 4
-      for (int c = t; c < nchunks; c += tpr) {
-        float f[VEC];
-        nk_load_f<TI, VEC>(xr + (long long)c * VEC, xvec, nk_chunk_valid<VEC>(c, d), f);
+      for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
+        nk_v4 r[U];
+        nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) q += f[e] * f[e];
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float v = nk_get<TI>(r[u].w, e);  // padding is +0.0: adds nothing
+            q += v * v;
+          }
       }
     }
     const float rs = nk_rsqrt(red(q) / fd + eps);
@@ -518,16 +606,31 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
       if (LN && mean) mean[row] = k + dm;
       if (rstd) rstd[row] = rs;
     }
-    const bool yvec = nk_aligned(yr, (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16);
-    const bool pvec = nk_aligned(Wt, 16) && (!LN || nk_aligned(Bs, 16));
-#pragma unroll 2
-    for (int c = t; c < nchunks; c += tpr) {
-      const long long off = (long long)c * VEC;
-      const int nvalid = nk_chunk_valid<VEC>(c, d);
-      float f[VEC];
-      nk_load_f<TI, VEC>(xr + off, xvec, nvalid, f);
-      nk_apply<TW, LN, VEC>(f, Wt ? Wt + off : Wt, Bs ? Bs + off : Bs, pvec, nvalid, k, dm, rs);
-      nk_store_f<TO, VEC>(yr + off, yvec, nvalid, f);
+    // Output: a step's x, weight and bias chunks loaded, then its y chunks stored. In place (y == x) is
+    // correct: every thread reads only the chunks it writes, and reads each before writing it.
+    for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
+      nk_v4 r[U];
+      unsigned gw[U][WV], bw[U][WV];
+      nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * tpr;
+        const int nvalid = nk_wide_valid<VEC, FULL>(c, nchunks, d);
+        if (Wt) nk_load_words<TW, VEC>(Wt + (long long)c * VEC, pvec, nvalid, gw[u]);
+        if (LN && Bs) nk_load_words<TW, VEC>(Bs + (long long)c * VEC, pvec, nvalid, bw[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * tpr;
+        const int nvalid = nk_wide_valid<VEC, FULL>(c, nchunks, d);
+        if (nvalid > 0) {
+          float f[VEC];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(r[u].w, e);
+          nk_apply_words<TW, LN, VEC>(f, Wt != nullptr, gw[u], LN && Bs, bw[u], k, dm, rs);
+          nk_store_f<TO, VEC>(yr + (long long)c * VEC, yvec, nvalid, f);
+        }
+      }
     }
     // Buffer reuse across rows: nk_red_block alternates its two buffers (see nk_block_sum).
   }

@@ -58,6 +58,7 @@ export function planLimits(device: { readonly backend: string; readonly info: De
     maxThreadsPerBlock: i.maxThreadsPerBlock,
     warpSize: i.warpSize, // 32 on NVIDIA and RDNA (gfx11), 64 on CDNA (gfx9)
     ccMajor: device.backend === "cuda" ? i.computeCapability[0] : 0,
+    multiprocessors: i.multiprocessors,
   };
 }
 

@@ -4,9 +4,10 @@
  *
  * The row is cut into 16-byte chunks (VEC = 4 f32 or 8 f16/bf16 elements) and held in registers, at most
  * MAXV chunks per thread (kernels/norm_fwd.cuh). The mapping is chosen by the number of chunks, from the
- * table MAPPINGS below: several rows per 256-thread block for small D, one block per row for mid D, a
- * thread-block cluster per row (Hopper) for very large D, and a block that re-reads the row from L2
- * where clusters are not available.
+ * table MAPPINGS below: several rows per 256-thread block for small D, one block per row for mid D, and
+ * past the register cache a block per SM that streams each row (`wide`, the re-reads from L2) for RMSNorm
+ * rows up to WIDE_MAX_ROW_BYTES, a thread-block cluster per row (Hopper) for the others, and `wide` again
+ * where clusters are not available or too small.
  */
 import type { DType } from "../runtime/dtype.ts";
 
@@ -30,6 +31,8 @@ export interface PlanLimits {
   warpSize: number;
   /** Compute capability major (clusters need 9+). */
   ccMajor: number;
+  /** Streaming multiprocessors (CUs on AMD): the `wide` mapping launches one block on each. */
+  multiprocessors: number;
 }
 
 export interface LaunchPlan {
@@ -64,6 +67,14 @@ export const ROWS_MAX_TPR = 32;
  */
 const TARGET_NV = 8;
 const CLUSTER_SIZES = [2, 4, 8];
+/**
+ * The longest RMSNorm row (bytes of x) that goes to `wide` rather than a cluster: its re-read still hits L2
+ * with one row per SM in flight (132 × 128 KB = 17 MB of the H200's L2). H200, % of copy, wide against
+ * cluster: RMS f32 D=32768 84.8 vs 77.3, 16-bit 65536 84.9–85.1 vs 76.1–77.8 (bench/RESULTS.md); at 256 KB
+ * rows the cluster wins (RMS f32 65536: 70 vs 76, bench/kexp.ts). LayerNorm keeps the cluster: its three
+ * passes ran at 62–63% in `wide` against 61–65% in the cluster, no better.
+ */
+export const WIDE_MAX_ROW_BYTES = 128 * 1024;
 const CLUSTER_CTA = 256;
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
@@ -115,9 +126,13 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     const t = blockThreads(chunks);
     return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
   }
-  // Very large rows: split over a cluster of CTAs (Hopper), else re-read from L2 in one block.
+  // Very large rows: re-read from L2 by one block per SM (`wide`, maxThreads threads: 64 registers each,
+  // so one block fills an SM) for RMSNorm rows that L2 holds that way, else split over a cluster of CTAs.
   // The smallest cluster whose CTAs need ≤ CLUSTER_CTA threads: several CTAs per SM hide the cluster
   // barriers (one 512-thread CTA per SM could not), within the portable cluster size of 8.
+  const wide = (): PlanResult =>
+    make("wide", maxThreads, 0, maxThreads, Math.min(p.rows, limits.maxGridX, Math.max(1, limits.multiprocessors)));
+  if (p.kind === "rms" && p.d * (tin === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES) return wide();
   if (limits.ccMajor >= 9) {
     for (const c of CLUSTER_SIZES) {
       const per = Math.ceil(chunks / c);
@@ -128,5 +143,5 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       }
     }
   }
-  return make("wide", maxThreads, 0, maxThreads, Math.min(p.rows, limits.maxGridX));
+  return wide();
 }

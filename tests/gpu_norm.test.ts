@@ -75,6 +75,8 @@ function runCase(dev: Device, c: Case): number {
 
 const SIZES: [number, number][] = [
   [1, 1], [37, 3], [9, 127], [64, 128], [11, 1000], [40, 1024], [5, 4097], [6, 5120], [4, 8192], [3, 12288], [2, 65537],
+  // rows of 64–128 KB: the `wide` mapping (f32 20000 and 32768, 16-bit 40001), masked and vector paths
+  [3, 20000], [2, 32768], [2, 40001],
 ];
 
 gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance of float64", () => {
@@ -98,7 +100,9 @@ gpuTest("strided rows (random padding), no affine, huge D and many rows", () => 
   const pad = (): number => (s = (s * 48271) % 2147483647) % 13;
   for (const [tin, tout, tw] of [["f32", "f32", "f32"], ["bf16", "bf16", "f32"], ["f16", "f32", "f16"]] as [DType, DType, DType][]) {
     for (const kind of ["layer", "rms"] as Kind[]) {
-      for (const [rows, d] of [[7, 1000], [33, 127], [5, 8192], [3, 4097]]) runCase(dev, { kind, rows, d, tin, tout, tw, pad: 1 + pad() });
+      for (const [rows, d] of [[7, 1000], [33, 127], [5, 8192], [3, 4097], [3, 20000], [2, 48000]]) {
+        runCase(dev, { kind, rows, d, tin, tout, tw, pad: 1 + pad() });
+      }
       runCase(dev, { kind, rows: 12, d: 1024, tin, tout, tw, affine: false });
       runCase(dev, { kind, rows: 2, d: 262144, tin, tout, tw });
       runCase(dev, { kind, rows: 100_000, d: 128, tin, tout, tw });
@@ -109,7 +113,7 @@ gpuTest("strided rows (random padding), no affine, huge D and many rows", () => 
 
 gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 relative error of float64", () => {
   using dev = Device.open({ backend: "cuda" });
-  for (const d of [128, 1024, 8192, 65537]) {
+  for (const d of [128, 1024, 8192, 20000, 65537]) {
     const rows = Math.max(1, Math.floor(2 ** 18 / d));
     const xs = randoms(rows * d, d, -1, 1).map((v) => 1e4 + v * 1e-2);
     using x = dev.tensor(xs, [rows, d]);
@@ -128,8 +132,8 @@ gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 rela
 
 gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (every mapping)", () => {
   using dev = Device.open({ backend: "cuda" });
-  for (const d of [100, 1024, 12288, 262144]) {
-    const rows = Math.max(2, Math.min(64, 2 ** 20 / d));
+  for (const d of [100, 1024, 12288, 50000, 262144]) {
+    const rows = Math.max(2, Math.min(64, Math.floor(2 ** 20 / d)));
     const xs = randoms(rows * d, d + 3);
     xs[d + (d >> 1)] = NaN; // row 1
     using x = dev.tensor(xs, [rows, d], { dtype: "bf16" });

@@ -94,7 +94,7 @@ for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx
     const code = hsaco(arch);
     assert.deepEqual(log.filter((l) => l.startsWith("load ")), [`load ${code.length} ${fnv1a64(code)}`], "one module: this target's");
 
-    const limits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: wave, ccMajor: 0 };
+    const limits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: wave, ccMajor: 0, multiprocessors: 104 }; // fake_hip.c: MultiprocessorCount
     const launches = log.filter((l) => l.startsWith("launch ")).map((l) => l.split(" ").slice(1));
     assert.equal(launches.length, 2, log.join("\n"));
     const ptrs = out.ptrs as Record<string, string>;

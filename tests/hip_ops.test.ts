@@ -52,7 +52,7 @@ test("hipCodeObject before the code objects are imported says to await loadKerne
 
 test("planLimits: the device's wave size; clusters (ccMajor) only on CUDA", () => {
   assert.deepEqual(planLimits({ backend: "hip", info: info("gfx942", 64) }), {
-    maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: 64, ccMajor: 0,
+    maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: 64, ccMajor: 0, multiprocessors: 104,
   });
   assert.equal(planLimits({ backend: "hip", info: info("gfx1100", 32) }).warpSize, 32);
   assert.equal(planLimits({ backend: "cuda", info: info("sm_90", 32, [9, 0]) }).ccMajor, 9);

@@ -16,7 +16,7 @@ import { type PlanInput, type PlanLimits, planNorm } from "../ops/plan.ts";
 import type { Driver } from "../runtime/driver.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
-const H200: PlanLimits = { maxGridX: 2 ** 31 - 1, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9 };
+const H200: PlanLimits = { maxGridX: 2 ** 31 - 1, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9, multiprocessors: 132 };
 const P: PlanInput = { kind: "rms", rows: 8, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" };
 
 test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchConfig) after that", () => {

@@ -1,11 +1,11 @@
 /** The pure launch-plan function (ops/plan.ts): mapping table, geometry invariants, unsupported cases. */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { type LaunchPlan, MAXV_BLOCK, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult } from "../ops/plan.ts";
+import { type LaunchPlan, MAXV_BLOCK, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
-const H200: PlanLimits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9 };
-const A100: PlanLimits = { ...H200, ccMajor: 8 };
+const H200: PlanLimits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9, multiprocessors: 132 };
+const A100: PlanLimits = { ...H200, ccMajor: 8, multiprocessors: 108 };
 
 function planOf(r: PlanResult): LaunchPlan {
   assert.ok("plan" in r, `expected a plan, got ${JSON.stringify(r)}`);
@@ -31,7 +31,13 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([plan(1024, "f32", 1000, H200, "rms").tpr, plan(1024, "f32", 1000, H200, "rms").nv], [32, 8]);
   assert.deepEqual([plan(4096, "bf16").mapping, plan(4096, "bf16").tpr, plan(4096, "bf16").nv], ["block", 64, 8]);
   assert.deepEqual([plan(16384).mapping, plan(16384).tpr, plan(16384).nv], ["block", 512, 8]);
-  assert.deepEqual([plan(32768).mapping, plan(32768).cluster, plan(32768).tpr], ["cluster", 4, 256]);
+  const rms = (d: number, dtype: DType = "f32", rows = 1000) => plan(d, dtype, rows, H200, "rms");
+  assert.deepEqual([rms(32768).mapping, rms(32768).tpr, rms(32768).grid[0]], ["wide", 1024, 132], "RMS, 128 KB rows: wide, a block per SM");
+  assert.deepEqual([rms(65536, "bf16").mapping, rms(65536, "bf16").grid[0]], ["wide", 132]);
+  assert.equal(rms(65537, "bf16").mapping, "cluster", "past 128 KB: a cluster per row");
+  assert.deepEqual(rms(32768, "f32", 10).grid, [10, 1, 1], "no more blocks than rows");
+  assert.deepEqual([plan(32768).mapping, plan(32768).cluster, plan(32768).tpr], ["cluster", 4, 256], "LayerNorm keeps the cluster");
+  assert.deepEqual([plan(32769).mapping, plan(32769).cluster, plan(65536).cluster, plan(65536).tpr], ["cluster", 8, 8, 256]);
   assert.deepEqual([plan(5120).mapping, plan(5120).tpr, plan(5120).nv], ["block", 160, 8]);
   assert.deepEqual([plan(131072).mapping, plan(131072).cluster, plan(131072).nv], ["cluster", 8, 8]);
   assert.deepEqual([plan(262144, "bf16").mapping, plan(262144, "bf16").cluster], ["cluster", 8]);
@@ -45,11 +51,11 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
   for (const limits of [H200, A100]) {
     for (const dtype of ["f32", "f16", "bf16"] as DType[]) {
       for (const d of ds) {
-        for (const rows of [1, 3, 1000, 100_000]) {
-          const p = plan(d, dtype, rows, limits);
+        for (const [rows, kind] of [1, 3, 1000, 100_000].flatMap((r) => [[r, "layer"], [r, "rms"]] as const)) {
+          const p = plan(d, dtype, rows, limits, kind);
           const vec = dtype === "f32" ? 4 : 8, chunks = Math.ceil(d / vec);
           const [g] = p.grid, [b] = p.block;
-          const where = `${dtype} d=${d} rows=${rows} cc=${limits.ccMajor}: ${JSON.stringify(p)}`;
+          const where = `${kind} ${dtype} d=${d} rows=${rows} cc=${limits.ccMajor}: ${JSON.stringify(p)}`;
           assert.ok(b % limits.warpSize === 0 && b <= limits.maxThreadsPerBlock, `block ${where}`);
           if (p.mapping !== "wide") assert.ok(b <= 512, `block/cluster CTAs have ≤ 512 threads (launch bound): ${where}`);
           assert.ok(g >= 1 && g <= limits.maxGridX && g % p.cluster === 0, `grid ${where}`);
@@ -65,8 +71,11 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             if (p.mapping === "cluster") assert.ok(limits.ccMajor >= 9 && p.cluster <= 8, where);
           } else {
             assert.equal(p.mapping, "wide");
-            const fits = limits.ccMajor >= 9 ? 8 * 512 * MAXV_BLOCK : 512 * MAXV_BLOCK;
-            assert.ok(chunks > fits, `wide only when nothing else fits: ${where}`);
+            assert.ok(chunks > 512 * MAXV_BLOCK, `wide only past one block's register cache: ${where}`);
+            const fitsCluster = limits.ccMajor >= 9 && chunks <= 8 * 512 * MAXV_BLOCK;
+            const streamed = kind === "rms" && d * (dtype === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES;
+            assert.ok(!fitsCluster || streamed, `a cluster where one fits, but for RMSNorm rows ≤ 128 KB: ${where}`);
+            assert.equal(g, Math.min(rows, limits.multiprocessors), `a block per SM, never more than rows: ${where}`);
           }
         }
       }

@@ -1,0 +1,509 @@
+// Forward-kernel experiments (not part of the product): variants of nk_row_cached's output phase and x loads, and
+// two other designs for long rows, compiled to one sm_90 cubin by bench/kexp.sh and timed by bench/kexp.ts
+// against the production kernels in the same run. Results and conclusions: bench/RESULTS.md ("Kernel
+// experiments"). The v-variants are the production row function with one change:
+//   v0: as in production (the baseline, compiled here so that both sides share flags);
+//   v1: weight/bias chunks prefetched into L1 right after the x loads (prefetch.global.L1);
+//   v2: v1, and x loaded with L1::no_allocate so that streaming x does not evict the prefetched lines;
+//   v3: the output loop loads weight/bias for 2 chunks, then computes and stores those 2 (taken for RMSNorm);
+//   v4: the same with 4 chunks;
+//   v5 (cluster only): the cluster barrier's arrive relaxed, one fence in the thread that wrote the slot.
+// staged: persistent CTAs streaming rows through shared-memory stages with cp.async; wide2: one CTA per row
+// re-reading from L2 with several loads in flight per thread (taken: the `wide` mapping).
+// FULL path only (aligned rows, d a multiple of the chunk); anything else traps.
+#include "../kernels/norm_fwd.cuh"
+
+__device__ __forceinline__ void kx_prefetch(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+template <class T, int N>
+__device__ __forceinline__ void kx_load_noalloc(const typename T::S* p, unsigned* w) {
+  static_assert(N * T::SIZE == 16, "16-byte chunks only");
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+}
+
+template <class TI, class TO, class TW, bool LN, int MAXV, int V, class RED>
+__device__ __forceinline__ void kx_row(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
+                                       const typename TW::S* b, int c_first, int c_step, int c_end, int nv,
+                                       float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p) {
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr int WV = VEC * TW::SIZE / 4;  // words of one weight chunk
+#define KX_OWN(i) ((i) < nv && c_first + (i) * c_step < c_end)
+  nk_v4 raw[MAXV];
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int c = c_first + i * c_step;
+    if (V == 2) {
+      if (KX_OWN(i)) kx_load_noalloc<TI, VEC>(xr + (long long)c * VEC, raw[i].w);
+      else raw[i].w[0] = raw[i].w[1] = raw[i].w[2] = raw[i].w[3] = 0u;
+    } else {
+      nk_load_words<TI, VEC>(xr + (long long)c * VEC, true, KX_OWN(i) ? VEC : 0, raw[i].w);
+    }
+  }
+  if (V == 1 || V == 2) {
+    int cf = c_first;
+    nk_opaque(cf);
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i)
+      if (i < nv && cf + i * c_step < c_end) {
+        const long long off = (long long)(cf + i * c_step) * VEC;
+        if (w) kx_prefetch(w + off);
+        if (LN && b) kx_prefetch(b + off);
+      }
+  }
+  float dm = 0.0f, rs;
+  if (LN) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      float si = 0.0f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) si += nk_get<TI>(raw[i].w, e) - k;
+      s += KX_OWN(i) ? si : 0.0f;
+    }
+    dm = red(s) / fd;
+    nk_row_opaque<MAXV>(raw);
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      float qi = 0.0f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+        qi += c * c;
+      }
+      q += KX_OWN(i) ? qi : 0.0f;
+    }
+    rs = nk_rsqrt(red(q) / fd + eps);
+    if (mean_p) *mean_p = k + dm;
+  } else {
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float v = nk_get<TI>(raw[i].w, e);
+        q += v * v;
+      }
+    rs = nk_rsqrt(red(q) / fd + eps);
+  }
+  if (rstd_p) *rstd_p = rs;
+  nk_row_opaque<MAXV>(raw);
+  nk_opaque(c_first);
+  constexpr int G = V == 3 ? 2 : V == 4 ? 4 : 1;
+#pragma unroll
+  for (int g = 0; g < MAXV; g += G) {
+    unsigned gw[G][WV], bw[G][WV];
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const int i = g + j;
+      const long long off = (long long)(c_first + i * c_step) * VEC;
+      const int n = KX_OWN(i) ? VEC : 0;
+      if (w) nk_load_words<TW, VEC>(w + off, true, n, gw[j]);
+      if (LN && b) nk_load_words<TW, VEC>(b + off, true, n, bw[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const int i = g + j;
+      if (KX_OWN(i)) {
+        const long long off = (long long)(c_first + i * c_step) * VEC;
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          float v = nk_get<TI>(raw[i].w, e);
+          v = LN ? ((v - k) - dm) * rs : v * rs;
+          if (w) v *= nk_get<TW>(gw[j], e);
+          if (LN && b) v += nk_get<TW>(bw[j], e);
+          f[e] = v;
+        }
+        nk_store_f<TO, VEC>(yr + off, true, VEC, f);
+      }
+    }
+  }
+#undef KX_OWN
+}
+
+template <class TI, class TO, class TW, bool LN, int V>
+__device__ __forceinline__ void kx_rows(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  const int tid = (int)nk_thread_x();
+  const int sub = tid / tpr, t = tid - sub * tpr;
+  const long long rpb = (long long)(nk_block_dim_x() / (unsigned)tpr);
+  const int nchunks = d / VEC;
+  nk_red_lanes red{tpr};
+  for (long long rb = (long long)nk_block_x() * rpb; rb < rows; rb += (long long)nk_grid_dim_x() * rpb) {
+    const long long row = rb + sub;
+    const bool active = row < rows;
+    const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
+    kx_row<TI, TO, TW, LN, NK_MAXV_ROWS, V>(X + row * x_stride, Y + row * y_stride, Wt, Bs, t, tpr,
+                                            active ? nchunks : 0, nv, (float)d, eps, k, red, nullptr, nullptr);
+  }
+}
+
+template <class TI, class TO, class TW, bool LN, int V>
+__device__ __forceinline__ void kx_block(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
+    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V>(X + row * x_stride, Y + row * y_stride, Wt, Bs, t, tpr, d / VEC, nv,
+                                             (float)d, eps, k, red, nullptr, nullptr);
+  }
+}
+
+template <bool C, class A, class B> struct nk_pick { typedef B T; };
+template <class A, class B> struct nk_pick<true, A, B> { typedef A T; };
+
+// v5 (cluster only): the production cluster reduction, but the barrier's arrive is relaxed: only the thread that
+// wrote the CTA's slot fences (so the other threads' outstanding y stores do not hold the barrier up).
+struct kx_red_cluster_relaxed {
+  unsigned nwarps;
+  unsigned parity;
+  unsigned csize;
+  __device__ __forceinline__ float operator()(float v) {
+    const float p = nk_block_sum(v, nk_fwd_smem + parity * nwarps);
+    float* slots = nk_fwd_smem + 2 * nwarps;
+    if (nk_thread_x() == 0) {
+      slots[parity] = p;
+      asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const unsigned lane = nk_lane();
+    const float mine = lane < csize ? nk_ld_cluster(slots + parity, lane) : 0.0f;
+    float t = nk_shfl_idx(mine, 0);
+    for (unsigned r = 1; r < csize; ++r) t += nk_shfl_idx(mine, (int)r);
+    parity ^= 1u;
+    return t;
+  }
+};
+
+template <class TI, class TO, class TW, bool LN, int V>
+__device__ __forceinline__ void kx_cluster(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
+  const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
+  const int nchunks = d / VEC;
+  const int cpc = (int)((nchunks + csize - 1) / csize);
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  typedef typename nk_pick<V == 5, kx_red_cluster_relaxed, nk_red_cluster>::T RED;
+  RED red{nk_block_dim_x() / NK_WARP_SIZE, 0u, csize};
+  const long long e0 = (long long)crank * cpc * VEC;
+  const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
+  const typename TW::S* Ws = Wt ? Wt + e0 : Wt;
+  const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
+  for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
+    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
+    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V == 5 ? 0 : V>(X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, t, tpr,
+                                             c_end, nv, (float)d, eps, k, red, nullptr, nullptr);
+  }
+  nk_cluster_sync();
+}
+
+#define KX(kind, isln, map, bounds, ti, v)                                                                 \
+  extern "C" __global__ void bounds kx_##kind##_##map##_##ti##_v##v(NK_FWD_PARAMS) {                        \
+    nk_pdl_enter();                                                                                        \
+    kx_##map<nk_##ti, nk_##ti, nk_##ti, isln, v>(NK_FWD_ARGS);                                             \
+  }
+#define KX_V(kind, isln, map, bounds, ti) \
+  KX(kind, isln, map, bounds, ti, 0)      \
+  KX(kind, isln, map, bounds, ti, 1)      \
+  KX(kind, isln, map, bounds, ti, 2)      \
+  KX(kind, isln, map, bounds, ti, 3)      \
+  KX(kind, isln, map, bounds, ti, 4)
+#define KX_MAPS(kind, isln, ti)                                         \
+  KX_V(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti)              \
+  KX_V(kind, isln, block, NK_LAUNCH_BOUNDS_MIN(512, 2), ti)             \
+  KX_V(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti)   \
+  KX(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, 5)
+KX_MAPS(ln, true, f32)
+KX_MAPS(rms, false, f32)
+KX_MAPS(ln, true, bf16)
+KX_MAPS(rms, false, bf16)
+
+// ---------------------------------------------------------------- `staged` (experiment): a persistent CTA (or
+// cluster of C CTAs, each owning a slice of the row) streams rows through S shared-memory stages with cp.async:
+// the loads of row j+S-1 are in flight while row j is reduced and written. Each thread copies and later reads
+// only its own chunks (t + i*T, i < NVS), so stage data needs no barrier; weight/bias chunks never change for a
+// thread and are held in registers for the whole kernel. nv = S (stages), tpr = T (blockDim.x).
+// Dynamic smem: (2*nwarps + 2 + S) floats, rounded up to 16 bytes, then S * cpc * 16 bytes.
+__device__ __forceinline__ unsigned kx_smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void kx_cp16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(kx_smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void kx_cp4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(kx_smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void kx_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void kx_wait(int pending) {
+  switch (pending) {  // wait_group takes an immediate
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+  }
+}
+
+template <class TI, class TO, class TW, bool LN, int NVS, class RED>
+__device__ __forceinline__ void kx_staged_rows(NK_FWD_PARAMS, unsigned csize, unsigned crank, long long cid,
+                                               long long ncl, RED& red) {
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr int WV = VEC * TW::SIZE / 4;
+  NK_FWD_TYPED_PTRS;
+  const int S = nv, T = tpr, t = (int)nk_thread_x();
+  const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
+  const int nchunks = d / VEC;
+  const int cpc = (int)((nchunks + csize - 1) / csize);
+  const long long e0 = (long long)crank * cpc * VEC;
+  const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
+  unsigned* kslot = (unsigned*)(nk_fwd_smem + 2 * nwarps + 2);
+  nk_v4* stage0 = (nk_v4*)(nk_fwd_smem + ((2 * nwarps + 2 + S + 3) & ~3u));
+  // weight / bias of this thread's chunks, for every row
+  unsigned gw[NVS][WV], bw[NVS][WV];
+#pragma unroll
+  for (int i = 0; i < NVS; ++i) {
+    const int c = t + i * T;
+    const int n = c < c_end ? VEC : 0;
+    if (Wt) nk_load_words<TW, VEC>(Wt + e0 + (long long)c * VEC, true, n, gw[i]);
+    if (LN && Bs) nk_load_words<TW, VEC>(Bs + e0 + (long long)c * VEC, true, n, bw[i]);
+  }
+  auto issue = [&](long long j, int s) {
+    const long long row = cid + j * ncl;
+    if (row < rows) {
+      const typename TI::S* xr = X + row * x_stride;
+      nk_v4* st = stage0 + (long long)s * cpc;
+#pragma unroll
+      for (int i = 0; i < NVS; ++i) {
+        const int c = t + i * T;
+        if (c < c_end) kx_cp16(st + c, xr + e0 + (long long)c * VEC);
+      }
+      if (LN && t == 0) kx_cp4(kslot + s, xr);
+    }
+    kx_commit();
+  };
+  for (int s = 0; s < S - 1; ++s) issue(s, s);
+  int s = 0;
+  for (long long j = 0; cid + j * ncl < rows; ++j) {
+    issue(j + S - 1, s == 0 ? S - 1 : s - 1);
+    kx_wait(S - 1);
+    const long long row = cid + j * ncl;
+    // keep weight/bias packed (their unpacked floats would double the registers they take)
+#pragma unroll
+    for (int i = 0; i < NVS; ++i)
+#pragma unroll
+      for (int w = 0; w < WV; ++w) {
+        nk_opaque(gw[i][w]);
+        if (LN) nk_opaque(bw[i][w]);
+      }
+    float k = 0.0f;
+    if (LN) {
+      nk_barrier();  // thread 0's copy of the row's first element
+      const unsigned kw = kslot[s];
+      k = TI::SIZE == 4 ? nk_u2f(kw) : TI::to_f(kw & 0xffffu);
+    }
+    const nk_v4* st = stage0 + (long long)s * cpc;
+    nk_v4 raw[NVS];
+#pragma unroll
+    for (int i = 0; i < NVS; ++i) {
+      const int c = t + i * T;
+      if (c < c_end) raw[i] = st[c];
+      else raw[i].w[0] = raw[i].w[1] = raw[i].w[2] = raw[i].w[3] = 0u;
+    }
+    float dm = 0.0f, rs;
+    const float fd = (float)d;
+    if (LN) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NVS; ++i) {
+        float si = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) si += nk_get<TI>(raw[i].w, e) - k;
+        sum += t + i * T < c_end ? si : 0.0f;
+      }
+      dm = red(sum) / fd;
+      nk_row_opaque<NVS>(raw);
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NVS; ++i) {
+        float qi = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+          qi += c * c;
+        }
+        q += t + i * T < c_end ? qi : 0.0f;
+      }
+      rs = nk_rsqrt(red(q) / fd + eps);
+    } else {
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NVS; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float v = nk_get<TI>(raw[i].w, e);
+          q += v * v;
+        }
+      rs = nk_rsqrt(red(q) / fd + eps);
+    }
+    nk_row_opaque<NVS>(raw);
+    typename TO::S* yr = Y + row * y_stride + e0;
+#pragma unroll
+    for (int i = 0; i < NVS; ++i) {
+      const int c = t + i * T;
+      if (c < c_end) {
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          float v = nk_get<TI>(raw[i].w, e);
+          v = LN ? ((v - k) - dm) * rs : v * rs;
+          if (Wt) v *= nk_get<TW>(gw[i], e);
+          if (LN && Bs) v += nk_get<TW>(bw[i], e);
+          f[e] = v;
+        }
+        nk_store_f<TO, VEC>(yr + (long long)c * VEC, true, VEC, f);
+      }
+    }
+    s = s + 1 == S ? 0 : s + 1;
+  }
+  kx_wait(0);
+}
+
+template <class TI, class TO, class TW, bool LN, int NVS>
+__device__ __forceinline__ void kx_staged(NK_FWD_PARAMS) {
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride) || nv < 1 || nv > 4) nk_trap();
+  const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
+  const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
+  if (csize > 1) {
+    nk_red_cluster red{nwarps, 0u, csize};
+    kx_staged_rows<TI, TO, TW, LN, NVS>(NK_FWD_ARGS, csize, crank, nk_cluster_id_x(), nk_cluster_count_x(), red);
+    nk_cluster_sync();
+  } else {
+    nk_red_block red{nwarps, 0u};
+    kx_staged_rows<TI, TO, TW, LN, NVS>(NK_FWD_ARGS, 1u, 0u, nk_block_x(), nk_grid_dim_x(), red);
+  }
+}
+
+#define KX_ST(kind, isln, ti, nvs, bounds)                                           \
+  extern "C" __global__ void bounds kx_##kind##_staged##nvs##_##ti(NK_FWD_PARAMS) { \
+    nk_pdl_enter();                                                                  \
+    kx_staged<nk_##ti, nk_##ti, nk_##ti, isln, nvs>(NK_FWD_ARGS);                    \
+  }
+KX_ST(ln, true, f32, 4, NK_LAUNCH_BOUNDS(1024))
+KX_ST(rms, false, f32, 4, NK_LAUNCH_BOUNDS(1024))
+KX_ST(ln, true, bf16, 4, NK_LAUNCH_BOUNDS(1024))
+KX_ST(rms, false, bf16, 4, NK_LAUNCH_BOUNDS(1024))
+KX_ST(ln, true, f32, 8, NK_LAUNCH_BOUNDS(512))
+KX_ST(rms, false, f32, 8, NK_LAUNCH_BOUNDS(512))
+KX_ST(ln, true, bf16, 8, NK_LAUNCH_BOUNDS(512))
+KX_ST(rms, false, bf16, 8, NK_LAUNCH_BOUNDS(512))
+
+// ---------------------------------------------------------------- `wide2` (experiment): the `wide` mapping written
+// for memory-level parallelism, as Triton's looped reductions run: every pass issues U 16-byte loads per thread
+// before using any; x is re-read (from L2 when it still holds the row) by the later passes. FULL path only.
+// LN: mean of x-k, centred sum of squares, output (3 passes); RMS: sum of squares, output (2 passes).
+template <class TI, class TO, class TW, bool LN, int U>
+__device__ __forceinline__ void kx_wide2(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  const int T = (int)nk_block_dim_x(), t = (int)nk_thread_x();
+  const int nchunks = d / VEC;
+  const float fd = (float)d;
+  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    const typename TI::S* xr = X + row * x_stride;
+    typename TO::S* yr = Y + row * y_stride;
+    const float k = LN ? TI::to_f(xr[0]) : 0.0f;
+    float dm = 0.0f, q = 0.0f;
+    if (LN) {
+      float s = 0.0f;
+      for (int c0 = t; c0 < nchunks; c0 += U * T) {
+        nk_v4 r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          nk_load_words<TI, VEC>(xr + (long long)(c0 + u * T) * VEC, true, c0 + u * T < nchunks ? VEC : 0, r[u].w);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) s += c0 + u * T < nchunks ? nk_get<TI>(r[u].w, e) - k : 0.0f;
+      }
+      dm = red(s) / fd;
+      for (int c0 = t; c0 < nchunks; c0 += U * T) {
+        nk_v4 r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          nk_load_words<TI, VEC>(xr + (long long)(c0 + u * T) * VEC, true, c0 + u * T < nchunks ? VEC : 0, r[u].w);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float cc = (nk_get<TI>(r[u].w, e) - k) - dm;
+            q += c0 + u * T < nchunks ? cc * cc : 0.0f;
+          }
+      }
+    } else {
+      for (int c0 = t; c0 < nchunks; c0 += U * T) {
+        nk_v4 r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          nk_load_words<TI, VEC>(xr + (long long)(c0 + u * T) * VEC, true, c0 + u * T < nchunks ? VEC : 0, r[u].w);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float v = nk_get<TI>(r[u].w, e);
+            q += v * v;
+          }
+      }
+    }
+    const float rs = nk_rsqrt(red(q) / fd + eps);
+    constexpr int WV = VEC * TW::SIZE / 4;
+    for (int c0 = t; c0 < nchunks; c0 += U * T) {
+      nk_v4 r[U];
+      unsigned g[U][WV], bb[U][WV];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * T, n = c < nchunks ? VEC : 0;
+        nk_load_words<TI, VEC>(xr + (long long)c * VEC, true, n, r[u].w);
+        if (Wt) nk_load_words<TW, VEC>(Wt + (long long)c * VEC, true, n, g[u]);
+        if (LN && Bs) nk_load_words<TW, VEC>(Bs + (long long)c * VEC, true, n, bb[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * T;
+        if (c < nchunks) {
+          float f[VEC];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            float v = nk_get<TI>(r[u].w, e);
+            v = LN ? ((v - k) - dm) * rs : v * rs;
+            if (Wt) v *= nk_get<TW>(g[u], e);
+            if (LN && Bs) v += nk_get<TW>(bb[u], e);
+            f[e] = v;
+          }
+          nk_store_f<TO, VEC>(yr + (long long)c * VEC, true, VEC, f);
+        }
+      }
+    }
+  }
+}
+#define KX_W2(kind, isln, ti, u, bounds)                                           \
+  extern "C" __global__ void bounds kx_##kind##_wide2u##u##_##ti(NK_FWD_PARAMS) { \
+    nk_pdl_enter();                                                                \
+    kx_wide2<nk_##ti, nk_##ti, nk_##ti, isln, u>(NK_FWD_ARGS);                     \
+  }
+KX_W2(ln, true, f32, 2, NK_LAUNCH_BOUNDS(1024))
+KX_W2(rms, false, f32, 2, NK_LAUNCH_BOUNDS(1024))
+KX_W2(ln, true, bf16, 2, NK_LAUNCH_BOUNDS(1024))
+KX_W2(rms, false, bf16, 2, NK_LAUNCH_BOUNDS(1024))
+KX_W2(ln, true, f32, 4, NK_LAUNCH_BOUNDS(1024))
+KX_W2(rms, false, f32, 4, NK_LAUNCH_BOUNDS(1024))
+KX_W2(ln, true, bf16, 4, NK_LAUNCH_BOUNDS(1024))
+KX_W2(rms, false, bf16, 4, NK_LAUNCH_BOUNDS(1024))

@@ -1,0 +1,238 @@
+/**
+ * Times the forward-kernel experiments of bench/kexp.cu (cubin from bench/kexp.sh) against the production kernel
+ * on the production plan's geometry, the way bench/bench.ts times a case (256 MiB memset before each call, events,
+ * median of 30, 1 GiB per case, copy ceiling in the same run), and checks every variant's output against the
+ * production kernel's (bitwise for the same thread mapping, within 1e-5 / 1e-2 relative for the others).
+ * Cluster cases also try persistent grids (as many clusters as the driver says fit at once, and twice that);
+ * KX_STAGED=1 adds the cp.async `staged` kernels, KX_VARIANTS=0,3 limits the v-variants.
+ * Deno only (it asks the driver for max active clusters through its own Deno.dlopen). Informs
+ * kernels/norm_fwd.cuh and ops/plan.ts; not part of the product. Results: bench/RESULTS.md, bench/results/kexp/.
+ *   deno run -A bench/kexp.ts bench/kexp.cubin [--ds 128,32768] [--json out.json]
+ */
+import { Buffer } from "node:buffer";
+import process from "node:process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { Device, type DType } from "../mod.ts";
+import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
+import { type LaunchPlan, planNorm } from "../ops/plan.ts";
+import { decode, encode } from "../runtime/dtype.ts";
+import { LaunchConfig, type Kernel } from "../runtime/module.ts";
+
+const args = process.argv.slice(2);
+const cubinPath = args[0];
+const dsArg = args.includes("--ds") ? args[args.indexOf("--ds") + 1] : undefined;
+const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
+const DS = dsArg ? dsArg.split(",").map(Number) : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
+const VARIANTS = [0, 1, 2, 3, 4, 5];
+
+using dev = Device.open({ backend: "cuda" });
+using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+using busy = dev.alloc(256 * 2 ** 20);
+function timeIt(fn: () => void): number {
+  for (let i = 0; i < 3; i++) fn();
+  const ts: number[] = [];
+  using a = dev.createEvent(), b = dev.createEvent();
+  for (let i = 0; i < 30; i++) {
+    busy.fill(i & 0xff);
+    a.record();
+    fn();
+    b.record();
+    b.synchronize();
+    ts.push(b.elapsedSince(a));
+  }
+  return median(ts);
+}
+let copyGBs: number;
+{
+  using s = dev.alloc(2 ** 30), t = dev.alloc(2 ** 30);
+  s.fill(7);
+  copyGBs = 2 ** 31 / (timeIt(() => t.copyFrom(s)) * 1e6);
+}
+console.log(`# ${dev.info.name}, ${new Date().toISOString()}, copy ${copyGBs.toFixed(0)} GB/s`);
+let seed = 7;
+const rand = (): number => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 4 - 2;
+const tileValues = Float32Array.from({ length: 2 ** 22 }, rand);
+const out: Record<string, unknown>[] = [];
+// Deno only: the driver calls this experiment needs and the runtime does not offer (max active clusters).
+// deno-lint-ignore no-explicit-any
+const D = (globalThis as any).Deno;
+const cu = D.dlopen("libcuda.so.1", {
+  cuModuleGetFunction: { parameters: ["buffer", "u64", "buffer"], result: "i32" },
+  cuFuncSetAttribute: { parameters: ["u64", "i32", "i32"], result: "i32" },
+  cuOccupancyMaxActiveClusters: { parameters: ["buffer", "u64", "buffer"], result: "i32" },
+  cuOccupancyMaxActiveBlocksPerMultiprocessor: { parameters: ["buffer", "u64", "i32", "u64"], result: "i32" },
+}).symbols;
+/** Resident CTAs per SM and resident clusters for one geometry (0 when it cannot run). */
+function residency(name: string, block: number, smem: number, cluster: number): { occ: number; clusters: number } {
+  const fn = new BigUint64Array(1), n = new Int32Array(1);
+  if (cu.cuModuleGetFunction(fn, mod.handle, new TextEncoder().encode(name + "\0")) !== 0) throw new Error("no " + name);
+  if (cu.cuFuncSetAttribute(fn[0], 8, 232448) !== 0) throw new Error("cuFuncSetAttribute");
+  if (cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(n, fn[0], block, BigInt(smem)) !== 0) throw new Error("occupancy");
+  const occ = n[0];
+  if (cluster === 1) return { occ, clusters: occ * dev.info.multiprocessors };
+  const cfg = new ArrayBuffer(56 + 72), u32 = new Uint32Array(cfg), u64 = new BigUint64Array(cfg);
+  u32[0] = cluster, u32[1] = 1, u32[2] = 1, u32[3] = block, u32[4] = 1, u32[5] = 1, u32[6] = smem;
+  u64[40 / 8] = D.UnsafePointer.value(D.UnsafePointer.of(new Uint8Array(cfg))) + 56n;
+  u32[48 / 4] = 1;
+  u32[56 / 4] = 4, u32[64 / 4] = cluster, u32[68 / 4] = 1, u32[72 / 4] = 1;
+  const rc = cu.cuOccupancyMaxActiveClusters(n, fn[0], new Uint8Array(cfg));
+  if (rc !== 0) throw new Error("cuOccupancyMaxActiveClusters " + rc);
+  return { occ, clusters: n[0] };
+}
+/** Largest |a-b|/(1+|b|) over the first and last 16 MiB of two tensors (a NaN anywhere counts as Infinity). */
+function maxRelDiff(a: { buffer: { read(d: Uint8Array, o?: { offset: number }): void; byteLength: number } }, r: typeof a, dtype: DType): number {
+  let m = 0;
+  for (const off of [0, a.buffer.byteLength - 2 ** 24]) {
+    const ba = new Uint8Array(2 ** 24), br = new Uint8Array(2 ** 24);
+    a.buffer.read(ba, { offset: off });
+    r.buffer.read(br, { offset: off });
+    const va = decode(ba, dtype), vr = decode(br, dtype);
+    for (let i = 0; i < va.length; i++) {
+      const e = Math.abs(va[i] - vr[i]) / (1 + Math.abs(vr[i]));
+      if (!(e <= m)) m = Number.isNaN(e) ? Infinity : e;
+    }
+  }
+  return m;
+}
+const limits = planLimits(dev);
+
+try {
+for (const d of DS) {
+  for (const dtype of ["f32", "bf16"] as DType[]) {
+    const b = dtype === "f32" ? 4 : 2;
+    const rows = Math.ceil(2 ** 30 / (2 * d * b));
+    using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
+    {
+      const tile = encode(tileValues, dtype);
+      using t = dev.alloc(tile.byteLength);
+      t.write(tile);
+      for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
+        x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
+      }
+    }
+    using w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
+    using bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
+    for (const kind of ["layer", "rms"] as const) {
+      const r = planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits);
+      const p = (r as { plan: LaunchPlan }).plan;
+      const argsFor = (o: typeof y) => [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv];
+      const gbs = (ms: number) => (2 * rows * d * b) / (ms * 1e6);
+      const prod = normKernel(dev, p.kernel, NORM_FWD_ARGS);
+      const cfg = new LaunchConfig(p);
+      ref.buffer.fill(0xff);
+      const prodMs = timeIt(() => prod.launch(dev.stream, cfg, argsFor(ref)));
+      const refHead = new Uint8Array(2 ** 24), refTail = new Uint8Array(2 ** 24);
+      ref.buffer.read(refHead);
+      ref.buffer.read(refTail, { offset: ref.buffer.byteLength - 2 ** 24 });
+      const line: string[] = [`${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)} ${p.mapping}${p.cluster > 1 ? "x" + p.cluster : ""} t${p.tpr} nv${p.nv}: prod ${(100 * gbs(prodMs) / copyGBs).toFixed(1)}`];
+      const rec: Record<string, unknown> = { kind, dtype, d, rows, mapping: p.mapping, cluster: p.cluster, tpr: p.tpr, nv: p.nv, prod: gbs(prodMs) };
+      const short = p.kernel.split("_")[0] + "_" + p.kernel.split("_")[1];
+      for (const v of VARIANTS) {
+        if (process.env.KX_VARIANTS && !process.env.KX_VARIANTS.split(",").includes(String(v))) continue;
+        const name = `kx_${short.slice(3)}_${p.mapping}_${dtype}_v${v}`;
+        let k: Kernel;
+        try {
+          k = mod.kernel(name, NORM_FWD_ARGS);
+        } catch {
+          continue; // no such variant (wide mapping)
+        }
+        const grids = p.mapping === "cluster"
+          ? [p.grid[0], ...[1, 2].map((m) => m * residency(name, p.block[0], p.sharedBytes, p.cluster).clusters * p.cluster)]
+          : [p.grid[0]];
+        for (const g of grids) {
+          y.buffer.fill(0xff);
+          const c = new LaunchConfig({ grid: [g], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
+          const ms = timeIt(() => k.launch(dev.stream, c, argsFor(y)));
+          const head = new Uint8Array(2 ** 24), tail = new Uint8Array(2 ** 24);
+          y.buffer.read(head);
+          y.buffer.read(tail, { offset: y.buffer.byteLength - 2 ** 24 });
+          const same = Buffer.compare(head, refHead) === 0 && Buffer.compare(tail, refTail) === 0;
+          const tag = `v${v}${g === p.grid[0] ? "" : "@" + g / p.cluster}`;
+          line.push(`${tag} ${(100 * gbs(ms) / copyGBs).toFixed(1)}${same ? "" : "(DIFF)"}`);
+          rec[tag] = gbs(ms);
+          if (!same) rec[tag + "_diff"] = true;
+        }
+        if (v === 0) rec.regs = k.attribute("registers");
+      }
+      // The staged experiment (rows too long for one block's registers): every (NVS, cluster, stages) that fits.
+      if (process.env.KX_STAGED && (p.mapping === "cluster" || (p.mapping === "block" && d >= 16384))) {
+        const chunks = d / (16 / b);
+        for (const nvs of [4, 8]) {
+          let k: Kernel;
+          try {
+            k = mod.kernel(`kx_${short.slice(3)}_staged${nvs}_${dtype}`, NORM_FWD_ARGS);
+          } catch {
+            continue;
+          }
+          for (const cl of [1, 2, 4, 8]) {
+            const cpc = Math.ceil(chunks / cl);
+            const T = Math.ceil(cpc / nvs / 32) * 32;
+            if (T > (nvs === 4 ? 1024 : 512)) continue;
+            for (const S of [2, 3, 4]) {
+              const head = ((2 * (T / 32) + 2 + S + 3) & ~3) * 4;
+              const smem = head + S * cpc * 16;
+              if (smem > 232448) continue;
+              const { occ, clusters } = residency(`kx_${short.slice(3)}_staged${nvs}_${dtype}`, T, smem, cl);
+              if (occ < 1 || clusters < 1) continue;
+              const ncl = Math.min(rows, clusters);
+              const c = new LaunchConfig({ grid: [ncl * cl], block: [T], sharedBytes: smem, cluster: cl });
+              y.buffer.fill(0xff);
+              const a = argsFor(y);
+              a[11] = T, a[12] = S;
+              const ms = timeIt(() => k.launch(dev.stream, c, a));
+              const err = maxRelDiff(y, ref, dtype);
+              const tag = `st${nvs}c${cl}s${S}o${occ}n${ncl}`;
+              line.push(`${tag} ${(100 * gbs(ms) / copyGBs).toFixed(1)}${err > (dtype === "f32" ? 1e-5 : 1e-2) ? `(ERR ${err.toExponential(1)})` : ""}`);
+              rec[tag] = gbs(ms);
+              rec[tag + "_err"] = err;
+            }
+          }
+        }
+      }
+      // The wide2 experiment: one CTA per row streaming the row U chunks per thread at a time.
+      if (d >= 16384) {
+        for (const u of [2, 4]) {
+          const name = `kx_${short.slice(3)}_wide2u${u}_${dtype}`;
+          const k = mod.kernel(name, NORM_FWD_ARGS);
+          for (const T of [256, 512, 1024]) {
+            const smem = 2 * (T / 32) * 4;
+            const { occ } = residency(name, T, smem, 1);
+            for (const g of [rows, occ * dev.info.multiprocessors]) {
+              const c = new LaunchConfig({ grid: [g], block: [T], sharedBytes: smem });
+              y.buffer.fill(0xff);
+              const a = argsFor(y);
+              a[11] = T;
+              const ms = timeIt(() => k.launch(dev.stream, c, a));
+              const err = maxRelDiff(y, ref, dtype);
+              const tag = `w${u}t${T}${g === rows ? "" : "p" + occ}`;
+              line.push(`${tag} ${(100 * gbs(ms) / copyGBs).toFixed(1)}${err > (dtype === "f32" ? 1e-5 : 1e-2) ? `(ERR ${err.toExponential(1)})` : ""}`);
+              rec[tag] = gbs(ms);
+            }
+          }
+        }
+      }
+      // The rows mapping: the production kernel at other lane counts per row.
+      if (p.mapping === "rows") {
+        const chunks = Math.ceil(d / (16 / b));
+        for (let tpr = 1; tpr <= 32; tpr *= 2) {
+          const nv = Math.ceil(chunks / tpr);
+          if (nv > 8 || tpr === p.tpr) continue;
+          const c = new LaunchConfig({ grid: [Math.ceil(rows / (256 / tpr))], block: [256] });
+          const a = argsFor(y);
+          a[11] = tpr, a[12] = nv;
+          const ms = timeIt(() => prod.launch(dev.stream, c, a));
+          line.push(`t${tpr} ${(100 * gbs(ms) / copyGBs).toFixed(1)}`);
+          rec[`t${tpr}`] = gbs(ms);
+        }
+      }
+      console.log(line.join(" "));
+      out.push(rec);
+    }
+  }
+}
+} catch (e) {
+  const err = e as { error?: unknown; suppressed?: unknown; stack?: string };
+  console.log("FAILED:", err.stack ?? String(e), "| error:", String(err.error), "| suppressed:", String(err.suppressed));
+}
+if (jsonPath) writeFileSync(jsonPath, JSON.stringify({ copyGBs, device: dev.info.name, date: new Date().toISOString(), results: out }, null, 1));

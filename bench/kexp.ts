@@ -97,6 +97,50 @@ function maxRelDiff(a: { buffer: { read(d: Uint8Array, o?: { offset: number }): 
 }
 const limits = planLimits(dev);
 
+// --latency: the small-batch regime of issue 5 instead (bf16, weight/bias bf16, 1–64 rows): device time per op
+// from a captured graph of 100 launches replayed 50 times, production kernel against the v-variants, with
+// programmatic dependent launch on for all of them.
+if (args.includes("--latency")) {
+  using stream = dev.createStream();
+  using e0 = dev.createEvent(), e1 = dev.createEvent();
+  for (const kind of ["layer", "rms"] as const) {
+    for (const d of [2048, 4096, 8192]) {
+      using w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype: "bf16" });
+      using bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype: "bf16" });
+      for (const rows of [1, 8, 64]) {
+        using x = dev.tensor(tileValues.subarray(0, rows * d), [rows, d], { dtype: "bf16" });
+        using y = dev.empty([rows, d], { dtype: "bf16" });
+        const p = (planNorm({ kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, limits) as { plan: LaunchPlan }).plan;
+        const cfg = new LaunchConfig(p);
+        const a = [x, y, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv];
+        const short = p.kernel.split("_")[1];
+        const line: string[] = [`${kind.padEnd(5)} D=${String(d).padStart(5)} rows=${String(rows).padStart(2)} ${p.mapping}:`];
+        const kernels: [string, Kernel][] = [["prod", normKernel(dev, p.kernel, NORM_FWD_ARGS)]];
+        for (const v of [0, 3, 4]) kernels.push([`v${v}`, mod.kernel(`kx_${short}_${p.mapping}_bf16_v${v}`, NORM_FWD_ARGS)]);
+        for (const [tag, k] of kernels) {
+          k.dependentLaunch = true;
+          using graph = stream.capture(() => {
+            for (let i = 0; i < 100; i++) k.launch(stream, cfg, a);
+          });
+          using exec = graph.instantiate();
+          for (let i = 0; i < 5; i++) exec.launch(stream);
+          stream.synchronize();
+          const ts: number[] = [];
+          for (let r = 0; r < 5; r++) {
+            e0.record(stream);
+            for (let i = 0; i < 10; i++) exec.launch(stream);
+            e1.record(stream);
+            e1.synchronize();
+            ts.push((e1.elapsedSince(e0) * 1000) / 1000);
+          }
+          line.push(`${tag} ${median(ts).toFixed(2)}µs`);
+        }
+        console.log(line.join(" "));
+      }
+    }
+  }
+  process.exit(0);
+}
 try {
 for (const d of DS) {
   for (const dtype of ["f32", "bf16"] as DType[]) {

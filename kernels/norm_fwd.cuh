@@ -251,13 +251,16 @@ NK_INLINE void nk_row_opaque(nk_v4 (&raw)[MAXV]) {
     for (int k = 0; k < 4; ++k) nk_opaque(raw[i].w[k]);
 }
 
-// Weight chunks per group (G of nk_row_cached) for the block and cluster mappings: 2 for RMSNorm on the
-// vector path where a weight chunk is one 16-byte load (TW as wide as TI), else 1. LayerNorm keeps 1: with
-// weight and bias for two chunks its 64-register kernels spilled up to 92 bytes and lost 3 to 7 points of
-// copy bandwidth on the H200 (LN bf16 D=5120 93.3 -> 86.3%), against +0.5 to +0.8 for RMSNorm.
+// Weight chunks per group (G of nk_row_cached) in the rows and block mappings: 4 for RMSNorm on the vector
+// path where a weight chunk is one 16-byte load (TW as wide as TI), else 1. On the H200 (bench/kexp.cu,
+// bench/RESULTS.md) grouping cut RMSNorm's small-batch time (graph replay, bf16, 1-64 rows) from 2.4-3.6 to
+// 1.9-2.3 us per op and cost no bandwidth (+0.3 to +0.8 points). LayerNorm keeps 1: with weight and bias
+// for two chunks at a time its 64-register kernels, which hold the masked path too, spilled up to 92 bytes
+// and lost 3 to 7 points of copy bandwidth (LN bf16 D=5120 93.3 -> 86.3%). The cluster mapping, for rows too
+// long for latency to matter, keeps 1 (grouped, its 16-bit kernels spilled up to 92 bytes).
 template <class TI, class TW, bool LN, bool FULL>
 struct nk_param_group {
-  enum { G = FULL && !LN && TW::SIZE == TI::SIZE ? 2 : 1 };
+  enum { G = FULL && !LN && TW::SIZE == TI::SIZE ? 4 : 1 };
 };
 
 // ---------------------------------------------------------------- one row, cached in registers
@@ -270,8 +273,7 @@ struct nk_param_group {
 // once per launch): no per-element masks, vector access only.
 // G: weight/bias chunks loaded per group in the output loop. A load may not move above a store the compiler
 // cannot prove disjoint, so with G = 1 each chunk's weight/bias load waits for the previous chunk's y store
-// and the row pays MAXV serial L2 round trips; G = 2 halves them (see nk_param_group for where). The rows
-// mapping keeps G = 1: its weight/bias sit in L1 and the extra registers cost it more (bench/kexp.cu v3).
+// and the row pays MAXV serial L2 round trips; G chunks per group cut them to MAXV / G (see nk_param_group).
 template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED, int G = 1>
 NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
                              const typename TW::S* b, int d, int c_first, int c_step, int c_end,
@@ -440,7 +442,7 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
     const bool active = row < rows;
     const bool writer = active && t == 0;
     const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL>(
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL, nk_red_lanes, nk_param_group<TI, TW, LN, FULL>::G>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, active ? nchunks : 0, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }
@@ -501,7 +503,7 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
   const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
   for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;  // the row's first element, in every CTA
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL, nk_red_cluster, nk_param_group<TI, TW, LN, FULL>::G>(
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL, nk_red_cluster>(
         X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, dpart, t, tpr, c_end, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }

@@ -70,7 +70,7 @@ const CLUSTER_SIZES = [2, 4, 8];
 /**
  * The longest RMSNorm row (bytes of x) that goes to `wide` rather than a cluster: its re-read still hits L2
  * with one row per SM in flight (132 × 128 KB = 17 MB of the H200's L2). H200, % of copy, wide against
- * cluster: RMS f32 D=32768 84.8 vs 77.3, 16-bit 65536 84.9–85.1 vs 76.1–77.8 (bench/RESULTS.md); at 256 KB
+ * cluster: RMS f32 D=32768 84.2 vs 77.3, 16-bit 65536 84.3–85.1 vs 76.1–77.8 (bench/RESULTS.md); at 256 KB
  * rows the cluster wins (RMS f32 65536: 70 vs 76, bench/kexp.ts). LayerNorm keeps the cluster: its three
  * passes ran at 62–63% in `wide` against 61–65% in the cluster, no better.
  */

@@ -13,6 +13,7 @@ import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor } from "../mod.ts";
 import { encode } from "../runtime/dtype.ts";
+import { deviceTimer } from "./device_timer.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
@@ -37,31 +38,9 @@ if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pd
 const dependentLaunch = setDependentLaunch(dev, pdlArg === "on");
 const info = dev.info;
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[s.length >> 1];
-}
-
-// Before each timed call the stream gets a 256 MiB memset (~0.1 ms of device work, as triton's do_bench
-// clears a cache buffer): the device is still busy with it while the host queues the start event and the call,
-// so the interval holds only device time (not the host's validation and launch), and L2 holds nothing useful.
-using busy = dev.alloc(256 * 2 ** 20);
-
-/** Times `fn` (queued on dev.stream) with events: median ms over REPS after 3 warm-ups. */
-function timeIt(fn: () => void): number {
-  for (let i = 0; i < 3; i++) fn();
-  const times: number[] = [];
-  using a = dev.createEvent(), b = dev.createEvent();
-  for (let i = 0; i < REPS; i++) {
-    busy.fill(i & 0xff);
-    a.record();
-    fn();
-    b.record();
-    b.synchronize();
-    times.push(b.elapsedSince(a));
-  }
-  return median(times);
-}
+// Device time only: a memset before each call (bench/device_timer.ts).
+using timer = deviceTimer(dev, REPS);
+const timeIt = (fn: () => void): number => timer.time(fn);
 
 // The ceiling: a large device-to-device copy, bytes read + written.
 const copyBytes = 2 ** 30;

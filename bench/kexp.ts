@@ -17,6 +17,7 @@ import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { decode, encode } from "../runtime/dtype.ts";
 import { LaunchConfig, type Kernel } from "../runtime/module.ts";
+import { deviceTimer, median } from "./device_timer.ts";
 
 const args = process.argv.slice(2);
 const cubinPath = args[0];
@@ -27,22 +28,8 @@ const VARIANTS = [0, 1, 2, 3, 4, 5];
 
 using dev = Device.open({ backend: "cuda" });
 using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-using busy = dev.alloc(256 * 2 ** 20);
-function timeIt(fn: () => void): number {
-  for (let i = 0; i < 3; i++) fn();
-  const ts: number[] = [];
-  using a = dev.createEvent(), b = dev.createEvent();
-  for (let i = 0; i < 30; i++) {
-    busy.fill(i & 0xff);
-    a.record();
-    fn();
-    b.record();
-    b.synchronize();
-    ts.push(b.elapsedSince(a));
-  }
-  return median(ts);
-}
+using timer = deviceTimer(dev, 30); // memset before each call: device time only (bench/device_timer.ts)
+const timeIt = (fn: () => void): number => timer.time(fn);
 let copyGBs: number;
 {
   using s = dev.alloc(2 ** 30), t = dev.alloc(2 ** 30);

@@ -1,0 +1,34 @@
+/**
+ * The benchmarks' device timer (bench/bench.ts, bench/kexp.ts): before each timed call the stream gets a
+ * 256 MiB memset (~0.1 ms of device work, as triton's do_bench clears a cache buffer). The device is still busy
+ * with it while the host queues the start event and the call, so the interval holds only device time (not the
+ * host's validation and launch), and L2 holds nothing useful.
+ */
+import type { Device } from "../mod.ts";
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[s.length >> 1];
+}
+
+/** A timer over `dev.stream`: `time(fn)` is the median ms of `reps` timed calls after 3 warm-ups. */
+export function deviceTimer(dev: Device, reps: number): { time(fn: () => void): number } & Disposable {
+  const busy = dev.alloc(256 * 2 ** 20);
+  return {
+    time(fn: () => void): number {
+      for (let i = 0; i < 3; i++) fn();
+      const times: number[] = [];
+      using a = dev.createEvent(), b = dev.createEvent();
+      for (let i = 0; i < reps; i++) {
+        busy.fill(i & 0xff);
+        a.record();
+        fn();
+        b.record();
+        b.synchronize();
+        times.push(b.elapsedSince(a));
+      }
+      return median(times);
+    },
+    [Symbol.dispose]: () => busy[Symbol.dispose](),
+  };
+}

@@ -21,10 +21,15 @@
 #define NORMKIT_NORM_BWD_CUH
 #include "norm_fwd.cuh"
 
-// Chunks per thread the `cached` mapping holds (x and dy, raw, at most 4 words each per chunk).
-// With 128 registers (launch bound 512 threads, 1 block) 6 chunks fit without spills on sm_90; 8 spilt
-// up to 140 bytes, and 4 chunks at 64 registers spilt more (the masked path's addresses).
+// Registers the `cached` mapping may spend per thread on its cache: per chunk, the raw x and dy words and
+// the chunk's parameter sums (VEC floats for dweight, VEC more for dbias with LN). NK_BWD_REG_BUDGET / that
+// cost, at most NK_MAXV_BWD, is the number of chunks a thread caches (nk_bwd_maxv; ops/plan_bwd.ts mirrors
+// it). With 128 registers (launch bound 512 threads, 1 block) the budget leaves room for addresses and
+// the masked path's spill-free code on sm_90.
 #define NK_MAXV_BWD 6
+#ifndef NK_BWD_REG_BUDGET
+#define NK_BWD_REG_BUDGET 72
+#endif
 
 #define NK_BWD_PARAMS                                                                                  \
   const void *dy, const void *x, const void *weight, const float *mean, const float *rstd, void *dx,   \
@@ -39,6 +44,12 @@ template <class TX, class TD>
 struct nk_bwd_geom {
   enum { VEC = 16 / (TX::SIZE > TD::SIZE ? TX::SIZE : TD::SIZE) };
   enum { XW = VEC * TX::SIZE / 4, DW = VEC * TD::SIZE / 4 };
+};
+// Chunks one thread of `cached` holds in registers (see NK_BWD_REG_BUDGET).
+template <class TX, class TD, bool LN>
+struct nk_bwd_maxv {
+  enum { PER = nk_bwd_geom<TX, TD>::XW + nk_bwd_geom<TX, TD>::DW + nk_bwd_geom<TX, TD>::VEC * (LN ? 2 : 1) };
+  enum { V = NK_BWD_REG_BUDGET / PER < NK_MAXV_BWD ? NK_BWD_REG_BUDGET / PER : NK_MAXV_BWD };
 };
 // Alignment of one chunk of T (its bytes, at most 16): the vector width of its loads and stores.
 template <class T, int VEC>
@@ -58,6 +69,18 @@ NK_INLINE bool nk_bwd_full(const void* dy, const void* x, const void* w, const v
          (xs * TX::SIZE) % AX == 0 && (dxs * TX::SIZE) % AX == 0 && (dys * TD::SIZE) % AD == 0;
 }
 
+// dx of one chunk from its x, dy and weights (has_w false: w = 1), the row's stats and its sums a, b.
+template <bool LN, int VEC>
+NK_INLINE void nk_bwd_dx(const float (&xf)[VEC], const float (&df)[VEC], const float (&wf)[VEC], bool has_w,
+                         float mu, float rs, float a, float b, float (&o)[VEC]) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float xh = LN ? (xf[e] - mu) * rs : xf[e] * rs;
+    const float g = has_w ? df[e] * wf[e] : df[e];
+    o[e] = rs * (LN ? (g - a) - xh * b : g - xh * b);
+  }
+}
+
 // dx for one chunk, and the chunk's contributions to the parameter sums (acc: this thread's slots for
 // the chunk's columns, dweight's at acc[0..], dbias's at acc[d..]; null when no parameter gradient).
 template <class TX, class TD, class TW, bool LN, int VEC>
@@ -67,13 +90,9 @@ NK_INLINE void nk_bwd_chunk(const float (&xf)[VEC], const float (&df)[VEC], cons
   float wf[VEC];
   if (w) nk_load_f<TW, VEC>(w, pvec, nvalid, wf);
   float o[VEC], gx[VEC];
+  nk_bwd_dx<LN, VEC>(xf, df, wf, w != nullptr, mu, rs, a, b, o);
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    const float xh = LN ? (xf[e] - mu) * rs : xf[e] * rs;
-    const float g = w ? df[e] * wf[e] : df[e];
-    o[e] = rs * (LN ? (g - a) - xh * b : g - xh * b);
-    gx[e] = df[e] * xh;
-  }
+  for (int e = 0; e < VEC; ++e) gx[e] = df[e] * (LN ? (xf[e] - mu) * rs : xf[e] * rs);
   nk_store_f<TX, VEC>(dxp, dxvec, nvalid, o);
   if (!acc) return;
   if (accvec && nvalid >= VEC) {
@@ -115,6 +134,21 @@ NK_INLINE void nk_bwd_sums(const float (&xf)[VEC], const float (&df)[VEC], const
   }
 }
 
+// Pass 1 of `cached` over one chunk: nk_bwd_sums, plus the chunk's parameter sums (accw += dy * xhat,
+// accb += dy for LN), which need no row sum. Elements past the row's end were loaded as +0 (dy = 0 adds
+// nothing; their slots are never written out).
+template <class TW, bool LN, int VEC>
+NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], const typename TW::S* w, bool pvec,
+                            int nvalid, float mu, float rs, float& sg, float& sgx, float (&accw)[VEC],
+                            float (&accb)[VEC]) {
+  nk_bwd_sums<TW, LN, VEC>(xf, df, w, pvec, nvalid, mu, rs, sg, sgx);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    accw[e] += df[e] * (LN ? (xf[e] - mu) * rs : xf[e] * rs);
+    if (LN) accb[e] += df[e];
+  }
+}
+
 #define NK_BWD_TYPED_PTRS                                    \
   const typename TD::S* DY = (const typename TD::S*)dy;     \
   const typename TX::S* X = (const typename TX::S*)x;       \
@@ -124,18 +158,24 @@ NK_INLINE void nk_bwd_sums(const float (&xf)[VEC], const float (&df)[VEC], const
 // ---------------------------------------------------------------- mapping `cached`
 // blockDim.x = R * tpr: R row groups of tpr threads. tpr is a power of two <= 32 (groups inside a warp,
 // xor-shuffle reductions; blockDim.x a multiple of the warp size) or tpr = blockDim.x (one row per
-// block, block reductions). Thread t of a group owns chunks t, t + tpr, ... (nv <= NK_MAXV_BWD of them,
+// block, block reductions). Thread t of a group owns chunks t, t + tpr, ... (nv <= nk_bwd_maxv of them,
 // nv * tpr * VEC >= d) and caches their x and dy in registers. Grid: persistent, rows strided by
-// gridDim.x * R. Dynamic shared memory (floats): 2 * (blockDim.x / warp) for the block reductions,
-// rounded up to 4, then R * nacc * d parameter-sum slots when `part` is not null.
+// gridDim.x * R.
+// Parameter sums: a thread owns the same columns in every row it visits, so it keeps their sums in
+// registers across rows (no shared-memory traffic per row). At the end each group stores its sums in
+// its shared-memory slots and the block adds the groups in group order into its row of `part` (R = 1:
+// straight to `part`). Dynamic shared memory (floats): 2 * (blockDim.x / warp) for the block reductions,
+// rounded up to 4, then R * nacc * d slots when `part` is not null and R > 1.
+// (Until 2026-12 the sums were read-modified-written in shared memory for every row: 2 floats per
+// element for LN, which held 16-bit LN at 62-74% of copy.)
 template <class TX, class TD, class TW, bool LN, bool FULL>
 NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC, XW = nk_bwd_geom<TX, TD>::XW, DW = nk_bwd_geom<TX, TD>::DW;
-  constexpr int NACC = LN ? 2 : 1;
+  constexpr int NACC = LN ? 2 : 1, MAXV = nk_bwd_maxv<TX, TD, LN>::V, WWORDS = VEC * TW::SIZE / 4;
   nk_check_wave();
   const int bd = (int)nk_block_dim_x();
   const bool lanes = tpr <= 32;
-  if (tpr < 1 || nv < 1 || nv > NK_MAXV_BWD || (long long)nv * tpr * VEC < d || bd % tpr ||
+  if (tpr < 1 || nv < 1 || nv > MAXV || (long long)nv * tpr * VEC < d || bd % tpr ||
       (lanes ? (tpr & (tpr - 1)) != 0 || bd % NK_WARP_SIZE != 0 : tpr != bd))
     nk_trap();
   if (d <= 0) return;
@@ -143,30 +183,22 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const int tid = (int)nk_thread_x();
   const int grp = tid / tpr, t0 = tid - grp * tpr, R = bd / tpr;
   const unsigned nwarps = (unsigned)bd / NK_WARP_SIZE;
-  float* slots = nk_fwd_smem + ((2 * nwarps + 3) & ~3u);  // 16-byte aligned
-  float* acc = part ? slots + (long long)grp * NACC * d : nullptr;
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
 #define NK_NVAL(i) \
   (((i) < nv && t + (i) * tpr < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(t + (i) * tpr, d)) : 0)
-  if (acc) {
-    const int c_end = nchunks, t = t0;
-    for (int i = 0; i < NK_MAXV_BWD; ++i) {
-      const int nvalid = NK_NVAL(i);
-      for (int e = 0; e < nvalid; ++e) {
-        const int col = (t + i * tpr) * VEC + e;
-        acc[col] = 0.0f;
-        if (LN) acc[d + col] = 0.0f;
-      }
-    }
-  }
+  float accw[MAXV][VEC], accb[MAXV][VEC];
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) accw[i][e] = 0.0f, accb[i][e] = 0.0f;
   nk_red_lanes redl{tpr};
   nk_red_block redb{nwarps, 0u};
   const bool pvec = FULL || nk_aligned(W, nk_chunk_align<TW, VEC>::A);
   const long long rstep = (long long)nk_grid_dim_x() * R;
   for (long long rb = (long long)nk_block_x() * R; rb < rows; rb += rstep) {
-    // Per-chunk weight and slot addresses do not depend on the row: keep the compiler from hoisting
-    // them all out of the loop (two registers each, live throughout; they spilled).
+    // Per-chunk weight addresses do not depend on the row: keep the compiler from hoisting them all out
+    // of the loop (two registers each, live throughout; they spilled).
     int t = t0;
     nk_opaque(t);
     const long long row = rb + grp;
@@ -177,9 +209,9 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     typename TX::S* dxr = DX + row * dx_stride;
     const bool xvec = FULL || nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
     const bool dvec = FULL || nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
-    unsigned xw[NK_MAXV_BWD][XW], dw[NK_MAXV_BWD][DW];
+    unsigned xw[MAXV][XW], dw[MAXV][DW];
 #pragma unroll
-    for (int i = 0; i < NK_MAXV_BWD; ++i) {
+    for (int i = 0; i < MAXV; ++i) {
       const long long off = (long long)(t + i * tpr) * VEC;
       nk_load_words<TX, VEC>(xr + off, xvec, NK_NVAL(i), xw[i]);
       nk_load_words<TD, VEC>(dyr + off, dvec, NK_NVAL(i), dw[i]);
@@ -188,36 +220,69 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     const float rs = active ? rstd[row] : 0.0f;
     float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
-    for (int i = 0; i < NK_MAXV_BWD; ++i) {
+    for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
       if (nvalid > 0) {
         float xf[VEC], df[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
-        nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + (long long)(t + i * tpr) * VEC : W, pvec, nvalid, mu, rs, sg, sgx);
+        nk_bwd_pass1<TW, LN, VEC>(xf, df, W ? W + (long long)(t + i * tpr) * VEC : W, pvec, nvalid, mu, rs, sg,
+                                  sgx, accw[i], accb[i]);
       }
     }
     const float a = LN ? (lanes ? redl(sg) : redb(sg)) / fd : 0.0f;
     const float b = (lanes ? redl(sgx) : redb(sgx)) / fd;
     const bool dxvec = FULL || nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
+    // Pass 2: dx. Chunk i + 1's weights are loaded before chunk i's dx is stored: the compiler cannot
+    // move a load above a store that may alias it, so one load per chunk would wait in series. Not for
+    // f32 weights with 16-bit x (8 more live registers: those kernels spilled up to 56 bytes).
+    constexpr bool AHEAD = WWORDS <= 4;
+    unsigned wnext[WWORDS];
+    if (AHEAD && W) nk_load_words<TW, VEC>(W + (long long)t * VEC, pvec, NK_NVAL(0), wnext);
 #pragma unroll
-    for (int i = 0; i < NK_MAXV_BWD; ++i) {
+    for (int i = 0; i < MAXV; ++i) {
+      unsigned wcur[WWORDS];
+      if (AHEAD) {
+#pragma unroll
+        for (int k = 0; k < WWORDS; ++k) wcur[k] = wnext[k];
+        if (W && i + 1 < MAXV)
+          nk_load_words<TW, VEC>(W + (long long)(t + (i + 1) * tpr) * VEC, pvec, NK_NVAL(i + 1), wnext);
+      }
       const int nvalid = NK_NVAL(i);
       if (nvalid > 0) {
-        const long long off = (long long)(t + i * tpr) * VEC;
-        float xf[VEC], df[VEC];
+        if (!AHEAD && W) nk_load_words<TW, VEC>(W + (long long)(t + i * tpr) * VEC, pvec, nvalid, wcur);
+        float xf[VEC], df[VEC], wf[VEC], o[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
-        nk_bwd_chunk<TX, TD, TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, a, b, dxr + off, dxvec,
-                                          acc ? acc + off : acc, d, FULL);
+        for (int e = 0; e < VEC; ++e)
+          xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e), wf[e] = W ? nk_get<TW>(wcur, e) : 1.0f;
+        nk_bwd_dx<LN, VEC>(xf, df, wf, W != nullptr, mu, rs, a, b, o);
+        nk_store_f<TX, VEC>(dxr + (long long)(t + i * tpr) * VEC, dxvec, nvalid, o);
       }
     }
   }
-#undef NK_NVAL
   if (!part) return;
-  // This block's row of `part`: its groups' slots added in group order.
-  nk_barrier();
+  // This block's row of `part`: one group writes it directly; several store their sums in their slots
+  // and the block adds them in group order.
   float* out = part + (long long)nk_block_x() * NACC * d;
+  float* mine = R == 1 ? out : nk_fwd_smem + ((2 * nwarps + 3) & ~3u) + (long long)grp * NACC * d;
+  {
+    const int t = t0, c_end = nchunks;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int nvalid = NK_NVAL(i);
+      const long long col = (long long)(t + i * tpr) * VEC;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (e < nvalid) {
+          mine[col + e] = accw[i][e];
+          if (LN) mine[d + col + e] = accb[i][e];
+        }
+    }
+  }
+#undef NK_NVAL
+  if (R == 1) return;
+  nk_barrier();
+  const float* slots = nk_fwd_smem + ((2 * nwarps + 3) & ~3u);
   for (int j = tid; j < NACC * d; j += bd) {
     float s = 0.0f;
     for (int g = 0; g < R; ++g) s += slots[(long long)g * NACC * d + j];

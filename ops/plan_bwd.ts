@@ -5,25 +5,40 @@
  * RPB rows. Contracts: kernels/norm_bwd.cuh.
  *
  * A chunk is 16 bytes of the wider of x and dy (VEC = 4 elements if either is f32, else 8); a thread
- * caches up to MAXV_BWD chunks of x and dy in registers (`cached`), or re-reads them (`wide`).
+ * caches up to maxvBwd() chunks of x and dy, and their columns' parameter sums, in registers (`cached`),
+ * or re-reads them (`wide`).
  */
 import type { DType } from "../runtime/dtype.ts";
 import type { NormKind } from "./plan.ts";
 
+/** Chunks per thread at most, whatever the dtypes (NK_MAXV_BWD). */
 export const MAXV_BWD = 6;
+/** Registers a `cached` thread spends on its cache (NK_BWD_REG_BUDGET in kernels/norm_bwd.cuh). */
+export const BWD_REG_BUDGET = 72;
 /** Threads per block at most (both mappings' launch bound). */
 export const BWD_MAX_THREADS = 512;
 /** Threads of a `tile` block (its launch bound), each summing 16 columns in registers. */
 export const TILE_THREADS = 256;
 /** Block size of the several-rows-per-block layout. */
 export const BWD_ROWS_BLOCK = 256;
-/** Chunks per thread aimed for: few lanes per row, deep register caches (as in the forward). */
-const TARGET_NV = MAXV_BWD;
 /**
- * Shared memory the several-rows layout may spend on its parameter-sum slots (R · nacc · D floats):
- * halving the row groups below this keeps two or more blocks resident per SM.
+ * Shared memory the several-rows layout may spend on the slots where its row groups add up their
+ * parameter sums at the end (R · nacc · D floats): halving the row groups below this keeps two or more
+ * blocks resident per SM.
  */
 const ROWS_SLOT_BUDGET = 64 * 1024;
+
+const size = (t: DType): number => (t === "f32" ? 4 : 2);
+
+/**
+ * Chunks one `cached` thread holds (nk_bwd_maxv): per chunk it keeps the raw words of x and dy and the
+ * chunk's parameter sums (VEC floats, 2·VEC for LayerNorm), within BWD_REG_BUDGET registers.
+ */
+export function maxvBwd(kind: NormKind, x: DType, dy: DType): number {
+  const vec = 16 / Math.max(size(x), size(dy));
+  const per = (vec * size(x)) / 4 + (vec * size(dy)) / 4 + vec * (kind === "layer" ? 2 : 1);
+  return Math.min(MAXV_BWD, Math.floor(BWD_REG_BUDGET / per));
+}
 
 export interface BwdPlanInput {
   kind: NormKind;
@@ -65,7 +80,6 @@ export interface BwdPlan {
 export type BwdPlanResult = { plan: BwdPlan } | { unsupported: string };
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
-const size = (t: DType): number => (t === "f32" ? 4 : 2);
 
 export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanResult {
   const tx = p.xDtype, tdy = p.dyDtype, tw = p.weightDtype ?? "f32";
@@ -81,22 +95,24 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   // The block reductions' 2 · warps floats, rounded up to 16 bytes (the slots start there).
   const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
 
+  // Chunks per thread: as many as the registers hold (few lanes per row, deep caches, as in the forward).
+  const maxv = maxvBwd(p.kind, tx, tdy);
   // Several rows per block: tpr lanes per row (a power of two ≤ 32), R = block / tpr row groups.
-  if (chunks <= 32 * MAXV_BWD && BWD_ROWS_BLOCK <= maxThreads) {
-    const tpr = Math.min(32, nextPow2(Math.ceil(chunks / TARGET_NV)));
+  if (chunks <= 32 * maxv && BWD_ROWS_BLOCK <= maxThreads) {
+    const tpr = Math.min(32, nextPow2(Math.ceil(chunks / maxv)));
     let block = BWD_ROWS_BLOCK;
     // Fewer row groups while their slots exceed the budget, keeping whole warps.
     while (block > Math.max(tpr, warp) && (block / tpr) * slotBytes > ROWS_SLOT_BUDGET) block /= 2;
     const rpb = block / tpr;
-    const shared = reduceBytes(block) + rpb * slotBytes;
+    const shared = reduceBytes(block) + (rpb > 1 ? rpb * slotBytes : 0);
     if (shared <= limits.maxSharedPerBlockOptin) {
       return { plan: { kernel: name("cached"), mapping: "cached", block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
     }
   }
-  // One row per block, cached in registers, when it fits (and its slots fit in shared memory).
-  if (chunks <= maxThreads * MAXV_BWD) {
-    const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / TARGET_NV) / warp) * warp));
-    const shared = reduceBytes(block) + slotBytes;
+  // One row per block, cached in registers, when it fits (its sums go straight to `part`).
+  if (chunks <= maxThreads * maxv) {
+    const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / maxv) / warp) * warp));
+    const shared = reduceBytes(block);
     if (shared <= limits.maxSharedPerBlockOptin) {
       return { plan: { kernel: name("cached"), mapping: "cached", block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
     }

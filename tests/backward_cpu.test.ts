@@ -8,7 +8,8 @@ import assert from "node:assert/strict";
 import { Device, type DType, LayerNorm, Tensor, layerNorm, layerNormBackward, RMSNorm, rmsNorm, rmsNormBackward } from "../mod.ts";
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import { cpuNormBackward, cpuNormForward } from "../mod.ts";
-import { MAXV_BWD, planNormBackward } from "../ops/plan_bwd.ts";
+import { readFileSync } from "node:fs";
+import { BWD_REG_BUDGET, MAXV_BWD, maxvBwd, planNormBackward } from "../ops/plan_bwd.ts";
 import { runBwdCase } from "./backward_cases.ts";
 import { randoms } from "./random.ts";
 
@@ -185,22 +186,37 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             continue;
           }
           if (p.mapping === "cached") {
-            assert.ok(p.nv >= 1 && p.nv <= MAXV_BWD && p.nv * p.tpr * vec >= d, `d ${d}: nv ${p.nv} tpr ${p.tpr}`);
+            assert.ok(p.nv >= 1 && p.nv <= maxvBwd(kind, tx, tdy) && p.nv * p.tpr * vec >= d, `d ${d}: nv ${p.nv} tpr ${p.tpr}`);
             assert.ok(p.tpr <= 32 ? (p.tpr & (p.tpr - 1)) === 0 : p.tpr === p.block);
             assert.equal(p.rowsPerBlock, p.block / p.tpr);
             const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
-            assert.equal(p.sharedBytes, reduce + p.rowsPerBlock * nacc * d * 4);
+            // Slots only where several row groups add up their register sums at the end.
+            assert.equal(p.sharedBytes, reduce + (p.rowsPerBlock > 1 ? p.rowsPerBlock * nacc * d * 4 : 0));
           } else {
             assert.equal(p.tpr, p.block);
             const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
             // Parameter sums in shared memory (nv = 1) exactly when they fit.
             assert.equal(p.nv, nacc > 0 && reduce + nacc * d * 4 <= limits.maxSharedPerBlockOptin ? 1 : 0);
             assert.equal(p.sharedBytes, reduce + p.nv * nacc * d * 4);
-            assert.ok(d > 512 * MAXV_BWD * vec / 2, `wide only for long rows (d ${d})`);
+            assert.ok(d > 512 * maxvBwd(kind, tx, tdy) * vec, `wide only past the register cache (d ${d})`);
           }
         }
       }
     }
   }
   assert.ok("unsupported" in planNormBackward({ kind: "rms", d: 8, xDtype: "f16", dyDtype: "f16", weightDtype: "bf16", paramGrads: true }, limits));
+});
+
+test("backward plan: the chunks per thread mirror the kernel's register budget (kernels/norm_bwd.cuh)", () => {
+  const src = readFileSync(new URL("../kernels/norm_bwd.cuh", import.meta.url), "utf8");
+  const define = (name: string) => Number(src.match(new RegExp(`#define ${name} (\\d+)`))?.[1]);
+  assert.equal(define("NK_MAXV_BWD"), MAXV_BWD);
+  assert.equal(define("NK_BWD_REG_BUDGET"), BWD_REG_BUDGET);
+  // Per chunk: x words + dy words + VEC sums (2·VEC for LN); 72 registers / that, at most 6.
+  assert.equal(maxvBwd("layer", "f32", "f32"), 4); // 4 + 4 + 8 = 16
+  assert.equal(maxvBwd("layer", "bf16", "bf16"), 3); // 4 + 4 + 16 = 24
+  assert.equal(maxvBwd("layer", "f16", "f32"), 5); // VEC 4: 2 + 4 + 8 = 14
+  assert.equal(maxvBwd("rms", "f32", "f32"), 6); // 12 → 6
+  assert.equal(maxvBwd("rms", "bf16", "bf16"), 4); // 16
+  assert.equal(maxvBwd("rms", "bf16", "f32"), 6); // 10 → 7, capped at 6
 });

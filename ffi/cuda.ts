@@ -54,6 +54,9 @@ export const CUDA_SYMBOLS = {
   // CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
   //                                                      size_t dynamicSMemSize);
   cuOccupancyMaxActiveBlocksPerMultiprocessor: { parameters: ["buffer", "u64", "i32", "u64"], result: "i32" },
+  // CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
+  // (CUDA 11.8+; `config` is the prepared struct of cuLaunchKernelEx below, with a cluster attribute.)
+  cuOccupancyMaxActiveClusters: { parameters: ["buffer", "u64", "u64"], result: "i32" },
 
   // CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
   cuMemAlloc_v2: { parameters: ["buffer", "u64"], result: "i32" },

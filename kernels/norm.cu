@@ -73,7 +73,7 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
 // ---------------------------------------------------------------- backward kernels
 // Every (x, dy, weight) dtype triple built: B(tx, tdy, tw), one per line (dx has x's dtype; dy has the
 // forward output's, any of the three; weight is f32 or x's dtype). scripts/build-kernels.sh reads these
-// B(...) lines to list nk_{ln|rms}_bwd_{cached|wide}_{tx}_{tdy}_{tw}: keep one per line.
+// B(...) lines to list nk_{ln|rms}_bwd_{cached|wide|rowsum|tile|cluster}_{tx}_{tdy}_{tw}: keep one per line.
 #define NK_BWD_DTYPES(B) \
   B(f32, f32, f32)       \
   B(f32, f16, f32)       \
@@ -91,15 +91,15 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
   B(bf16, f16, bf16)     \
   B(bf16, bf16, bf16)
 
-// cached: up to 512 threads and 128 registers (NK_MAXV_BWD chunks of x and dy cached); wide and rowsum: up
-// to 512; tile: 256 (its column sums live in registers).
+// cached and cluster: up to 512 threads and 128 registers (nk_bwd_maxv chunks of x and dy, and their
+// parameter sums, in registers); wide and rowsum: up to 512; tile: 256 (its column sums live in registers).
 #define NK_BWD_KIND(kind, isln, tx, td, tw)                                                                    \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(512, 1) nk_##kind##_bwd_cached_##tx##_##td##_##tw(NK_BWD_PARAMS) { \
     nk_pdl_enter();                                                                                                 \
     if (nk_bwd_full<nk_##tx, nk_##td, nk_##tw>(dy, x, weight, dx, d, dy_stride, x_stride, dx_stride))              \
-      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, true>(NK_BWD_ARGS);                                           \
+      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, true, false>(NK_BWD_ARGS);                                    \
     else                                                                                                            \
-      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, false>(NK_BWD_ARGS);                                          \
+      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, false, false>(NK_BWD_ARGS);                                   \
   }                                                                                                                 \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_##kind##_bwd_wide_##tx##_##td##_##tw(NK_BWD_PARAMS) {         \
     nk_pdl_enter();                                                                                                \
@@ -112,6 +112,13 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_##kind##_bwd_tile_##tx##_##td##_##tw(NK_BWD_PARAMS) {         \
     nk_pdl_enter();                                                                                                \
     nk_bwd_tile<nk_##tx, nk_##td, nk_##tw, isln>(NK_BWD_ARGS);                                                     \
+  }                                                                                                                 \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(512, 1) nk_##kind##_bwd_cluster_##tx##_##td##_##tw(NK_BWD_PARAMS) { \
+    nk_pdl_enter();                                                                                                 \
+    if (nk_bwd_full<nk_##tx, nk_##td, nk_##tw>(dy, x, weight, dx, d, dy_stride, x_stride, dx_stride))              \
+      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, true, true>(NK_BWD_ARGS);                                     \
+    else                                                                                                            \
+      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, false, true>(NK_BWD_ARGS);                                    \
   }
 #define NK_BWD_TRIPLE(tx, td, tw)    \
   NK_BWD_KIND(ln, true, tx, td, tw) \

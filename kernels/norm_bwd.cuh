@@ -155,27 +155,40 @@ NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], cons
   const typename TW::S* W = (const typename TW::S*)weight;  \
   typename TX::S* DX = (typename TX::S*)dx
 
-// ---------------------------------------------------------------- mapping `cached`
-// blockDim.x = R * tpr: R row groups of tpr threads. tpr is a power of two <= 32 (groups inside a warp,
-// xor-shuffle reductions; blockDim.x a multiple of the warp size) or tpr = blockDim.x (one row per
+// ---------------------------------------------------------------- mappings `cached` and `cluster`
+// cached: blockDim.x = R * tpr: R row groups of tpr threads. tpr is a power of two <= 32 (groups inside a
+// warp, xor-shuffle reductions; blockDim.x a multiple of the warp size) or tpr = blockDim.x (one row per
 // block, block reductions). Thread t of a group owns chunks t, t + tpr, ... (nv <= nk_bwd_maxv of them,
 // nv * tpr * VEC >= d) and caches their x and dy in registers. Grid: persistent, rows strided by
 // gridDim.x * R.
+// cluster (CL, Hopper): a row is split over the C CTAs of a thread-block cluster, as in the forward's
+// `cluster`: CTA rank r owns chunks [r * cpc, (r + 1) * cpc), cpc = ceil(chunks / C), and thread t of it
+// chunks r * cpc + t + i * tpr (tpr = blockDim.x, nv * tpr >= cpc); the row sums go over DSMEM
+// (nk_red_cluster). Grid: persistent, a multiple of C; rows strided by the number of clusters.
 // Parameter sums: a thread owns the same columns in every row it visits, so it keeps their sums in
 // registers across rows (no shared-memory traffic per row). At the end each group stores its sums in
 // its shared-memory slots and the block adds the groups in group order into its row of `part` (R = 1:
-// straight to `part`). Dynamic shared memory (floats): 2 * (blockDim.x / warp) for the block reductions,
-// rounded up to 4, then R * nacc * d slots when `part` is not null and R > 1.
+// straight to `part`; CL: the cluster's row of `part`, each CTA its own columns).
+// Dynamic shared memory (floats): 2 * (blockDim.x / warp) for the block reductions, rounded up to 4, then
+// R * nacc * d slots when `part` is not null and R > 1 (CL: 4 floats for the cluster's two slots instead).
 // (Until 2026-12 the sums were read-modified-written in shared memory for every row: 2 floats per
 // element for LN, which held 16-bit LN at 62-74% of copy.)
-template <class TX, class TD, class TW, bool LN, bool FULL>
+template <class TX, class TD, class TW, bool LN, bool FULL, bool CL>
 NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC, XW = nk_bwd_geom<TX, TD>::XW, DW = nk_bwd_geom<TX, TD>::DW;
   constexpr int NACC = LN ? 2 : 1, MAXV = nk_bwd_maxv<TX, TD, LN>::V, WWORDS = VEC * TW::SIZE / 4;
   nk_check_wave();
+#if NK_HAS_CLUSTER
+  const unsigned csize = CL ? nk_cluster_size() : 1u, crank = CL ? nk_cluster_rank() : 0u;
+#else
+  if (CL) nk_trap();  // no clusters here (sm_80 SASS, compute_80 PTX, HIP)
+  const unsigned csize = 1u, crank = 0u;
+#endif
   const int bd = (int)nk_block_dim_x();
-  const bool lanes = tpr <= 32;
-  if (tpr < 1 || nv < 1 || nv > MAXV || (long long)nv * tpr * VEC < d || bd % tpr ||
+  const bool lanes = tpr <= 32 && !CL;
+  const int nchunks = d > 0 ? (d - 1) / VEC + 1 : 0;
+  const int cpc = (int)((nchunks + csize - 1) / csize);  // chunks per CTA (all of them without clusters)
+  if (tpr < 1 || nv < 1 || nv > MAXV || (long long)nv * tpr < cpc || bd % tpr || csize > 32 ||
       (lanes ? (tpr & (tpr - 1)) != 0 || bd % NK_WARP_SIZE != 0 : tpr != bd))
     nk_trap();
   if (d <= 0) return;
@@ -183,10 +196,14 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const int tid = (int)nk_thread_x();
   const int grp = tid / tpr, t0 = tid - grp * tpr, R = bd / tpr;
   const unsigned nwarps = (unsigned)bd / NK_WARP_SIZE;
-  const int nchunks = (d - 1) / VEC + 1;
+  // This CTA's slice of every row: elements [e0, e0 + cpc * VEC), of which dloc exist (all without CL).
+  const long long e0 = (long long)crank * cpc * VEC;
+  const int cloc = nk_mini(cpc, nchunks - (int)crank * cpc);
+  const int dloc = cloc > 0 ? (int)(d - e0) : 0;
+  const typename TW::S* Wl = W ? W + e0 : W;
   const float fd = (float)d;
 #define NK_NVAL(i) \
-  (((i) < nv && t + (i) * tpr < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(t + (i) * tpr, d)) : 0)
+  (((i) < nv && t + (i) * tpr < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(t + (i) * tpr, dloc)) : 0)
   float accw[MAXV][VEC], accb[MAXV][VEC];
 #pragma unroll
   for (int i = 0; i < MAXV; ++i)
@@ -194,19 +211,33 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     for (int e = 0; e < VEC; ++e) accw[i][e] = 0.0f, accb[i][e] = 0.0f;
   nk_red_lanes redl{tpr};
   nk_red_block redb{nwarps, 0u};
-  const bool pvec = FULL || nk_aligned(W, nk_chunk_align<TW, VEC>::A);
-  const long long rstep = (long long)nk_grid_dim_x() * R;
-  for (long long rb = (long long)nk_block_x() * R; rb < rows; rb += rstep) {
+#if NK_HAS_CLUSTER
+  nk_red_cluster redc{nwarps, 0u, csize};
+#endif
+  auto reduce = [&](float v) -> float {
+#if NK_HAS_CLUSTER
+    if (CL) return redc(v);
+#endif
+    return lanes ? redl(v) : redb(v);
+  };
+  const bool pvec = FULL || nk_aligned(Wl, nk_chunk_align<TW, VEC>::A);
+#if NK_HAS_CLUSTER
+  const long long first = CL ? (long long)nk_cluster_id_x() : (long long)nk_block_x() * R;
+  const long long rstep = CL ? (long long)nk_cluster_count_x() : (long long)nk_grid_dim_x() * R;
+#else
+  const long long first = (long long)nk_block_x() * R, rstep = (long long)nk_grid_dim_x() * R;
+#endif
+  for (long long rb = first; rb < rows; rb += rstep) {
     // Per-chunk weight addresses do not depend on the row: keep the compiler from hoisting them all out
     // of the loop (two registers each, live throughout; they spilled).
     int t = t0;
     nk_opaque(t);
     const long long row = rb + grp;
     const bool active = row < rows;
-    const int c_end = active ? nchunks : 0;
-    const typename TX::S* xr = X + row * x_stride;
-    const typename TD::S* dyr = DY + row * dy_stride;
-    typename TX::S* dxr = DX + row * dx_stride;
+    const int c_end = active ? cloc : 0;
+    const typename TX::S* xr = X + row * x_stride + e0;
+    const typename TD::S* dyr = DY + row * dy_stride + e0;
+    typename TX::S* dxr = DX + row * dx_stride + e0;
     const bool xvec = FULL || nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
     const bool dvec = FULL || nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
     unsigned xw[MAXV][XW], dw[MAXV][DW];
@@ -226,47 +257,56 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
         float xf[VEC], df[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
-        nk_bwd_pass1<TW, LN, VEC>(xf, df, W ? W + (long long)(t + i * tpr) * VEC : W, pvec, nvalid, mu, rs, sg,
+        nk_bwd_pass1<TW, LN, VEC>(xf, df, Wl ? Wl + (long long)(t + i * tpr) * VEC : Wl, pvec, nvalid, mu, rs, sg,
                                   sgx, accw[i], accb[i]);
       }
     }
-    const float a = LN ? (lanes ? redl(sg) : redb(sg)) / fd : 0.0f;
-    const float b = (lanes ? redl(sgx) : redb(sgx)) / fd;
+    const float a = LN ? reduce(sg) / fd : 0.0f;
+    const float b = reduce(sgx) / fd;
     const bool dxvec = FULL || nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
     // Pass 2: dx. Chunk i + 1's weights are loaded before chunk i's dx is stored: the compiler cannot
     // move a load above a store that may alias it, so one load per chunk would wait in series. Not for
     // f32 weights with 16-bit x (8 more live registers: those kernels spilled up to 56 bytes).
     constexpr bool AHEAD = WWORDS <= 4;
     unsigned wnext[WWORDS];
-    if (AHEAD && W) nk_load_words<TW, VEC>(W + (long long)t * VEC, pvec, NK_NVAL(0), wnext);
+    if (AHEAD && Wl) nk_load_words<TW, VEC>(Wl + (long long)t * VEC, pvec, NK_NVAL(0), wnext);
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       unsigned wcur[WWORDS];
       if (AHEAD) {
 #pragma unroll
         for (int k = 0; k < WWORDS; ++k) wcur[k] = wnext[k];
-        if (W && i + 1 < MAXV)
-          nk_load_words<TW, VEC>(W + (long long)(t + (i + 1) * tpr) * VEC, pvec, NK_NVAL(i + 1), wnext);
+        if (Wl && i + 1 < MAXV)
+          nk_load_words<TW, VEC>(Wl + (long long)(t + (i + 1) * tpr) * VEC, pvec, NK_NVAL(i + 1), wnext);
       }
       const int nvalid = NK_NVAL(i);
       if (nvalid > 0) {
-        if (!AHEAD && W) nk_load_words<TW, VEC>(W + (long long)(t + i * tpr) * VEC, pvec, nvalid, wcur);
+        if (!AHEAD && Wl) nk_load_words<TW, VEC>(Wl + (long long)(t + i * tpr) * VEC, pvec, nvalid, wcur);
         float xf[VEC], df[VEC], wf[VEC], o[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e), wf[e] = W ? nk_get<TW>(wcur, e) : 1.0f;
-        nk_bwd_dx<LN, VEC>(xf, df, wf, W != nullptr, mu, rs, a, b, o);
+          xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e), wf[e] = Wl ? nk_get<TW>(wcur, e) : 1.0f;
+        nk_bwd_dx<LN, VEC>(xf, df, wf, Wl != nullptr, mu, rs, a, b, o);
         nk_store_f<TX, VEC>(dxr + (long long)(t + i * tpr) * VEC, dxvec, nvalid, o);
       }
     }
   }
+#if NK_HAS_CLUSTER
+  // No CTA may exit (its shared memory gone) while another can still read its slots.
+  if (CL) nk_cluster_sync();
+#endif
   if (!part) return;
-  // This block's row of `part`: one group writes it directly; several store their sums in their slots
-  // and the block adds them in group order.
-  float* out = part + (long long)nk_block_x() * NACC * d;
-  float* mine = R == 1 ? out : nk_fwd_smem + ((2 * nwarps + 3) & ~3u) + (long long)grp * NACC * d;
+  // This block's (CL: this cluster's) row of `part`: one group writes it directly; several store their
+  // sums in their slots and the block adds them in group order.
+#if NK_HAS_CLUSTER
+  const long long prow = CL ? (long long)nk_cluster_id_x() : (long long)nk_block_x();
+#else
+  const long long prow = nk_block_x();
+#endif
+  float* out = part + prow * NACC * d;
+  float* mine = R == 1 ? out + e0 : nk_fwd_smem + ((2 * nwarps + 3) & ~3u) + (long long)grp * NACC * d;
   {
-    const int t = t0, c_end = nchunks;
+    const int t = t0, c_end = cloc;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);

@@ -118,7 +118,10 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
   }
   const plan = device.backend === "cpu" ? undefined : planNormBackward(
     { kind, d: x.d, xDtype: x.dtype, dyDtype: dy.dtype, weightDtype: weight?.dtype, paramGrads: !!(weight || bias) },
-    { maxThreadsPerBlock: device.info.maxThreadsPerBlock, warpSize: device.info.warpSize, maxSharedPerBlockOptin: device.info.maxSharedPerBlockOptin },
+    {
+      maxThreadsPerBlock: device.info.maxThreadsPerBlock, warpSize: device.info.warpSize, maxSharedPerBlockOptin: device.info.maxSharedPerBlockOptin,
+      ccMajor: device.backend === "cuda" ? device.info.computeCapability[0] : 0,
+    },
   );
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}NormBackward: ${plan.unsupported}`);
   // Allocating while a stream captures breaks the capture (global mode): say so before the driver does.
@@ -161,7 +164,8 @@ function launchBackward(p: BwdPlan, a: BackwardLaunch): void {
   const { x, stream } = a, device = x.device;
   const sms = device.info.multiprocessors, maxGrid = device.info.maxGridDim[0];
   const k = normKernel(device, p.kernel, NORM_BWD_ARGS);
-  const config = (grid: number, block: number, sharedBytes = 0) => new LaunchConfig({ grid: [grid, 1, 1], block: [block, 1, 1], sharedBytes });
+  const config = (grid: number, block: number, sharedBytes = 0, cluster = 1) =>
+    new LaunchConfig({ grid: [grid, 1, 1], block: [block, 1, 1], sharedBytes, cluster });
   const args = (part: DeviceBuffer | null, tpr = p.tpr, nv = p.nv) =>
     [a.dy, x, a.weight ?? null, a.mean ?? null, a.rstd, a.dx, part, x.rows, x.d, a.dy.rowStride, x.rowStride, a.dx.rowStride, tpr, nv];
   const finalize = (partials: bigint, nparts: number) =>
@@ -180,6 +184,15 @@ function launchBackward(p: BwdPlan, a: BackwardLaunch): void {
       .launch(stream, config(Math.min(x.rows, 4 * sms, maxGrid), p.rowsumBlock!, p.rowsumShared!), args(part, p.rowsumBlock!, 0));
     k.launch(stream, config(ntiles * groups, p.block), args(part));
     finalize(part.ptr + BigInt(4 * sumsFloats), groups);
+    return;
+  }
+  if (p.mapping === "cluster") {
+    // Persistent clusters: as many as the driver says are resident at once (a cluster more would wait for
+    // a whole wave); one row of partial sums per cluster.
+    const clusters = Math.max(1, Math.min(x.rows, k.activeClusters(p.block, p.sharedBytes, p.cluster), Math.floor(maxGrid / p.cluster)));
+    const part = p.nacc > 0 ? workspace(device, stream, clusters * p.nacc * x.d * 4) : null;
+    k.launch(stream, config(clusters * p.cluster, p.block, p.sharedBytes, p.cluster), args(part));
+    if (part) finalize(part.ptr, clusters);
     return;
   }
   // Persistent grid: as many blocks as fit at once (shared memory above 48 KiB needs the kernel's opt-in,

@@ -21,6 +21,9 @@ export const BWD_MAX_THREADS = 512;
 export const TILE_THREADS = 256;
 /** Block size of the several-rows-per-block layout. */
 export const BWD_ROWS_BLOCK = 256;
+/** Cluster sizes tried, smallest first (8 is the portable maximum), and the CTA size preferred. */
+const CLUSTER_SIZES = [2, 4, 8];
+const CLUSTER_CTA = 256;
 /**
  * Shared memory the several-rows layout may spend on the slots where its row groups add up their
  * parameter sums at the end (R · nacc · D floats): halving the row groups below this keeps two or more
@@ -56,12 +59,19 @@ export interface BwdLimits {
   warpSize: number;
   /** Dynamic shared memory a block may use after opting in. */
   maxSharedPerBlockOptin: number;
+  /** Compute capability major on CUDA (thread-block clusters need 9+), 0 elsewhere; absent: 0. */
+  ccMajor?: number;
 }
 
 export interface BwdPlan {
   kernel: string;
-  /** `split`: the `rowsum` kernel (block `rowsumBlock`), then `kernel` = the `tile` kernel. */
-  mapping: "cached" | "wide" | "split";
+  /**
+   * `split`: the `rowsum` kernel (block `rowsumBlock`), then `kernel` = the `tile` kernel. `cluster`: the
+   * `cached` scheme with each row split over a thread-block cluster of `cluster` CTAs (Hopper).
+   */
+  mapping: "cached" | "cluster" | "wide" | "split";
+  /** CTAs per thread-block cluster (1 = none). */
+  cluster: number;
   block: number;
   sharedBytes: number;
   tpr: number;
@@ -90,7 +100,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   const warp = limits.warpSize;
   const nacc = p.paramGrads ? (p.kind === "layer" ? 2 : 1) : 0;
   const slotBytes = nacc * p.d * 4;
-  const name = (m: "cached" | "wide" | "rowsum" | "tile") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
+  const name = (m: "cached" | "cluster" | "wide" | "rowsum" | "tile") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
   const maxThreads = Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock);
   // The block reductions' 2 · warps floats, rounded up to 16 bytes (the slots start there).
   const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
@@ -106,7 +116,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     const rpb = block / tpr;
     const shared = reduceBytes(block) + (rpb > 1 ? rpb * slotBytes : 0);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      return { plan: { kernel: name("cached"), mapping: "cached", block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
     }
   }
   // One row per block, cached in registers, when it fits (its sums go straight to `part`).
@@ -114,7 +124,20 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / maxv) / warp) * warp));
     const shared = reduceBytes(block);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      return { plan: { kernel: name("cached"), mapping: "cached", block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
+    }
+  }
+  // Rows past one block's registers, on Hopper: split over a cluster of CTAs, each caching its slice in
+  // registers as above (row sums over DSMEM). The smallest cluster whose CTAs need ≤ CLUSTER_CTA threads
+  // (two CTAs per SM hide the cluster barriers), else 8 CTAs of up to maxThreads, the portable maximum.
+  if ((limits.ccMajor ?? 0) >= 9) {
+    for (const c of CLUSTER_SIZES) {
+      const per = Math.ceil(chunks / c);
+      if (per <= Math.min(CLUSTER_CTA, maxThreads) * maxv || (c === 8 && per <= maxThreads * maxv)) {
+        const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
+        // The block reductions, then the cluster reduction's two published CTA totals (16 bytes).
+        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, block, sharedBytes: reduceBytes(block) + 16, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
+      }
     }
   }
   // Long rows: re-read from L2. The parameter sums live in shared memory when they fit (nv = 1), else
@@ -126,12 +149,12 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     // (kernels/norm_bwd.cuh, `rowsum` + `tile`): TILE_THREADS threads × 16 columns per tile.
     return {
       plan: {
-        kernel: name("tile"), mapping: "split", block: TILE_THREADS, sharedBytes: 0, tpr: TILE_THREADS, nv: 0,
+        kernel: name("tile"), mapping: "split", cluster: 1, block: TILE_THREADS, sharedBytes: 0, tpr: TILE_THREADS, nv: 0,
         rowsPerBlock: 1, nacc, rowsumKernel: name("rowsum"), rowsumBlock: block, rowsumShared: reduceBytes(block),
         tileColumns: TILE_THREADS * 16,
       },
     };
   }
   const shared = reduceBytes(block) + (inShared ? slotBytes : 0);
-  return { plan: { kernel: name("wide"), mapping: "wide", block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
+  return { plan: { kernel: name("wide"), mapping: "wide", cluster: 1, block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
 }

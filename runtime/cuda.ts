@@ -204,6 +204,17 @@ export function openCudaDriver(): Driver {
         "cuOccupancyMaxActiveBlocksPerMultiprocessor",
         s.cuOccupancyMaxActiveBlocksPerMultiprocessor(i32Out, fn, threads, BigInt(shared)),
       ),
+    activeClusters(fn, threads, shared, cluster) {
+      // The prepared launch config (rewritten by every launchEx anyway): one cluster's grid, the block,
+      // the shared memory and the cluster-dimension attribute.
+      exU32[0] = cluster, exU32[1] = 1, exU32[2] = 1, exU32[3] = threads, exU32[4] = 1, exU32[5] = 1, exU32[6] = shared;
+      exU64[CU_LAUNCH_CONFIG.stream / 8] = 0n;
+      const a = attrAt / 4, v = a + CU_LAUNCH_ATTRIBUTE.value / 4;
+      exU32[a] = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      exU32[v] = cluster, exU32[v + 1] = 1, exU32[v + 2] = 1;
+      exU32[CU_LAUNCH_CONFIG.numAttrs / 4] = 1;
+      return i32("cuOccupancyMaxActiveClusters", s.cuOccupancyMaxActiveClusters(i32Out, fn, exAddress));
+    },
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
       const code = s.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0n);
       if (code !== 0) fail("cuLaunchKernel", code);

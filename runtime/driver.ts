@@ -115,6 +115,8 @@ export interface Driver {
   kernelAttribute(fn: bigint, attr: KernelAttribute): number;
   setKernelMaxDynamicShared(fn: bigint, bytes: number): void;
   occupancy(fn: bigint, blockThreads: number, dynamicShared: number): number;
+  /** Clusters of `cluster` blocks that can be resident on the whole device at once (CUDA sm_90+ only). */
+  activeClusters(fn: bigint, blockThreads: number, dynamicShared: number, cluster: number): number;
   /** `params` is the address of a void*[] of argument addresses, prepared once per Kernel. */
   launch(
     fn: bigint,

@@ -239,6 +239,9 @@ export function openHipDriver(): Driver {
         "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
         s.hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(i32Out, fn, threads, BigInt(shared)),
       ),
+    activeClusters() {
+      throw new UnsupportedError("thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none");
+    },
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
       const code = s.hipModuleLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0n);
       if (code !== 0) fail("hipModuleLaunchKernel", code);

@@ -210,6 +210,20 @@ export class Kernel {
     return this.module.device.activeDriver!.occupancy(this.#fn, blockThreads, dynamicSharedBytes);
   }
 
+  /**
+   * Clusters of `cluster` blocks (2–8) resident on the whole device at once, for a block size and dynamic
+   * shared memory (cuOccupancyMaxActiveClusters: what a persistent cluster grid should launch). CUDA, 9.0+.
+   */
+  activeClusters(blockThreads: number, dynamicSharedBytes: number, cluster: number): number {
+    if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
+    if (!Number.isInteger(cluster) || cluster < 2 || cluster > 8) throw new ArgumentError("cluster", "an integer 2–8", cluster);
+    const d = this.module.device;
+    if (d.backend !== "cuda" || d.info.computeCapability[0] < 9) {
+      throw new UnsupportedError(`thread-block clusters need a CUDA device of compute capability 9.0+, not ${d.info.name}`);
+    }
+    return d.activeDriver!.activeClusters(this.#fn, blockThreads, dynamicSharedBytes, cluster);
+  }
+
   /** A 64-bit integer slot from a safe integer (two's complement, so negatives too). */
   #setInt64(i: number, v: number): void {
     if (LITTLE_ENDIAN) {

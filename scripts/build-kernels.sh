@@ -105,7 +105,7 @@ build() {
     done
   }
   generated X "" rows block cluster wide
-  generated B bwd_ cached wide rowsum tile
+  generated B bwd_ cached wide rowsum tile cluster
   local entries
   entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/norm.ptx")"
   if [[ "$(sort <<<"$names")" != "$(sort <<<"$entries")" ]]; then
@@ -155,7 +155,7 @@ build() {
     echo ""
     echo "/** The extern \"C\" kernels in both images: the hand-written ones in source order, then"
     echo " *  nk_{ln|rms}_{rows|block|cluster|wide}_{tin}_{tout}_{tw} per dtype triple, then the backward"
-    echo " *  nk_{ln|rms}_bwd_{cached|wide|rowsum|tile}_{tx}_{tdy}_{tw} per B(...) triple (kernels/README.md). */"
+    echo " *  nk_{ln|rms}_bwd_{cached|wide|rowsum|tile|cluster}_{tx}_{tdy}_{tw} per B(...) triple (kernels/README.md). */"
     echo "export const NORM_KERNELS: readonly string[] = Object.freeze(["
     local n
     for n in $names; do echo "  \"$n\","; done

@@ -162,48 +162,66 @@ test("RMSNorm module: int8 weights (per-tensor and per-channel scale) and a zero
 });
 
 test("backward plan: mappings, geometry and kernel contracts over D", () => {
-  const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448 };
-  for (const kind of ["layer", "rms"] as const) {
-    for (const [tx, tdy] of [["f32", "f32"], ["bf16", "bf16"], ["bf16", "f32"]] as [DType, DType][]) {
-      for (let d = 1; d <= 262144; d = d < 64 ? d + 1 : Math.ceil(d * 1.37)) {
-        for (const paramGrads of [true, false]) {
-          const r = planNormBackward({ kind, d, xDtype: tx, dyDtype: tdy, paramGrads }, limits);
-          assert.ok("plan" in r);
-          const p = r.plan;
-          const vec = tx === "f32" || tdy === "f32" ? 4 : 8;
-          const nacc = paramGrads ? (kind === "layer" ? 2 : 1) : 0;
-          assert.equal(p.nacc, nacc);
-          assert.ok(p.block % 32 === 0 && p.block <= 512, `block ${p.block}`);
-          assert.ok(p.sharedBytes <= limits.maxSharedPerBlockOptin);
-          const k = kind === "layer" ? "ln" : "rms";
-          assert.match(p.kernel, new RegExp(`^nk_${k}_bwd_${p.mapping === "split" ? "tile" : p.mapping}_${tx}_${tdy}_f32$`));
-          if (p.mapping === "split") {
-            // Only where the sums fit neither in registers nor in shared memory.
-            assert.ok(nacc > 0 && 64 + nacc * d * 4 > limits.maxSharedPerBlockOptin, `split at d ${d}`);
-            assert.equal(p.rowsumKernel, `nk_${k}_bwd_rowsum_${tx}_${tdy}_f32`);
-            assert.ok(p.block === 256 && p.tileColumns === 256 * 16 && p.sharedBytes === 0);
-            assert.ok(p.rowsumBlock === 512 && p.rowsumShared === 4 * ((2 * 16 + 3) & ~3));
-            continue;
-          }
-          if (p.mapping === "cached") {
-            assert.ok(p.nv >= 1 && p.nv <= maxvBwd(kind, tx, tdy) && p.nv * p.tpr * vec >= d, `d ${d}: nv ${p.nv} tpr ${p.tpr}`);
-            assert.ok(p.tpr <= 32 ? (p.tpr & (p.tpr - 1)) === 0 : p.tpr === p.block);
-            assert.equal(p.rowsPerBlock, p.block / p.tpr);
-            const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
-            // Slots only where several row groups add up their register sums at the end.
-            assert.equal(p.sharedBytes, reduce + (p.rowsPerBlock > 1 ? p.rowsPerBlock * nacc * d * 4 : 0));
-          } else {
-            assert.equal(p.tpr, p.block);
-            const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
-            // Parameter sums in shared memory (nv = 1) exactly when they fit.
-            assert.equal(p.nv, nacc > 0 && reduce + nacc * d * 4 <= limits.maxSharedPerBlockOptin ? 1 : 0);
-            assert.equal(p.sharedBytes, reduce + p.nv * nacc * d * 4);
-            assert.ok(d > 512 * maxvBwd(kind, tx, tdy) * vec, `wide only past the register cache (d ${d})`);
+  for (const ccMajor of [8, 9]) {
+    const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, ccMajor };
+    for (const kind of ["layer", "rms"] as const) {
+      for (const [tx, tdy] of [["f32", "f32"], ["bf16", "bf16"], ["bf16", "f32"]] as [DType, DType][]) {
+        for (let d = 1; d <= 262144; d = d < 64 ? d + 1 : Math.ceil(d * 1.37)) {
+          for (const paramGrads of [true, false]) {
+            const r = planNormBackward({ kind, d, xDtype: tx, dyDtype: tdy, paramGrads }, limits);
+            assert.ok("plan" in r);
+            const p = r.plan;
+            const vec = tx === "f32" || tdy === "f32" ? 4 : 8;
+            const nacc = paramGrads ? (kind === "layer" ? 2 : 1) : 0;
+            assert.equal(p.nacc, nacc);
+            assert.ok(p.block % 32 === 0 && p.block <= 512, `block ${p.block}`);
+            assert.ok(p.sharedBytes <= limits.maxSharedPerBlockOptin);
+            const k = kind === "layer" ? "ln" : "rms";
+            assert.match(p.kernel, new RegExp(`^nk_${k}_bwd_${p.mapping === "split" ? "tile" : p.mapping}_${tx}_${tdy}_f32$`));
+            const maxv = maxvBwd(kind, tx, tdy), chunks = Math.ceil(d / vec);
+            assert.equal(p.cluster, p.mapping === "cluster" ? p.cluster : 1);
+            if (p.mapping === "cluster") {
+              // Hopper only, and only past one 512-thread block's registers; each CTA caches its slice.
+              assert.ok(ccMajor >= 9 && chunks > 512 * maxv, `cluster at d ${d}`);
+              assert.ok([2, 4, 8].includes(p.cluster), `cluster size ${p.cluster}`);
+              assert.equal(p.tpr, p.block);
+              assert.ok(p.nv >= 1 && p.nv <= maxv && p.nv * p.block >= Math.ceil(chunks / p.cluster), `d ${d}: c ${p.cluster} nv ${p.nv} block ${p.block}`);
+              assert.equal(p.sharedBytes, 4 * ((2 * (p.block / 32) + 3) & ~3) + 16);
+              // The smallest cluster that fits.
+              if (p.cluster > 2) assert.ok(Math.ceil(chunks / (p.cluster / 2)) > 256 * maxv);
+              continue;
+            }
+            // Past the cluster's reach (8 CTAs of 512 threads) or off Hopper: wide or split.
+            if (ccMajor >= 9 && (p.mapping === "wide" || p.mapping === "split")) assert.ok(chunks > 8 * 512 * maxv, `d ${d}: ${p.mapping}`);
+            if (p.mapping === "split") {
+              // Only where the sums fit neither in registers nor in shared memory.
+              assert.ok(nacc > 0 && 64 + nacc * d * 4 > limits.maxSharedPerBlockOptin, `split at d ${d}`);
+              assert.equal(p.rowsumKernel, `nk_${k}_bwd_rowsum_${tx}_${tdy}_f32`);
+              assert.ok(p.block === 256 && p.tileColumns === 256 * 16 && p.sharedBytes === 0);
+              assert.ok(p.rowsumBlock === 512 && p.rowsumShared === 4 * ((2 * 16 + 3) & ~3));
+              continue;
+            }
+            if (p.mapping === "cached") {
+              assert.ok(p.nv >= 1 && p.nv <= maxvBwd(kind, tx, tdy) && p.nv * p.tpr * vec >= d, `d ${d}: nv ${p.nv} tpr ${p.tpr}`);
+              assert.ok(p.tpr <= 32 ? (p.tpr & (p.tpr - 1)) === 0 : p.tpr === p.block);
+              assert.equal(p.rowsPerBlock, p.block / p.tpr);
+              const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
+              // Slots only where several row groups add up their register sums at the end.
+              assert.equal(p.sharedBytes, reduce + (p.rowsPerBlock > 1 ? p.rowsPerBlock * nacc * d * 4 : 0));
+            } else {
+              assert.equal(p.tpr, p.block);
+              const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
+              // Parameter sums in shared memory (nv = 1) exactly when they fit.
+              assert.equal(p.nv, nacc > 0 && reduce + nacc * d * 4 <= limits.maxSharedPerBlockOptin ? 1 : 0);
+              assert.equal(p.sharedBytes, reduce + p.nv * nacc * d * 4);
+              assert.ok(d > 512 * maxvBwd(kind, tx, tdy) * vec, `wide only past the register cache (d ${d})`);
+            }
           }
         }
       }
     }
   }
+  const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448 };
   assert.ok("unsupported" in planNormBackward({ kind: "rms", d: 8, xDtype: "f16", dyDtype: "f16", weightDtype: "bf16", paramGrads: true }, limits));
 });
 

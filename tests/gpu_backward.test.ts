@@ -1,10 +1,12 @@
 /**
  * The backward pass on CUDA against the float64 reference (tolerances stated in backward_cases.ts), for
- * every dtype combination, every mapping (`cached`, `wide`, `rowsum` + `tile`), odd D, strided rows, accumulation, the
+ * every dtype combination, every mapping (`cached`, `cluster` on Hopper, `wide`, `rowsum` + `tile`; the long-rows
+ * test asserts which ones its cases reached), odd D, strided rows, accumulation, the
  * modules, and bitwise determinism over 20 runs. Skipped, with the reason, when there is no CUDA device.
  */
 import assert from "node:assert/strict";
 import { Device, type DType, RMSNorm } from "../mod.ts";
+import { planNormBackward } from "../ops/plan_bwd.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -15,7 +17,17 @@ for (const tx of ["f32", "f16", "bf16"] as DType[]) {
   }
 }
 
-function check(dev: Device, c: BwdCase): void {
+/** The mapping the device's plan picks for a case (what the test then exercises). */
+function mapping(dev: Device, c: BwdCase): string {
+  const r = planNormBackward(
+    { kind: c.kind, d: c.d, xDtype: c.tx, dyDtype: c.tdy, weightDtype: c.affine === false ? undefined : c.tw, paramGrads: c.affine !== false },
+    { maxThreadsPerBlock: dev.info.maxThreadsPerBlock, warpSize: dev.info.warpSize, maxSharedPerBlockOptin: dev.info.maxSharedPerBlockOptin, ccMajor: dev.info.computeCapability[0] },
+  );
+  return "plan" in r ? r.plan.mapping : "unsupported";
+}
+
+function check(dev: Device, c: BwdCase, seen?: Set<string>): void {
+  seen?.add(mapping(dev, c));
   const r = runBwdCase(dev, c);
   const what = `${c.kind} rows ${c.rows} d ${c.d} x ${c.tx} dy ${c.tdy} w ${c.tw}${c.pad ? ` pad ${c.pad}` : ""}`;
   assert.ok(r.dx <= 1, `${what}: dx error ${r.dx} × tolerance`);
@@ -30,20 +42,26 @@ for (const kind of ["layer", "rms"] as const) {
       for (const d of [1, 3, 127, 1000, 4097, 8192]) check(dev, { kind, rows: d > 4000 ? 40 : 300, d, tx, tdy, tw });
     }
   });
-  gpuTest(`${kind} backward: long rows (wide mapping), strided rows, accumulation, no affine`, () => {
+  gpuTest(`${kind} backward: long rows (cluster, wide, split), strided rows, accumulation, no affine`, () => {
     using dev = Device.open({ backend: "cuda" });
+    const seen = new Set<string>();
     for (const [tx, tdy, tw] of [["f32", "f32", "f32"], ["bf16", "bf16", "bf16"], ["f16", "f32", "f32"]] as [DType, DType, DType][]) {
-      check(dev, { kind, rows: 6, d: 65537, tx, tdy, tw });
-      check(dev, { kind, rows: 3, d: 262144, tx, tdy, tw });
-      check(dev, { kind, rows: 500, d: 1024, tx, tdy, tw, pad: 5 });
-      check(dev, { kind, rows: 7, d: 20000, tx, tdy, tw, pad: 8 });
-      check(dev, { kind, rows: 2000, d: 768, tx, tdy, tw, accumulate: true });
-      check(dev, { kind, rows: 100, d: 512, tx, tdy, tw, affine: false });
+      check(dev, { kind, rows: 6, d: 65537, tx, tdy, tw }, seen);
+      check(dev, { kind, rows: 3, d: 262144, tx, tdy, tw }, seen);
+      check(dev, { kind, rows: 3, d: 262144, tx, tdy, tw, affine: false }, seen);
+      check(dev, { kind, rows: 500, d: 1024, tx, tdy, tw, pad: 5 }, seen);
+      check(dev, { kind, rows: 7, d: 20000, tx, tdy, tw, pad: 8 }, seen);
+      check(dev, { kind, rows: 2000, d: 768, tx, tdy, tw, accumulate: true }, seen);
+      check(dev, { kind, rows: 100, d: 512, tx, tdy, tw, affine: false }, seen);
     }
-    // Many rows: the persistent grid loops over them.
-    check(dev, { kind, rows: 100_000, d: 128, tx: "bf16", tdy: "bf16", tw: "f32" });
+    // Many rows: the persistent grid (and the persistent clusters) loop over them.
+    check(dev, { kind, rows: 100_000, d: 128, tx: "bf16", tdy: "bf16", tw: "f32" }, seen);
+    check(dev, { kind, rows: 1500, d: 16384, tx: "bf16", tdy: "bf16", tw: "bf16" }, seen);
+    check(dev, { kind, rows: 700, d: 24576, tx: "f32", tdy: "f32", tw: "f32", pad: 4 }, seen);
+    const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
+    assert.deepEqual([...seen].sort(), want, "mappings exercised");
   });
-  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and wide)`, () => {
+  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and cluster)`, () => {
     using dev = Device.open({ backend: "cuda" });
     for (const d of [256, 4096, 50000]) {
       const c: BwdCase = { kind, rows: d > 10000 ? 64 : 3000, d, tx: "bf16", tdy: "bf16", tw: "f32", seed: 99 };

@@ -99,7 +99,7 @@ const FWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
 
 // The backward kernels: kind x mapping x (x, dy, weight) dtype triple (the same 15 triples), then the finalize.
 const BWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
-  ["ln", "rms"].flatMap((k) => ["cached", "wide", "rowsum", "tile"].map((m) => `nk_${k}_bwd_${m}_${t}`))
+  ["ln", "rms"].flatMap((k) => ["cached", "wide", "rowsum", "tile", "cluster"].map((m) => `nk_${k}_bwd_${m}_${t}`))
 );
 const DIAG_KERNELS = ["nk_diag_partial_f32", "nk_diag_partial_f16", "nk_diag_partial_bf16", "nk_diag_final"];
 const FINALIZE_KERNELS = ["nk_bwd_finalize_f32", "nk_bwd_finalize_f16", "nk_bwd_finalize_bf16"];

@@ -14,6 +14,7 @@ import { writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor } from "../mod.ts";
 import { encode } from "../runtime/dtype.ts";
 import { deviceTimer } from "./device_timer.ts";
+import { planNormBackward } from "../ops/plan_bwd.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
@@ -62,7 +63,17 @@ const tileValues = Float32Array.from({ length: TILE }, rand);
 
 interface Row {
   kind: string; dtype: DType; d: number; rows: number; us: number; gbs: number; pctCopy: number;
+  /** Backward: the plan's mapping (cluster size appended, e.g. cluster4). */
+  mapping?: string;
 }
+/** The backward plan's mapping for a case (which kernel the row measures). */
+const bwdMapping = (kind: "layer" | "rms", d: number, dtype: DType): string => {
+  const r = planNormBackward({ kind, d, xDtype: dtype, dyDtype: dtype, weightDtype: dtype, paramGrads: true }, {
+    maxThreadsPerBlock: info.maxThreadsPerBlock, warpSize: info.warpSize, maxSharedPerBlockOptin: info.maxSharedPerBlockOptin,
+    ccMajor: dev.backend === "cuda" ? info.computeCapability[0] : 0,
+  });
+  return "plan" in r ? r.plan.mapping + (r.plan.cluster > 1 ? r.plan.cluster : "") : "unsupported";
+};
 const results: Row[] = [];
 console.log("kind  dtype      D     rows       µs     GB/s  %copy");
 for (const d of DS) {
@@ -104,11 +115,12 @@ for (const d of DS) {
         }
         const ms = timeIt(run);
         const gbs = bytes / (ms * 1e6);
-        const row = { kind, dtype, d, rows, us: ms * 1000, gbs, pctCopy: (100 * gbs) / copyGBs };
+        const mapping = backward ? bwdMapping(kind, d, dtype) : undefined;
+        const row: Row = { kind, dtype, d, rows, us: ms * 1000, gbs, pctCopy: (100 * gbs) / copyGBs, mapping };
         results.push(row);
         console.log(
           `${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(7)} ${String(rows).padStart(8)} ` +
-            `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}`,
+            `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}${mapping ? "  " + mapping : ""}`,
         );
       }
     } catch (e) {

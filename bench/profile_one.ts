@@ -1,11 +1,13 @@
 /**
- * One forward case, launched a few times, for a profiler (ncu) to pick a launch from:
+ * One forward case (or with a 4th argument `backward`, the backward's dx kernel), launched a few times,
+ * for a profiler (ncu) to pick a launch from:
  *   ncu --clock-control none -k regex:nk_ --launch-skip 2 --launch-count 1 deno run -A bench/profile_one.ts layer bf16 4096
+ *   ncu ... -k regex:_bwd_ ... bun bench/profile_one.ts layer bf16 4096 backward
  */
 import process from "node:process";
-import { Device, type DType, layerNorm, rmsNorm } from "../mod.ts";
+import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward } from "../mod.ts";
 
-const [kind = "layer", dtype = "bf16", dArg = "4096"] = process.argv.slice(2);
+const [kind = "layer", dtype = "bf16", dArg = "4096", pass = "forward"] = process.argv.slice(2);
 const d = Number(dArg);
 const rows = Math.ceil(2 ** 30 / (2 * d * (dtype === "f32" ? 4 : 2)));
 using dev = Device.open({ backend: "cuda" });
@@ -14,9 +16,19 @@ using y = dev.empty([rows, d], { dtype: dtype as DType });
 x.buffer.fill32(0x3f803f80); // 1.0039 as bf16 pairs / a finite f16 pair / ~1.0 as f32: not zeros
 const w = dev.tensor(Float32Array.from({ length: d }, (_, i) => 1 + i / d), [d], { dtype: dtype as DType });
 const b = dev.tensor(Float32Array.from({ length: d }, (_, i) => i / d), [d], { dtype: dtype as DType });
-for (let i = 0; i < 4; i++) {
-  if (kind === "layer") layerNorm(x, { weight: w, bias: b, out: y });
-  else rmsNorm(x, { weight: w, out: y });
+if (pass === "backward") {
+  // dy = x's bytes, dx into y: 1.5 GiB moved per call instead of 1.
+  const f = kind === "layer" ? layerNorm(x, { weight: w, bias: b, stats: true }) : rmsNorm(x, { weight: w, stats: true });
+  const dw = dev.empty([d], { dtype: dtype as DType }), db = dev.empty([d], { dtype: dtype as DType });
+  for (let i = 0; i < 4; i++) {
+    if (kind === "layer") layerNormBackward(x, x, { mean: f.mean!, rstd: f.rstd!, weight: w, bias: b, dx: y, dweight: dw, dbias: db });
+    else rmsNormBackward(x, x, { rstd: f.rstd!, weight: w, dx: y, dweight: dw });
+  }
+} else {
+  for (let i = 0; i < 4; i++) {
+    if (kind === "layer") layerNorm(x, { weight: w, bias: b, out: y });
+    else rmsNorm(x, { weight: w, out: y });
+  }
 }
 dev.synchronize();
-console.log(`profiled ${kind} ${dtype} D=${d} rows=${rows}`);
+console.log(`profiled ${kind} ${dtype} D=${d} rows=${rows} ${pass}`);

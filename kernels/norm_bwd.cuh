@@ -31,11 +31,14 @@
 #define NK_BWD_REG_BUDGET 72
 #endif
 
+// flags: bit 0 (NK_BWD_PREFETCH): `cached` / `cluster` with one row per block ask L2 for the next row (the
+// plan decides; measured faster for some shapes, slower for others); ignored by the other mappings.
 #define NK_BWD_PARAMS                                                                                  \
   const void *dy, const void *x, const void *weight, const float *mean, const float *rstd, void *dx,   \
       float *part, int rows, int d, long long dy_stride, long long x_stride, long long dx_stride, int tpr, \
-      int nv
-#define NK_BWD_ARGS dy, x, weight, mean, rstd, dx, part, rows, d, dy_stride, x_stride, dx_stride, tpr, nv
+      int nv, int flags
+#define NK_BWD_ARGS dy, x, weight, mean, rstd, dx, part, rows, d, dy_stride, x_stride, dx_stride, tpr, nv, flags
+#define NK_BWD_PREFETCH 1
 
 struct alignas(16) nk_f4 { float v[4]; };
 
@@ -73,11 +76,13 @@ NK_INLINE bool nk_bwd_full(const void* dy, const void* x, const void* w, const v
 template <bool LN, int VEC>
 NK_INLINE void nk_bwd_dx(const float (&xf)[VEC], const float (&df)[VEC], const float (&wf)[VEC], bool has_w,
                          float mu, float rs, float a, float b, float (&o)[VEC]) {
+  // rs * (g - a - xh * b) as two FMAs: g * rs - a * rs, then - xh * (b * rs) (a = 0 for RMS).
+  const float ar = LN ? a * rs : 0.0f, br = b * rs;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
-    const float xh = LN ? (xf[e] - mu) * rs : xf[e] * rs;
+    const float xh = LN ? (xf[e] - mu) * rs : xf[e] * rs;  // not x * rs - mu * rs: |mu| >> std cancels
     const float g = has_w ? df[e] * wf[e] : df[e];
-    o[e] = rs * (LN ? (g - a) - xh * b : g - xh * b);
+    o[e] = nk_fma(-xh, br, nk_fma(g, rs, -ar));
   }
 }
 
@@ -169,8 +174,13 @@ NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], cons
 // registers across rows (no shared-memory traffic per row). At the end each group stores its sums in
 // its shared-memory slots and the block adds the groups in group order into its row of `part` (R = 1:
 // straight to `part`; CL: the cluster's row of `part`, each CTA its own columns).
-// Dynamic shared memory (floats): 2 * (blockDim.x / warp) for the block reductions, rounded up to 4, then
-// R * nacc * d slots when `part` is not null and R > 1 (CL: 4 floats for the cluster's two slots instead).
+// Both row sums (LN) are reduced together: one barrier (CL: one cluster barrier) per row, not two.
+// Dynamic shared memory (floats): 4 * (blockDim.x / warp) for the block reductions (two values, two
+// alternating buffers), then R * nacc * d slots when `part` is not null and R > 1 (CL: 4 floats for the
+// cluster's published CTA totals instead).
+// With one row per block (or cluster) and NK_BWD_PREFETCH in `flags`, thread 0 asks L2 for the block's next
+// row while it waits for this one (nk_prefetch_l2, sm_90): the next row's loads then wait on L2, not HBM,
+// with no registers spent.
 // (Until 2026-12 the sums were read-modified-written in shared memory for every row: 2 floats per
 // element for LN, which held 16-bit LN at 62-74% of copy.)
 template <class TX, class TD, class TW, bool LN, bool FULL, bool CL>
@@ -202,6 +212,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const int dloc = cloc > 0 ? (int)(d - e0) : 0;
   const typename TW::S* Wl = W ? W + e0 : W;
   const float fd = (float)d;
+  const bool prefetch = (flags & NK_BWD_PREFETCH) && !lanes;
 #define NK_NVAL(i) \
   (((i) < nv && t + (i) * tpr < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(t + (i) * tpr, dloc)) : 0)
   float accw[MAXV][VEC], accb[MAXV][VEC];
@@ -210,15 +221,34 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e) accw[i][e] = 0.0f, accb[i][e] = 0.0f;
   nk_red_lanes redl{tpr};
-  nk_red_block redb{nwarps, 0u};
+  unsigned parity = 0;
+  // The row's sums sg (LN) and sgx, totalled over the row group, the block or the cluster.
+  auto reduce2 = [&](float& p, float& q) {
+    if (lanes) {
+      if (LN) p = redl(p);
+      q = redl(q);
+      return;
+    }
+    float* buf = nk_fwd_smem + parity * 2 * nwarps;
+    if (LN) nk_block_sum2(p, q, buf);
+    else q = nk_block_sum(q, buf);
 #if NK_HAS_CLUSTER
-  nk_red_cluster redc{nwarps, 0u, csize};
+    if (CL) {
+      // Publish the CTA totals, cluster barrier, then every warp adds rank 0..C-1's over DSMEM in rank
+      // order (as nk_red_cluster). Slot pair `parity` is written again two rows later, after the next
+      // cluster barrier, which no thread reaches before its reads of this pair.
+      float* slots = nk_fwd_smem + 4 * nwarps + 2 * parity;
+      if (tid == 0) slots[0] = p, slots[1] = q;
+      nk_cluster_sync();
+      const unsigned lane = nk_lane();
+      const float mp = (LN && lane < csize) ? nk_ld_cluster(slots, lane) : 0.0f;
+      const float mq = lane < csize ? nk_ld_cluster(slots + 1, lane) : 0.0f;
+      float tp = nk_shfl_idx(mp, 0), tq = nk_shfl_idx(mq, 0);
+      for (unsigned r = 1; r < csize; ++r) tp += nk_shfl_idx(mp, (int)r), tq += nk_shfl_idx(mq, (int)r);
+      p = tp, q = tq;
+    }
 #endif
-  auto reduce = [&](float v) -> float {
-#if NK_HAS_CLUSTER
-    if (CL) return redc(v);
-#endif
-    return lanes ? redl(v) : redb(v);
+    parity ^= 1u;
   };
   const bool pvec = FULL || nk_aligned(Wl, nk_chunk_align<TW, VEC>::A);
 #if NK_HAS_CLUSTER
@@ -247,6 +277,10 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
       nk_load_words<TX, VEC>(xr + off, xvec, NK_NVAL(i), xw[i]);
       nk_load_words<TD, VEC>(dyr + off, dvec, NK_NVAL(i), dw[i]);
     }
+    if (prefetch && t == 0 && row + rstep < rows && cloc > 0) {
+      nk_prefetch_l2(xr + rstep * x_stride, (long long)dloc * TX::SIZE);
+      nk_prefetch_l2(dyr + rstep * dy_stride, (long long)dloc * TD::SIZE);
+    }
     const float mu = (LN && active) ? mean[row] : 0.0f;
     const float rs = active ? rstd[row] : 0.0f;
     float sg = 0.0f, sgx = 0.0f;
@@ -261,8 +295,9 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
                                   sgx, accw[i], accb[i]);
       }
     }
-    const float a = LN ? reduce(sg) / fd : 0.0f;
-    const float b = reduce(sgx) / fd;
+    reduce2(sg, sgx);
+    const float a = LN ? sg / fd : 0.0f;
+    const float b = sgx / fd;
     const bool dxvec = FULL || nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
     // Pass 2: dx. Chunk i + 1's weights are loaded before chunk i's dx is stored: the compiler cannot
     // move a load above a store that may alias it, so one load per chunk would wait in series. Not for
@@ -304,7 +339,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const long long prow = nk_block_x();
 #endif
   float* out = part + prow * NACC * d;
-  float* mine = R == 1 ? out + e0 : nk_fwd_smem + ((2 * nwarps + 3) & ~3u) + (long long)grp * NACC * d;
+  float* mine = R == 1 ? out + e0 : nk_fwd_smem + 4 * nwarps + (long long)grp * NACC * d;
   {
     const int t = t0, c_end = cloc;
 #pragma unroll
@@ -322,7 +357,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #undef NK_NVAL
   if (R == 1) return;
   nk_barrier();
-  const float* slots = nk_fwd_smem + ((2 * nwarps + 3) & ~3u);
+  const float* slots = nk_fwd_smem + 4 * nwarps;
   for (int j = tid; j < NACC * d; j += bd) {
     float s = 0.0f;
     for (int g = 0; g < R; ++g) s += slots[(long long)g * NACC * d + j];
@@ -341,6 +376,7 @@ template <class TX, class TD, class TW, bool LN>
 NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC;
   constexpr int NACC = LN ? 2 : 1;
+  (void)flags;
   nk_check_wave();
   if ((unsigned)tpr != nk_block_dim_x() || tpr % NK_WARP_SIZE || nv < 0 || nv > 1) nk_trap();
   if (d <= 0) return;
@@ -414,7 +450,7 @@ NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
 template <class TX, class TD, class TW, bool LN>
 NK_INLINE void nk_bwd_rowsum(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC;
-  (void)dx, (void)dx_stride, (void)nv;
+  (void)dx, (void)dx_stride, (void)nv, (void)flags;
   nk_check_wave();
   if ((unsigned)tpr != nk_block_dim_x() || tpr % NK_WARP_SIZE || !part) nk_trap();
   if (d <= 0) return;
@@ -458,7 +494,7 @@ NK_INLINE void nk_bwd_tile(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC;
   constexpr int NT = 16 / VEC;
   constexpr int NACC = LN ? 2 : 1;
-  (void)nv;
+  (void)nv, (void)flags;
   if ((unsigned)tpr != nk_block_dim_x() || !part) nk_trap();
   if (d <= 0) return;
   NK_BWD_TYPED_PTRS;

@@ -68,6 +68,7 @@ NK_INLINE void nk_opaque(unsigned& v) { asm volatile("" : "+v"(v)); }
 NK_INLINE void nk_opaque(int& v) { asm volatile("" : "+v"(v)); }
 NK_INLINE float nk_u2f(unsigned u) { return __builtin_bit_cast(float, u); }
 NK_INLINE unsigned nk_f2u(float f) { return __builtin_bit_cast(unsigned, f); }
+NK_INLINE float nk_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }  // a * b + c, one rounding
 // IEEE binary16 <-> binary32 through clang's _Float16 (hardware v_cvt_f16_f32: round to nearest even,
 // NaN stays NaN, overflow to +-Inf; binary16 -> binary32 is exact).
 NK_INLINE float nk_f16_to_f32(unsigned short h) { return (float)__builtin_bit_cast(_Float16, h); }
@@ -102,6 +103,7 @@ NK_INLINE void nk_opaque(unsigned& v) { asm volatile("" : "+r"(v)); }
 NK_INLINE void nk_opaque(int& v) { asm volatile("" : "+r"(v)); }
 NK_INLINE float nk_u2f(unsigned u) { return __uint_as_float(u); }
 NK_INLINE unsigned nk_f2u(float f) { return __float_as_uint(f); }
+NK_INLINE float nk_fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }  // a * b + c, one rounding
 // IEEE binary16 <-> binary32 with the PTX conversions (what __half2float / __float2half_rn compile to):
 // cvt.rn rounds to nearest even, keeps NaN a NaN and Inf an Inf, overflows to +-Inf; f16 -> f32 is exact.
 NK_INLINE float nk_f16_to_f32(unsigned short h) {
@@ -144,6 +146,16 @@ NK_INLINE float nk_ld_cluster(const float* p, unsigned rank) {
   return v;
 }
 
+// Ask L2 to fetch [p, p + bytes) ahead of use (sm_90 bulk prefetch: one instruction for a whole row, no
+// registers, no completion to wait for). p is rounded down and the end up to 16 bytes, as the instruction
+// requires; the few bytes past either end stay inside the allocation's 256-byte granule. A hint only.
+#define NK_HAS_PREFETCH_L2 1
+NK_INLINE void nk_prefetch_l2(const void* p, long long bytes) {
+  const unsigned long long a = (unsigned long long)p & ~15ull;
+  const unsigned long long e = ((unsigned long long)p + (unsigned long long)bytes + 15ull) & ~15ull;
+  if (bytes > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((unsigned)(e - a)) : "memory");
+}
+
 // Programmatic dependent launch (sm_90+). A kernel launched with the driver's
 // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION may be scheduled while the previous kernel of its
 // stream still runs; griddepcontrol.wait then blocks until that kernel has completed and its memory is
@@ -163,6 +175,11 @@ NK_INLINE void nk_pdl_enter() {
 
 #ifndef NK_HAS_CLUSTER
 #define NK_HAS_CLUSTER 0
+#endif
+#ifndef NK_HAS_PREFETCH_L2
+#define NK_HAS_PREFETCH_L2 0
+// sm_80 SASS, compute_80 PTX, HIP: no bulk prefetch; the hint is dropped.
+NK_INLINE void nk_prefetch_l2(const void*, long long) {}
 #endif
 #ifndef NK_HAS_PDL
 #define NK_HAS_PDL 0
@@ -216,6 +233,18 @@ NK_INLINE float nk_block_sum(float v, float* buf) {
   // Every warp reduces the per-warp partials itself: no second barrier, no broadcast.
   float t = lane < nwarps ? buf[lane] : 0.0f;
   return nk_warp_sum(t);
+}
+
+// nk_block_sum of two values at once: one barrier instead of two. buf: 2 * nwarps floats.
+NK_INLINE void nk_block_sum2(float& a, float& b, float* buf) {
+  const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
+  const unsigned lane = nk_lane(), w = nk_thread_x() / NK_WARP_SIZE;
+  a = nk_warp_sum(a);
+  b = nk_warp_sum(b);
+  if (lane == 0) buf[w] = a, buf[nwarps + w] = b;
+  nk_barrier();
+  a = nk_warp_sum(lane < nwarps ? buf[lane] : 0.0f);
+  b = nk_warp_sum(lane < nwarps ? buf[nwarps + lane] : 0.0f);
 }
 
 #endif  // NORMKIT_PORTABLE_H

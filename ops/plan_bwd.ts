@@ -21,9 +21,28 @@ export const BWD_MAX_THREADS = 512;
 export const TILE_THREADS = 256;
 /** Block size of the several-rows-per-block layout. */
 export const BWD_ROWS_BLOCK = 256;
-/** Cluster sizes tried, smallest first (8 is the portable maximum), and the CTA size preferred. */
+/** Cluster sizes tried, smallest first (8 is the portable maximum). */
 const CLUSTER_SIZES = [2, 4, 8];
-const CLUSTER_CTA = 256;
+/**
+ * Chunks per thread at most in the several-rows layout: at more, one row per block with fewer chunks per
+ * thread measured faster (H200, bench/bwd_plans.ts: RMS f32 D=768 rows of 32 lanes × 6 chunks 78.9% of copy,
+ * a 64-thread block × 3 chunks 91.5%).
+ */
+const ROWS_MAX_NV = 4;
+/** Chunks per thread aimed for with one row per block when the row has fewer than 512 chunks (as above). */
+const SMALL_ROW_NV = 3;
+
+/**
+ * Whether a block asks L2 for its next row ahead (one row per block or cluster; sm_90 only, a no-op
+ * elsewhere). Measured on the H200 with and without, same kernels otherwise (bench/RESULTS.md, 2026-11-30):
+ * it gains 4–11 points of copy in clusters, for 16-bit x from 128-thread blocks up (RMS bf16 D=12288 +10)
+ * and for LayerNorm f32 blocks of more than 256 threads (D=5120 +11); it loses 2–11 points for f32 RMSNorm
+ * blocks (D=12288 −11) and small f32 LayerNorm blocks (D=2048 −9), and for small rows.
+ */
+export function prefetchNextRow(kind: NormKind, x: DType, mapping: "cached" | "cluster", block: number): boolean {
+  if (mapping === "cluster") return true;
+  return size(x) === 2 ? block >= 128 : kind === "layer" && block > 256;
+}
 /**
  * Shared memory the several-rows layout may spend on the slots where its row groups add up their
  * parameter sums at the end (R · nacc · D floats): halving the row groups below this keeps two or more
@@ -72,6 +91,8 @@ export interface BwdPlan {
   mapping: "cached" | "cluster" | "wide" | "split";
   /** CTAs per thread-block cluster (1 = none). */
   cluster: number;
+  /** `cached` (one row per block) and `cluster`: ask L2 for each block's next row ahead (kernel flag bit 0). */
+  prefetch: boolean;
   block: number;
   sharedBytes: number;
   tpr: number;
@@ -102,41 +123,45 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   const slotBytes = nacc * p.d * 4;
   const name = (m: "cached" | "cluster" | "wide" | "rowsum" | "tile") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
   const maxThreads = Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock);
-  // The block reductions' 2 · warps floats, rounded up to 16 bytes (the slots start there).
+  // `wide` and `rowsum`: their block reductions' 2 · warps floats, rounded up to 16 bytes (slots start there).
   const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
+  // `cached` and `cluster` reduce both row sums at once: 4 · warps floats (two values, two buffers).
+  const reduce2Bytes = (block: number) => 16 * Math.ceil(block / warp);
 
   // Chunks per thread: as many as the registers hold (few lanes per row, deep caches, as in the forward).
   const maxv = maxvBwd(p.kind, tx, tdy);
   // Several rows per block: tpr lanes per row (a power of two ≤ 32), R = block / tpr row groups.
-  if (chunks <= 32 * maxv && BWD_ROWS_BLOCK <= maxThreads) {
+  if (chunks <= 32 * Math.min(maxv, ROWS_MAX_NV) && BWD_ROWS_BLOCK <= maxThreads) {
     const tpr = Math.min(32, nextPow2(Math.ceil(chunks / maxv)));
     let block = BWD_ROWS_BLOCK;
     // Fewer row groups while their slots exceed the budget, keeping whole warps.
     while (block > Math.max(tpr, warp) && (block / tpr) * slotBytes > ROWS_SLOT_BUDGET) block /= 2;
     const rpb = block / tpr;
-    const shared = reduceBytes(block) + (rpb > 1 ? rpb * slotBytes : 0);
+    const shared = reduce2Bytes(block) + (rpb > 1 ? rpb * slotBytes : 0);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: false, block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
     }
   }
   // One row per block, cached in registers, when it fits (its sums go straight to `part`).
   if (chunks <= maxThreads * maxv) {
-    const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / maxv) / warp) * warp));
-    const shared = reduceBytes(block);
+    const nvAim = chunks < 512 ? Math.min(maxv, SMALL_ROW_NV) : maxv;
+    const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / nvAim) / warp) * warp));
+    const shared = reduce2Bytes(block);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
     }
   }
   // Rows past one block's registers, on Hopper: split over a cluster of CTAs, each caching its slice in
-  // registers as above (row sums over DSMEM). The smallest cluster whose CTAs need ≤ CLUSTER_CTA threads
-  // (two CTAs per SM hide the cluster barriers), else 8 CTAs of up to maxThreads, the portable maximum.
+  // registers as above (row sums over DSMEM). The smallest cluster that holds the row: fewer, larger CTAs
+  // measured faster at every size tried (bench/bwd_plans.ts, H200: LN f32 D=32768 4 × 512 threads 63.5% of
+  // copy, 8 × 256 46.7%; RMS bf16 D=65536 4 × 512 60.5%, 8 × 256 46.0%).
   if ((limits.ccMajor ?? 0) >= 9) {
     for (const c of CLUSTER_SIZES) {
       const per = Math.ceil(chunks / c);
-      if (per <= Math.min(CLUSTER_CTA, maxThreads) * maxv || (c === 8 && per <= maxThreads * maxv)) {
+      if (per <= maxThreads * maxv) {
         const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
         // The block reductions, then the cluster reduction's two published CTA totals (16 bytes).
-        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, block, sharedBytes: reduceBytes(block) + 16, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
+        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: true, block, sharedBytes: reduce2Bytes(block) + 16, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
       }
     }
   }
@@ -149,12 +174,12 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     // (kernels/norm_bwd.cuh, `rowsum` + `tile`): TILE_THREADS threads × 16 columns per tile.
     return {
       plan: {
-        kernel: name("tile"), mapping: "split", cluster: 1, block: TILE_THREADS, sharedBytes: 0, tpr: TILE_THREADS, nv: 0,
+        kernel: name("tile"), mapping: "split", cluster: 1, prefetch: false, block: TILE_THREADS, sharedBytes: 0, tpr: TILE_THREADS, nv: 0,
         rowsPerBlock: 1, nacc, rowsumKernel: name("rowsum"), rowsumBlock: block, rowsumShared: reduceBytes(block),
         tileColumns: TILE_THREADS * 16,
       },
     };
   }
   const shared = reduceBytes(block) + (inShared ? slotBytes : 0);
-  return { plan: { kernel: name("wide"), mapping: "wide", cluster: 1, block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
+  return { plan: { kernel: name("wide"), mapping: "wide", cluster: 1, prefetch: false, block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
 }

@@ -9,7 +9,7 @@ import { Device, type DType, LayerNorm, Tensor, layerNorm, layerNormBackward, RM
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import { cpuNormBackward, cpuNormForward } from "../mod.ts";
 import { readFileSync } from "node:fs";
-import { BWD_REG_BUDGET, MAXV_BWD, maxvBwd, planNormBackward } from "../ops/plan_bwd.ts";
+import { BWD_REG_BUDGET, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow } from "../ops/plan_bwd.ts";
 import { runBwdCase } from "./backward_cases.ts";
 import { randoms } from "./random.ts";
 
@@ -180,15 +180,18 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             assert.match(p.kernel, new RegExp(`^nk_${k}_bwd_${p.mapping === "split" ? "tile" : p.mapping}_${tx}_${tdy}_f32$`));
             const maxv = maxvBwd(kind, tx, tdy), chunks = Math.ceil(d / vec);
             assert.equal(p.cluster, p.mapping === "cluster" ? p.cluster : 1);
+            // The L2 prefetch of the next row: only with one row per block or a cluster, as the rule says.
+            const oneRow = p.mapping === "cluster" || (p.mapping === "cached" && p.rowsPerBlock === 1 && p.tpr > 32);
+            assert.equal(p.prefetch, oneRow && prefetchNextRow(kind, tx, p.mapping as "cached" | "cluster", p.block), `prefetch d ${d}`);
             if (p.mapping === "cluster") {
               // Hopper only, and only past one 512-thread block's registers; each CTA caches its slice.
               assert.ok(ccMajor >= 9 && chunks > 512 * maxv, `cluster at d ${d}`);
               assert.ok([2, 4, 8].includes(p.cluster), `cluster size ${p.cluster}`);
               assert.equal(p.tpr, p.block);
               assert.ok(p.nv >= 1 && p.nv <= maxv && p.nv * p.block >= Math.ceil(chunks / p.cluster), `d ${d}: c ${p.cluster} nv ${p.nv} block ${p.block}`);
-              assert.equal(p.sharedBytes, 4 * ((2 * (p.block / 32) + 3) & ~3) + 16);
-              // The smallest cluster that fits.
-              if (p.cluster > 2) assert.ok(Math.ceil(chunks / (p.cluster / 2)) > 256 * maxv);
+              assert.equal(p.sharedBytes, 16 * (p.block / 32) + 16);
+              // The smallest cluster that holds the row.
+              if (p.cluster > 2) assert.ok(Math.ceil(chunks / (p.cluster / 2)) > 512 * maxv);
               continue;
             }
             // Past the cluster's reach (8 CTAs of 512 threads) or off Hopper: wide or split.
@@ -205,7 +208,7 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
               assert.ok(p.nv >= 1 && p.nv <= maxvBwd(kind, tx, tdy) && p.nv * p.tpr * vec >= d, `d ${d}: nv ${p.nv} tpr ${p.tpr}`);
               assert.ok(p.tpr <= 32 ? (p.tpr & (p.tpr - 1)) === 0 : p.tpr === p.block);
               assert.equal(p.rowsPerBlock, p.block / p.tpr);
-              const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
+              const reduce = 16 * (p.block / 32); // both row sums at once: 4 floats per warp
               // Slots only where several row groups add up their register sums at the end.
               assert.equal(p.sharedBytes, reduce + (p.rowsPerBlock > 1 ? p.rowsPerBlock * nacc * d * 4 : 0));
             } else {
@@ -237,4 +240,14 @@ test("backward plan: the chunks per thread mirror the kernel's register budget (
   assert.equal(maxvBwd("rms", "f32", "f32"), 6); // 12 → 6
   assert.equal(maxvBwd("rms", "bf16", "bf16"), 4); // 16
   assert.equal(maxvBwd("rms", "bf16", "f32"), 6); // 10 → 7, capped at 6
+});
+
+test("backward plan: the next-row L2 prefetch rule (measured per shape class on the H200)", () => {
+  assert.equal(prefetchNextRow("layer", "f32", "cluster", 512), true);
+  assert.equal(prefetchNextRow("rms", "f32", "cluster", 256), true);
+  assert.equal(prefetchNextRow("rms", "bf16", "cached", 128), true);
+  assert.equal(prefetchNextRow("rms", "bf16", "cached", 64), false);
+  assert.equal(prefetchNextRow("layer", "f32", "cached", 320), true);
+  assert.equal(prefetchNextRow("layer", "f32", "cached", 256), false);
+  assert.equal(prefetchNextRow("rms", "f32", "cached", 512), false);
 });

@@ -61,6 +61,17 @@ for (const kind of ["layer", "rms"] as const) {
     const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
     assert.deepEqual([...seen].sort(), want, "mappings exercised");
   });
+  // Small and quick: what scripts/gpu-sanitize.sh runs the backward kernels with (SANITIZE_FILTER=/few rows/).
+  gpuTest(`${kind} backward: every mapping on a few rows`, () => {
+    using dev = Device.open({ backend: "cuda" });
+    const seen = new Set<string>();
+    for (const c of [
+      { rows: 64, d: 512 }, { rows: 9, d: 4100, pad: 4 }, { rows: 5, d: 20001 },
+      { rows: 2, d: 262144, affine: false }, { rows: 2, d: 262144 },
+    ]) check(dev, { kind, tx: "bf16", tdy: "f32", tw: "f32", ...c }, seen);
+    const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
+    assert.deepEqual([...seen].sort(), want, "mappings exercised");
+  });
   gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and cluster)`, () => {
     using dev = Device.open({ backend: "cuda" });
     for (const d of [256, 4096, 50000]) {

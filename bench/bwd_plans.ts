@@ -1,0 +1,108 @@
+/**
+ * Backward launch-plan experiments: per case, the plan ops/plan_bwd.ts picks (marked *) and variants of it
+ * (the rows layout at other lane counts, one row per block at other CTA sizes, clusters of 2/4/8 CTAs), timed
+ * in one run with bench.ts's device timer and bytes. It chooses the plan's heuristics; it tests nothing.
+ *   bun bench/bwd_plans.ts [--ds 1024,4096] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
+ */
+import process from "node:process";
+import { writeFileSync } from "node:fs";
+import { Device, type DType, layerNorm, rmsNorm } from "../mod.ts";
+import { launchBackward } from "../ops/backward.ts";
+import { type BwdPlan, maxvBwd, planNormBackward, prefetchNextRow } from "../ops/plan_bwd.ts";
+import { deviceTimer } from "./device_timer.ts";
+
+const args = process.argv.slice(2);
+const opt = (k: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : undefined);
+const DS = (opt("--ds") ?? "128,512,768,1024,2048,4096,5120,8192,12288,16384,32768,65536").split(",").map(Number);
+const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
+const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
+const MIN_BYTES = 2 ** 30;
+
+using dev = Device.open({ backend: "cuda" });
+const info = dev.info;
+using timer = deviceTimer(dev, 20);
+let copyGBs: number;
+{
+  using src = dev.alloc(2 ** 30), dst = dev.alloc(2 ** 30);
+  src.fill(7);
+  copyGBs = 2 ** 31 / (timer.time(() => dst.copyFrom(src)) * 1e6);
+}
+console.log(`# ${info.name}, copy ${copyGBs.toFixed(0)} GB/s, ${new Date().toISOString()}`);
+
+/** Candidate plans for a case: the default first, then variants (kernel contracts as in plan_bwd.ts). */
+function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string; plan: BwdPlan }[] {
+  const limits = { maxThreadsPerBlock: info.maxThreadsPerBlock, warpSize: info.warpSize, maxSharedPerBlockOptin: info.maxSharedPerBlockOptin, ccMajor: info.computeCapability[0] };
+  const def = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads: true }, limits);
+  if (!("plan" in def)) return [];
+  const out = [{ label: "*" + def.plan.mapping + (def.plan.cluster > 1 ? def.plan.cluster : "") + ` b${def.plan.block} nv${def.plan.nv}`, plan: def.plan }];
+  const vec = dt === "f32" ? 4 : 8, chunks = Math.ceil(d / vec), maxv = maxvBwd(kind, dt, dt), nacc = kind === "layer" ? 2 : 1;
+  const base = { ...def.plan, kernel: def.plan.kernel.replace(/_bwd_[a-z]+_/, "_bwd_cached_"), mapping: "cached" as const, cluster: 1, nacc };
+  const slot = nacc * d * 4;
+  const same = (p: BwdPlan) => out.some((o) => o.plan.mapping === p.mapping && o.plan.block === p.block && o.plan.tpr === p.tpr && o.plan.cluster === p.cluster);
+  const add = (label: string, p: BwdPlan) => { if (!same(p)) out.push({ label, plan: p }); };
+  for (const tpr of [4, 8, 16, 32]) {
+    const nv = Math.ceil(chunks / tpr);
+    if (nv > maxv) continue;
+    for (const block of [256, 128]) {
+      const R = block / tpr;
+      const shared = 16 * (block / 32) + (R > 1 ? R * slot : 0);
+      if (shared <= info.maxSharedPerBlockOptin) add(`rows t${tpr} b${block} nv${nv}`, { ...base, prefetch: false, block, tpr, nv, rowsPerBlock: R, sharedBytes: shared });
+    }
+  }
+  for (let nv = 1; nv <= maxv; nv++) {
+    const block = Math.max(32, Math.ceil(Math.ceil(chunks / nv) / 32) * 32);
+    const n = Math.ceil(chunks / block);
+    if (block <= 512 && block > 32 && n <= maxv) add(`block b${block} nv${n}`, { ...base, prefetch: prefetchNextRow(kind, dt, "cached", block), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) });
+  }
+  for (const c of [2, 4, 8]) {
+    const per = Math.ceil(chunks / c);
+    for (let nv = 1; nv <= maxv; nv++) {
+      const block = Math.max(32, Math.ceil(Math.ceil(per / nv) / 32) * 32);
+      const n = Math.ceil(per / block);
+      if (block <= 512 && n <= maxv && (block >= 64 || per <= 32 * maxv)) {
+        add(`cluster${c} b${block} nv${n}`, { ...base, kernel: base.kernel.replace("_bwd_cached_", "_bwd_cluster_"), mapping: "cluster", cluster: c, prefetch: true, block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) + 16 });
+      }
+    }
+  }
+  return out;
+}
+
+const results: { kind: string; dtype: DType; d: number; label: string; pctCopy: number }[] = [];
+for (const d of DS) {
+  for (const dt of DTYPES) {
+    const b = dt === "f32" ? 4 : 2;
+    const rows = Math.ceil(MIN_BYTES / (3 * d * b));
+    using x = dev.tensor(Float32Array.from({ length: Math.min(rows * d, 2 ** 22) }, (_, i) => Math.sin(i * 0.37) * 2), [Math.min(rows * d, 2 ** 22)], { dtype: dt });
+    using xs = dev.empty([rows, d], { dtype: dt });
+    for (let off = 0; off < xs.buffer.byteLength; off += x.buffer.byteLength) {
+      xs.buffer.copyFrom(x.buffer, { offset: off, bytes: Math.min(x.buffer.byteLength, xs.buffer.byteLength - off) });
+    }
+    using dy = dev.empty([rows, d], { dtype: dt });
+    dy.buffer.copyFrom(xs.buffer);
+    using dx = dev.empty([rows, d], { dtype: dt });
+    using w = dev.tensor(Float32Array.from({ length: d }, (_, i) => 1 + (i % 7) / 8), [d], { dtype: dt });
+    using bias = dev.tensor(Float32Array.from({ length: d }, (_, i) => (i % 5) / 8), [d], { dtype: dt });
+    using dw = dev.empty([d], { dtype: dt });
+    using db = dev.empty([d], { dtype: dt });
+    for (const kind of KINDS) {
+      const f = kind === "layer" ? layerNorm(xs, { weight: w, bias, stats: true }) : rmsNorm(xs, { weight: w, stats: true });
+      using _y = f.y, _m = f.mean, _r = f.rstd;
+      const bytes = 3 * rows * d * b + rows * 4 * (kind === "layer" ? 2 : 1) + d * b * (kind === "layer" ? 3 : 2);
+      const line: string[] = [];
+      for (const v of variants(kind, d, dt)) {
+        const ms = timer.time(() =>
+          launchBackward(v.plan, {
+            dy, x: xs, weight: w, mean: kind === "layer" ? f.mean : undefined, rstd: f.rstd!, dx, dweight: dw,
+            dbias: kind === "layer" ? db : undefined, accumulate: false, stream: dev.stream, pdtype: dt,
+          })
+        );
+        const pct = (100 * bytes) / (ms * 1e6) / copyGBs;
+        results.push({ kind, dtype: dt, d, label: v.label, pctCopy: pct });
+        line.push(`${v.label} ${pct.toFixed(1)}`);
+      }
+      console.log(`${kind.padEnd(5)} ${dt.padEnd(4)} ${String(d).padStart(6)} | ${line.join(" | ")}`);
+    }
+  }
+}
+const json = opt("--json");
+if (json) writeFileSync(json, JSON.stringify({ device: info.name, copyGBs, date: new Date().toISOString(), results }, null, 1));

@@ -1,6 +1,7 @@
 /**
  * Backward launch-plan experiments: per case, the plan ops/plan_bwd.ts picks (marked *) and variants of it
- * (the rows layout at other lane counts, one row per block at other CTA sizes, clusters of 2/4/8 CTAs), timed
+ * (the default with the next-row prefetch flipped, the rows layout at other lane counts, one row per block at
+ * other CTA sizes, clusters of 2/4/8 CTAs), timed
  * in one run with bench.ts's device timer and bytes. It chooses the plan's heuristics; it tests nothing.
  *   bun bench/bwd_plans.ts [--ds 1024,4096] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
  */
@@ -34,11 +35,17 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
   const limits = { maxThreadsPerBlock: info.maxThreadsPerBlock, warpSize: info.warpSize, maxSharedPerBlockOptin: info.maxSharedPerBlockOptin, ccMajor: info.computeCapability[0] };
   const def = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads: true }, limits);
   if (!("plan" in def)) return [];
-  const out = [{ label: "*" + def.plan.mapping + (def.plan.cluster > 1 ? def.plan.cluster : "") + ` b${def.plan.block} nv${def.plan.nv}`, plan: def.plan }];
+  const tag = (p: BwdPlan) => p.mapping + (p.cluster > 1 ? p.cluster : "") + ` b${p.block} nv${p.nv}` + (p.prefetch ? " pf" : "");
+  const out = [{ label: "*" + tag(def.plan), plan: def.plan }];
+  // The default plan with the next-row L2 prefetch flipped: the A/B behind prefetchNextRow.
+  if (def.plan.mapping === "cluster" || (def.plan.mapping === "cached" && def.plan.rowsPerBlock === 1 && def.plan.tpr > 32)) {
+    const flipped = { ...def.plan, prefetch: !def.plan.prefetch };
+    out.push({ label: tag(flipped), plan: flipped });
+  }
   const vec = dt === "f32" ? 4 : 8, chunks = Math.ceil(d / vec), maxv = maxvBwd(kind, dt, dt), nacc = kind === "layer" ? 2 : 1;
   const base = { ...def.plan, kernel: def.plan.kernel.replace(/_bwd_[a-z]+_/, "_bwd_cached_"), mapping: "cached" as const, cluster: 1, nacc };
   const slot = nacc * d * 4;
-  const same = (p: BwdPlan) => out.some((o) => o.plan.mapping === p.mapping && o.plan.block === p.block && o.plan.tpr === p.tpr && o.plan.cluster === p.cluster);
+  const same = (p: BwdPlan) => out.some((o) => o.plan.mapping === p.mapping && o.plan.block === p.block && o.plan.tpr === p.tpr && o.plan.cluster === p.cluster && o.plan.prefetch === p.prefetch);
   const add = (label: string, p: BwdPlan) => { if (!same(p)) out.push({ label, plan: p }); };
   for (const tpr of [4, 8, 16, 32]) {
     const nv = Math.ceil(chunks / tpr);

@@ -59,7 +59,7 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
   for (let nv = 1; nv <= maxv; nv++) {
     const block = Math.max(32, Math.ceil(Math.ceil(chunks / nv) / 32) * 32);
     const n = Math.ceil(chunks / block);
-    if (block <= 512 && block > 32 && n <= maxv) add(`block b${block} nv${n}`, { ...base, prefetch: prefetchNextRow(kind, dt, "cached", block), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) });
+    if (block <= 512 && block > 32 && n <= maxv) add(`block b${block} nv${n}`, { ...base, prefetch: prefetchNextRow(kind, dt, "cached", block, chunks), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) });
   }
   for (const c of [2, 4, 8]) {
     const per = Math.ceil(chunks / c);
@@ -67,7 +67,7 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
       const block = Math.max(32, Math.ceil(Math.ceil(per / nv) / 32) * 32);
       const n = Math.ceil(per / block);
       if (block <= 512 && n <= maxv && (block >= 64 || per <= 32 * maxv)) {
-        add(`cluster${c} b${block} nv${n}`, { ...base, kernel: base.kernel.replace("_bwd_cached_", "_bwd_cluster_"), mapping: "cluster", cluster: c, prefetch: true, block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) + 16 });
+        add(`cluster${c} b${block} nv${n}`, { ...base, kernel: base.kernel.replace("_bwd_cached_", "_bwd_cluster_"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(kind, dt, "cluster", block, chunks, c), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) + 16 });
       }
     }
   }

@@ -34,14 +34,20 @@ const SMALL_ROW_NV = 3;
 
 /**
  * Whether a block asks L2 for its next row ahead (one row per block or cluster; sm_90 only, a no-op
- * elsewhere). Measured on the H200 with and without, same kernels otherwise (bench/RESULTS.md, 2026-11-30):
- * it gains 4–11 points of copy in clusters, for 16-bit x from 128-thread blocks up (RMS bf16 D=12288 +10)
- * and for LayerNorm f32 blocks of more than 256 threads (D=5120 +11); it loses 2–11 points for f32 RMSNorm
- * blocks (D=12288 −11) and small f32 LayerNorm blocks (D=2048 −9), and for small rows.
+ * elsewhere). From an A/B on the H200 with everything else fixed (bench/bwd_plans.ts, 2026-11-30; the
+ * effect is shape-specific but repeats run to run within ~1 point):
+ * - 16-bit x: on. It gained 3–12 points of copy for every one-row block measured (D = 1024–16384).
+ * - clusters of 2 and 4: on (+1 to +11). Clusters of 8: off (f32 D=65536: LN 56.4 off vs 45.0 on).
+ * - f32 x, one row per block: on for rows under 512 chunks (D = 768, 1024: +5 to +12) and for LayerNorm
+ *   blocks above 256 threads (D = 5120 +13, 8192 +5); off otherwise (D = 2048 −8, LN 4096 −4.5,
+ *   RMS 5120 −9, RMS 12288 −11; it would gain at RMS 4096 +2 and 8192 +7, which the rule gives up).
  */
-export function prefetchNextRow(kind: NormKind, x: DType, mapping: "cached" | "cluster", block: number): boolean {
-  if (mapping === "cluster") return true;
-  return size(x) === 2 ? block >= 128 : kind === "layer" && block > 256;
+export function prefetchNextRow(
+  kind: NormKind, x: DType, mapping: "cached" | "cluster", block: number, chunks: number, cluster = 1,
+): boolean {
+  if (mapping === "cluster") return cluster < 8;
+  if (size(x) === 2) return true;
+  return chunks < 512 || (kind === "layer" && block > 256);
 }
 /**
  * Shared memory the several-rows layout may spend on the slots where its row groups add up their
@@ -148,7 +154,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / nvAim) / warp) * warp));
     const shared = reduce2Bytes(block);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
     }
   }
   // Rows past one block's registers, on Hopper: split over a cluster of CTAs, each caching its slice in
@@ -161,7 +167,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
       if (per <= maxThreads * maxv) {
         const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
         // The block reductions, then the cluster reduction's two published CTA totals (16 bytes).
-        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: true, block, sharedBytes: reduce2Bytes(block) + 16, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
+        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: reduce2Bytes(block) + 16, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
       }
     }
   }

@@ -182,7 +182,7 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             assert.equal(p.cluster, p.mapping === "cluster" ? p.cluster : 1);
             // The L2 prefetch of the next row: only with one row per block or a cluster, as the rule says.
             const oneRow = p.mapping === "cluster" || (p.mapping === "cached" && p.rowsPerBlock === 1 && p.tpr > 32);
-            assert.equal(p.prefetch, oneRow && prefetchNextRow(kind, tx, p.mapping as "cached" | "cluster", p.block), `prefetch d ${d}`);
+            assert.equal(p.prefetch, oneRow && prefetchNextRow(kind, tx, p.mapping as "cached" | "cluster", p.block, chunks, p.cluster), `prefetch d ${d}`);
             if (p.mapping === "cluster") {
               // Hopper only, and only past one 512-thread block's registers; each CTA caches its slice.
               assert.ok(ccMajor >= 9 && chunks > 512 * maxv, `cluster at d ${d}`);
@@ -243,11 +243,12 @@ test("backward plan: the chunks per thread mirror the kernel's register budget (
 });
 
 test("backward plan: the next-row L2 prefetch rule (measured per shape class on the H200)", () => {
-  assert.equal(prefetchNextRow("layer", "f32", "cluster", 512), true);
-  assert.equal(prefetchNextRow("rms", "f32", "cluster", 256), true);
-  assert.equal(prefetchNextRow("rms", "bf16", "cached", 128), true);
-  assert.equal(prefetchNextRow("rms", "bf16", "cached", 64), false);
-  assert.equal(prefetchNextRow("layer", "f32", "cached", 320), true);
-  assert.equal(prefetchNextRow("layer", "f32", "cached", 256), false);
-  assert.equal(prefetchNextRow("rms", "f32", "cached", 512), false);
+  assert.equal(prefetchNextRow("layer", "f32", "cluster", 512, 8192, 2), true);
+  assert.equal(prefetchNextRow("rms", "f32", "cluster", 352, 8192, 4), true);
+  assert.equal(prefetchNextRow("layer", "f32", "cluster", 512, 16384, 8), false);
+  assert.equal(prefetchNextRow("rms", "bf16", "cached", 64, 256), true);
+  assert.equal(prefetchNextRow("layer", "f32", "cached", 96, 256), true); // D = 1024
+  assert.equal(prefetchNextRow("layer", "f32", "cached", 128, 512), false); // D = 2048
+  assert.equal(prefetchNextRow("layer", "f32", "cached", 320, 1280), true); // D = 5120
+  assert.equal(prefetchNextRow("rms", "f32", "cached", 512, 3072), false); // D = 12288
 });

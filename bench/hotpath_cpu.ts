@@ -73,6 +73,8 @@ export function fakeCudaDevice<T>(
     moduleFunction: () => ++nextHandle,
     kernelAttribute: (_fn, a) => (a === "maxThreadsPerBlock" ? 1024 : a === "maxDynamicSharedBytes" ? 49152 : 0),
     setKernelMaxDynamicShared: () => {},
+    // Resident clusters as if one CTA fitted per SM: what Kernel.activeClusters hands through.
+    activeClusters: (_fn, _threads, _shared, cluster) => Math.floor((opts.info ?? FAKE_H200).multiprocessors / cluster),
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
       fake.launchEx!(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 1, false);
     },

@@ -1,0 +1,40 @@
+/**
+ * Kernel.activeClusters (cuOccupancyMaxActiveClusters, which sizes the backward's persistent cluster grid)
+ * without a GPU: argument checks, the refusal before compute capability 9.0, and the value handed through
+ * from the driver, against the fake CUDA driver of bench/hotpath_cpu.ts.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { FAKE_H200, fakeCudaDevice } from "../bench/hotpath_cpu.ts";
+import { NORM_BWD_ARGS } from "../ops/backward.ts";
+import { normKernel } from "../ops/kernels.ts";
+import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
+
+const NAME = "nk_ln_bwd_cluster_bf16_bf16_bf16";
+
+test("Kernel.activeClusters: the driver's count for 2–8 CTAs; other sizes are an ArgumentError naming cluster", () => {
+  const { dev } = fakeCudaDevice(() => null);
+  try {
+    const k = normKernel(dev, NAME, NORM_BWD_ARGS);
+    assert.equal(k.activeClusters(512, 48, 2), 66);
+    assert.equal(k.activeClusters(512, 48, 8), 16);
+    for (const bad of [1, 9, 2.5, 0]) {
+      assert.throws(() => k.activeClusters(512, 48, bad), (e: unknown) => e instanceof ArgumentError && /cluster/.test(e.message));
+    }
+  } finally {
+    dev.close();
+  }
+});
+
+test("Kernel.activeClusters: refused with UnsupportedError before compute capability 9.0, and once the module is closed", () => {
+  const a100 = { ...FAKE_H200, name: "fake A100", arch: "sm_80", computeCapability: [8, 0] as [number, number], multiprocessors: 108 };
+  const { dev } = fakeCudaDevice(() => null, { info: a100 });
+  try {
+    const k = normKernel(dev, NAME, NORM_BWD_ARGS);
+    assert.throws(() => k.activeClusters(256, 0, 2), (e: unknown) => e instanceof UnsupportedError && /9\.0/.test(e.message));
+    k.module.close();
+    assert.throws(() => k.activeClusters(256, 0, 2), DisposedError);
+  } finally {
+    dev.close();
+  }
+});

@@ -15,6 +15,7 @@ import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackw
 import { encode } from "../runtime/dtype.ts";
 import { deviceTimer } from "./device_timer.ts";
 import { planNormBackward } from "../ops/plan_bwd.ts";
+import { bwdPlanLimits } from "../ops/kernels.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
@@ -68,10 +69,7 @@ interface Row {
 }
 /** The backward plan's mapping for a case (which kernel the row measures). */
 const bwdMapping = (kind: "layer" | "rms", d: number, dtype: DType): string => {
-  const r = planNormBackward({ kind, d, xDtype: dtype, dyDtype: dtype, weightDtype: dtype, paramGrads: true }, {
-    maxThreadsPerBlock: info.maxThreadsPerBlock, warpSize: info.warpSize, maxSharedPerBlockOptin: info.maxSharedPerBlockOptin,
-    ccMajor: dev.backend === "cuda" ? info.computeCapability[0] : 0,
-  });
+  const r = planNormBackward({ kind, d, xDtype: dtype, dyDtype: dtype, weightDtype: dtype, paramGrads: true }, bwdPlanLimits(dev));
   return "plan" in r ? r.plan.mapping + (r.plan.cluster > 1 ? r.plan.cluster : "") : "unsupported";
 };
 const results: Row[] = [];

@@ -9,6 +9,7 @@ import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, rmsNorm } from "../mod.ts";
 import { launchBackward } from "../ops/backward.ts";
+import { bwdPlanLimits } from "../ops/kernels.ts";
 import { type BwdPlan, maxvBwd, planNormBackward, prefetchNextRow } from "../ops/plan_bwd.ts";
 import { deviceTimer } from "./device_timer.ts";
 
@@ -32,8 +33,7 @@ console.log(`# ${info.name}, copy ${copyGBs.toFixed(0)} GB/s, ${new Date().toISO
 
 /** Candidate plans for a case: the default first, then variants (kernel contracts as in plan_bwd.ts). */
 function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string; plan: BwdPlan }[] {
-  const limits = { maxThreadsPerBlock: info.maxThreadsPerBlock, warpSize: info.warpSize, maxSharedPerBlockOptin: info.maxSharedPerBlockOptin, ccMajor: info.computeCapability[0] };
-  const def = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads: true }, limits);
+  const def = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads: true }, bwdPlanLimits(dev));
   if (!("plan" in def)) return [];
   const tag = (p: BwdPlan) => p.mapping + (p.cluster > 1 ? p.cluster : "") + ` b${p.block} nv${p.nv}` + (p.prefetch ? " pf" : "");
   const out = [{ label: "*" + tag(def.plan), plan: def.plan }];

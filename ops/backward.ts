@@ -11,7 +11,7 @@ import { LaunchConfig } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
-import { normKernel } from "./kernels.ts";
+import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import { type BwdPlan, planNormBackward } from "./plan_bwd.ts";
 import { checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
@@ -118,10 +118,7 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
   }
   const plan = device.backend === "cpu" ? undefined : planNormBackward(
     { kind, d: x.d, xDtype: x.dtype, dyDtype: dy.dtype, weightDtype: weight?.dtype, paramGrads: !!(weight || bias) },
-    {
-      maxThreadsPerBlock: device.info.maxThreadsPerBlock, warpSize: device.info.warpSize, maxSharedPerBlockOptin: device.info.maxSharedPerBlockOptin,
-      ccMajor: device.backend === "cuda" ? device.info.computeCapability[0] : 0,
-    },
+    bwdPlanLimits(device),
   );
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}NormBackward: ${plan.unsupported}`);
   // Allocating while a stream captures breaks the capture (global mode): say so before the driver does.

@@ -9,6 +9,7 @@ import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
 import { hipCodeObject, hsacoTarget, loadHipCodeObjects } from "./hip_module.ts";
 import type { PlanLimits } from "./plan.ts";
+import type { BwdLimits } from "./plan_bwd.ts";
 
 /** Parameter list shared by every forward norm kernel (kernels/norm_fwd.cuh, NK_FWD_PARAMS). */
 export const NORM_FWD_ARGS: readonly ArgType[] = [
@@ -59,6 +60,17 @@ export function planLimits(device: { readonly backend: string; readonly info: De
     warpSize: i.warpSize, // 32 on NVIDIA and RDNA (gfx11), 64 on CDNA (gfx9)
     ccMajor: device.backend === "cuda" ? i.computeCapability[0] : 0,
     multiprocessors: i.multiprocessors,
+  };
+}
+
+/** The device limits the backward plan depends on (clusters, as above, only on CUDA sm_90+). */
+export function bwdPlanLimits(device: { readonly backend: string; readonly info: DeviceInfo }): BwdLimits {
+  const i = device.info;
+  return {
+    maxThreadsPerBlock: i.maxThreadsPerBlock,
+    warpSize: i.warpSize,
+    maxSharedPerBlockOptin: i.maxSharedPerBlockOptin,
+    ccMajor: device.backend === "cuda" ? i.computeCapability[0] : 0,
   };
 }
 

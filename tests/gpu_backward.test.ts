@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { Device, type DType, RMSNorm } from "../mod.ts";
 import { planNormBackward } from "../ops/plan_bwd.ts";
+import { bwdPlanLimits } from "../ops/kernels.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -21,7 +22,7 @@ for (const tx of ["f32", "f16", "bf16"] as DType[]) {
 function mapping(dev: Device, c: BwdCase): string {
   const r = planNormBackward(
     { kind: c.kind, d: c.d, xDtype: c.tx, dyDtype: c.tdy, weightDtype: c.affine === false ? undefined : c.tw, paramGrads: c.affine !== false },
-    { maxThreadsPerBlock: dev.info.maxThreadsPerBlock, warpSize: dev.info.warpSize, maxSharedPerBlockOptin: dev.info.maxSharedPerBlockOptin, ccMajor: dev.info.computeCapability[0] },
+    bwdPlanLimits(dev),
   );
   return "plan" in r ? r.plan.mapping : "unsupported";
 }

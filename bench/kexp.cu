@@ -507,3 +507,193 @@ KX_W2(ln, true, f32, 4, NK_LAUNCH_BOUNDS(1024))
 KX_W2(rms, false, f32, 4, NK_LAUNCH_BOUNDS(1024))
 KX_W2(ln, true, bf16, 4, NK_LAUNCH_BOUNDS(1024))
 KX_W2(rms, false, bf16, 4, NK_LAUNCH_BOUNDS(1024))
+
+// ---------------------------------------------------------------- small-batch latency (issue 5), block mapping
+// One row per block, nv <= P chunks per thread (P = 4), the whole row in registers. M selects what changes:
+//   M = 6: weight/bias chunks loaded right after the x loads (before the reductions), two reductions (LN);
+//   M = 7: M6 and LN's statistics in one block reduction: per-thread (count, mean, M2) from registers, combined
+//          with Chan's pairwise formula (symmetric, so the xor butterfly leaves every lane bitwise equal);
+//   M = 8: M6 and LN's two sums about k (sum v, sum v^2) in one nk_block_sum2; the centred second pass only
+//          when the row is ill-conditioned for that (dm^2 > 16 var), a uniform branch.
+//   M = 9: M7 without the early weight/bias loads (the reduction change alone).
+struct kx_chan { float n, m, q; };
+__device__ __forceinline__ kx_chan kx_chan_comb(kx_chan a, kx_chan b) {
+  const float n = __fadd_rn(a.n, b.n);
+  if (n == 0.0f) return a;
+  const float inv = __fdiv_rn(1.0f, n);
+  const float m = __fmul_rn(__fadd_rn(__fmul_rn(a.n, a.m), __fmul_rn(b.n, b.m)), inv);
+  const float dl = __fsub_rn(b.m, a.m);
+  const float q = __fadd_rn(__fadd_rn(a.q, b.q), __fmul_rn(__fmul_rn(dl, dl), __fmul_rn(__fmul_rn(a.n, b.n), inv)));
+  return kx_chan{n, m, q};
+}
+__device__ __forceinline__ kx_chan kx_chan_warp(kx_chan c) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    kx_chan o{nk_shfl_xor(c.n, s), nk_shfl_xor(c.m, s), nk_shfl_xor(c.q, s)};
+    c = kx_chan_comb(c, o);
+  }
+  return c;
+}
+
+template <class TI, class TO, class TW, bool LN, int P, int M>
+__device__ __forceinline__ void kx_lat(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr int WV = VEC * TW::SIZE / 4;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride) || nv > P) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE, lane = nk_lane(), wid = nk_thread_x() / NK_WARP_SIZE;
+  const int nchunks = d / VEC;
+  const float fd = (float)d;
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    const typename TI::S* xr = X + row * x_stride;
+    typename TO::S* yr = Y + row * y_stride;
+    const float k = LN ? TI::to_f(xr[0]) : 0.0f;
+#define KX_OWN(i) ((i) < nv && t + (i) * tpr < nchunks)
+    nk_v4 raw[P];
+    unsigned gw[P][WV], bw[P][WV];
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      nk_load_words<TI, VEC>(xr + (long long)(t + i * tpr) * VEC, true, KX_OWN(i) ? VEC : 0, raw[i].w);
+    if (M != 9) {
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        const long long off = (long long)(t + i * tpr) * VEC;
+        if (Wt) nk_load_words<TW, VEC>(Wt + off, true, KX_OWN(i) ? VEC : 0, gw[i]);
+        if (LN && Bs) nk_load_words<TW, VEC>(Bs + off, true, KX_OWN(i) ? VEC : 0, bw[i]);
+      }
+    }
+    float dm = 0.0f, rs;
+    if (LN && M == 6) {
+      nk_red_block red{nwarps, 0u};
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        float si = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) si += nk_get<TI>(raw[i].w, e) - k;
+        s += KX_OWN(i) ? si : 0.0f;
+      }
+      dm = red(s) / fd;
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        float qi = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+          qi += c * c;
+        }
+        q += KX_OWN(i) ? qi : 0.0f;
+      }
+      rs = nk_rsqrt(red(q) / fd + eps);
+    } else if (LN && (M == 7 || M == 9)) {
+      float s = 0.0f, cnt = 0.0f;
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        float si = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) si += nk_get<TI>(raw[i].w, e) - k;
+        s += KX_OWN(i) ? si : 0.0f;
+        cnt += KX_OWN(i) ? (float)VEC : 0.0f;
+      }
+      const float lm = cnt > 0.0f ? s / cnt : 0.0f;
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        float qi = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float c = (nk_get<TI>(raw[i].w, e) - k) - lm;
+          qi += c * c;
+        }
+        q += KX_OWN(i) ? qi : 0.0f;
+      }
+      kx_chan c = kx_chan_warp(kx_chan{cnt, lm, q});
+      float* buf = nk_fwd_smem;
+      if (lane == 0) buf[wid] = c.n, buf[nwarps + wid] = c.m, buf[2 * nwarps + wid] = c.q;
+      nk_barrier();
+      kx_chan r = lane < nwarps ? kx_chan{buf[lane], buf[nwarps + lane], buf[2 * nwarps + lane]} : kx_chan{0.0f, 0.0f, 0.0f};
+      r = kx_chan_warp(r);
+      dm = r.m;
+      rs = nk_rsqrt(r.q / fd + eps);
+    } else if (LN && M == 8) {
+      float s = 0.0f, s2 = 0.0f;
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        float si = 0.0f, qi = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float v = nk_get<TI>(raw[i].w, e) - k;
+          si += v;
+          qi += v * v;
+        }
+        s += KX_OWN(i) ? si : 0.0f;
+        s2 += KX_OWN(i) ? qi : 0.0f;
+      }
+      nk_block_sum2(s, s2, nk_fwd_smem);
+      dm = s / fd;
+      float var = s2 / fd - dm * dm;
+      if (!(dm * dm <= 16.0f * var)) {  // ill-conditioned (or NaN): the centred pass
+        float q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < P; ++i) {
+          float qi = 0.0f;
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+            qi += c * c;
+          }
+          q += KX_OWN(i) ? qi : 0.0f;
+        }
+        var = nk_block_sum(q, nk_fwd_smem + 2 * nwarps) / fd;
+      }
+      rs = nk_rsqrt(var + eps);
+    } else {
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < P; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float v = nk_get<TI>(raw[i].w, e);
+          q += v * v;
+        }
+      rs = nk_rsqrt(nk_block_sum(q, nk_fwd_smem) / fd + eps);
+    }
+    if (M == 9) {
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        const long long off = (long long)(t + i * tpr) * VEC;
+        if (Wt) nk_load_words<TW, VEC>(Wt + off, true, KX_OWN(i) ? VEC : 0, gw[i]);
+        if (LN && Bs) nk_load_words<TW, VEC>(Bs + off, true, KX_OWN(i) ? VEC : 0, bw[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      if (KX_OWN(i)) {
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
+        nk_apply_words<TW, LN, VEC>(f, Wt != nullptr, gw[i], LN && Bs, bw[i], k, dm, rs);
+        nk_store_f<TO, VEC>(yr + (long long)(t + i * tpr) * VEC, true, VEC, f);
+      }
+    }
+#undef KX_OWN
+    nk_barrier();  // the reduction buffers are reused by the next row
+  }
+}
+#define KX_LAT(kind, isln, ti, m)                                                                           \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(512) kx_##kind##_lat_##ti##_v##m(NK_FWD_PARAMS) {       \
+    nk_pdl_enter();                                                                                          \
+    kx_lat<nk_##ti, nk_##ti, nk_##ti, isln, 4, m>(NK_FWD_ARGS);                                              \
+  }
+KX_LAT(ln, true, f32, 6)
+KX_LAT(ln, true, f32, 7)
+KX_LAT(ln, true, f32, 8)
+KX_LAT(ln, true, f32, 9)
+KX_LAT(rms, false, f32, 6)
+KX_LAT(ln, true, bf16, 6)
+KX_LAT(ln, true, bf16, 7)
+KX_LAT(ln, true, bf16, 8)
+KX_LAT(ln, true, bf16, 9)
+KX_LAT(rms, false, bf16, 6)

@@ -128,6 +128,111 @@ if (args.includes("--latency")) {
   }
   process.exit(0);
 }
+// --latency2: the small-batch block-mapping variants kx_*_lat_*_v{6,7,8,9} (bench/kexp.cu) against the production
+// kernels, at 1, 2 and 4 chunks per thread, bf16 and f32, weight/bias in the input dtype, PDL on; device time per
+// op from a replayed graph of 100 launches. Every output is compared with the production default plan's
+// (max |a-b|/(1+|b|)), and a hard LN case (f32 rows with mean 1e4, std 1e-2 and x[0] 100 std off) with float64.
+if (args.includes("--latency2")) {
+  using stream = dev.createStream();
+  using e0 = dev.createEvent(), e1 = dev.createEvent();
+  const graphUs = (k: Kernel, cfg: LaunchConfig, a: unknown[]): number => {
+    k.dependentLaunch = true;
+    using graph = stream.capture(() => {
+      for (let i = 0; i < 100; i++) k.launch(stream, cfg, a as never);
+    });
+    using exec = graph.instantiate();
+    for (let i = 0; i < 5; i++) exec.launch(stream);
+    stream.synchronize();
+    const ts: number[] = [];
+    for (let r = 0; r < 5; r++) {
+      e0.record(stream);
+      for (let i = 0; i < 20; i++) exec.launch(stream);
+      e1.record(stream);
+      e1.synchronize();
+      ts.push((e1.elapsedSince(e0) * 1000) / 2000);
+    }
+    return median(ts);
+  };
+  const rel = (a: Float32Array, b: ArrayLike<number>): number => {
+    let m = 0;
+    for (let i = 0; i < a.length; i++) {
+      const e = Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i]));
+      if (!(e <= m)) m = Number.isNaN(e) ? Infinity : e;
+    }
+    return m;
+  };
+  for (const dtype of ["bf16", "f32"] as DType[]) {
+    for (const kind of ["layer", "rms"] as const) {
+      for (const d of [2048, 4096, 8192]) {
+        using w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
+        using bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
+        for (const rows of [1, 8, 64, 132]) {
+          using x = dev.tensor(tileValues.subarray(0, rows * d), [rows, d], { dtype });
+          using y = dev.empty([rows, d], { dtype });
+          const p = (planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
+          const short = kind === "layer" ? "ln" : "rms";
+          const argsFor = (q: { tpr: number; nv: number }) => [x, y, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, q.tpr, q.nv];
+          const prod = normKernel(dev, p.kernel, NORM_FWD_ARGS);
+          const line = [`${dtype} ${kind.padEnd(5)} D=${String(d).padStart(5)} rows=${String(rows).padStart(3)}: *${p.mapping} t${p.block[0]} nv${p.nv} ${graphUs(prod, new LaunchConfig(p), argsFor(p)).toFixed(2)}`];
+          y.buffer.fill(0xff);
+          prod.launch(stream, new LaunchConfig(p), argsFor(p) as never);
+          const ref = y.readSync({ stream });
+          const chunks = d / (dtype === "f32" ? 4 : 8);
+          for (const nv of [1, 2, 4]) {
+            const t = Math.ceil(chunks / nv / 32) * 32;
+            if (t > 512) continue;
+            const q = { tpr: t, nv: Math.ceil(chunks / t) };
+            const cfg = new LaunchConfig({ grid: rows, block: t, sharedBytes: 3 * (t / 32) * 4 });
+            const ks: [string, Kernel][] = [["blk", normKernel(dev, p.kernel.replace(/_(rows|block)_/, "_block_"), NORM_FWD_ARGS)]];
+            for (const v of kind === "layer" ? [6, 7, 8, 9] : [6]) ks.push([`v${v}`, mod.kernel(`kx_${short}_lat_${dtype}_v${v}`, NORM_FWD_ARGS)]);
+            const cells: string[] = [];
+            for (const [tag, k] of ks) {
+              y.buffer.fill(0xff);
+              k.launch(stream, cfg, argsFor(q) as never);
+              const err = rel(y.readSync({ stream }), ref);
+              const us = graphUs(k, cfg, argsFor(q));
+              out.push({ mode: "latency2", dtype, kind, d, rows, variant: tag, tpr: t, nv: q.nv, us, err, default_plan: `${p.mapping} t${p.block[0]} nv${p.nv}` });
+              cells.push(`${tag} ${us.toFixed(2)}${err > (dtype === "f32" ? 1e-5 : 1e-2) ? ` ERR ${err.toExponential(1)}` : ""}`);
+            }
+            line.push(`t${t} nv${q.nv}: ${cells.join(" ")}`);
+          }
+          console.log(line.join(" | "));
+        }
+      }
+    }
+  }
+  // Hard LN rows: mean 1e4, std 1e-2, x[0] 100 std off (the shift k = x[0] is far from the mean), f32, no affine.
+  {
+    const d = 4096, rows = 8;
+    const xs = new Float32Array(rows * d);
+    for (let i = 0; i < xs.length; i++) xs[i] = 1e4 + 1e-2 * tileValues[i];
+    for (let r = 0; r < rows; r++) xs[r * d] = 1e4 + (r % 2 ? 1 : -1);
+    const want = new Float64Array(rows * d);
+    for (let r = 0; r < rows; r++) {
+      let m = 0, v = 0;
+      for (let j = 0; j < d; j++) m += xs[r * d + j];
+      m /= d;
+      for (let j = 0; j < d; j++) v += (xs[r * d + j] - m) ** 2;
+      const rs = 1 / Math.sqrt(v / d + 1e-5);
+      for (let j = 0; j < d; j++) want[r * d + j] = (xs[r * d + j] - m) * rs;
+    }
+    using x = dev.tensor(xs, [rows, d]);
+    using y = dev.empty([rows, d]);
+    const cfg = new LaunchConfig({ grid: rows, block: 256, sharedBytes: 3 * 8 * 4 });
+    const a = [x, y, null, null, null, null, rows, d, d, d, 1e-5, 256, 4];
+    const cells: string[] = [];
+    for (const [tag, k] of [["blk", normKernel(dev, "nk_ln_block_f32_f32_f32", NORM_FWD_ARGS)], ...[6, 7, 8, 9].map((v) => [`v${v}`, mod.kernel(`kx_ln_lat_f32_v${v}`, NORM_FWD_ARGS)])] as [string, Kernel][]) {
+      y.buffer.fill(0xff);
+      k.launch(stream, cfg, a as never);
+      const err = rel(y.readSync({ stream }), want);
+      out.push({ mode: "latency2-hard", variant: tag, err });
+      cells.push(`${tag} ${err.toExponential(2)}`);
+    }
+    console.log(`hard LN f32 D=4096 (mean 1e4, std 1e-2, x0 100 std off), max |y-y64|/(1+|y64|): ${cells.join(" ")}`);
+  }
+  if (jsonPath) writeFileSync(jsonPath, JSON.stringify(out, null, 1));
+  process.exit(0);
+}
 try {
 for (const d of DS) {
   for (const dtype of ["f32", "bf16"] as DType[]) {

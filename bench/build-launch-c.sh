@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build bench/launch_c (C launch-overhead baseline; dlopen()s libcuda.so.1 at run time, so it builds
 # on machines without a GPU or driver). The binary is a build output: keep it out of git.
-#   bash bench/build-launch-c.sh && bench/launch_c precompiled/norm.fatbin
+#   bash scripts/fatbin.sh && bash bench/build-launch-c.sh && bench/launch_c precompiled/norm.fatbin
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"

@@ -3,7 +3,11 @@
  * and layerNorm, through the public ops with `out` (the hot path), on one non-blocking stream:
  *
  * - eager_host_us: host time of one call (median of N, each timed alone; the stream is synchronized every
- *   256 calls outside the timed region, as in bench/launch.ts and bench/latency_c.c);
+ *   256 calls outside the timed region, as in bench/launch.ts and bench/latency_c.c). It includes one reading
+ *   of the clock, which costs far more from JS than from C (process.hrtime.bigint: 0.1–0.3 µs, clock_gettime
+ *   in C: tens of ns), so also:
+ * - eager_batch_us: host time per call of batches of BATCH calls timed as one interval (median over batches):
+ *   the clock's cost divided by BATCH; clock_us: the median of an empty interval, for reference;
  * - eager_device_us: device time per op of N back-to-back calls (events around them, divided by N);
  * - eager_sync_us: one call plus Stream.synchronize (median): the end-to-end latency of a lone op;
  * - graph_host_us / graph_device_us: a captured graph of 100 calls replayed, host time of exec.launch()
@@ -31,7 +35,7 @@ function randoms(n: number, seed: number, lo = -1, hi = 1): Float32Array {
 }
 
 const ROWS = [1, 8, 64], DS = [2048, 4096, 8192], KINDS = ["rms", "layer"] as const;
-const N = 2000, SYNC_EVERY = 256, N_SYNC = 300, GRAPH_OPS = 100, REPLAYS = 200;
+const N = 2000, SYNC_EVERY = 256, N_SYNC = 300, GRAPH_OPS = 100, REPLAYS = 200, BATCH = 16; // SYNC_EVERY % BATCH == 0
 const runtime = "Deno" in globalThis ? "deno" : "bun";
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -49,16 +53,22 @@ const nowUs = (): number => Number(process.hrtime.bigint()) / 1000;
 const compare = process.argv.indexOf("--compare");
 if (compare > 0) {
   const { readFileSync } = await import("node:fs");
-  type Row = { kind: string; rows: number; d: number; eager_host_us: number; eager_device_us: number; eager_sync_us: number; graph_host_us: number; graph_device_us: number };
+  type Row = {
+    kind: string; rows: number; d: number; eager_host_us: number; eager_batch_us?: number; eager_device_us: number; eager_sync_us: number;
+    graph_host_us: number; graph_device_us: number;
+  };
   const load = (f: string): { runtime: string; results: Row[] } => JSON.parse(readFileSync(f, "utf8"));
   const ts = load(process.argv[compare + 1]), c = load(process.argv[compare + 2]);
   const f = (v: number, p = 2): string => v.toFixed(p).padStart(7);
-  console.log(`kind  rows     d | ${ts.runtime} host  C host  ratio | ${ts.runtime}+sync  C+sync | graph ${ts.runtime} host/dev µs/op | graph C host/dev`);
+  console.log(
+    `kind  rows     d | ${ts.runtime} host  C host  ratio | batched: ${ts.runtime}   C  ratio | ${ts.runtime}+sync  C+sync | graph ${ts.runtime} host/dev µs/op | graph C host/dev`,
+  );
   for (const t of ts.results) {
     const k = c.results.find((r) => r.kind === t.kind && r.rows === t.rows && r.d === t.d);
     if (!k) continue;
     console.log(
       `${t.kind.padEnd(5)} ${String(t.rows).padStart(4)} ${String(t.d).padStart(5)} | ${f(t.eager_host_us)} ${f(k.eager_host_us)} ${f(t.eager_host_us / k.eager_host_us)} |` +
+        ` ${f(t.eager_batch_us ?? NaN)} ${f(k.eager_batch_us ?? NaN)} ${f((t.eager_batch_us ?? NaN) / (k.eager_batch_us ?? NaN))} |` +
         ` ${f(t.eager_sync_us)} ${f(k.eager_sync_us)} | ${f(t.graph_host_us, 3)} ${f(t.graph_device_us)} | ${f(k.graph_host_us, 3)} ${f(k.graph_device_us)}`,
     );
   }
@@ -96,6 +106,19 @@ for (const kind of KINDS) {
         if ((i + 1) % SYNC_EVERY === 0) stream.synchronize();
       }
       stream.synchronize();
+      const batch = new Float64Array(Math.floor(N / BATCH));
+      for (let i = 0; i < batch.length; i++) {
+        const t0 = nowUs();
+        for (let j = 0; j < BATCH; j++) op(stream);
+        batch[i] = (nowUs() - t0) / BATCH;
+        if (((i + 1) * BATCH) % SYNC_EVERY === 0) stream.synchronize();
+      }
+      stream.synchronize();
+      const clock = new Float64Array(1000);
+      for (let i = 0; i < clock.length; i++) {
+        const t0 = nowUs();
+        clock[i] = nowUs() - t0;
+      }
 
       start.record(stream);
       for (let i = 0; i < N; i++) op(stream);
@@ -134,6 +157,8 @@ for (const kind of KINDS) {
       const r = {
         runtime, kind, rows, d, dtype: "bf16", dependent_launch: dependent,
         eager_host_us: median(host),
+        eager_batch_us: median(batch),
+        clock_us: median(clock),
         eager_device_us: eagerDevice,
         eager_sync_us: median(sync),
         graph_host_us: median(gHost) / GRAPH_OPS,
@@ -141,7 +166,8 @@ for (const kind of KINDS) {
       };
       results.push(r);
       console.log(
-        `${runtime} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: eager host ${r.eager_host_us.toFixed(2)} µs, ` +
+        `${runtime} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: eager host ${r.eager_host_us.toFixed(2)} µs ` +
+          `(batches of ${BATCH}: ${r.eager_batch_us.toFixed(2)} µs/call, clock ${r.clock_us.toFixed(3)} µs), ` +
           `device ${eagerDevice.toFixed(2)} µs/op, +sync ${r.eager_sync_us.toFixed(2)} µs; graph host ${r.graph_host_us.toFixed(3)} µs/op, ` +
           `device ${graphDevice.toFixed(2)} µs/op`,
       );

@@ -1,12 +1,15 @@
 // The C side of bench/latency.ts: the same norm launches (kernel, grid, block, shared memory, arguments)
 // over the same fatbin, straight through the driver API, measured the same way:
 //   eager_host_us    one cuLaunchKernel, median of 2000 each timed alone (sync every 256, untimed)
+//   eager_batch_us   batches of 16 launches timed as one interval, per launch, median over the batches
+//   clock_us         an empty interval (the clock's own cost), median of 1000
 //   eager_device_us  events around 2000 back-to-back launches, divided by 2000
 //   eager_sync_us    launch + cuStreamSynchronize, median of 300
 //   graph_host_us    cuGraphLaunch of a captured graph of 100 launches, median of 200, divided by 100
 //   graph_device_us  events around 200 replays, divided by 200 * 100
 //
 //   gcc -O2 -std=c11 -I/usr/local/cuda/include -o bench/latency_c bench/latency_c.c -ldl && bench/latency_c precompiled/norm.fatbin cases.txt [out.json]
+//   (bash scripts/fatbin.sh first: it writes precompiled/norm.fatbin out of precompiled/norm_cuda.ts)
 //
 // cases.txt comes from `bench/latency.ts --cases`: one line per case,
 //   kind rows d kernel grid block shared cluster tpr nv dependent
@@ -108,7 +111,7 @@ static CUdeviceptr upload_bf16(size_t n, unsigned seed, float lo, float hi) {
   return p;
 }
 
-enum { N = 2000, SYNC_EVERY = 256, N_SYNC = 300, GRAPH_OPS = 100, REPLAYS = 200 };
+enum { N = 2000, SYNC_EVERY = 256, N_SYNC = 300, GRAPH_OPS = 100, REPLAYS = 200, BATCH = 16, N_CLOCK = 1000 };  // SYNC_EVERY % BATCH == 0
 
 #define SYM(name)                                                                  \
   do {                                                                             \
@@ -148,7 +151,8 @@ int main(int argc, char **argv) {
   FILE *json = argc > 3 ? fopen(argv[3], "w") : NULL;
   if (json) fprintf(json, "{\"runtime\": \"c\", \"results\": [");
   double *host = malloc(sizeof(double) * N), *sync = malloc(sizeof(double) * N_SYNC), *ghost = malloc(sizeof(double) * REPLAYS);
-  if (!host || !sync || !ghost) return 1;
+  double *batch = malloc(sizeof(double) * (N / BATCH)), *clk = malloc(sizeof(double) * N_CLOCK);
+  if (!host || !sync || !ghost || !batch || !clk) return 1;
 
   char kind[16], kernel[128];
   int rows, d, grid, block, shared, cluster, tpr, nv, dependent, first = 1;
@@ -189,6 +193,19 @@ int main(int argc, char **argv) {
       if ((i + 1) % SYNC_EVERY == 0) CK(p_cuStreamSynchronize(stream));
     }
     CK(p_cuStreamSynchronize(stream));
+    for (int i = 0; i < N / BATCH; i++) {
+      CUresult r = CUDA_SUCCESS;
+      double t0 = now_us();
+      for (int j = 0; j < BATCH && r == CUDA_SUCCESS; j++) r = LAUNCH();
+      batch[i] = (now_us() - t0) / BATCH;
+      CK(r);
+      if (((i + 1) * BATCH) % SYNC_EVERY == 0) CK(p_cuStreamSynchronize(stream));
+    }
+    CK(p_cuStreamSynchronize(stream));
+    for (int i = 0; i < N_CLOCK; i++) {
+      double t0 = now_us();
+      clk[i] = now_us() - t0;
+    }
 
     float ms;
     CK(p_cuEventRecord(ev0, stream));
@@ -230,12 +247,15 @@ int main(int argc, char **argv) {
     double graph_device = ms * 1000.0 / (REPLAYS * GRAPH_OPS);
 
     double eh = median(host, N), es = median(sync, N_SYNC), gh = median(ghost, REPLAYS) / GRAPH_OPS;
-    printf("c %-5s rows=%2d d=%d: eager host %.2f us, device %.2f us/op, +sync %.2f us; graph host %.3f us/op, "
-           "device %.2f us/op\n", kind, rows, d, eh, eager_device, es, gh, graph_device);
+    double eb = median(batch, N / BATCH), ck = median(clk, N_CLOCK);
+    printf("c %-5s rows=%2d d=%d: eager host %.2f us (batches of %d: %.2f us/call, clock %.3f us), device %.2f us/op, "
+           "+sync %.2f us; graph host %.3f us/op, device %.2f us/op\n", kind, rows, d, eh, BATCH, eb, ck, eager_device, es, gh,
+           graph_device);
     if (json) {
       fprintf(json, "%s\n {\"runtime\": \"c\", \"kind\": \"%s\", \"rows\": %d, \"d\": %d, \"dtype\": \"bf16\", "
-              "\"eager_host_us\": %.4f, \"eager_device_us\": %.4f, \"eager_sync_us\": %.4f, \"graph_host_us\": %.5f, "
-              "\"graph_device_us\": %.4f}", first ? "" : ",", kind, rows, d, eh, eager_device, es, gh, graph_device);
+              "\"eager_host_us\": %.4f, \"eager_batch_us\": %.4f, \"clock_us\": %.4f, \"eager_device_us\": %.4f, "
+              "\"eager_sync_us\": %.4f, \"graph_host_us\": %.5f, \"graph_device_us\": %.4f}",
+              first ? "" : ",", kind, rows, d, eh, eb, ck, eager_device, es, gh, graph_device);
       first = 0;
     }
     CK(p_cuGraphExecDestroy(exec));
@@ -248,6 +268,6 @@ int main(int argc, char **argv) {
   if (json) { fprintf(json, "\n]}\n"); fclose(json); }
   fclose(cases);
   CK(p_cuDevicePrimaryCtxRelease_v2(dev));
-  free(host); free(sync); free(ghost); free(image);
+  free(host); free(sync); free(ghost); free(batch); free(clk); free(image);
   return 0;
 }

@@ -6,7 +6,7 @@
 // Build: scripts/build-kernels.sh (writes precompiled/; never edit those files by hand).
 //
 // The fast forward kernels (templates in norm_fwd.cuh, contracts in kernels/README.md) are
-// instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide}_{tin}_{tout}_{tw}.
+// instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw}.
 #include "portable.h"
 #include "norm_fwd.cuh"
 #include "diag.cuh"
@@ -47,9 +47,10 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   X(bf16, f16, bf16)     \
   X(bf16, bf16, bf16)
 
-// One kernel: kind (ln|rms), LN flag, mapping (rows|block|cluster|wide), launch bounds, dtypes.
+// One kernel: kind (ln|rms), LN flag, mapping (rows|block|cluster|wide|latency), launch bounds, dtypes.
 // rows: 256 threads, registers capped at 85 (3 blocks per SM); block/cluster: up to 512 threads (128
-// registers); wide: up to 1024. The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
+// registers); wide: up to 1024; latency: up to 512 threads, one block per SM (x, weight and bias for 4
+// chunks in registers). The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
 // The register-caching mappings pick their FULL (mask-free, vector-only) path once per launch.
 #define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw)                                              \
   extern "C" NK_GLOBAL void bounds nk_##kind##_##map##_##ti##_##to##_##tw(NK_FWD_PARAMS) {                \
@@ -63,7 +64,8 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)    \
   NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)   \
   NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw) \
-  NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)
+  NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)     \
+  NK_FWD_KERNEL(kind, isln, latency, NK_LAUNCH_BOUNDS(512), ti, to, tw)
 #define NK_FWD_TRIPLE(ti, to, tw)   \
   NK_FWD_KIND(ln, true, ti, to, tw) \
   NK_FWD_KIND(rms, false, ti, to, tw)

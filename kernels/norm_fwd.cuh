@@ -25,6 +25,10 @@
 // (16 chunks did not: 128 registers and spills).
 #define NK_MAXV_ROWS 8
 #define NK_MAXV_BLOCK 8
+// `latency`: one row per block of up to 512 threads, at most 4 chunks per thread, with the weight/bias chunks
+// loaded beside x (before the reductions). Its own launch bound (one 512-thread block per SM: 128 registers)
+// holds x, weight and bias for 4 chunks without spilling.
+#define NK_MAXV_LATENCY 4
 
 // ---------------------------------------------------------------- dtypes
 // S: the storage type (raw bits), SIZE: bytes, to_f/from_f: exact widening / round-to-nearest-even.
@@ -274,7 +278,10 @@ struct nk_param_group {
 // G: weight/bias chunks loaded per group in the output loop. A load may not move above a store the compiler
 // cannot prove disjoint, so with G = 1 each chunk's weight/bias load waits for the previous chunk's y store
 // and the row pays MAXV serial L2 round trips; G chunks per group cut them to MAXV / G (see nk_param_group).
-template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED, int G = 1>
+// EARLY: all MAXV weight/bias chunks are loaded right after the x chunks, so that their round trip overlaps
+// the x loads and the reductions instead of following them (the `latency` mapping: 2 * MAXV more chunks of
+// registers; on the H200 it took a lone LayerNorm row of 4096 bf16 from 3.0 to 2.0 us, bench/RESULTS.md).
+template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED, int G = 1, bool EARLY = false>
 NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
                              const typename TW::S* b, int d, int c_first, int c_step, int c_end,
                              int nv, float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p) {
@@ -289,6 +296,18 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
   for (int i = 0; i < MAXV; ++i) {
     const int c = c_first + i * c_step;
     nk_load_words<TI, VEC>(xr + (long long)c * VEC, xvec, NK_NVAL(i), raw[i].w);
+  }
+  const bool pvec = FULL || (nk_aligned(w, 16) && (!LN || nk_aligned(b, 16)));
+  constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
+  constexpr int NE = EARLY ? MAXV : 1;     // chunks of weight/bias held from here to the output loop
+  unsigned ew[NE][WV], eb[NE][WV];
+  if (EARLY) {
+#pragma unroll
+    for (int i = 0; i < NE; ++i) {
+      const long long off = (long long)(c_first + i * c_step) * VEC;
+      if (w) nk_load_words<TW, VEC>(w + off, pvec, NK_NVAL(i), ew[i]);  // nvalid <= 0: nothing loaded
+      if (LN && b) nk_load_words<TW, VEC>(b + off, pvec, NK_NVAL(i), eb[i]);
+    }
   }
 
   // LN statistics are taken about k, the row's first element (the caller passes it to every thread):
@@ -350,12 +369,23 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
   nk_row_opaque<MAXV>(raw);
 
   const bool yvec = FULL || nk_aligned(yr, (VEC * TO::SIZE) < 16 ? (VEC * TO::SIZE) : 16);
-  const bool pvec = FULL || (nk_aligned(w, 16) && (!LN || nk_aligned(b, 16)));
   // Per-chunk weight/bias addresses do not depend on the row: stop the compiler from hoisting all of
   // them out of the row loop (2 registers each, live for the whole kernel).
   nk_opaque(c_first);
   static_assert(MAXV % G == 0, "weight/bias groups must tile the row cache");
-  if (G == 1) {
+  if (EARLY) {
+#pragma unroll
+    for (int i = 0; i < NE; ++i) {
+      const int nvalid = NK_NVAL(i);
+      if (nvalid > 0) {
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
+        nk_apply_words<TW, LN, VEC>(f, w != nullptr, ew[i], LN && b, eb[i], k, dm, rs);
+        nk_store_f<TO, VEC>(yr + (long long)(c_first + i * c_step) * VEC, yvec, nvalid, f);
+      }
+    }
+  } else if (G == 1) {
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
@@ -369,7 +399,6 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       }
     }
   } else {
-    constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
 #pragma unroll
     for (int g = 0; g < MAXV; g += G) {
       unsigned gw[G][WV], bw[G][WV];
@@ -452,11 +481,11 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
 // One row per block; blockDim.x = tpr (multiple of the warp size, <= 1024); thread t owns chunks t,
 // t+tpr, ... (nv <= NK_MAXV_BLOCK, nv*tpr*VEC >= d). Grid: any; rows grid-strided.
 // Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
-template <class TI, class TO, class TW, bool LN, bool FULL>
+template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV = NK_MAXV_BLOCK, bool EARLY = false>
 NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
-  if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr * VEC < d)
+  if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > MAXV || (long long)nv * tpr * VEC < d)
     nk_trap();
   if (d <= 0) return;
   NK_FWD_TYPED_PTRS;
@@ -465,10 +494,20 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL, nk_red_block, nk_param_group<TI, TW, LN, FULL>::G>(
+    nk_row_cached<TI, TO, TW, LN, MAXV, FULL, nk_red_block, EARLY ? 1 : nk_param_group<TI, TW, LN, FULL>::G, EARLY>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, k, red,
         (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr);
   }
+}
+
+// ---------------------------------------------------------------- mapping `latency`
+// The `block` mapping for launches whose time is latency, not bandwidth (a few rows: decoding): the same
+// contract with nv <= NK_MAXV_LATENCY, and every weight/bias chunk loaded beside the x chunks (EARLY in
+// nk_row_cached). Launch bound 512 threads, one block per SM (its registers), so the plan takes it only while
+// rows are few enough that one block per SM does not limit bandwidth.
+template <class TI, class TO, class TW, bool LN, bool FULL>
+NK_INLINE void nk_fwd_latency(NK_FWD_PARAMS) {
+  nk_fwd_block<TI, TO, TW, LN, FULL, NK_MAXV_LATENCY, true>(NK_FWD_ARGS);
 }
 
 // ---------------------------------------------------------------- mapping `cluster` (sm_90+)

@@ -107,7 +107,7 @@ export function normKernel(device: Device, name: string, args: readonly ArgType[
  * measured 1.6% slower (median of the grid, one run), so they launch plainly.
  */
 export function dependentLaunchByDefault(name: string): boolean {
-  return /^nk_(ln|rms)_(rows|block|cluster|wide)_/.test(name);
+  return /^nk_(ln|rms)_(rows|block|cluster|wide|latency)_/.test(name);
 }
 
 /**

@@ -7,12 +7,13 @@
  * table MAPPINGS below: several rows per 256-thread block for small D, one block per row for mid D, and
  * past the register cache a block per SM that streams each row (`wide`, the re-reads from L2) for RMSNorm
  * rows up to WIDE_MAX_ROW_BYTES, a thread-block cluster per row (Hopper) for the others, and `wide` again
- * where clusters are not available or too small.
+ * where clusters are not available or too small. Launches of a few rows (decoding: latency, not bandwidth)
+ * take the `latency` mapping first: one row per block, few chunks per thread, weight/bias loaded with x.
  */
 import type { DType } from "../runtime/dtype.ts";
 
 export type NormKind = "layer" | "rms";
-export type Mapping = "rows" | "block" | "cluster" | "wide";
+export type Mapping = "rows" | "block" | "cluster" | "wide" | "latency";
 
 export interface PlanInput {
   kind: NormKind;
@@ -55,6 +56,20 @@ export type PlanResult = { plan: LaunchPlan } | { unsupported: string };
 /** Register-cache capacity per thread, in 16-byte chunks (NK_MAXV_ROWS / NK_MAXV_BLOCK in the kernels). */
 export const MAXV_ROWS = 8;
 export const MAXV_BLOCK = 8;
+/** Chunks per thread of the `latency` mapping, at most (NK_MAXV_LATENCY in the kernels). */
+export const MAXV_LATENCY = 4;
+/**
+ * Rows per SM up to which a launch takes the `latency` mapping (when the row fits it). H200, bf16, graph replay
+ * per op (bench/RESULTS.md, issue 5): one row per block with 1–4 chunks per thread beat the bandwidth plans
+ * from 1 to 264 rows (2 per SM) at D = 2048–8192; at 528 rows it was mixed (D = 8192 lost 0.1–0.6 µs).
+ */
+export const LATENCY_ROWS_PER_SM = 2;
+/**
+ * The `latency` mapping's thread count: enough threads for MAXV_LATENCY chunks each, but at least this many
+ * (H200: 128 threads × 2 chunks beat 64 × 4 for a 2048-element bf16 row, 1.7 against 1.9 µs), and never
+ * more threads than chunks.
+ */
+const LATENCY_MIN_THREADS = 128;
 /** Threads per CTA of the block and cluster mappings, at most (their launch bound: 128 registers each). */
 export const MAX_BLOCK_THREADS = 512;
 /** Threads per block of the rows mapping, and at most threads per row there. */
@@ -105,6 +120,14 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     },
   });
 
+  const cta = Math.min(MAX_BLOCK_THREADS, maxThreads);
+  const roundWarp = (n: number): number => Math.ceil(n / warp) * warp;
+  // A few rows: the time is the row's latency (loads, reductions, the weight/bias round trip), not bandwidth.
+  // One row per block, so every row has an SM to itself, with at most MAXV_LATENCY chunks per thread.
+  if (p.rows <= LATENCY_ROWS_PER_SM * limits.multiprocessors && chunks <= cta * MAXV_LATENCY) {
+    const t = Math.min(roundWarp(chunks), clamp(roundWarp(Math.ceil(chunks / MAXV_LATENCY)), LATENCY_MIN_THREADS, cta));
+    return make("latency", t, Math.ceil(chunks / t), t, p.rows);
+  }
   // Small rows: a sub-warp (tpr lanes) per row, ROWS_BLOCK / tpr rows per block.
   // The rows kernel reduces with xor shuffles inside 32-lane groups (whatever the wave size).
   if (chunks <= ROWS_MAX_TPR * MAXV_ROWS && ROWS_BLOCK <= maxThreads) {
@@ -118,7 +141,6 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     return make("rows", tpr, nv, ROWS_BLOCK, Math.min(Math.ceil(p.rows / rowsPerBlock), limits.maxGridX));
   }
   // Mid rows: one block per row, the row in registers.
-  const cta = Math.min(MAX_BLOCK_THREADS, maxThreads);
   // Any multiple of the warp works (not only powers of two): D = 5120 f32 gets 160 threads × 8 chunks
   // instead of 256 × 5, the same registers per thread for more rows in flight per SM.
   const blockThreads = (c: number): number => clamp(Math.ceil(Math.ceil(c / TARGET_NV) / warp) * warp, warp, cta);

@@ -17,4 +17,4 @@ echo "== launch overhead ($rt)"
 if [ "$rt" = deno ]; then deno run -A bench/launch.ts; else bun bench/launch.ts; fi
 echo "== launch overhead (C)"
 [ -x bench/launch_c ] || bash bench/build-launch-c.sh
-bench/launch_c precompiled/norm.fatbin | tail -1
+bash scripts/fatbin.sh && bench/launch_c precompiled/norm.fatbin | tail -1

@@ -100,9 +100,9 @@ test("kernel source: the kernels that start with nk_pdl_enter() are exactly thos
   const waiting = NORM_KERNELS.filter(hasDependentLaunchEntry);
   assert.equal(waiting.length, NORM_KERNELS.length - 5, "all but scale_f32 and the 4 diagnostics kernels");
   for (const n of ["scale_f32", "nk_diag_partial_f32", "nk_diag_final"]) assert.equal(hasDependentLaunchEntry(n), false, n);
-  // Launched with it by default: the 120 forward kernels, every one of which waits.
+  // Launched with it by default: the 150 forward kernels, every one of which waits.
   const byDefault = NORM_KERNELS.filter(dependentLaunchByDefault);
-  assert.equal(byDefault.length, 120);
+  assert.equal(byDefault.length, 150);
   assert.ok(byDefault.every(hasDependentLaunchEntry));
   assert.ok(!NORM_KERNELS.some((n) => dependentLaunchByDefault(n) && /_bwd_/.test(n)));
 });
@@ -120,9 +120,9 @@ gpuTest("GPU: 40 chained norms (each reads the previous output) match the float6
   using dev = Device.open({ sanityCheck: false });
   const stream = dev.createStream();
   try {
-    const steps = 40, rows = 4;
-    // rows mapping, block mapping, cluster mapping (f32 D = 65536 on sm_90)
-    for (const d of [256, 4096, 65536]) {
+    const steps = 40;
+    // latency mapping (4 rows), rows and block mappings (270 rows: past 2 per SM on the H200), cluster (f32 D = 65536 on sm_90)
+    for (const [rows, d] of [[4, 256], [270, 256], [270, 4096], [4, 65536]]) {
       const x0 = Float64Array.from(randoms(rows * d, d, -3, 3), Math.fround);
       const ws = Array.from({ length: steps }, (_, i) => Float64Array.from(randoms(d, d + i, 0.5, 1.5), Math.fround));
       let ref = x0;

@@ -13,6 +13,8 @@
  */
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import { planLimits } from "../ops/kernels.ts";
+import { type Mapping, planNorm } from "../ops/plan.ts";
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -74,17 +76,32 @@ function runCase(dev: Device, c: Case): number {
 }
 
 const SIZES: [number, number][] = [
+  // A few rows: the `latency` mapping up to 4 chunks per thread (16-bit D ≤ 16384, f32 ≤ 8192).
   [1, 1], [37, 3], [9, 127], [64, 128], [11, 1000], [40, 1024], [5, 4097], [6, 5120], [4, 8192], [3, 12288], [2, 65537],
+  // Past 2 rows per SM (264 on the H200): the bandwidth mappings `rows` and `block` for the same kinds of D.
+  [300, 3], [280, 127], [270, 1000], [270, 4097], [270, 5120],
   // rows of 64–128 KB: the `wide` mapping (f32 20000 and 32768, 16-bit 40001), masked and vector paths
   [3, 20000], [2, 32768], [2, 40001],
 ];
 
+/** The mapping ops/plan.ts gives a case on `dev` (what the op launches). */
+function mappingOf(dev: Device, kind: Kind, rows: number, d: number, tin: DType, tout: DType, tw: DType): Mapping {
+  const r = planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, planLimits(dev));
+  if (!("plan" in r)) throw new Error(r.unsupported);
+  return r.plan.mapping;
+}
+/** Every forward mapping this device has: `cluster` needs sm_90. */
+const allMappings = (dev: Device): Mapping[] =>
+  dev.info.computeCapability[0] >= 9 ? ["block", "cluster", "latency", "rows", "wide"] : ["block", "latency", "rows", "wide"];
+
 gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance of float64", () => {
   using dev = Device.open({ backend: "cuda" });
   const worst: Record<string, number> = {};
+  const reached = new Set<Mapping>();
   for (const [tin, tout, tw] of COMBOS) {
     for (const kind of ["layer", "rms"] as Kind[]) {
       for (const [rows, d] of SIZES) {
+        reached.add(mappingOf(dev, kind, rows, d, tin, tout, tw));
         const e = runCase(dev, { kind, rows, d, tin, tout, tw });
         const key = `${tin}->${tout} (w ${tw})`;
         worst[key] = Math.max(worst[key] ?? 0, e);
@@ -92,6 +109,7 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
     }
   }
   for (const [k, v] of Object.entries(worst)) console.log(`# worst error ${k}: ${v.toFixed(3)} × tolerance`);
+  assert.deepEqual([...reached].sort(), allMappings(dev), "the sizes reach every mapping");
 });
 
 gpuTest("strided rows (random padding), no affine, huge D and many rows", () => {
@@ -132,12 +150,18 @@ gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 rela
 
 gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (every mapping)", () => {
   using dev = Device.open({ backend: "cuda" });
-  for (const d of [100, 1024, 12288, 50000, 262144]) {
-    const rows = Math.max(2, Math.min(64, Math.floor(2 ** 20 / d)));
+  const reached = new Set<Mapping>();
+  // A few rows (latency), then 300 rows (rows, block) at the same D; clusters and wide (f32) for long rows.
+  const cases: [number, number, DType][] = [
+    [64, 100, "bf16"], [300, 100, "bf16"], [64, 1024, "bf16"], [300, 1024, "bf16"], [64, 12288, "bf16"], [300, 12288, "bf16"],
+    [20, 50000, "bf16"], [4, 262144, "bf16"], [2, 262144, "f32"],
+  ];
+  for (const [rows, d, dtype] of cases) {
+    reached.add(mappingOf(dev, "layer", rows, d, dtype, dtype, "f32"));
     const xs = randoms(rows * d, d + 3);
     xs[d + (d >> 1)] = NaN; // row 1
-    using x = dev.tensor(xs, [rows, d], { dtype: "bf16" });
-    using y = dev.empty([rows, d], { dtype: "bf16" });
+    using x = dev.tensor(xs, [rows, d], { dtype });
+    using y = dev.empty([rows, d], { dtype });
     y.buffer.fill32(NAN_BITS);
     layerNorm(x, { out: y });
     const first = new Uint8Array(y.buffer.byteLength);
@@ -154,12 +178,14 @@ gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (ev
       if (i % 10 === 0 || i === 99) assert.deepEqual(again, first, `D=${d} run ${i}`);
     }
   }
+  assert.deepEqual([...reached].sort(), allMappings(dev), "every mapping ran");
 });
 
 gpuTest("in place (out: x) for every mapping", () => {
   using dev = Device.open({ backend: "cuda" });
-  for (const d of [64, 3000, 20000, 200000]) {
-    const rows = 4;
+  const reached = new Set<Mapping>();
+  for (const [rows, d] of [[4, 64], [300, 64], [4, 3000], [300, 3000], [4, 20000], [4, 50000], [4, 200000]]) {
+    reached.add(mappingOf(dev, "rms", rows, d, "f32", "f32", "f32"));
     const xs = randoms(rows * d, d);
     using x: Tensor = dev.tensor(xs, [rows, d]);
     rmsNorm(x, { out: x });
@@ -167,4 +193,5 @@ gpuTest("in place (out: x) for every mapping", () => {
     const ref = cpuNormForward({ kind: "rms", rows, d, x: xs, xStride: d, eps: 1e-6 });
     for (let i = 0; i < got.length; i++) assert.ok(Math.abs(got[i] - ref.y[i]) <= 1e-5 * (1 + Math.abs(ref.y[i])), `D=${d} i=${i}`);
   }
+  assert.deepEqual([...reached].sort(), allMappings(dev), "every mapping ran in place");
 });

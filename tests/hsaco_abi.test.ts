@@ -17,7 +17,7 @@ import { NORM_BWD_ARGS, NORM_FINALIZE_ARGS } from "../ops/backward.ts";
 import { HSACO_WAVE, hsacoTarget } from "../ops/hip_module.ts";
 import { DTYPES } from "../runtime/dtype.ts";
 import type { ArgType } from "../runtime/module.ts";
-import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_ROWS, planNorm, ROWS_BLOCK } from "../ops/plan.ts";
+import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, planNorm, ROWS_BLOCK } from "../ops/plan.ts";
 
 const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../${p}`, import.meta.url)));
 // NORM_HSACO entries are gzip -9n, then base64 (scripts/build-hsaco.sh).
@@ -147,29 +147,32 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
         for (const tout of DTYPES) {
           for (const tw of [undefined, "f32", tin] as const) {
             for (const kind of ["layer", "rms"] as const) {
-              const r = planNorm({ kind, rows: 1000, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, limits);
-              assert.ok("plan" in r, JSON.stringify(r));
-              const p = r.plan, at = `${arch} d=${d} ${p.kernel}`;
-              mappings.add(p.mapping);
-              assert.notEqual(p.mapping, "cluster", "no clusters on AMD");
-              const k = byName.get(p.kernel);
-              assert.ok(k, `${at}: not in the code object`);
-              assert.ok(p.block[0] <= k[".max_flat_workgroup_size"], `${at}: block ${p.block[0]} > ${k[".max_flat_workgroup_size"]}`);
-              assert.equal(p.block[0] % WAVE[arch], 0, `${at}: block ${p.block[0]} not whole waves`);
-              assert.ok(k[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: LDS`);
-              if (p.mapping === "rows") {
-                assert.ok(p.tpr <= 32 && p.nv <= MAXV_ROWS, `${at}: rows reduce within 32-lane groups, ≤ ${MAXV_ROWS} chunks`);
-              } else {
-                // The block reduction keeps one float per wave, reduced again by one wave: ≤ wave² threads.
-                assert.equal(p.sharedBytes, 2 * (p.block[0] / WAVE[arch]) * 4, `${at}: two reduction buffers, one float per wave`);
-                assert.ok(p.block[0] / WAVE[arch] <= WAVE[arch], `${at}: more waves than one wave can reduce`);
-                if (p.mapping === "block") assert.ok(p.nv <= MAXV_BLOCK, `${at}: ${p.nv} chunks per thread`);
+              for (const rows of [1, 1000]) {
+                const r = planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, limits);
+                assert.ok("plan" in r, JSON.stringify(r));
+                const p = r.plan, at = `${arch} d=${d} ${p.kernel}`;
+                mappings.add(p.mapping);
+                assert.notEqual(p.mapping, "cluster", "no clusters on AMD");
+                const k = byName.get(p.kernel);
+                assert.ok(k, `${at}: not in the code object`);
+                assert.ok(p.block[0] <= k[".max_flat_workgroup_size"], `${at}: block ${p.block[0]} > ${k[".max_flat_workgroup_size"]}`);
+                assert.equal(p.block[0] % WAVE[arch], 0, `${at}: block ${p.block[0]} not whole waves`);
+                assert.ok(k[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: LDS`);
+                if (p.mapping === "rows") {
+                  assert.ok(p.tpr <= 32 && p.nv <= MAXV_ROWS, `${at}: rows reduce within 32-lane groups, ≤ ${MAXV_ROWS} chunks`);
+                } else {
+                  // The block reduction keeps one float per wave, reduced again by one wave: ≤ wave² threads.
+                  assert.equal(p.sharedBytes, 2 * (p.block[0] / WAVE[arch]) * 4, `${at}: two reduction buffers, one float per wave`);
+                  assert.ok(p.block[0] / WAVE[arch] <= WAVE[arch], `${at}: more waves than one wave can reduce`);
+                  if (p.mapping === "block") assert.ok(p.nv <= MAXV_BLOCK, `${at}: ${p.nv} chunks per thread`);
+                  if (p.mapping === "latency") assert.ok(p.nv <= MAXV_LATENCY, `${at}: ${p.nv} chunks per thread`);
+                }
               }
             }
           }
         }
       }
     }
-    assert.deepEqual([...mappings].sort(), ["block", "rows", "wide"], "the sweep reaches every AMD mapping");
+    assert.deepEqual([...mappings].sort(), ["block", "latency", "rows", "wide"], "the sweep reaches every AMD mapping");
   });
 }

@@ -1,7 +1,10 @@
 /** The pure launch-plan function (ops/plan.ts): mapping table, geometry invariants, unsupported cases. */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { type LaunchPlan, MAXV_BLOCK, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
+import {
+  LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
+  WIDE_MAX_ROW_BYTES,
+} from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
 const H200: PlanLimits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9, multiprocessors: 132 };
@@ -16,9 +19,9 @@ const plan = (d: number, dtype: DType = "f32", rows = 1000, limits = H200, kind:
 
 test("kernel names encode kind, mapping and the dtype triple (weight dtype defaults to f32)", () => {
   assert.equal(plan(768).kernel, "nk_ln_rows_f32_f32_f32");
-  assert.equal(plan(8192, "bf16", 10, H200, "rms").kernel, "nk_rms_block_bf16_bf16_f32");
+  assert.equal(plan(8192, "bf16", 1000, H200, "rms").kernel, "nk_rms_block_bf16_bf16_f32");
   const p = planOf(planNorm({ kind: "layer", rows: 3, d: 4096, inputDtype: "f16", outputDtype: "f32", paramDtype: "f16" }, H200));
-  assert.equal(p.kernel, "nk_ln_block_f16_f32_f16");
+  assert.equal(p.kernel, "nk_ln_latency_f16_f32_f16");
 });
 
 test("the mapping follows D: rows for small, block for mid, cluster for huge (Hopper), wide without clusters", () => {
@@ -46,6 +49,31 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.equal(plan(262144, "bf16", 10, A100).mapping, "wide");
 });
 
+test("a few rows take the latency mapping: one row per block, ≤ 4 chunks per thread, ≥ 128 threads where the row has them", () => {
+  const geo = (d: number, dtype: DType, rows: number, kind: "layer" | "rms" = "layer", limits = H200) => {
+    const p = plan(d, dtype, rows, limits, kind);
+    return [p.mapping, p.block[0], p.nv, p.grid[0]];
+  };
+  // The shapes of bench/latency.ts (H200 choices in bench/RESULTS.md, issue 5).
+  assert.deepEqual(geo(2048, "bf16", 1), ["latency", 128, 2, 1]);
+  assert.deepEqual(geo(4096, "bf16", 8, "rms"), ["latency", 128, 4, 8]);
+  assert.deepEqual(geo(8192, "bf16", 64), ["latency", 256, 4, 64]);
+  assert.deepEqual(geo(2048, "f32", 64), ["latency", 128, 4, 64]);
+  assert.deepEqual(geo(8192, "f32", 1, "rms"), ["latency", 512, 4, 1]);
+  assert.deepEqual(geo(100, "f32", 1), ["latency", 32, 1, 1], "never more threads than chunks (rounded to a warp)");
+  assert.deepEqual(geo(16384, "bf16", 3), ["latency", 512, 4, 3], "the longest row it takes: 512 threads × 4 chunks");
+  assert.equal(plan(16385, "bf16", 3).mapping, "block", "past 512 × 4 chunks: the block mapping");
+  // Up to 2 rows per SM; past that the bandwidth mappings.
+  assert.equal(plan(4096, "bf16", LATENCY_ROWS_PER_SM * 132).mapping, "latency");
+  assert.equal(plan(4096, "bf16", LATENCY_ROWS_PER_SM * 132 + 1).mapping, "block");
+  assert.equal(plan(4096, "bf16", 216, A100).mapping, "latency");
+  assert.equal(plan(4096, "bf16", 217, A100).mapping, "block");
+  const wave64 = { ...A100, warpSize: 64, ccMajor: 0 };
+  assert.deepEqual(geo(2048, "bf16", 1, "layer", wave64), ["latency", 128, 2, 1], "whole waves on AMD");
+  assert.deepEqual(geo(128, "bf16", 1, "layer", wave64), ["latency", 64, 1, 1]);
+  assert.equal(plan(4096, "bf16", 1, { ...H200, multiprocessors: 0 }).mapping, "block", "no SM count: no latency plan");
+});
+
 test("invariants over every D from 1 to 262144 (sampled), every dtype, both devices", () => {
   const ds = [1, 2, 3, 4, 5, 7, 8, 9, 31, 33, 127, 128, 129, 1000, 1024, 1025, 2048, 2049, 4097, 5120, 12288, 32768, 32769, 65535, 65537, 131072, 200001, 262144];
   for (const limits of [H200, A100]) {
@@ -64,6 +92,11 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             assert.ok(p.tpr * p.nv >= chunks, `covers the row: ${where}`);
             assert.ok(g * (b / p.tpr) >= Math.min(rows, 1), where);
             assert.equal(p.sharedBytes, 0);
+          } else if (p.mapping === "latency") {
+            assert.ok(rows <= LATENCY_ROWS_PER_SM * limits.multiprocessors, `latency only for a few rows: ${where}`);
+            assert.ok(p.tpr === b && p.nv >= 1 && p.nv <= MAXV_LATENCY && p.tpr * p.nv >= chunks, where);
+            assert.equal(g, rows, `one block per row: ${where}`);
+            assert.equal(p.sharedBytes, 2 * (b / 32) * 4, where);
           } else if (p.mapping === "block" || p.mapping === "cluster") {
             assert.ok(p.tpr === b && p.nv >= 1 && p.nv <= MAXV_BLOCK, where);
             assert.ok(p.cluster * p.tpr * p.nv >= chunks, `covers the row: ${where}`);

@@ -1,5 +1,5 @@
 // normkit fast forward kernels: LayerNorm / RMSNorm over the last dimension, templated on the input,
-// output and parameter (weight/bias) dtypes and on the kind (LN or RMS), in four thread mappings.
+// output and parameter (weight/bias) dtypes and on the kind (LN or RMS), in five thread mappings.
 // Included by norm.cu, which instantiates every (kind, mapping, dtype triple) as an extern "C" kernel.
 // Launch contracts: kernels/README.md (and the comments on each mapping below).
 //

@@ -11,6 +11,7 @@
  * only: a local copy needs --allow-read to import it (by URL, --allow-import; jsr.io is allowed by default).
  */
 import { UnsupportedError } from "../runtime/errors.ts";
+import { decodeBase64 } from "../runtime/base64.ts";
 
 /**
  * The targets scripts/build-hsaco.sh builds, with the wave size each was compiled for (64 on CDNA/gfx9, 32 on
@@ -48,7 +49,7 @@ export function loadHipCodeObjects(): Promise<void> {
   const url = new URL("../precompiled/norm_hip.ts", import.meta.url).href;
   imported ??= import(url).then(async (m: { NORM_HSACO: Readonly<Record<string, string>> }) => {
     // Stored gzip-compressed (scripts/build-hsaco.sh): inflate every target once, here, asynchronously.
-    for (const [target, data] of Object.entries(m.NORM_HSACO)) bytes.set(target, await gunzip(fromBase64(data)));
+    for (const [target, data] of Object.entries(m.NORM_HSACO)) bytes.set(target, await gunzip(decodeBase64(data)));
     return (hsaco = m.NORM_HSACO);
   });
   // A failed import is not cached: the next call tries again.
@@ -70,7 +71,6 @@ export function hipCodeObject(target: string): Uint8Array {
   return b;
 }
 
-const fromBase64 = (s: string): Uint8Array => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
 
 /** Inflates gzip data with the web-standard DecompressionStream (Deno and Bun both have it). */
 async function gunzip(data: Uint8Array): Promise<Uint8Array> {

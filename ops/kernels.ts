@@ -3,6 +3,7 @@
  * HIP), with prepared kernels, and the device limits the plan uses. The one place that tells backends apart.
  */
 import { NORM_FATBIN } from "../precompiled/norm_cuda.ts";
+import { decodeBase64 } from "../runtime/base64.ts";
 import type { Device } from "../runtime/device.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
@@ -21,7 +22,7 @@ export const NORM_FWD_ARGS: readonly ArgType[] = [
 let fatbin: Uint8Array | undefined;
 function fatbinBytes(): Uint8Array {
   // Decoded once per process; embedded as base64 so that importing by URL needs no file reads.
-  return (fatbin ??= Uint8Array.from(atob(NORM_FATBIN), (c) => c.charCodeAt(0)));
+  return (fatbin ??= decodeBase64(NORM_FATBIN));
 }
 
 /** The image of the norm module for `device`'s backend and target. */

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Buffer } from "node:buffer";
 import { gunzipSync } from "node:zlib";
+import { decodeBase64 } from "../runtime/base64.ts";
 import {
   NORM_FATBIN,
   NORM_KERNELS,
@@ -71,6 +72,19 @@ function parseFatbin(bytes: Uint8Array): FatbinEntry[] {
   assert.equal(off, end, "fatbin entries end exactly at the end of the file");
   return entries;
 }
+
+test("decodeBase64 (native and fallback) gives Buffer's bytes: random lengths 0–67 and the embedded fatbin", () => {
+  let seed = 11;
+  for (let n = 0; n < 68; n++) {
+    const bytes = Uint8Array.from({ length: n }, () => (seed = (seed * 1103515245 + 12345) >>> 0) >>> 24);
+    const s = Buffer.from(bytes).toString("base64");
+    assert.deepEqual(decodeBase64(s), bytes, `native, ${n} bytes`);
+    assert.deepEqual(decodeBase64(s, false), bytes, `fallback, ${n} bytes`);
+  }
+  const want = new Uint8Array(Buffer.from(NORM_FATBIN, "base64"));
+  assert.deepEqual(decodeBase64(NORM_FATBIN), want);
+  assert.deepEqual(decodeBase64(NORM_FATBIN, false), want);
+});
 
 test("scripts/fatbin.sh writes out exactly the fatbin NORM_FATBIN embeds (what the C benchmarks load)", () => {
   const dir = mkdtempSync(join(tmpdir(), "normkit-fatbin-"));

@@ -234,17 +234,18 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     else q = nk_block_sum(q, buf);
 #if NK_HAS_CLUSTER
     if (CL) {
-      // The cluster totals (nk_cluster_sum) over slot pair `parity`, after the block-reduction buffers.
+      // Publish the CTA totals, cluster barrier, then every warp adds rank 0..C-1's over DSMEM in rank
+      // order (as nk_red_cluster). Slot pair `parity` is written again two rows later, after the next
+      // cluster barrier, which no thread reaches before its reads of this pair.
       float* slots = nk_fwd_smem + 4 * nwarps + 2 * parity;
-      if (LN) {
-        float v[2] = {p, q};
-        nk_cluster_sum<2>(v, slots, csize);
-        p = v[0], q = v[1];
-      } else {
-        float v[1] = {q};
-        nk_cluster_sum<1>(v, slots, csize);
-        q = v[0];
-      }
+      if (tid == 0) slots[0] = p, slots[1] = q;
+      nk_cluster_sync();
+      const unsigned lane = nk_lane();
+      const float mp = (LN && lane < csize) ? nk_ld_cluster(slots, lane) : 0.0f;
+      const float mq = lane < csize ? nk_ld_cluster(slots + 1, lane) : 0.0f;
+      float tp = nk_shfl_idx(mp, 0), tq = nk_shfl_idx(mq, 0);
+      for (unsigned r = 1; r < csize; ++r) tp += nk_shfl_idx(mp, (int)r), tq += nk_shfl_idx(mq, (int)r);
+      p = tp, q = tq;
     }
 #endif
     parity ^= 1u;

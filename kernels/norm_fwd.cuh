@@ -223,42 +223,26 @@ struct nk_red_block {
 };
 
 #if NK_HAS_CLUSTER
-// Cluster totals of N values whose CTA totals every thread holds in v: thread 0 publishes them in `slots`
-// (N floats of this CTA's shared memory), cluster barrier (release/acquire), then every warp reads the C CTAs'
-// values over DSMEM (lane r reads rank r) and adds them in rank order 0..C-1: the same totals in every thread
-// of every CTA. The caller alternates two sets of slots: a set is written again only after the next cluster
-// barrier, which no thread of any CTA reaches before its reads of the set (release orders them).
-// Used by the forward's nk_red_cluster (N = 1) and the backward's row sums (N = 1 or 2, nk_bwd_cached).
-template <int N>
-NK_INLINE void nk_cluster_sum(float (&v)[N], float* slots, unsigned csize) {
-  if (nk_thread_x() == 0) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) slots[k] = v[k];
-  }
-  nk_cluster_sync();
-  const unsigned lane = nk_lane();
-  float mine[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) mine[k] = lane < csize ? nk_ld_cluster(slots + k, lane) : 0.0f;
-#pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = nk_shfl_idx(mine[k], 0);
-  for (unsigned r = 1; r < csize; ++r) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) v[k] += nk_shfl_idx(mine[k], (int)r);
-  }
-}
-
-// `cluster`: CTA total (nk_block_sum), then the cluster total by nk_cluster_sum over one of two slots after
-// the two block-reduction buffers.
+// `cluster`: CTA total (nk_block_sum), published in one of two slots of this CTA's shared memory,
+// cluster barrier (release/acquire), then every warp reads the C CTA totals over DSMEM (lane r reads
+// rank r) and adds them in rank order 0..C-1: the same value in every thread of every CTA.
+// Slot reuse: slot q is written again two reductions later, after the next cluster barrier, which
+// every thread of every CTA reaches only after its reads of slot q (release orders them).
 struct nk_red_cluster {
   unsigned nwarps;
   unsigned parity;
   unsigned csize;
   NK_INLINE float operator()(float v) {
-    float t[1] = {nk_block_sum(v, nk_fwd_smem + parity * nwarps)};
-    nk_cluster_sum<1>(t, nk_fwd_smem + 2 * nwarps + parity, csize);
+    const float p = nk_block_sum(v, nk_fwd_smem + parity * nwarps);
+    float* slots = nk_fwd_smem + 2 * nwarps;  // after the two block-reduction buffers
+    if (nk_thread_x() == 0) slots[parity] = p;
+    nk_cluster_sync();
+    const unsigned lane = nk_lane();
+    const float mine = lane < csize ? nk_ld_cluster(slots + parity, lane) : 0.0f;
+    float t = nk_shfl_idx(mine, 0);
+    for (unsigned r = 1; r < csize; ++r) t += nk_shfl_idx(mine, (int)r);
     parity ^= 1u;
-    return t[0];
+    return t;
   }
 };
 #endif

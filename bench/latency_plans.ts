@@ -13,6 +13,7 @@ import { Device, type DType } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
+import { randoms } from "../tests/random.ts";
 
 const args = process.argv.slice(2);
 const opt = (k: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : undefined);
@@ -20,12 +21,6 @@ const ROWS = (opt("--rows") ?? "1,8,64,132,264").split(",").map(Number);
 const DS = (opt("--ds") ?? "2048,4096,8192").split(",").map(Number);
 const DT = (opt("--dtype") ?? "bf16") as DType;
 const GRAPH_OPS = 100, REPLAYS = 200, REPEATS = 3;
-
-function randoms(n: number, seed: number, lo = -1, hi = 1): Float32Array {
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = lo + ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * (hi - lo);
-  return out;
-}
 
 using dev = Device.open({ backend: "cuda" });
 using stream = dev.createStream();

@@ -143,7 +143,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   // Mid rows: one block per row, the row in registers.
   // Any multiple of the warp works (not only powers of two): D = 5120 f32 gets 160 threads × 8 chunks
   // instead of 256 × 5, the same registers per thread for more rows in flight per SM.
-  const blockThreads = (c: number): number => clamp(Math.ceil(Math.ceil(c / TARGET_NV) / warp) * warp, warp, cta);
+  const blockThreads = (c: number): number => clamp(roundWarp(Math.ceil(c / TARGET_NV)), warp, cta);
   if (chunks <= cta * MAXV_BLOCK) {
     const t = blockThreads(chunks);
     return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));

@@ -4,7 +4,8 @@
  * median of 30, 1 GiB per case, copy ceiling in the same run), and checks every variant's output against the
  * production kernel's (bitwise for the same thread mapping, within 1e-5 / 1e-2 relative for the others).
  * Cluster cases also try persistent grids (as many clusters as the driver says fit at once, and twice that);
- * KX_STAGED=1 adds the cp.async `staged` kernels, KX_VARIANTS=0,3 limits the v-variants.
+ * KX_STAGED=1 adds the cp.async `staged` kernels, KX_VARIANTS=0,3 limits the v-variants. --latency, --latency2 and
+ * --wide3 run one experiment each instead (see each below).
  * Deno only (it asks the driver for max active clusters through its own Deno.dlopen). Informs
  * kernels/norm_fwd.cuh and ops/plan.ts; not part of the product. Results: bench/RESULTS.md, bench/results/kexp/.
  *   deno run -A bench/kexp.ts bench/kexp.cubin [--ds 128,32768] [--json out.json]
@@ -231,6 +232,95 @@ if (args.includes("--latency2")) {
     console.log(`hard LN f32 D=4096 (mean 1e4, std 1e-2, x0 100 std off), max |y-y64|/(1+|y64|): ${cells.join(" ")}`);
   }
   if (jsonPath) writeFileSync(jsonPath, JSON.stringify(out, null, 1));
+  process.exit(0);
+}
+// --wide3: LayerNorm's long rows (D >= 16384), weight/bias in the input dtype: the production plan, the production
+// `wide` kernel (three passes), and kx_ln_wide3 (two passes, Chan statistics; bench/kexp.cu) at U = 2, 4 and 512 or
+// 1024 threads, one or two CTAs per SM (persistent). Outputs are compared with the production plan's
+// (max |a-b|/(1+|b|) over the first and last 16 MiB); then hard f32 rows (mean 1e4, std 1e-2, x[0] 100 std off)
+// against float64 for both `wide` kernels.
+if (args.includes("--wide3")) {
+  const rel = (a: Float32Array, b: ArrayLike<number>): number => {
+    let m = 0;
+    for (let i = 0; i < a.length; i++) {
+      const e = Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i]));
+      if (!(e <= m)) m = Number.isNaN(e) ? Infinity : e;
+    }
+    return m;
+  };
+  for (const d of dsArg ? DS : [16384, 32768, 65536, 131072]) {
+    for (const dtype of ["f32", "bf16"] as DType[]) {
+      const b = dtype === "f32" ? 4 : 2;
+      const rows = Math.ceil(2 ** 30 / (2 * d * b));
+      using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
+      {
+        const tile = encode(tileValues, dtype);
+        using t = dev.alloc(tile.byteLength);
+        t.write(tile);
+        for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
+          x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
+        }
+      }
+      using w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
+      using bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
+      const p = (planNorm({ kind: "layer", rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
+      const argsFor = (o: typeof y, tpr: number, nv: number) => [x, o, w, bias, null, null, rows, d, d, d, 1e-5, tpr, nv];
+      const gbs = (ms: number) => (2 * rows * d * b) / (ms * 1e6);
+      const pct = (ms: number) => (100 * gbs(ms) / copyGBs).toFixed(1);
+      ref.buffer.fill(0xff);
+      const prodMs = timeIt(() => normKernel(dev, p.kernel, NORM_FWD_ARGS).launch(dev.stream, new LaunchConfig(p), argsFor(ref, p.tpr, p.nv)));
+      const rec: Record<string, unknown> = { mode: "wide3", dtype, d, rows, plan: `${p.mapping}x${p.cluster} t${p.tpr}`, prod: gbs(prodMs) };
+      const line = [`ln ${dtype.padEnd(4)} D=${String(d).padStart(6)} *${p.mapping}${p.cluster > 1 ? "x" + p.cluster : ""} t${p.tpr} ${pct(prodMs)}`];
+      const kernels: [string, Kernel][] = [["wide", normKernel(dev, `nk_ln_wide_${dtype}_${dtype}_${dtype}`, NORM_FWD_ARGS)]];
+      for (const u of [2, 4]) kernels.push([`w3u${u}`, mod.kernel(`kx_ln_wide3u${u}_${dtype}`, NORM_FWD_ARGS)]);
+      for (const [tag, k] of kernels) {
+        for (const T of [512, 1024]) {
+          const smem = 2 * (T / 32) * 4;
+          for (const perSm of [1, 2]) {
+            if (T * perSm > 2048 || (tag === "wide" && T === 512 && perSm === 1)) continue;
+            const c = new LaunchConfig({ grid: [Math.min(rows, perSm * dev.info.multiprocessors)], block: [T], sharedBytes: smem });
+            y.buffer.fill(0xff);
+            const ms = timeIt(() => k.launch(dev.stream, c, argsFor(y, T, 0)));
+            const err = maxRelDiff(y, ref, dtype);
+            const cell = `${tag}t${T}x${perSm}`;
+            rec[cell] = gbs(ms);
+            rec[cell + "_err"] = err;
+            line.push(`${cell} ${pct(ms)}${err > (dtype === "f32" ? 1e-5 : 1e-2) ? `(ERR ${err.toExponential(1)})` : ""}`);
+          }
+        }
+      }
+      console.log(line.join(" "));
+      out.push(rec);
+    }
+  }
+  {
+    const d = 32768, rows = 8;
+    const xs = new Float32Array(rows * d);
+    for (let i = 0; i < xs.length; i++) xs[i] = 1e4 + 1e-2 * tileValues[i];
+    for (let r = 0; r < rows; r++) xs[r * d] = 1e4 + (r % 2 ? 1 : -1);
+    const want = new Float64Array(rows * d);
+    for (let r = 0; r < rows; r++) {
+      let m = 0, v = 0;
+      for (let j = 0; j < d; j++) m += xs[r * d + j];
+      m /= d;
+      for (let j = 0; j < d; j++) v += (xs[r * d + j] - m) ** 2;
+      const rs = 1 / Math.sqrt(v / d + 1e-5);
+      for (let j = 0; j < d; j++) want[r * d + j] = (xs[r * d + j] - m) * rs;
+    }
+    using x = dev.tensor(xs, [rows, d]);
+    using y = dev.empty([rows, d]);
+    const cfg = new LaunchConfig({ grid: rows, block: 1024, sharedBytes: 2 * 32 * 4 });
+    const cells: string[] = [];
+    for (const [tag, k] of [["wide", normKernel(dev, "nk_ln_wide_f32_f32_f32", NORM_FWD_ARGS)], ["w3u4", mod.kernel("kx_ln_wide3u4_f32", NORM_FWD_ARGS)]] as [string, Kernel][]) {
+      y.buffer.fill(0xff);
+      k.launch(dev.stream, cfg, [x, y, null, null, null, null, rows, d, d, d, 1e-5, 1024, 0] as never);
+      const err = rel(y.readSync(), want);
+      out.push({ mode: "wide3-hard", variant: tag, err });
+      cells.push(`${tag} ${err.toExponential(2)}`);
+    }
+    console.log(`hard LN f32 D=${d} (mean 1e4, std 1e-2, x0 100 std off), max |y-y64|/(1+|y64|): ${cells.join(" ")}`);
+  }
+  if (jsonPath) writeFileSync(jsonPath, JSON.stringify({ copyGBs, device: dev.info.name, date: new Date().toISOString(), results: out }, null, 1));
   process.exit(0);
 }
 try {

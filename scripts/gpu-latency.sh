@@ -3,7 +3,8 @@
 #   1. the graph / hot-path / pipeline GPU tests (tests/graph*.test.ts, tests/hotpath.test.ts);
 #   2. bench/coldstart.ts: import → first GPU result, empty and warm CUDA JIT cache (and whether anything was JITted);
 #   3. bench/latency.ts and bench/latency_c.c: the same bf16 norm launches from TS and from C, eager and graph;
-#   4. the TS-vs-C table.
+#   4. the TS-vs-C table;
+#   5. bench/latency_inproc.ts: TS against C in one process (bench/launch_shim.c over FFI), three processes per setting.
 # Writes text and JSON into $OUT. Usage (the runtime carried as .rt/<runtime>.xz, like gpu-check.sh):
 #   bash scripts/gpu-latency.sh deno|bun
 set -uo pipefail
@@ -30,6 +31,7 @@ timeout 300 "${run[@]}" bench/coldstart.ts --runs 5 --json "$OUT/coldstart-$rt.j
 
 bash scripts/fatbin.sh || status=1  # precompiled/norm.fatbin for the C side, from norm_cuda.ts
 gcc -O2 -std=c11 -Wall -Wextra -Werror -I"${CUDA_HOME:-/usr/local/cuda}/include" -o /tmp/latency_c bench/latency_c.c -ldl || status=1
+gcc -O2 -std=c11 -Wall -Wextra -Werror -shared -fPIC -I"${CUDA_HOME:-/usr/local/cuda}/include" -o /tmp/liblaunch_shim.so bench/launch_shim.c -ldl || status=1
 # Programmatic dependent launch on (the default on sm_90) and off: TS and C make the same launches each time.
 for pdl in on off; do
   echo "== latency ($rt, dependent launch $pdl)"
@@ -38,5 +40,14 @@ for pdl in on off; do
   /tmp/latency_c precompiled/norm.fatbin "/tmp/latency-cases-$pdl.txt" "$OUT/latency-c-$pdl.json" > "/tmp/latency-c-$pdl.txt" 2>&1 || { status=1; tail -5 "/tmp/latency-c-$pdl.txt"; }
   echo "== TS ($rt) vs C, dependent launch $pdl: µs per op (eager host = one call; +sync = call and synchronize; graph = replay of 100 ops / 100)"
   "${run[@]}" bench/latency.ts --compare "$OUT/latency-$rt-$pdl.json" "$OUT/latency-c-$pdl.json" | tee "$OUT/latency-table-$rt-$pdl.txt" || status=1
+done
+# TS against C in the same process (the cross-process comparison above moves with each process's launch cost).
+for pdl in on off; do
+  for i in 1 2 3; do
+    echo "== TS ($rt) vs C in one process, dependent launch $pdl, process $i"
+    timeout 120 "${run[@]}" bench/latency_inproc.ts --shim /tmp/liblaunch_shim.so --pdl $pdl --json "$OUT/inproc-$rt-$pdl-$i.json" > "/tmp/inproc-$rt-$pdl-$i.txt" 2>&1 || status=1
+    cat "/tmp/inproc-$rt-$pdl-$i.txt" >> "$OUT/inproc-$rt.txt"
+    tail -1 "/tmp/inproc-$rt-$pdl-$i.txt"
+  done
 done
 exit $status

@@ -6,6 +6,7 @@ import { decode, type DType, encode } from "../runtime/dtype.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import type { LaunchConfig, Kernel } from "../runtime/module.ts";
+import { releaseCount } from "../runtime/resource.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import type { NormKind } from "./plan.ts";
@@ -82,6 +83,8 @@ class ValidatedCall {
     readonly config: LaunchConfig,
     readonly tpr: number,
     readonly nv: number,
+    /** releaseCount() when every object above was last seen open. */
+    public openAt: number,
   ) {}
 }
 // One per kind (a model alternating rms and layer norms keeps both); holds the last call's objects until the next.
@@ -115,15 +118,20 @@ function repeatCall(c: ValidatedCall | undefined, x: Tensor, opts: LayerNormOpti
     (layer && c.biasIn !== opts.bias) || c.streamIn !== opts.stream || c.outDtypeIn !== opts.outDtype || opts.stats ||
     (opts.check !== undefined && opts.check !== false)
   ) return false;
-  // Closed objects go the full way, which throws the usual DisposedError (x first: it covers the device).
-  if (x.closed || c.out.closed || (c.weight !== undefined && c.weight.closed) || (c.bias !== undefined && c.bias.closed)) {
-    return false;
-  }
   if (opts.check === undefined && checkModeFor(x.device, undefined)) return false; // the device's check mode
-  // The default stream is replaced when closed: the call must still be on the stream it validated.
-  if (c.streamIn === undefined ? x.device.stream !== c.stream : c.stream.closed) return false;
   const k = c.kernel;
-  if (k.module.closed) return false;
+  // Nothing released anywhere since the objects were last seen open: they still are. Else check them.
+  const released = releaseCount();
+  if (c.openAt !== released) {
+    // Closed objects go the full way, which throws the usual DisposedError (x first: it covers the device).
+    if (x.closed || c.out.closed || (c.weight !== undefined && c.weight.closed) || (c.bias !== undefined && c.bias.closed)) {
+      return false;
+    }
+    // The default stream is replaced when closed: the call must still be on the stream it validated.
+    if (c.streamIn === undefined ? x.device.stream !== c.stream : c.stream.closed) return false;
+    if (k.module.closed) return false;
+    c.openAt = released;
+  }
   if (k.writer !== c) {
     writeNormArgs(k, x, c.out, c.weight, c.bias, undefined, undefined, eps, c.tpr, c.nv);
     k.writer = c;
@@ -186,7 +194,9 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
         k.launchWritten(stream, config);
         if (outGiven && !opts.stats && !checking) {
           // Remembered for repeatCall(): the very same call next time skips the checks above.
-          const c = new ValidatedCall(x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, tpr, nv);
+          const c = new ValidatedCall(
+            x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, tpr, nv, releaseCount(),
+          );
           k.writer = c;
           if (kind === "rms") lastRms = c;
           else lastLayer = c;

@@ -8,6 +8,14 @@
  */
 import { DisposedError } from "./errors.ts";
 
+// Releases so far, of every owner: while it has not moved, nothing has been closed or released since, so a
+// caller that validated objects at some count can skip checking them again (ops/norm.ts's repeated calls).
+let releases = 0;
+/** How many native resources have been released so far, by any owner (it only grows). */
+export function releaseCount(): number {
+  return releases;
+}
+
 export class Owner {
   #next = 1;
   #live = new Map<number, () => void>();
@@ -23,6 +31,7 @@ export class Owner {
     const fn = this.#live.get(id);
     if (!fn) return;
     this.#live.delete(id);
+    releases++;
     fn();
   }
 

@@ -208,13 +208,14 @@ function argName(e: unknown): string {
 }
 
 test("fake CUDA: a weight, bias, out or device closed after a validated call is DisposedError naming it", () => {
-  for (const which of ["weight", "bias", "out", "device"] as const) {
+  for (const which of ["weight", "bias", "out", "device", "another buffer"] as const) {
     const f = fakeCudaDevice((d) => ({
       s: d.createStream(),
       x: d.empty([4, 256], { dtype: "bf16" }),
       y: d.empty([4, 256], { dtype: "bf16" }),
       w: d.empty([256], { dtype: "bf16" }),
       b: d.empty([256], { dtype: "bf16" }),
+      other: d.empty([256], { dtype: "bf16" }),
     }), { record: true });
     const m = f.made;
     const call = () => layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s });
@@ -223,6 +224,14 @@ test("fake CUDA: a weight, bias, out or device closed after a validated call is 
       call();
       const n = f.launches.length;
       assert.equal(n, 2);
+      if (which === "another buffer") {
+        // A release elsewhere makes the repeated call look at its own objects again: all open, so it launches.
+        m.other.close();
+        call();
+        call();
+        assert.equal(f.launches.length, n + 2);
+        continue;
+      }
       ({ weight: m.w, bias: m.b, out: m.y, device: f.dev })[which].close();
       const name = { weight: /weight/, bias: /bias/, out: /out/, device: /x's device/ }[which];
       assert.throws(call, (e: unknown) => e instanceof DisposedError && name.test((e as Error).message), which);

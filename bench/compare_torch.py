@@ -2,7 +2,7 @@
 CUDA events, median of REPS after warm-up, every case moves 1 GiB, GB/s = 2*N*D*bytes (+ params).
 Also the device-to-device copy bandwidth in the same run. Writes JSON (--json PATH).
 
-    python3 bench/compare_torch.py [--quick] [--json out.json] [--no-compile]
+    python3 bench/compare_torch.py [--quick | --ds 32768,65536] [--json out.json] [--no-compile]
 """
 import argparse, json, datetime
 import torch
@@ -13,9 +13,10 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true")
 ap.add_argument("--json")
 ap.add_argument("--no-compile", action="store_true")
+ap.add_argument("--ds", help="comma-separated hidden sizes instead of the grid's")
 a = ap.parse_args()
 
-DS = [1024, 4096, 32768] if a.quick else [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072]
+DS = [int(v) for v in a.ds.split(",")] if a.ds else [1024, 4096, 32768] if a.quick else [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072]
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 MIN_BYTES = 2**30  # as bench/bench.ts: 1 GiB moved per case
 REPS = 10 if a.quick else 30

@@ -4,7 +4,7 @@ GB/s = 3*N*D*bytes + statistics + parameters. The timed call is torch.autograd.g
 on a graph built once (retain_graph): the backward kernels only. For torch.compile the forward is the
 compiled function, so AOTAutograd's compiled backward runs. Copy bandwidth measured in the same run.
 
-    python3 bench/compare_torch_bwd.py [--quick] [--json out.json] [--no-compile]
+    python3 bench/compare_torch_bwd.py [--quick | --ds 32768,65536] [--json out.json] [--no-compile]
 """
 import argparse, json, datetime
 import torch
@@ -15,9 +15,10 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true")
 ap.add_argument("--json")
 ap.add_argument("--no-compile", action="store_true")
+ap.add_argument("--ds", help="comma-separated hidden sizes instead of the grid's")
 a = ap.parse_args()
 
-DS = [1024, 4096, 32768] if a.quick else [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072]
+DS = [int(v) for v in a.ds.split(",")] if a.ds else [1024, 4096, 32768] if a.quick else [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072]
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 MIN_BYTES = 2**30
 REPS = 10 if a.quick else 20

@@ -2,18 +2,18 @@
 # On the GPU host, after scripts/gpu-check.sh has unpacked the runtime: the forward benchmark under
 # that runtime (JSON into $OUT) and, with --torch, torch eager/compile on the same grid, then the report.
 # With --backward: the backward pass (bench.ts --backward, compare_torch_bwd.py), files suffixed -bwd.
-# Usage: bash scripts/gpu-bench.sh deno|bun [--torch] [--quick] [--backward]
+# Usage: bash scripts/gpu-bench.sh deno|bun [--torch] [--quick | --ds=32768,65536] [--backward]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?deno or bun}; shift
 OUT=${OUT:-/tmp/gpu-bench}; mkdir -p "$OUT"
-quick=""; torch=""; bwd=""; sfx=""; pass=forward; torchpy=bench/compare_torch.py
-for a in "$@"; do case "$a" in --quick) quick=--quick ;; --torch) torch=1 ;; --backward) bwd=--backward; sfx=-bwd; pass=backward; torchpy=bench/compare_torch_bwd.py ;; esac; done
+quick=""; ds=(); torch=""; bwd=""; sfx=""; pass=forward; torchpy=bench/compare_torch.py
+for a in "$@"; do case "$a" in --quick) quick=--quick ;; --ds=*) ds=(--ds "${a#--ds=}") ;; --torch) torch=1 ;; --backward) bwd=--backward; sfx=-bwd; pass=backward; torchpy=bench/compare_torch_bwd.py ;; esac; done
 echo "== normkit $pass benchmark ($rt)"
-if [ "$rt" = deno ]; then deno run -A bench/bench.ts $quick $bwd --json "$OUT/normkit-$rt$sfx.json"; else bun bench/bench.ts $quick $bwd --json "$OUT/normkit-$rt$sfx.json"; fi
+if [ "$rt" = deno ]; then deno run -A bench/bench.ts $quick ${ds[@]+"${ds[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; else bun bench/bench.ts $quick ${ds[@]+"${ds[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; fi
 if [ -n "$torch" ]; then
   echo "== torch eager / torch.compile ($pass)"
-  PYTHONUNBUFFERED=1 python3 $torchpy $quick --json "$OUT/torch$sfx.json" 2>&1 | grep -v Warning
+  PYTHONUNBUFFERED=1 python3 $torchpy $quick ${ds[@]+"${ds[@]}"} --json "$OUT/torch$sfx.json" 2>&1 | grep -v Warning
 fi
 if [ -f "$OUT/torch$sfx.json" ]; then
   rep=(bench/report.ts "$OUT/normkit-$rt$sfx.json" "$OUT/torch$sfx.json" --svg "$OUT/$pass.svg" --title "normkit $pass" --md "$OUT/results-$rt$sfx.md")

@@ -556,8 +556,11 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
 }
 
 // ---------------------------------------------------------------- mapping `wide`
-// One row per block, no register cache: mean pass, centred-variance pass and output pass each read x (from
-// L2 after the first, while the row is still there: rows up to 128 KB on the H200). Each pass goes over the
+// One row per block, no register cache: a statistics pass and an output pass each read x (the output pass
+// from L2 while the row is still there: rows up to 128 KB on the H200). LayerNorm's statistics come from one
+// pass too (nk_chan_chunk): per-thread count, mean and centred sum of squares of x-k, folded in one chunk at a
+// time, so it needs no mean pass before a centred one (three passes ran at 62% of copy on the H200 for f32
+// D = 32768, two at 80%: bench/kexp.cu wide3) and nothing is E[x^2]-E[x]^2. Each pass goes over the
 // row in steps of NK_WIDE_STEP chunks per thread, all loads of a step issued before any is used (as Triton's
 // looped reductions run): one 16-byte load in flight per thread was half the bandwidth (bench/kexp.cu wide2).
 // Steps of NK_WIDE_STEP / 2 on the masked path and where a weight chunk is two 16-byte loads (16-bit x,
@@ -582,6 +585,26 @@ NK_INLINE void nk_wide_step(const typename TI::S* xr, bool xvec, int c0, int tpr
     nk_load_words<TI, VEC>(xr + (long long)c * VEC, xvec, nk_wide_valid<VEC, FULL>(c, nchunks, d), r[u].w);
   }
 }
+// Folds a chunk (nvalid > 0 elements of x-k) into a thread's count n, mean m and centred sum of squares m2:
+// the chunk's own mean and sum of squares about it from registers, then Chan's update for two groups.
+template <class TI, int VEC>
+NK_INLINE void nk_chan_chunk(const unsigned* w, int nvalid, float k, float& n, float& m, float& m2) {
+  float f[VEC], cs = 0.0f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) f[e] = e < nvalid ? nk_get<TI>(w, e) - k : 0.0f, cs += f[e];
+  const float nb = (float)nvalid, cm = cs / nb;
+  float cq = 0.0f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float c = f[e] - cm;
+    cq += e < nvalid ? c * c : 0.0f;
+  }
+  const float na = n;
+  n += nb;
+  const float delta = cm - m, frac = nb / n;
+  m += delta * frac;
+  m2 += cq + delta * delta * na * frac;
+}
 template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE, U = FULL && TW::SIZE == TI::SIZE ? NK_WIDE_STEP : NK_WIDE_STEP / 2;
@@ -604,31 +627,19 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
     float dm = 0.0f, q = 0.0f;
     const float k = LN ? TI::to_f(xr[0]) : 0.0f;  // shift, as in nk_row_cached
     if (LN) {
-      float s = 0.0f;
+      float n = 0.0f, m = 0.0f, m2 = 0.0f;
       for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
         nk_v4 r[U];
         nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int nvalid = nk_wide_valid<VEC, FULL>(c0 + u * tpr, nchunks, d);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) s += e < nvalid ? nk_get<TI>(r[u].w, e) - k : 0.0f;
+          if (nvalid > 0) nk_chan_chunk<TI, VEC>(r[u].w, nvalid, k, n, m, m2);
         }
       }
-      dm = red(s) / fd;
-      for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
-        nk_v4 r[U];
-        nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int nvalid = nk_wide_valid<VEC, FULL>(c0 + u * tpr, nchunks, d);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float cc = (nk_get<TI>(r[u].w, e) - k) - dm;
-            q += e < nvalid ? cc * cc : 0.0f;  // padding must not add (0-mean)^2
-          }
-        }
-      }
+      // The row's mean of x-k, then each thread's sum of squares about it (parallel-axis theorem).
+      dm = red(n * m) / fd;
+      q = m2 + n * (m - dm) * (m - dm);
     } else {
       for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
         nk_v4 r[U];

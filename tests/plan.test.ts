@@ -39,12 +39,17 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([rms(65536, "bf16").mapping, rms(65536, "bf16").grid[0]], ["wide", 132]);
   assert.equal(rms(65537, "bf16").mapping, "cluster", "past 128 KB: a cluster per row");
   assert.deepEqual(rms(32768, "f32", 10).grid, [10, 1, 1], "no more blocks than rows");
-  assert.deepEqual([plan(32768).mapping, plan(32768).cluster, plan(32768).tpr], ["cluster", 4, 256], "LayerNorm keeps the cluster");
-  assert.deepEqual([plan(32769).mapping, plan(32769).cluster, plan(65536).cluster, plan(65536).tpr], ["cluster", 8, 8, 256]);
+  // LayerNorm past a block: `wide` from one row per SM (132 on the H200), a cluster per row below that.
+  assert.deepEqual([plan(32768).mapping, plan(32768).tpr, plan(32768).grid[0]], ["wide", 1024, 132], "LayerNorm, 1000 rows: wide");
+  assert.deepEqual([plan(131072, "bf16", 132).mapping, plan(262144, "bf16", 132).mapping], ["wide", "wide"], "from a row per SM");
+  const few = (d: number, dtype: DType = "f32") => plan(d, dtype, 131);
+  assert.deepEqual([few(32768).mapping, few(32768).cluster, few(32768).tpr], ["cluster", 4, 256], "fewer rows than SMs: a cluster per row");
+  assert.deepEqual([few(32769).mapping, few(32769).cluster, few(65536).cluster, few(65536).tpr], ["cluster", 8, 8, 256]);
   assert.deepEqual([plan(5120).mapping, plan(5120).tpr, plan(5120).nv], ["block", 160, 8]);
-  assert.deepEqual([plan(131072).mapping, plan(131072).cluster, plan(131072).nv], ["cluster", 8, 8]);
-  assert.deepEqual([plan(262144, "bf16").mapping, plan(262144, "bf16").cluster], ["cluster", 8]);
-  assert.equal(plan(262144).mapping, "wide", "f32 262144 needs more than 8 CTAs: the L2 path");
+  assert.deepEqual([few(131072).mapping, few(131072).cluster, few(131072).nv], ["cluster", 8, 8]);
+  assert.deepEqual([few(262144, "bf16").mapping, few(262144, "bf16").cluster], ["cluster", 8]);
+  assert.equal(few(262144).mapping, "wide", "f32 262144 needs more than 8 CTAs: the L2 path");
+  assert.deepEqual([rms(131072).mapping, rms(131072).cluster], ["cluster", 8], "RMSNorm past 128 KB keeps the cluster at any row count");
   assert.equal(plan(65536, "f32", 10, A100).mapping, "wide");
   assert.equal(plan(262144, "bf16", 10, A100).mapping, "wide");
 });
@@ -106,8 +111,9 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             assert.equal(p.mapping, "wide");
             assert.ok(chunks > 512 * MAXV_BLOCK, `wide only past one block's register cache: ${where}`);
             const fitsCluster = limits.ccMajor >= 9 && chunks <= 8 * 512 * MAXV_BLOCK;
-            const streamed = kind === "rms" && d * (dtype === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES;
-            assert.ok(!fitsCluster || streamed, `a cluster where one fits, but for RMSNorm rows ≤ 128 KB: ${where}`);
+            const streamed = (kind === "rms" && d * (dtype === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES) ||
+              (kind === "layer" && rows >= limits.multiprocessors);
+            assert.ok(!fitsCluster || streamed, `a cluster where one fits, but for RMSNorm rows ≤ 128 KB and LayerNorm with a row per SM: ${where}`);
             assert.equal(g, Math.min(rows, limits.multiprocessors), `a block per SM, never more than rows: ${where}`);
           }
         }
@@ -121,7 +127,7 @@ test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the 
   assert.equal(p.grid[0], Math.ceil(1000 / (256 / p.tpr)));
   const small = { ...H200, maxGridX: 65535 };
   assert.equal(plan(4096, "f32", 1_000_000, small).grid[0], 65535);
-  const c = plan(262144, "bf16", 100_000, small);
+  const c = plan(262144, "bf16", 100_000, small, "rms");
   assert.ok(c.grid[0] <= 65535 && c.grid[0] % 8 === 0);
 });
 

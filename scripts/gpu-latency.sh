@@ -47,7 +47,7 @@ for pdl in on off; do
     echo "== TS ($rt) vs C in one process, dependent launch $pdl, process $i"
     timeout 120 "${run[@]}" bench/latency_inproc.ts --shim /tmp/liblaunch_shim.so --pdl $pdl --json "$OUT/inproc-$rt-$pdl-$i.json" > "/tmp/inproc-$rt-$pdl-$i.txt" 2>&1 || status=1
     cat "/tmp/inproc-$rt-$pdl-$i.txt" >> "$OUT/inproc-$rt.txt"
-    tail -1 "/tmp/inproc-$rt-$pdl-$i.txt"
+    grep "^# .*within" "/tmp/inproc-$rt-$pdl-$i.txt"
   done
 done
 exit $status

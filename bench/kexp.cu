@@ -9,7 +9,8 @@
 //   v4: the same with 4 chunks;
 //   v5 (cluster only): the cluster barrier's arrive relaxed, one fence in the thread that wrote the slot.
 // staged: persistent CTAs streaming rows through shared-memory stages with cp.async; wide2: one CTA per row
-// re-reading from L2 with several loads in flight per thread (taken: the `wide` mapping).
+// re-reading from L2 with several loads in flight per thread (taken: the `wide` mapping); wide3: wide2 with
+// LayerNorm's statistics in one pass (taken into `wide`).
 // FULL path only (aligned rows, d a multiple of the chunk); anything else traps.
 #include "../kernels/norm_fwd.cuh"
 
@@ -408,7 +409,8 @@ KX_ST(rms, false, bf16, 8, NK_LAUNCH_BOUNDS(512))
 // for memory-level parallelism, as Triton's looped reductions run: every pass issues U 16-byte loads per thread
 // before using any; x is re-read (from L2 when it still holds the row) by the later passes. FULL path only.
 // LN: mean of x-k, centred sum of squares, output (3 passes); RMS: sum of squares, output (2 passes).
-template <class TI, class TO, class TW, bool LN, int U>
+// CHAN (LN only): the statistics in one pass instead of two (`wide3`, below).
+template <class TI, class TO, class TW, bool LN, int U, bool CHAN = false>
 __device__ __forceinline__ void kx_wide2(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
@@ -422,13 +424,37 @@ __device__ __forceinline__ void kx_wide2(NK_FWD_PARAMS) {
     typename TO::S* yr = Y + row * y_stride;
     const float k = LN ? TI::to_f(xr[0]) : 0.0f;
     float dm = 0.0f, q = 0.0f;
-    if (LN) {
+    if (LN && CHAN) {
+      float m = 0.0f, m2 = 0.0f;
+      int n = 0;  // chunks folded in
+      for (int c0 = t; c0 < nchunks; c0 += U * T) {
+        nk_v4 r[U];
+        nk_wide_step<TI, U, true>(xr, true, c0, T, nchunks, d, r);  // the production `wide` step, vector path
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (c0 + u * T < nchunks) {
+            float f[VEC], cs = 0.0f;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(r[u].w, e) - k, cs += f[e];
+            const float cm = cs * (1.0f / VEC);
+            float cq = 0.0f;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) cq += (f[e] - cm) * (f[e] - cm);
+            ++n;
+            const float delta = cm - m, inv = 1.0f / (float)n;  // the new chunk is 1/n of the n chunks
+            m += delta * inv;
+            m2 += cq + delta * delta * (float)VEC * (float)(n - 1) * inv;
+          }
+        }
+      }
+      const float cnt = (float)(n * VEC);
+      dm = red(cnt * m) / fd;
+      q = m2 + cnt * (m - dm) * (m - dm);
+    } else if (LN) {
       float s = 0.0f;
       for (int c0 = t; c0 < nchunks; c0 += U * T) {
         nk_v4 r[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          nk_load_words<TI, VEC>(xr + (long long)(c0 + u * T) * VEC, true, c0 + u * T < nchunks ? VEC : 0, r[u].w);
+        nk_wide_step<TI, U, true>(xr, true, c0, T, nchunks, d, r);  // the production `wide` step, vector path
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -437,9 +463,7 @@ __device__ __forceinline__ void kx_wide2(NK_FWD_PARAMS) {
       dm = red(s) / fd;
       for (int c0 = t; c0 < nchunks; c0 += U * T) {
         nk_v4 r[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          nk_load_words<TI, VEC>(xr + (long long)(c0 + u * T) * VEC, true, c0 + u * T < nchunks ? VEC : 0, r[u].w);
+        nk_wide_step<TI, U, true>(xr, true, c0, T, nchunks, d, r);  // the production `wide` step, vector path
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -451,9 +475,7 @@ __device__ __forceinline__ void kx_wide2(NK_FWD_PARAMS) {
     } else {
       for (int c0 = t; c0 < nchunks; c0 += U * T) {
         nk_v4 r[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          nk_load_words<TI, VEC>(xr + (long long)(c0 + u * T) * VEC, true, c0 + u * T < nchunks ? VEC : 0, r[u].w);
+        nk_wide_step<TI, U, true>(xr, true, c0, T, nchunks, d, r);  // the production `wide` step, vector path
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -508,89 +530,14 @@ KX_W2(rms, false, f32, 4, NK_LAUNCH_BOUNDS(1024))
 KX_W2(ln, true, bf16, 4, NK_LAUNCH_BOUNDS(1024))
 KX_W2(rms, false, bf16, 4, NK_LAUNCH_BOUNDS(1024))
 
-// ---------------------------------------------------------------- `wide3` (experiment): LayerNorm's `wide` mapping in
-// two passes instead of three. The statistics pass keeps per-thread (count, mean, M2) of x-k, folding in one
-// chunk at a time with Chan's update (the chunk's own mean and centred sum of squares come from registers, so
-// nothing is E[x^2]-E[x]^2); the block then reduces n*mean (the row's mean) and M2 + n*(mean-row mean)^2 (the
-// centred sum of squares, exactly as the parallel-axis theorem splits it). The output pass re-reads x from L2.
-template <class TI, class TO, class TW, int U>
-__device__ __forceinline__ void kx_wide3(NK_FWD_PARAMS) {
-  constexpr int VEC = 16 / TI::SIZE;
-  constexpr bool LN = true;
-  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
-  NK_FWD_TYPED_PTRS;
-  const int T = (int)nk_block_dim_x(), t = (int)nk_thread_x();
-  const int nchunks = d / VEC;
-  const float fd = (float)d;
-  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
-  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
-    const typename TI::S* xr = X + row * x_stride;
-    typename TO::S* yr = Y + row * y_stride;
-    const float k = TI::to_f(xr[0]);
-    float m = 0.0f, m2 = 0.0f;
-    int n = 0;  // chunks folded in
-    for (int c0 = t; c0 < nchunks; c0 += U * T) {
-      nk_v4 r[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        nk_load_words<TI, VEC>(xr + (long long)(c0 + u * T) * VEC, true, c0 + u * T < nchunks ? VEC : 0, r[u].w);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (c0 + u * T < nchunks) {
-          float f[VEC], cs = 0.0f;
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(r[u].w, e) - k, cs += f[e];
-          const float cm = cs * (1.0f / VEC);
-          float cq = 0.0f;
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) cq += (f[e] - cm) * (f[e] - cm);
-          ++n;
-          const float delta = cm - m, inv = 1.0f / (float)n;  // the new chunk is 1/n of the n chunks
-          m += delta * inv;
-          m2 += cq + delta * delta * (float)VEC * (float)(n - 1) * inv;
-        }
-      }
-    }
-    const float cnt = (float)(n * VEC);
-    const float dm = red(cnt * m) / fd;
-    const float rs = nk_rsqrt(red(m2 + cnt * (m - dm) * (m - dm)) / fd + eps);
-    if (t == 0) {
-      if (mean) mean[row] = k + dm;
-      if (rstd) rstd[row] = rs;
-    }
-    constexpr int WV = VEC * TW::SIZE / 4;
-    for (int c0 = t; c0 < nchunks; c0 += U * T) {
-      nk_v4 r[U];
-      unsigned g[U][WV], bb[U][WV];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = c0 + u * T, nn = c < nchunks ? VEC : 0;
-        nk_load_words<TI, VEC>(xr + (long long)c * VEC, true, nn, r[u].w);
-        if (Wt) nk_load_words<TW, VEC>(Wt + (long long)c * VEC, true, nn, g[u]);
-        if (Bs) nk_load_words<TW, VEC>(Bs + (long long)c * VEC, true, nn, bb[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = c0 + u * T;
-        if (c < nchunks) {
-          float f[VEC];
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            float v = ((nk_get<TI>(r[u].w, e) - k) - dm) * rs;
-            if (Wt) v *= nk_get<TW>(g[u], e);
-            if (Bs) v += nk_get<TW>(bb[u], e);
-            f[e] = v;
-          }
-          nk_store_f<TO, VEC>(yr + (long long)c * VEC, true, VEC, f);
-        }
-      }
-    }
-  }
-}
+// `wide3` (experiment): LayerNorm's `wide` in two passes, kx_wide2 with CHAN. The statistics pass keeps
+// per-thread (count, mean, M2) of x-k, folding in one chunk at a time with Chan's update (the chunk's own mean
+// and centred sum of squares come from registers, so nothing is E[x^2]-E[x]^2); the block then reduces n*mean
+// (the row's mean) and M2 + n*(mean-row mean)^2 (the centred sum of squares, by the parallel-axis theorem).
 #define KX_W3(ti, u)                                                                        \
   extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_ln_wide3u##u##_##ti(NK_FWD_PARAMS) { \
     nk_pdl_enter();                                                                         \
-    kx_wide3<nk_##ti, nk_##ti, nk_##ti, u>(NK_FWD_ARGS);                                    \
+    kx_wide2<nk_##ti, nk_##ti, nk_##ti, true, u, true>(NK_FWD_ARGS);                        \
   }
 KX_W3(f32, 2)
 KX_W3(f32, 4)

@@ -13,7 +13,7 @@
 import { Buffer } from "node:buffer";
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { Device, type DType } from "../mod.ts";
+import { Device, type DType, type Tensor } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { decode, encode } from "../runtime/dtype.ts";
@@ -67,6 +67,43 @@ function residency(name: string, block: number, smem: number, cluster: number): 
   const rc = cu.cuOccupancyMaxActiveClusters(n, fn[0], new Uint8Array(cfg));
   if (rc !== 0) throw new Error("cuOccupancyMaxActiveClusters " + rc);
   return { occ, clusters: n[0] };
+}
+/** Largest |a-b|/(1+|b|) over two arrays (a NaN counts as Infinity). */
+function relErr(a: Float32Array, b: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) {
+    const e = Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i]));
+    if (!(e <= m)) m = Number.isNaN(e) ? Infinity : e;
+  }
+  return m;
+}
+/** Fills a (large) tensor with tileValues in its dtype, tile after tile, by device copies. */
+function fillFromTile(x: Tensor): void {
+  const tile = encode(tileValues, x.dtype);
+  using t = dev.alloc(tile.byteLength);
+  t.write(tile);
+  for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
+    x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
+  }
+}
+/**
+ * Hard LayerNorm rows, f32: mean 1e4, std 1e-2, x[0] 100 std off (so a shift k = x[0] is far from the mean),
+ * and their float64 LayerNorm (no affine, eps 1e-5).
+ */
+function hardLnRows(rows: number, d: number): { xs: Float32Array; want: Float64Array } {
+  const xs = new Float32Array(rows * d);
+  for (let i = 0; i < xs.length; i++) xs[i] = 1e4 + 1e-2 * tileValues[i];
+  for (let r = 0; r < rows; r++) xs[r * d] = 1e4 + (r % 2 ? 1 : -1);
+  const want = new Float64Array(rows * d);
+  for (let r = 0; r < rows; r++) {
+    let m = 0, v = 0;
+    for (let j = 0; j < d; j++) m += xs[r * d + j];
+    m /= d;
+    for (let j = 0; j < d; j++) v += (xs[r * d + j] - m) ** 2;
+    const rs = 1 / Math.sqrt(v / d + 1e-5);
+    for (let j = 0; j < d; j++) want[r * d + j] = (xs[r * d + j] - m) * rs;
+  }
+  return { xs, want };
 }
 /** Largest |a-b|/(1+|b|) over the first and last 16 MiB of two tensors (a NaN anywhere counts as Infinity). */
 function maxRelDiff(a: { buffer: { read(d: Uint8Array, o?: { offset: number }): void; byteLength: number } }, r: typeof a, dtype: DType): number {
@@ -154,14 +191,6 @@ if (args.includes("--latency2")) {
     }
     return median(ts);
   };
-  const rel = (a: Float32Array, b: ArrayLike<number>): number => {
-    let m = 0;
-    for (let i = 0; i < a.length; i++) {
-      const e = Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i]));
-      if (!(e <= m)) m = Number.isNaN(e) ? Infinity : e;
-    }
-    return m;
-  };
   for (const dtype of ["bf16", "f32"] as DType[]) {
     for (const kind of ["layer", "rms"] as const) {
       for (const d of [2048, 4096, 8192]) {
@@ -190,7 +219,7 @@ if (args.includes("--latency2")) {
             for (const [tag, k] of ks) {
               y.buffer.fill(0xff);
               k.launch(stream, cfg, argsFor(q) as never);
-              const err = rel(y.readSync({ stream }), ref);
+              const err = relErr(y.readSync({ stream }), ref);
               const us = graphUs(k, cfg, argsFor(q));
               out.push({ mode: "latency2", dtype, kind, d, rows, variant: tag, tpr: t, nv: q.nv, us, err, default_plan: `${p.mapping} t${p.block[0]} nv${p.nv}` });
               cells.push(`${tag} ${us.toFixed(2)}${err > (dtype === "f32" ? 1e-5 : 1e-2) ? ` ERR ${err.toExponential(1)}` : ""}`);
@@ -205,18 +234,7 @@ if (args.includes("--latency2")) {
   // Hard LN rows: mean 1e4, std 1e-2, x[0] 100 std off (the shift k = x[0] is far from the mean), f32, no affine.
   {
     const d = 4096, rows = 8;
-    const xs = new Float32Array(rows * d);
-    for (let i = 0; i < xs.length; i++) xs[i] = 1e4 + 1e-2 * tileValues[i];
-    for (let r = 0; r < rows; r++) xs[r * d] = 1e4 + (r % 2 ? 1 : -1);
-    const want = new Float64Array(rows * d);
-    for (let r = 0; r < rows; r++) {
-      let m = 0, v = 0;
-      for (let j = 0; j < d; j++) m += xs[r * d + j];
-      m /= d;
-      for (let j = 0; j < d; j++) v += (xs[r * d + j] - m) ** 2;
-      const rs = 1 / Math.sqrt(v / d + 1e-5);
-      for (let j = 0; j < d; j++) want[r * d + j] = (xs[r * d + j] - m) * rs;
-    }
+    const { xs, want } = hardLnRows(rows, d);
     using x = dev.tensor(xs, [rows, d]);
     using y = dev.empty([rows, d]);
     const cfg = new LaunchConfig({ grid: rows, block: 256, sharedBytes: 3 * 8 * 4 });
@@ -225,7 +243,7 @@ if (args.includes("--latency2")) {
     for (const [tag, k] of [["blk", normKernel(dev, "nk_ln_block_f32_f32_f32", NORM_FWD_ARGS)], ...[6, 7, 8, 9].map((v) => [`v${v}`, mod.kernel(`kx_ln_lat_f32_v${v}`, NORM_FWD_ARGS)])] as [string, Kernel][]) {
       y.buffer.fill(0xff);
       k.launch(stream, cfg, a as never);
-      const err = rel(y.readSync({ stream }), want);
+      const err = relErr(y.readSync({ stream }), want);
       out.push({ mode: "latency2-hard", variant: tag, err });
       cells.push(`${tag} ${err.toExponential(2)}`);
     }
@@ -240,27 +258,12 @@ if (args.includes("--latency2")) {
 // (max |a-b|/(1+|b|) over the first and last 16 MiB); then hard f32 rows (mean 1e4, std 1e-2, x[0] 100 std off)
 // against float64 for both `wide` kernels.
 if (args.includes("--wide3")) {
-  const rel = (a: Float32Array, b: ArrayLike<number>): number => {
-    let m = 0;
-    for (let i = 0; i < a.length; i++) {
-      const e = Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i]));
-      if (!(e <= m)) m = Number.isNaN(e) ? Infinity : e;
-    }
-    return m;
-  };
   for (const d of dsArg ? DS : [16384, 32768, 65536, 131072]) {
     for (const dtype of ["f32", "bf16"] as DType[]) {
       const b = dtype === "f32" ? 4 : 2;
       const rows = Math.ceil(2 ** 30 / (2 * d * b));
       using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
-      {
-        const tile = encode(tileValues, dtype);
-        using t = dev.alloc(tile.byteLength);
-        t.write(tile);
-        for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
-          x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
-        }
-      }
+      fillFromTile(x);
       using w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
       using bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
       const p = (planNorm({ kind: "layer", rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
@@ -295,18 +298,7 @@ if (args.includes("--wide3")) {
   }
   {
     const d = 32768, rows = 8;
-    const xs = new Float32Array(rows * d);
-    for (let i = 0; i < xs.length; i++) xs[i] = 1e4 + 1e-2 * tileValues[i];
-    for (let r = 0; r < rows; r++) xs[r * d] = 1e4 + (r % 2 ? 1 : -1);
-    const want = new Float64Array(rows * d);
-    for (let r = 0; r < rows; r++) {
-      let m = 0, v = 0;
-      for (let j = 0; j < d; j++) m += xs[r * d + j];
-      m /= d;
-      for (let j = 0; j < d; j++) v += (xs[r * d + j] - m) ** 2;
-      const rs = 1 / Math.sqrt(v / d + 1e-5);
-      for (let j = 0; j < d; j++) want[r * d + j] = (xs[r * d + j] - m) * rs;
-    }
+    const { xs, want } = hardLnRows(rows, d);
     using x = dev.tensor(xs, [rows, d]);
     using y = dev.empty([rows, d]);
     const cfg = new LaunchConfig({ grid: rows, block: 1024, sharedBytes: 2 * 32 * 4 });
@@ -314,7 +306,7 @@ if (args.includes("--wide3")) {
     for (const [tag, k] of [["wide", normKernel(dev, "nk_ln_wide_f32_f32_f32", NORM_FWD_ARGS)], ["w3u4", mod.kernel("kx_ln_wide3u4_f32", NORM_FWD_ARGS)]] as [string, Kernel][]) {
       y.buffer.fill(0xff);
       k.launch(dev.stream, cfg, [x, y, null, null, null, null, rows, d, d, d, 1e-5, 1024, 0] as never);
-      const err = rel(y.readSync(), want);
+      const err = relErr(y.readSync(), want);
       out.push({ mode: "wide3-hard", variant: tag, err });
       cells.push(`${tag} ${err.toExponential(2)}`);
     }
@@ -329,14 +321,7 @@ for (const d of DS) {
     const b = dtype === "f32" ? 4 : 2;
     const rows = Math.ceil(2 ** 30 / (2 * d * b));
     using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
-    {
-      const tile = encode(tileValues, dtype);
-      using t = dev.alloc(tile.byteLength);
-      t.write(tile);
-      for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
-        x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
-      }
-    }
+    fillFromTile(x);
     using w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
     using bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
     for (const kind of ["layer", "rms"] as const) {

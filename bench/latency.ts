@@ -23,8 +23,8 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, layerNorm, rmsNorm, setDependentLaunch, type Tensor } from "../mod.ts";
-import type { Stream } from "../gpu.ts";
+import { Device, setDependentLaunch } from "../mod.ts";
+import { DS, KINDS, normOp, ROWS } from "./latency_grid.ts";
 import { planNorm } from "../ops/plan.ts";
 
 /** n seeded values in [lo, hi) (an LCG: the data only has to be finite and not all zeros). */
@@ -34,7 +34,7 @@ function randoms(n: number, seed: number, lo = -1, hi = 1): Float32Array {
   return out;
 }
 
-const ROWS = [1, 8, 64], DS = [2048, 4096, 8192], KINDS = ["rms", "layer"] as const;
+
 const N = 2000, SYNC_EVERY = 256, N_SYNC = 300, GRAPH_OPS = 100, REPLAYS = 200, BATCH = 16; // SYNC_EVERY % BATCH == 0
 const runtime = "Deno" in globalThis ? "deno" : "bun";
 const arg = (name: string): string | undefined => {
@@ -92,9 +92,7 @@ for (const kind of KINDS) {
     for (const rows of ROWS) {
       using x = dev.tensor(randoms(rows * d, 3, -2, 2), [rows, d], { dtype: "bf16" });
       using y = dev.empty([rows, d], { dtype: "bf16" });
-      const op = kind === "rms"
-        ? (s: Stream): Tensor => rmsNorm(x, { weight: w, out: y, stream: s })
-        : (s: Stream): Tensor => layerNorm(x, { weight: w, bias: b, out: y, stream: s });
+      const op = normOp(kind, x, w, b, y);
       for (let i = 0; i < 500; i++) op(stream); // warm-up: module, plan cache, clocks
       stream.synchronize();
 

@@ -18,8 +18,8 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, layerNorm, rmsNorm, setDependentLaunch, type Tensor } from "../mod.ts";
-import type { Stream } from "../gpu.ts";
+import { Device, setDependentLaunch } from "../mod.ts";
+import { DS, KINDS, normOp, ROWS } from "./latency_grid.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";
@@ -27,7 +27,7 @@ import { NORM_FATBIN } from "../precompiled/norm_cuda.ts";
 import { decodeBase64 } from "../runtime/base64.ts";
 import { randoms } from "../tests/random.ts";
 
-const ROWS = [1, 8, 64], DS = [2048, 4096, 8192], KINDS = ["rms", "layer"] as const;
+
 const BATCH = 16, PAIRS = 400, SYNC_PAIRS = 8, WARMUP = 500; // SYNC_PAIRS * 2 * BATCH = 256 launches per sync
 const runtime = "Deno" in globalThis ? "deno" : "bun";
 const arg = (name: string): string | undefined => {
@@ -72,9 +72,7 @@ function runPass(pass: number): Record<string, unknown>[] {
       for (const rows of ROWS) {
         using x = dev.tensor(randoms(rows * d, 3, -2, 2), [rows, d], { dtype: "bf16" });
         using y = dev.empty([rows, d], { dtype: "bf16" });
-        const op = kind === "rms"
-          ? (s: Stream): Tensor => rmsNorm(x, { weight: w, out: y, stream: s })
-          : (s: Stream): Tensor => layerNorm(x, { weight: w, bias: b, out: y, stream: s });
+        const op = normOp(kind, x, w, b, y);
         const p = planNorm({ kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, planLimits(dev));
         if (!("plan" in p)) throw new Error(p.unsupported);
         const q = p.plan;

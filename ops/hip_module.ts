@@ -71,7 +71,6 @@ export function hipCodeObject(target: string): Uint8Array {
   return b;
 }
 
-
 /** Inflates gzip data with the web-standard DecompressionStream (Deno and Bun both have it). */
 async function gunzip(data: Uint8Array): Promise<Uint8Array> {
   const stream = new Blob([data as BlobPart]).stream().pipeThrough(new DecompressionStream("gzip"));

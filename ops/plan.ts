@@ -5,10 +5,11 @@
  * The row is cut into 16-byte chunks (VEC = 4 f32 or 8 f16/bf16 elements) and held in registers, at most
  * MAXV chunks per thread (kernels/norm_fwd.cuh). The mapping is chosen by the number of chunks, from the
  * table MAPPINGS below: several rows per 256-thread block for small D, one block per row for mid D, and
- * past the register cache a block per SM that streams each row (`wide`, the re-reads from L2) for RMSNorm
- * rows up to WIDE_MAX_ROW_BYTES (LayerNorm: in launches of at least a row per SM), a thread-block cluster
- * per row (Hopper) for the others, and `wide` again where clusters are not available or too small. Launches of a few rows (decoding: latency, not bandwidth)
- * take the `latency` mapping first: one row per block, few chunks per thread, weight/bias loaded with x.
+ * past the register cache a block per SM that streams each row (`wide`, the re-reads from L2) for rows up to
+ * WIDE_MAX_ROW_BYTES (LayerNorm: in launches of at least a row per SM), a thread-block cluster per row
+ * (Hopper) for the others, and `wide` again where clusters are not available or too small. Launches of a few
+ * rows (decoding: latency, not bandwidth) take the `latency` mapping first: one row per block, few chunks per
+ * thread, weight/bias loaded with x.
  */
 import type { DType } from "../runtime/dtype.ts";
 

@@ -1,46 +1,82 @@
 /**
- * A/B of the two mappings for very large rows on Hopper: `cluster` (the row split over a CTA cluster,
- * in registers) against `wide` (one CTA per row, the row re-read from L2), same data, same timing
- * method as bench/bench.ts. Informs the plan's choice; not part of the product.
- *   deno run -A bench/mapping_ab.ts
+ * A/B of the mappings for very large rows on Hopper: the plan's choice (a CTA cluster per row, or `wide`)
+ * against `wide` (one block per SM streaming each row, re-read from L2: the plan for devices without
+ * clusters), timed as bench/bench.ts times a case: device events after a 256 MiB memset (device_timer.ts),
+ * median of 30, random data, γ/β in the input dtype, 1 GiB of x + y, % of a copy measured in the same run.
+ * Informs ops/plan.ts (WIDE_MAX_ROW_BYTES); not part of the product.
+ *   deno run -A bench/mapping_ab.ts [--ds 32768,65536,131072] [--json out.json]
  */
 import { Device, type DType } from "../mod.ts";
+import { encode } from "../runtime/dtype.ts";
 import { NORM_FWD_ARGS, normKernel } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
+import { deviceTimer } from "./device_timer.ts";
+
+const args = process.argv.slice(2);
+const argOf = (name: string): string | undefined => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
+const DS = (argOf("--ds") ?? "32768,65536,131072").split(",").map(Number);
+const jsonPath = argOf("--json");
 
 using dev = Device.open({ backend: "cuda" });
 const info = dev.info;
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-for (const dtype of ["f32", "bf16"] as DType[]) {
-  for (const d of [16384, 32768, 65536, 131072]) {
-    const b = dtype === "f32" ? 4 : 2;
-    const rows = Math.ceil(2 ** 30 / (2 * d * b));
-    using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype });
-    x.buffer.fill32(0x3f813f80);
-    const line: string[] = [`${dtype} D=${d}`];
-    for (const cc of [9, 8]) {
-      for (const kind of ["layer", "rms"] as const) {
-        const r = planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype }, {
-          maxGridX: info.maxGridDim[0], maxThreadsPerBlock: info.maxThreadsPerBlock, warpSize: 32, ccMajor: cc, multiprocessors: info.multiprocessors,
+using timer = deviceTimer(dev, 30);
+let copyGBs: number;
+{
+  using src = dev.alloc(2 ** 30), dst = dev.alloc(2 ** 30);
+  src.fill(7);
+  copyGBs = (2 * 2 ** 30) / (timer.time(() => dst.copyFrom(src)) * 1e6);
+}
+console.log(
+  `# ${info.name} (${info.multiprocessors} SMs), ${"Deno" in globalThis ? "deno" : "bun"}, ${new Date().toISOString()}`,
+);
+console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s; % of copy: the plan's mapping, then wide`);
+let seed = 1;
+const rand = (): number => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 4 - 2;
+const tile = Float32Array.from({ length: 2 ** 22 }, rand);
+const rows: { kind: string; dtype: DType; d: number; mapping: string; pctPlan: number; pctWide: number }[] = [];
+for (const d of DS) {
+  for (const dtype of ["f32", "bf16", "f16"] as DType[]) {
+    const b = dtype === "f32" ? 4 : 2, n = Math.ceil(2 ** 30 / (2 * d * b));
+    using x = dev.empty([n, d], { dtype }), y = dev.empty([n, d], { dtype });
+    const bytes = encode(tile, dtype);
+    using t = dev.alloc(bytes.byteLength);
+    t.write(bytes);
+    for (let off = 0; off < x.buffer.byteLength; off += bytes.byteLength) {
+      x.buffer.copyFrom(t, { offset: off, bytes: Math.min(bytes.byteLength, x.buffer.byteLength - off) });
+    }
+    using w = dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
+    using bias = dev.tensor(tile.subarray(d, 2 * d), [d], { dtype });
+    for (const kind of ["layer", "rms"] as const) {
+      const pct = (ccMajor: number): [string, number] => {
+        const r = planNorm({ kind, rows: n, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, {
+          maxGridX: info.maxGridDim[0],
+          maxThreadsPerBlock: info.maxThreadsPerBlock,
+          warpSize: 32,
+          ccMajor,
+          multiprocessors: info.multiprocessors,
         });
         const p = (r as { plan: LaunchPlan }).plan;
-        const k = normKernel(dev, p.kernel, NORM_FWD_ARGS);
-        const cfg = new LaunchConfig(p);
-        const run = () => k.launch(dev.stream, cfg, [x, y, null, null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv]);
-        for (let i = 0; i < 3; i++) run();
-        using e0 = dev.createEvent(), e1 = dev.createEvent();
-        const ts: number[] = [];
-        for (let i = 0; i < 20; i++) {
-          e0.record();
-          run();
-          e1.record();
-          e1.synchronize();
-          ts.push(e1.elapsedSince(e0));
-        }
-        line.push(`${kind} ${p.mapping}${p.cluster > 1 ? `x${p.cluster}` : ""}/${p.tpr}: ${(2 * rows * d * b / (median(ts) * 1e6)).toFixed(0)} GB/s`);
-      }
+        const k = normKernel(dev, p.kernel, NORM_FWD_ARGS), cfg = new LaunchConfig(p);
+        const argv = [x, y, w, kind === "layer" ? bias : null, null, null, n, d, d, d, 1e-5, p.tpr, p.nv];
+        const ms = timer.time(() => k.launch(dev.stream, cfg, argv));
+        const gbs = (2 * n * d * b + d * b * (kind === "layer" ? 2 : 1)) / (ms * 1e6);
+        return [`${p.mapping}${p.cluster > 1 ? `x${p.cluster}` : ""}/${p.tpr}`, (100 * gbs) / copyGBs];
+      };
+      const [mapping, pctPlan] = pct(info.computeCapability[0]), [, pctWide] = pct(8);
+      rows.push({ kind, dtype, d, mapping, pctPlan, pctWide });
+      console.log(
+        `${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)}  plan ${mapping.padEnd(12)} ${
+          pctPlan.toFixed(1).padStart(5)
+        }  wide ${pctWide.toFixed(1).padStart(5)}`,
+      );
     }
-    console.log(line.join("  "));
   }
+}
+if (jsonPath) {
+  const { writeFileSync } = await import("node:fs");
+  writeFileSync(
+    jsonPath,
+    JSON.stringify({ device: info.name, copyGBs, date: new Date().toISOString(), rows }, null, 1),
+  );
 }

@@ -568,6 +568,10 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
 // chunk: no masks). Any d. blockDim.x = tpr (multiple of the warp size, <= 1024); thread t handles chunks
 // t, t+tpr, ...; nv unused. Grid: any; rows grid-strided (the plan launches one block per SM). Dynamic
 // smem: 2 * (blockDim.x/32) * 4 bytes.
+// Registers (1024 threads: 64 each). Inlined, the kernel's FULL and masked instantiations shared one
+// allocation and spilled 8-40 bytes (ptxas -v, sm_90); kept as calls (NK_NOINLINE) each has its own and
+// none spills. The loops stride by blockDim.x, a special register re-read where needed, not by the equal tpr
+// argument, which stays live in a register (the vector path alone: bf16 24 -> 8 bytes spilled).
 #define NK_WIDE_STEP 4
 // Elements of chunk c inside the row (<= 0 past it).
 template <int VEC, bool FULL>
@@ -606,7 +610,7 @@ NK_INLINE void nk_chan_chunk(const unsigned* w, int nvalid, float k, float& n, f
   m2 += cq + delta * delta * na * frac;
 }
 template <class TI, class TO, class TW, bool LN, bool FULL>
-NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
+NK_NOINLINE void nk_fwd_wide(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE, U = FULL && TW::SIZE == TI::SIZE ? NK_WIDE_STEP : NK_WIDE_STEP / 2;
   constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
   (void)nv;
@@ -628,12 +632,12 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
     const float k = LN ? TI::to_f(xr[0]) : 0.0f;  // shift, as in nk_row_cached
     if (LN) {
       float n = 0.0f, m = 0.0f, m2 = 0.0f;
-      for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
+      for (int c0 = t; c0 < nchunks; c0 += U * (int)nk_block_dim_x()) {
         nk_v4 r[U];
-        nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
+        nk_wide_step<TI, U, FULL>(xr, xvec, c0, (int)nk_block_dim_x(), nchunks, d, r);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int nvalid = nk_wide_valid<VEC, FULL>(c0 + u * tpr, nchunks, d);
+          const int nvalid = nk_wide_valid<VEC, FULL>(c0 + u * (int)nk_block_dim_x(), nchunks, d);
           if (nvalid > 0) nk_chan_chunk<TI, VEC>(r[u].w, nvalid, k, n, m, m2);
         }
       }
@@ -641,9 +645,9 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
       dm = red(n * m) / fd;
       q = m2 + n * (m - dm) * (m - dm);
     } else {
-      for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
+      for (int c0 = t; c0 < nchunks; c0 += U * (int)nk_block_dim_x()) {
         nk_v4 r[U];
-        nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
+        nk_wide_step<TI, U, FULL>(xr, xvec, c0, (int)nk_block_dim_x(), nchunks, d, r);
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -660,20 +664,20 @@ NK_INLINE void nk_fwd_wide(NK_FWD_PARAMS) {
     }
     // Output: a step's x, weight and bias chunks loaded, then its y chunks stored. In place (y == x) is
     // correct: every thread reads only the chunks it writes, and reads each before writing it.
-    for (int c0 = t; c0 < nchunks; c0 += U * tpr) {
+    for (int c0 = t; c0 < nchunks; c0 += U * (int)nk_block_dim_x()) {
       nk_v4 r[U];
       unsigned gw[U][WV], bw[U][WV];
-      nk_wide_step<TI, U, FULL>(xr, xvec, c0, tpr, nchunks, d, r);
+      nk_wide_step<TI, U, FULL>(xr, xvec, c0, (int)nk_block_dim_x(), nchunks, d, r);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int c = c0 + u * tpr;
+        const int c = c0 + u * (int)nk_block_dim_x();
         const int nvalid = nk_wide_valid<VEC, FULL>(c, nchunks, d);
         if (Wt) nk_load_words<TW, VEC>(Wt + (long long)c * VEC, pvec, nvalid, gw[u]);
         if (LN && Bs) nk_load_words<TW, VEC>(Bs + (long long)c * VEC, pvec, nvalid, bw[u]);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int c = c0 + u * tpr;
+        const int c = c0 + u * (int)nk_block_dim_x();
         const int nvalid = nk_wide_valid<VEC, FULL>(c, nchunks, d);
         if (nvalid > 0) {
           float f[VEC];

@@ -15,6 +15,7 @@
 #define NK_SHARED __attribute__((shared))
 #define NK_DEVICE __attribute__((device))
 #define NK_INLINE __attribute__((device)) __attribute__((always_inline)) inline
+#define NK_NOINLINE __attribute__((device)) __attribute__((noinline))
 #define NK_LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #define NK_LAUNCH_BOUNDS_MIN(n, m) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #define NK_RESTRICT __restrict__
@@ -80,6 +81,8 @@ NK_INLINE unsigned short nk_f32_to_f16(float f) { return __builtin_bit_cast(unsi
 #define NK_SHARED __shared__
 #define NK_DEVICE __device__
 #define NK_INLINE __device__ __forceinline__
+// A device function the compiler must keep as a call: its registers are allocated apart from its caller's.
+#define NK_NOINLINE __device__ __noinline__
 #define NK_LAUNCH_BOUNDS(n) __launch_bounds__(n)
 // n threads per block at most, and registers capped so that m such blocks fit on one SM.
 #define NK_LAUNCH_BOUNDS_MIN(n, m) __launch_bounds__(n, m)

@@ -5,9 +5,9 @@
  * The row is cut into 16-byte chunks (VEC = 4 f32 or 8 f16/bf16 elements) and held in registers, at most
  * MAXV chunks per thread (kernels/norm_fwd.cuh). The mapping is chosen by the number of chunks, from the
  * table MAPPINGS below: several rows per 256-thread block for small D, one block per row for mid D, and
- * past the register cache a block per SM that streams each row (`wide`, the re-reads from L2) for rows up to
- * WIDE_MAX_ROW_BYTES (LayerNorm: in launches of at least a row per SM), a thread-block cluster per row
- * (Hopper) for the others, and `wide` again where clusters are not available or too small. Launches of a few
+ * past the register cache a block per SM that streams each row (`wide`, the re-reads from L2): RMSNorm for rows
+ * up to WIDE_MAX_ROW_BYTES, LayerNorm for any row once the launch has a row per SM. Other rows get a thread-block
+ * cluster per row (Hopper), and `wide` again where clusters are not available or too small. Launches of a few
  * rows (decoding: latency, not bandwidth) take the `latency` mapping first: one row per block, few chunks per
  * thread, weight/bias loaded with x.
  */
@@ -91,12 +91,13 @@ const CLUSTER_SIZES = [2, 4, 8];
  */
 export const WIDE_MAX_ROW_BYTES = 128 * 1024;
 /**
- * LayerNorm takes `wide` too, for rows up to WIDE_MAX_ROW_BYTES, once the launch has a row per SM: with its
- * statistics in one pass (two passes over x in all) it beat the cluster there on the H200 (bench/bench.ts,
- * Bun, 2026-11-30, % of copy): f32 D = 32768 72.3 vs 65.3, bf16 / f16 D = 65536 66.8 / 67.7 vs 60.7 / 63.2.
- * Past 128 KB it lost (f32 65536 61.6 vs 64.8, 16-bit 131072 58.0–58.1 vs 59.5–63.7) but for f32 131072
- * (59.1 vs 57.4), so the cluster stays there. Fewer rows than SMs keep the cluster, which spreads each row
- * over several SMs instead of leaving SMs idle.
+ * LayerNorm takes `wide` for any row past a block's register cache once the launch has a row per SM: its
+ * statistics come in one pass (Chan's update per chunk), so it reads x twice in all. H200, % of the same-run
+ * copy against the cluster, with the kernel that keeps its FULL and masked paths apart (bench/mapping_ab.ts,
+ * Deno, 2026-11-30): f32 D = 32768 81.4 (the cluster: 65.3 in an earlier run), 65536 65.5 vs 64.6, 131072
+ * 62.0 vs 57.7; bf16 / f16 D = 65536 76.5 / 75.6, 131072 65.2 / 65.3 vs 59.6 / 63.9. (The kernel that spilled
+ * lost past 128 KB: a cap stood there.)
+ * Fewer rows than SMs keep the cluster, which spreads each row over several SMs instead of leaving SMs idle.
  */
 const LN_WIDE_MIN_ROWS_PER_SM = 1;
 const CLUSTER_CTA = 256;
@@ -158,15 +159,16 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
   }
   // Very large rows: re-read from L2 by one block per SM (`wide`, maxThreads threads: 64 registers each,
-  // so one block fills an SM) for rows that L2 holds that way (LayerNorm: with a row for every SM), else split
-  // over a cluster of CTAs.
+  // so one block fills an SM): RMSNorm rows that L2 holds that way, LayerNorm with a row for every SM; else
+  // split over a cluster of CTAs.
   // The smallest cluster whose CTAs need ≤ CLUSTER_CTA threads: several CTAs per SM hide the cluster
   // barriers (one 512-thread CTA per SM could not), within the portable cluster size of 8.
   const wide = (): PlanResult =>
     make("wide", maxThreads, 0, maxThreads, Math.min(p.rows, limits.maxGridX, Math.max(1, limits.multiprocessors)));
-  if (p.d * (tin === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES) {
-    if (p.kind === "rms" || p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors) return wide();
-  }
+  const streamed = p.kind === "rms"
+    ? p.d * (tin === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES
+    : p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors;
+  if (streamed) return wide();
   if (limits.ccMajor >= 9) {
     for (const c of CLUSTER_SIZES) {
       const per = Math.ceil(chunks / c);

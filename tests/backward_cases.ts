@@ -14,7 +14,7 @@
 import type { Device, DType, Tensor } from "../mod.ts";
 import { cpuNormBackward, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward } from "../mod.ts";
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
-import { randoms } from "./random.ts";
+import { randoms, roundedTo } from "./random.ts";
 
 export type Kind = "layer" | "rms";
 export interface BwdCase {
@@ -40,7 +40,7 @@ export function runBwdCase(dev: Device, c: BwdCase): BwdOutcome {
   const stride = d + (c.pad ?? 0);
   using x = dev.tensor(randoms(rows * d, seed, -2, 2), [rows, d], { dtype: tx, rowStride: stride });
   using dy = dev.tensor(randoms(rows * d, seed + 1, -1, 1), [rows, d], { dtype: tdy, rowStride: stride });
-  const wv = affine ? Float64Array.from(randoms(d, seed + 2, 0.5, 1.5), (v) => roundTo(v, tw)) : undefined;
+  const wv = affine ? roundedTo(randoms(d, seed + 2, 0.5, 1.5), tw) : undefined;
   using w = wv ? dev.tensor(wv, [d], { dtype: tw }) : undefined;
   using b = affine && kind === "layer" ? dev.tensor(randoms(d, seed + 3, -1, 1), [d], { dtype: tw }) : undefined;
   const f = kind === "layer"
@@ -51,7 +51,7 @@ export function runBwdCase(dev: Device, c: BwdCase): BwdOutcome {
   using rstd = f.rstd;
   using dx = dev.empty([rows, d], { dtype: tx, rowStride: stride });
   dx.buffer.fill(0xff);
-  const prior = c.accumulate ? Float64Array.from(randoms(d, seed + 4, -1, 1), (v) => roundTo(v, tw)) : undefined;
+  const prior = c.accumulate ? roundedTo(randoms(d, seed + 4, -1, 1), tw) : undefined;
   using dw = w ? dev.empty([d], { dtype: tw }) : undefined;
   using db = b ? dev.empty([d], { dtype: tw }) : undefined;
   for (const g of [dw, db]) {

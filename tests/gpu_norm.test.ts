@@ -16,7 +16,7 @@ import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } f
 import { planLimits } from "../ops/kernels.ts";
 import { type Mapping, planNorm } from "../ops/plan.ts";
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
-import { gpuTest, randoms } from "./helpers.ts";
+import { gpuTest, randoms, roundedTo } from "./helpers.ts";
 
 const NAN_BITS = 0x7fc00000;
 type Kind = "layer" | "rms";
@@ -36,10 +36,10 @@ function runCase(dev: Device, c: Case): number {
   const seed = rows * 7919 + d * 31 + tin.length * 3 + tout.length;
   const xs = randoms(rows * d, seed, -3, 3);
   if (c.mean) for (let i = 0; i < xs.length; i++) xs[i] = c.mean + xs[i] * 1e-2;
-  const xin = Float64Array.from(xs, (v) => roundTo(v, tin)); // what the device actually holds
+  const xin = roundedTo(xs, tin); // what the device actually holds
   const affine = c.affine ?? true;
-  const wv = affine ? Float64Array.from(randoms(d, seed + 1, 0.5, 1.5), (v) => roundTo(v, tw)) : undefined;
-  const bv = affine && kind === "layer" ? Float64Array.from(randoms(d, seed + 2, -1, 1), (v) => roundTo(v, tw)) : undefined;
+  const wv = affine ? roundedTo(randoms(d, seed + 1, 0.5, 1.5), tw) : undefined;
+  const bv = affine && kind === "layer" ? roundedTo(randoms(d, seed + 2, -1, 1), tw) : undefined;
   const xStride = d + (c.pad ?? 0);
   using x = dev.tensor(xs, [rows, d], { dtype: tin, rowStride: xStride });
   using w = wv ? dev.tensor(wv, [d], { dtype: tw }) : undefined;
@@ -82,8 +82,9 @@ const SIZES: [number, number][] = [
   [300, 3], [280, 127], [270, 1000], [270, 4097], [270, 5120],
   // rows of 64–128 KB: the `wide` mapping (f32 20000 and 32768, 16-bit 40001), masked and vector paths
   [3, 20000], [2, 32768], [2, 40001],
-  // LayerNorm with a row per SM (132 on the H200) and rows of 64–128 KB: `wide` (its one-pass statistics),
-  // masked and vector paths: f32 20001 and 32768, 16-bit 40001 and 49152 (the others: block or cluster).
+  // LayerNorm with a row per SM (132 on the H200) past a block's registers: `wide` (its one-pass statistics),
+  // masked and vector paths: f32 20001, 32768, 40001 and 49152, 16-bit 40001 and 49152 (16-bit 20001 and 32768:
+  // block). RMSNorm: wide up to 128 KB, a cluster past it (f32 40001 and 49152).
   [140, 20001], [133, 32768], [140, 40001], [133, 49152],
 ];
 
@@ -134,8 +135,9 @@ gpuTest("strided rows (random padding), no affine, huge D and many rows", () => 
 
 gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 relative error of float64", () => {
   using dev = Device.open({ backend: "cuda" });
-  // [d, rows]: a few rows of each mapping; 140 rows of 30000 take LayerNorm's `wide` (one-pass statistics).
-  for (const [d, rows] of [[128, 2048], [1024, 256], [8192, 32], [20000, 13], [65537, 3], [30000, 140]]) {
+  // [d, rows]: a few rows of each mapping; 140 rows of 30000 and 132 of 70001 (past 128 KB) take LayerNorm's
+  // `wide` (one-pass statistics).
+  for (const [d, rows] of [[128, 2048], [1024, 256], [8192, 32], [20000, 13], [65537, 3], [30000, 140], [70001, 132]]) {
     const xs = randoms(rows * d, d, -1, 1).map((v) => 1e4 + v * 1e-2);
     using x = dev.tensor(xs, [rows, d]);
     using y = layerNorm(x);

@@ -19,4 +19,4 @@ export function gpuTest(name: string, fn: () => void | Promise<void>): void {
   else test(name, fn);
 }
 
-export { randoms } from "./random.ts";
+export { randoms, roundedTo } from "./random.ts";

@@ -39,11 +39,11 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([rms(65536, "bf16").mapping, rms(65536, "bf16").grid[0]], ["wide", 132]);
   assert.equal(rms(65537, "bf16").mapping, "cluster", "past 128 KB: a cluster per row");
   assert.deepEqual(rms(32768, "f32", 10).grid, [10, 1, 1], "no more blocks than rows");
-  // LayerNorm past a block: `wide` up to 128 KB rows from one row per SM (132 on the H200), else a cluster per row.
+  // LayerNorm past a block: `wide` at any row length from one row per SM (132 on the H200), else a cluster per row.
   assert.deepEqual([plan(32768).mapping, plan(32768).tpr, plan(32768).grid[0]], ["wide", 1024, 132], "LayerNorm, 1000 rows: wide");
   assert.deepEqual([plan(65536, "bf16", 132).mapping, plan(65536, "f16", 132).mapping], ["wide", "wide"], "from a row per SM");
-  assert.deepEqual([plan(32769).mapping, plan(32769).cluster, plan(65537, "bf16").cluster], ["cluster", 8, 8], "past 128 KB: a cluster");
-  assert.deepEqual([plan(131072).mapping, plan(262144, "bf16", 132).mapping], ["cluster", "cluster"]);
+  assert.deepEqual([plan(32769).mapping, plan(65537, "bf16").mapping, plan(131072).mapping], ["wide", "wide", "wide"], "past 128 KB too");
+  assert.deepEqual([plan(262144, "bf16", 132).mapping, plan(262144, "bf16", 132).grid[0]], ["wide", 132]);
   const few = (d: number, dtype: DType = "f32") => plan(d, dtype, 131);
   assert.deepEqual([few(32768).mapping, few(32768).cluster, few(32768).tpr], ["cluster", 4, 256], "fewer rows than SMs: a cluster per row");
   assert.deepEqual([few(32769).mapping, few(32769).cluster, few(65536).cluster, few(65536).tpr], ["cluster", 8, 8, 256]);
@@ -113,8 +113,8 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             assert.equal(p.mapping, "wide");
             assert.ok(chunks > 512 * MAXV_BLOCK, `wide only past one block's register cache: ${where}`);
             const fitsCluster = limits.ccMajor >= 9 && chunks <= 8 * 512 * MAXV_BLOCK;
-            const streamed = d * (dtype === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES && (kind === "rms" || rows >= limits.multiprocessors);
-            assert.ok(!fitsCluster || streamed, `a cluster where one fits, but for rows ≤ 128 KB (LayerNorm: with a row per SM): ${where}`);
+            const streamed = kind === "rms" ? d * (dtype === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES : rows >= limits.multiprocessors;
+            assert.ok(!fitsCluster || streamed, `a cluster where one fits, but for RMSNorm rows ≤ 128 KB and LayerNorm with a row per SM: ${where}`);
             assert.equal(g, Math.min(rows, limits.multiprocessors), `a block per SM, never more than rows: ${where}`);
           }
         }
@@ -128,8 +128,10 @@ test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the 
   assert.equal(p.grid[0], Math.ceil(1000 / (256 / p.tpr)));
   const small = { ...H200, maxGridX: 65535 };
   assert.equal(plan(4096, "f32", 1_000_000, small).grid[0], 65535);
-  const c = plan(262144, "bf16", 100_000, small);
-  assert.ok(c.grid[0] <= 65535 && c.grid[0] % 8 === 0);
+  const c = plan(262144, "bf16", 100_000, small, "rms"); // a cluster of 8 per row, clamped
+  assert.deepEqual([c.cluster, c.grid[0]], [8, Math.floor(65535 / 8) * 8]);
+  const tiny = { ...small, maxGridX: 100 }; // fewer blocks than SMs allowed: `wide` stays within the limit
+  assert.equal(plan(262144, "bf16", 100_000, tiny).grid[0], 100);
 });
 
 test("unsupported: weight/bias dtype other than f32 or the input dtype, no rows, D = 0", () => {

@@ -15,7 +15,10 @@
 #define NK_SHARED __attribute__((shared))
 #define NK_DEVICE __attribute__((device))
 #define NK_INLINE __attribute__((device)) __attribute__((always_inline)) inline
-#define NK_NOINLINE __attribute__((device)) __attribute__((noinline))
+// NK_NOINLINE (see the NVIDIA half) stays inline here: as a call, clang-19 gave the `wide` kernels a stack
+// frame in scratch memory (8-220 bytes per work-item, gfx942) and more VGPRs (LN f32: 86 -> 120); inlined they
+// use no scratch, and 64+ VGPRs per lane leave no spill to avoid.
+#define NK_NOINLINE NK_INLINE
 #define NK_LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #define NK_LAUNCH_BOUNDS_MIN(n, m) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #define NK_RESTRICT __restrict__

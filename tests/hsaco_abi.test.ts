@@ -29,6 +29,7 @@ interface KernelMeta {
   ".name": string;
   ".args": { ".offset": number; ".size": number; ".value_kind": string }[];
   ".group_segment_fixed_size": number;
+  ".private_segment_fixed_size": number;
   ".wavefront_size": number;
   ".max_flat_workgroup_size": number;
 }
@@ -103,6 +104,8 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
       const want = cLayout(name === "scale_f32" ? SCALE_ARGS : DIAG_ARGS[name] ?? bwdArgs(name) ?? NORM_FWD_ARGS);
       assert.deepEqual(explicit.map((a) => ({ offset: a[".offset"], size: a[".size"] })), want, `${arch} ${name} arguments`);
       assert.equal(k[".wavefront_size"], WAVE[arch], `${arch} ${name} wave size`);
+      // No kernel needs scratch memory (a stack frame or spills): it would be slow per-lane global memory.
+      assert.equal(k[".private_segment_fixed_size"], 0, `${arch} ${name}: scratch bytes per work-item`);
       if (name === "scale_f32") continue;
       if (bwdArgs(name)) {
         // ops/backward.ts launches at most 512 threads (the finalize exactly 512, `tile` 256); it refuses HIP

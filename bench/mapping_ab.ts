@@ -1,9 +1,10 @@
 /**
- * A/B of the mappings for very large rows on Hopper: the plan's choice (a CTA cluster per row, or `wide`)
- * against `wide` (one block per SM streaming each row, re-read from L2: the plan for devices without
- * clusters), timed as bench/bench.ts times a case: device events after a 256 MiB memset (device_timer.ts),
- * median of 30, random data, γ/β in the input dtype, 1 GiB of x + y, % of a copy measured in the same run.
- * Informs ops/plan.ts (WIDE_MAX_ROW_BYTES); not part of the product.
+ * A/B of the mappings for very large rows on Hopper, timed as bench/bench.ts times a case: device events after
+ * a 256 MiB memset (device_timer.ts), median of 30, random data, γ/β in the input dtype, 1 GiB of x + y, % of a
+ * copy measured in the same run. Three columns, each labelled with the mapping it ran: the plan's choice; the
+ * plan for fewer rows than SMs (where LayerNorm takes a CTA cluster per row), launched over all the rows (the
+ * kernels grid-stride); the plan without clusters (`wide` past a block, as on sm_80). Informs ops/plan.ts
+ * (WIDE_MAX_ROW_BYTES, LN_WIDE_MIN_ROWS_PER_SM); not part of the product.
  *   deno run -A bench/mapping_ab.ts [--ds 32768,65536,131072] [--json out.json]
  */
 import { Device, type DType } from "../mod.ts";
@@ -30,11 +31,15 @@ let copyGBs: number;
 console.log(
   `# ${info.name} (${info.multiprocessors} SMs), ${"Deno" in globalThis ? "deno" : "bun"}, ${new Date().toISOString()}`,
 );
-console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s; % of copy: the plan's mapping, then wide`);
+console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s; % of copy per mapping (label: mapping/threads)`);
 let seed = 1;
 const rand = (): number => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 4 - 2;
 const tile = Float32Array.from({ length: 2 ** 22 }, rand);
-const rows: { kind: string; dtype: DType; d: number; mapping: string; pctPlan: number; pctWide: number }[] = [];
+interface Timed {
+  mapping: string;
+  pct: number;
+}
+const rows: { kind: string; dtype: DType; d: number; plan: Timed; fewRows: Timed; noClusters: Timed }[] = [];
 for (const d of DS) {
   for (const dtype of ["f32", "bf16", "f16"] as DType[]) {
     const b = dtype === "f32" ? 4 : 2, n = Math.ceil(2 ** 30 / (2 * d * b));
@@ -48,27 +53,39 @@ for (const d of DS) {
     using w = dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
     using bias = dev.tensor(tile.subarray(d, 2 * d), [d], { dtype });
     for (const kind of ["layer", "rms"] as const) {
-      const pct = (ccMajor: number): [string, number] => {
-        const r = planNorm({ kind, rows: n, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, {
+      // planRows: the row count the plan is made for; ccMajor 8: no clusters. Always launched over all n rows.
+      const time = (planRows: number, ccMajor: number): Timed => {
+        const r = planNorm({ kind, rows: planRows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, {
           maxGridX: info.maxGridDim[0],
           maxThreadsPerBlock: info.maxThreadsPerBlock,
           warpSize: 32,
           ccMajor,
           multiprocessors: info.multiprocessors,
         });
-        const p = (r as { plan: LaunchPlan }).plan;
+        let p = (r as { plan: LaunchPlan }).plan;
+        // A cluster plan made for fewer rows gets the grid the plan gives all n rows (a cluster per row).
+        if (p.cluster > 1) p = { ...p, grid: [Math.min(n, Math.floor(info.maxGridDim[0] / p.cluster)) * p.cluster, 1, 1] };
         const k = normKernel(dev, p.kernel, NORM_FWD_ARGS), cfg = new LaunchConfig(p);
         const argv = [x, y, w, kind === "layer" ? bias : null, null, null, n, d, d, d, 1e-5, p.tpr, p.nv];
         const ms = timer.time(() => k.launch(dev.stream, cfg, argv));
         const gbs = (2 * n * d * b + d * b * (kind === "layer" ? 2 : 1)) / (ms * 1e6);
-        return [`${p.mapping}${p.cluster > 1 ? `x${p.cluster}` : ""}/${p.tpr}`, (100 * gbs) / copyGBs];
+        return { mapping: `${p.mapping}${p.cluster > 1 ? `x${p.cluster}` : ""}/${p.tpr}`, pct: (100 * gbs) / copyGBs };
       };
-      const [mapping, pctPlan] = pct(info.computeCapability[0]), [, pctWide] = pct(8);
-      rows.push({ kind, dtype, d, mapping, pctPlan, pctWide });
+      const cc = info.computeCapability[0];
+      const row = {
+        kind,
+        dtype,
+        d,
+        plan: time(n, cc),
+        fewRows: time(Math.min(n, info.multiprocessors - 1), cc),
+        noClusters: time(n, 8),
+      };
+      rows.push(row);
+      const col = (t: Timed): string => `${t.mapping.padEnd(13)} ${t.pct.toFixed(1).padStart(5)}`;
       console.log(
-        `${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)}  plan ${mapping.padEnd(12)} ${
-          pctPlan.toFixed(1).padStart(5)
-        }  wide ${pctWide.toFixed(1).padStart(5)}`,
+        `${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)}  plan ${col(row.plan)}  few rows ${
+          col(row.fewRows)
+        }  no clusters ${col(row.noClusters)}`,
       );
     }
   }

@@ -93,10 +93,10 @@ export const WIDE_MAX_ROW_BYTES = 128 * 1024;
 /**
  * LayerNorm takes `wide` for any row past a block's register cache once the launch has a row per SM: its
  * statistics come in one pass (Chan's update per chunk), so it reads x twice in all. H200, % of the same-run
- * copy against the cluster, with the kernel that keeps its FULL and masked paths apart (bench/mapping_ab.ts,
- * Deno, 2026-11-30): f32 D = 32768 81.4 (the cluster: 65.3 in an earlier run), 65536 65.5 vs 64.6, 131072
- * 62.0 vs 57.7; bf16 / f16 D = 65536 76.5 / 75.6, 131072 65.2 / 65.3 vs 59.6 / 63.9. (The kernel that spilled
- * lost past 128 KB: a cap stood there.)
+ * copy, `wide` against the cluster, with the kernel that keeps its FULL and masked paths apart (bench/mapping_ab.ts
+ * as of b096c0c, Deno, 2026-11-30): f32 D = 32768 81.3 (the cluster: 65.3 in an earlier run), 65536 65.5 vs
+ * 64.6, 131072 62.0 vs 57.7; bf16 / f16 D = 65536 76.1 / 75.6, 131072 65.2 / 65.3 vs 59.6 / 63.9. (The kernel
+ * that spilled lost past 128 KB: a cap stood there.) 16-bit rows past 256 KB (D > 131072) were not measured.
  * Fewer rows than SMs keep the cluster, which spreads each row over several SMs instead of leaving SMs idle.
  */
 const LN_WIDE_MIN_ROWS_PER_SM = 1;
@@ -169,8 +169,9 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     ? p.d * (tin === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES
     : p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors;
   if (streamed) return wide();
+  // (A grid limit below the cluster size would leave no whole cluster to launch: `wide` then.)
   if (limits.ccMajor >= 9) {
-    for (const c of CLUSTER_SIZES) {
+    for (const c of CLUSTER_SIZES.filter((c) => c <= limits.maxGridX)) {
       const per = Math.ceil(chunks / c);
       if (per <= Math.min(CLUSTER_CTA, cta) * MAXV_BLOCK || (c === 8 && per <= cta * MAXV_BLOCK)) {
         const t = blockThreads(per);

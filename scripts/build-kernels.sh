@@ -88,13 +88,19 @@ build() {
       exit 1
     fi
     # The forward `wide` kernels may not spill at all: spilling, LayerNorm's ran 8-9 points of copy slower on
-    # the H200 (kernels/README.md, NK_NOINLINE). Their lines: the kernels and the nk_fwd_wide calls.
-    local wide_spills
-    wide_spills="$(grep -A1 -E 'Function properties for (nk_(ln|rms)_wide_|_Z[0-9]+nk_fwd_wide)' "$out/ptxas.log" \
-      | grep -E '[1-9][0-9]* bytes spill stores' || true)"
-    if [[ -n "$wide_spills" ]]; then
-      echo "build-kernels: a forward wide kernel spills registers:" >&2
-      grep -A1 -E 'Function properties for (nk_(ln|rms)_wide_|_Z[0-9]+nk_fwd_wide)' "$out/ptxas.log" | grep -B1 -E '[1-9][0-9]* bytes spill stores' >&2
+    # the H200 (kernels/README.md, NK_NOINLINE). Their lines: the kernels and the nk_fwd_wide calls, each a
+    # "Function properties" line followed by "N bytes stack frame, N bytes spill stores, ...". No match at all
+    # means the names moved: fail rather than pass without checking.
+    local wide_props
+    wide_props="$(grep -A1 -E 'Function properties for (nk_(ln|rms)_wide_|_Z[0-9]+nk_fwd_wide)' "$out/ptxas.log" | grep -E 'bytes stack frame' || true)"
+    if [[ -z "$wide_props" ]]; then
+      echo "build-kernels: found no forward wide kernel in ptxas -v output (renamed? update this check)" >&2
+      exit 1
+    fi
+    if grep -qE '(^|[^0-9])[1-9][0-9]* bytes (stack frame|spill stores)' <<<"$wide_props"; then
+      echo "build-kernels: a forward wide kernel spills registers or has a stack frame:" >&2
+      grep -A1 -E 'Function properties for (nk_(ln|rms)_wide_|_Z[0-9]+nk_fwd_wide)' "$out/ptxas.log" |
+        grep -B1 -E '(^|[^0-9])[1-9][0-9]* bytes (stack frame|spill stores)' >&2
       exit 1
     fi
     rm -f "$out/ptxas.log" "$out/ptx.log"

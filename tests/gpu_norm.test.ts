@@ -82,11 +82,13 @@ const SIZES: [number, number][] = [
   [300, 3], [280, 127], [270, 1000], [270, 4097], [270, 5120],
   // rows of 64–128 KB: the `wide` mapping (f32 20000 and 32768, 16-bit 40001), masked and vector paths
   [3, 20000], [2, 32768], [2, 40001],
-  // LayerNorm with a row per SM (132 on the H200) past a block's registers: `wide` (its one-pass statistics),
-  // masked and vector paths: f32 20001, 32768, 40001 and 49152, 16-bit 40001 and 49152 (16-bit 20001 and 32768:
-  // block). RMSNorm: wide up to 128 KB, a cluster past it (f32 40001 and 49152).
-  [140, 20001], [133, 32768], [140, 40001], [133, 49152],
 ];
+/**
+ * LayerNorm with a row per SM (`sms`: 132 on the H200) past a block's registers: `wide` (its one-pass statistics),
+ * masked and vector paths: f32 20001, 32768, 40001 and 49152, 16-bit 40001 and 49152 (16-bit 20001 and 32768:
+ * block). RMSNorm at these sizes: wide up to 128 KB, a cluster past it (f32 40001 and 49152).
+ */
+const lnWideSizes = (sms: number): [number, number][] => [[sms + 8, 20001], [sms + 1, 32768], [sms + 8, 40001], [sms + 1, 49152]];
 
 /** The mapping ops/plan.ts gives a case on `dev` (what the op launches). */
 function mappingOf(dev: Device, kind: Kind, rows: number, d: number, tin: DType, tout: DType, tw: DType): Mapping {
@@ -102,10 +104,14 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   using dev = Device.open({ backend: "cuda" });
   const worst: Record<string, number> = {};
   const reached = new Set<Mapping>();
+  const lnWide = lnWideSizes(dev.info.multiprocessors);
   for (const [tin, tout, tw] of COMBOS) {
     for (const kind of ["layer", "rms"] as Kind[]) {
-      for (const [rows, d] of SIZES) {
-        reached.add(mappingOf(dev, kind, rows, d, tin, tout, tw));
+      for (const size of [...SIZES, ...lnWide]) {
+        const [rows, d] = size;
+        const mapping = mappingOf(dev, kind, rows, d, tin, tout, tw);
+        if (kind === "layer" && tin === "f32" && lnWide.includes(size)) assert.equal(mapping, "wide", `LayerNorm ${rows} x ${d}`);
+        reached.add(mapping);
         const e = runCase(dev, { kind, rows, d, tin, tout, tw });
         const key = `${tin}->${tout} (w ${tw})`;
         worst[key] = Math.max(worst[key] ?? 0, e);
@@ -135,9 +141,13 @@ gpuTest("strided rows (random padding), no affine, huge D and many rows", () => 
 
 gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 relative error of float64", () => {
   using dev = Device.open({ backend: "cuda" });
-  // [d, rows]: a few rows of each mapping; 140 rows of 30000 and 132 of 70001 (past 128 KB) take LayerNorm's
-  // `wide` (one-pass statistics).
-  for (const [d, rows] of [[128, 2048], [1024, 256], [8192, 32], [20000, 13], [65537, 3], [30000, 140], [70001, 132]]) {
+  // [d, rows]: a few rows of each mapping; a row per SM (132 on the H200) of 30000 and of 70001 (past 128 KB)
+  // take LayerNorm's `wide` (one-pass statistics), asserted below.
+  const sms = dev.info.multiprocessors;
+  const wide = [[30000, sms + 8], [70001, sms]];
+  for (const c of [[128, 2048], [1024, 256], [8192, 32], [20000, 13], [65537, 3], ...wide]) {
+    const [d, rows] = c;
+    if (wide.includes(c)) assert.equal(mappingOf(dev, "layer", rows, d, "f32", "f32", "f32"), "wide", `stability ${rows} x ${d}`);
     const xs = randoms(rows * d, d, -1, 1).map((v) => 1e4 + v * 1e-2);
     using x = dev.tensor(xs, [rows, d]);
     using y = layerNorm(x);
@@ -189,14 +199,27 @@ gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (ev
 gpuTest("in place (out: x) for every mapping", () => {
   using dev = Device.open({ backend: "cuda" });
   const reached = new Set<Mapping>();
-  for (const [rows, d] of [[4, 64], [300, 64], [4, 3000], [300, 3000], [4, 20000], [4, 50000], [4, 200000]]) {
-    reached.add(mappingOf(dev, "rms", rows, d, "f32", "f32", "f32"));
+  const sms = dev.info.multiprocessors;
+  // RMSNorm through every mapping; LayerNorm through `wide` (a row per SM) on its vector and masked paths.
+  const cases: [Kind, number, number][] = [
+    ...[[4, 64], [300, 64], [4, 3000], [300, 3000], [4, 20000], [4, 50000], [4, 200000]].map(([r, d]): [Kind, number, number] => ["rms", r, d]),
+    ["layer", sms, 49152],
+    ["layer", sms, 70001],
+  ];
+  for (const [kind, rows, d] of cases) {
+    const mapping = mappingOf(dev, kind, rows, d, "f32", "f32", "f32");
+    if (kind === "layer") assert.equal(mapping, "wide", `LayerNorm ${rows} x ${d}`);
+    reached.add(mapping);
     const xs = randoms(rows * d, d);
     using x: Tensor = dev.tensor(xs, [rows, d]);
-    rmsNorm(x, { out: x });
+    if (kind === "rms") rmsNorm(x, { out: x });
+    else layerNorm(x, { out: x });
     const got = x.readSync();
-    const ref = cpuNormForward({ kind: "rms", rows, d, x: xs, xStride: d, eps: 1e-6 });
-    for (let i = 0; i < got.length; i++) assert.ok(Math.abs(got[i] - ref.y[i]) <= 1e-5 * (1 + Math.abs(ref.y[i])), `D=${d} i=${i}`);
+    const eps = kind === "rms" ? 1e-6 : 1e-5;
+    const ref = cpuNormForward({ kind, rows, d, x: xs, xStride: d, eps });
+    for (let i = 0; i < got.length; i++) {
+      assert.ok(Math.abs(got[i] - ref.y[i]) <= 1e-5 * (1 + Math.abs(ref.y[i])), `${kind} D=${d} i=${i}`);
+    }
   }
   assert.deepEqual([...reached].sort(), allMappings(dev), "every mapping ran in place");
 });

@@ -108,7 +108,12 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             assert.ok(p.tpr === b && p.nv >= 1 && p.nv <= MAXV_BLOCK, where);
             assert.ok(p.cluster * p.tpr * p.nv >= chunks, `covers the row: ${where}`);
             assert.ok(p.sharedBytes >= 2 * (b / 32) * 4, where);
-            if (p.mapping === "cluster") assert.ok(limits.ccMajor >= 9 && p.cluster <= 8, where);
+            if (p.mapping === "cluster") {
+              assert.ok(limits.ccMajor >= 9 && p.cluster <= 8, where);
+              // Never where `wide` streams the row: RMSNorm ≤ 128 KB, LayerNorm with a row per SM.
+              const rowBytes = d * (dtype === "f32" ? 4 : 2);
+              assert.ok(kind === "rms" ? rowBytes > WIDE_MAX_ROW_BYTES : rows < limits.multiprocessors, `cluster, not wide: ${where}`);
+            }
           } else {
             assert.equal(p.mapping, "wide");
             assert.ok(chunks > 512 * MAXV_BLOCK, `wide only past one block's register cache: ${where}`);
@@ -131,7 +136,12 @@ test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the 
   const c = plan(262144, "bf16", 100_000, small, "rms"); // a cluster of 8 per row, clamped
   assert.deepEqual([c.cluster, c.grid[0]], [8, Math.floor(65535 / 8) * 8]);
   const tiny = { ...small, maxGridX: 100 }; // fewer blocks than SMs allowed: `wide` stays within the limit
-  assert.equal(plan(262144, "bf16", 100_000, tiny).grid[0], 100);
+  assert.deepEqual([plan(262144, "bf16", 100_000, tiny).mapping, plan(262144, "bf16", 100_000, tiny).grid[0]], ["wide", 100]);
+  // A grid limit below every cluster size: no cluster fits, so `wide` (RMSNorm past 128 KB would take a cluster).
+  const one = plan(262144, "bf16", 100, { ...H200, maxGridX: 1 }, "rms");
+  assert.deepEqual([one.mapping, one.grid[0]], ["wide", 1]);
+  const four = plan(20000, "f32", 10, { ...H200, maxGridX: 4 }); // LayerNorm, fewer rows than SMs: a 4-CTA cluster
+  assert.deepEqual([four.mapping, four.cluster, four.grid[0]], ["cluster", 4, 4]);
 });
 
 test("unsupported: weight/bias dtype other than f32 or the input dtype, no rows, D = 0", () => {

@@ -12,8 +12,8 @@
 import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor } from "../mod.ts";
-import { encode } from "../runtime/dtype.ts";
-import { deviceTimer } from "./device_timer.ts";
+import { fillFromTile, randomTile } from "./tile.ts";
+import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 import { planNormBackward } from "../ops/plan_bwd.ts";
 import { bwdPlanLimits } from "../ops/kernels.ts";
 
@@ -45,22 +45,12 @@ using timer = deviceTimer(dev, REPS);
 const timeIt = (fn: () => void): number => timer.time(fn);
 
 // The ceiling: a large device-to-device copy, bytes read + written.
-const copyBytes = 2 ** 30;
-let copyGBs: number;
-{
-  using src = dev.alloc(copyBytes), dst = dev.alloc(copyBytes);
-  src.fill(7);
-  const ms = timeIt(() => dst.copyFrom(src));
-  copyGBs = (2 * copyBytes) / (ms * 1e6);
-}
+const copyGBs = copyCeilingGBs(dev, timer);
 console.log(`# ${info.name} (${info.arch}, ${info.multiprocessors} SMs), ${runtime}, ${new Date().toISOString()}, programmatic dependent launch ${dependentLaunch ? "on" : "off"}`);
 console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s (read + write, 1 GiB)`);
 
 // Random source data, uploaded once per dtype and tiled on the device (never zeros).
-const TILE = 2 ** 22; // elements
-let seed = 1;
-const rand = (): number => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 4 - 2;
-const tileValues = Float32Array.from({ length: TILE }, rand);
+const tileValues = randomTile(1);
 
 interface Row {
   kind: string; dtype: DType; d: number; rows: number; us: number; gbs: number; pctCopy: number;
@@ -84,12 +74,7 @@ for (const d of DS) {
     try {
       x = dev.empty([rows, d], { dtype });
       y = dev.empty([rows, d], { dtype });
-      const tile = encode(tileValues, dtype);
-      using t = dev.alloc(tile.byteLength);
-      t.write(tile);
-      for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
-        x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
-      }
+      fillFromTile(x, tileValues);
       // γ/β in the input dtype, as torch's benchmark has them.
       w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
       bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });

@@ -32,3 +32,10 @@ export function deviceTimer(dev: Device, reps: number): { time(fn: () => void): 
     [Symbol.dispose]: () => busy[Symbol.dispose](),
   };
 }
+
+/** The ceiling: a 1 GiB device-to-device copy timed with `timer`, in GB/s of bytes read + written. */
+export function copyCeilingGBs(dev: Device, timer: { time(fn: () => void): number }): number {
+  using src = dev.alloc(2 ** 30), dst = dev.alloc(2 ** 30);
+  src.fill(7);
+  return (2 * 2 ** 30) / (timer.time(() => dst.copyFrom(src)) * 1e6);
+}

@@ -16,9 +16,10 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { Device, type DType, type Tensor } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
-import { decode, encode } from "../runtime/dtype.ts";
+import { decode } from "../runtime/dtype.ts";
 import { LaunchConfig, type Kernel } from "../runtime/module.ts";
-import { deviceTimer, median } from "./device_timer.ts";
+import { copyCeilingGBs, deviceTimer, median } from "./device_timer.ts";
+import { fillFromTile, randomTile } from "./tile.ts";
 
 const args = process.argv.slice(2);
 const cubinPath = args[0];
@@ -31,16 +32,9 @@ using dev = Device.open({ backend: "cuda" });
 using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
 using timer = deviceTimer(dev, 30); // memset before each call: device time only (bench/device_timer.ts)
 const timeIt = (fn: () => void): number => timer.time(fn);
-let copyGBs: number;
-{
-  using s = dev.alloc(2 ** 30), t = dev.alloc(2 ** 30);
-  s.fill(7);
-  copyGBs = 2 ** 31 / (timeIt(() => t.copyFrom(s)) * 1e6);
-}
+const copyGBs = copyCeilingGBs(dev, timer);
 console.log(`# ${dev.info.name}, ${new Date().toISOString()}, copy ${copyGBs.toFixed(0)} GB/s`);
-let seed = 7;
-const rand = (): number => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 4 - 2;
-const tileValues = Float32Array.from({ length: 2 ** 22 }, rand);
+const tileValues = randomTile(7);
 const out: Record<string, unknown>[] = [];
 // Deno only: the driver calls this experiment needs and the runtime does not offer (max active clusters).
 // deno-lint-ignore no-explicit-any
@@ -77,14 +71,20 @@ function relErr(a: Float32Array, b: ArrayLike<number>): number {
   }
   return m;
 }
-/** Fills a (large) tensor with tileValues in its dtype, tile after tile, by device copies. */
-function fillFromTile(x: Tensor): void {
-  const tile = encode(tileValues, x.dtype);
-  using t = dev.alloc(tile.byteLength);
-  t.write(tile);
-  for (let off = 0; off < x.buffer.byteLength; off += tile.byteLength) {
-    x.buffer.copyFrom(t, { offset: off, bytes: Math.min(tile.byteLength, x.buffer.byteLength - off) });
-  }
+/**
+ * One case of the 1 GiB grid: x (from the tile) and y of `rows` rows of D, a reference output of the same shape,
+ * and γ = 1 + v/8, β = v from the tile, all in `dtype`; b: bytes per element. Disposing it frees them all.
+ */
+function longRowCase(d: number, dtype: DType) {
+  const b = dtype === "f32" ? 4 : 2, rows = Math.ceil(2 ** 30 / (2 * d * b));
+  using held = new DisposableStack(); // freed here if anything below throws; moved into the result if not
+  const x = held.use(dev.empty([rows, d], { dtype })), y = held.use(dev.empty([rows, d], { dtype }));
+  const ref = held.use(dev.empty([rows, d], { dtype }));
+  fillFromTile(x, tileValues);
+  const w = held.use(dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype }));
+  const bias = held.use(dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype }));
+  const owned = held.move();
+  return { b, rows, x, y, ref, w, bias, [Symbol.dispose]: () => owned.dispose() };
 }
 /**
  * Hard LayerNorm rows, f32: mean 1e4, std 1e-2, x[0] 100 std off (so a shift k = x[0] is far from the mean),
@@ -260,12 +260,8 @@ if (args.includes("--latency2")) {
 if (args.includes("--wide3")) {
   for (const d of dsArg ? DS : [16384, 32768, 65536, 131072]) {
     for (const dtype of ["f32", "bf16"] as DType[]) {
-      const b = dtype === "f32" ? 4 : 2;
-      const rows = Math.ceil(2 ** 30 / (2 * d * b));
-      using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
-      fillFromTile(x);
-      using w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
-      using bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
+      using c = longRowCase(d, dtype);
+      const { b, rows, x, y, ref, w, bias } = c;
       const p = (planNorm({ kind: "layer", rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
       const argsFor = (o: typeof y, tpr: number, nv: number) => [x, o, w, bias, null, null, rows, d, d, d, 1e-5, tpr, nv];
       const gbs = (ms: number) => (2 * rows * d * b) / (ms * 1e6);
@@ -318,12 +314,8 @@ if (args.includes("--wide3")) {
 try {
 for (const d of DS) {
   for (const dtype of ["f32", "bf16"] as DType[]) {
-    const b = dtype === "f32" ? 4 : 2;
-    const rows = Math.ceil(2 ** 30 / (2 * d * b));
-    using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
-    fillFromTile(x);
-    using w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
-    using bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
+    using c = longRowCase(d, dtype);
+    const { b, rows, x, y, ref, w, bias } = c;
     for (const kind of ["layer", "rms"] as const) {
       const r = planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits);
       const p = (r as { plan: LaunchPlan }).plan;

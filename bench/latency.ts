@@ -24,16 +24,8 @@
 import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { Device, setDependentLaunch } from "../mod.ts";
-import { DS, KINDS, normOp, ROWS } from "./latency_grid.ts";
+import { gridCases } from "./latency_grid.ts";
 import { planNorm } from "../ops/plan.ts";
-
-/** n seeded values in [lo, hi) (an LCG: the data only has to be finite and not all zeros). */
-function randoms(n: number, seed: number, lo = -1, hi = 1): Float32Array {
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = lo + ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * (hi - lo);
-  return out;
-}
-
 
 const N = 2000, SYNC_EVERY = 256, N_SYNC = 300, GRAPH_OPS = 100, REPLAYS = 200, BATCH = 16; // SYNC_EVERY % BATCH == 0
 const runtime = "Deno" in globalThis ? "deno" : "bun";
@@ -85,100 +77,91 @@ using start = dev.createEvent(), end = dev.createEvent();
 const results: Record<string, unknown>[] = [];
 const cases: string[] = [];
 
-for (const kind of KINDS) {
-  for (const d of DS) {
-    using w = dev.tensor(randoms(d, 1, 0.5, 1.5), [d], { dtype: "bf16" });
-    using b = dev.tensor(randoms(d, 2), [d], { dtype: "bf16" });
-    for (const rows of ROWS) {
-      using x = dev.tensor(randoms(rows * d, 3, -2, 2), [rows, d], { dtype: "bf16" });
-      using y = dev.empty([rows, d], { dtype: "bf16" });
-      const op = normOp(kind, x, w, b, y);
-      for (let i = 0; i < 500; i++) op(stream); // warm-up: module, plan cache, clocks
-      stream.synchronize();
+for (const { kind, d, rows, op } of gridCases(dev)) {
+  for (let i = 0; i < 500; i++) op(stream); // warm-up: module, plan cache, clocks
+  stream.synchronize();
 
-      const host = new Float64Array(N);
-      for (let i = 0; i < N; i++) {
-        const t0 = nowUs();
-        op(stream);
-        host[i] = nowUs() - t0;
-        if ((i + 1) % SYNC_EVERY === 0) stream.synchronize();
-      }
-      stream.synchronize();
-      const batch = new Float64Array(Math.floor(N / BATCH));
-      for (let i = 0; i < batch.length; i++) {
-        const t0 = nowUs();
-        for (let j = 0; j < BATCH; j++) op(stream);
-        batch[i] = (nowUs() - t0) / BATCH;
-        if (((i + 1) * BATCH) % SYNC_EVERY === 0) stream.synchronize();
-      }
-      stream.synchronize();
-      const clock = new Float64Array(1000);
-      for (let i = 0; i < clock.length; i++) {
-        const t0 = nowUs();
-        clock[i] = nowUs() - t0;
-      }
-
-      start.record(stream);
-      for (let i = 0; i < N; i++) op(stream);
-      end.record(stream);
-      end.synchronize();
-      const eagerDevice = (end.elapsedSince(start) * 1000) / N;
-
-      const sync = new Float64Array(N_SYNC);
-      for (let i = 0; i < N_SYNC; i++) {
-        const t0 = nowUs();
-        op(stream);
-        stream.synchronize();
-        sync[i] = nowUs() - t0;
-      }
-
-      using graph = stream.capture(() => {
-        for (let i = 0; i < GRAPH_OPS; i++) op(stream);
-      });
-      using exec = graph.instantiate();
-      exec.launch(stream);
-      stream.synchronize();
-      const gHost = new Float64Array(REPLAYS);
-      for (let i = 0; i < REPLAYS; i++) {
-        const t0 = nowUs();
-        exec.launch(stream);
-        gHost[i] = nowUs() - t0;
-        if ((i + 1) % 4 === 0) stream.synchronize(); // 400 queued launches at most: a full queue would block the timed call
-      }
-      stream.synchronize();
-      start.record(stream);
-      for (let i = 0; i < REPLAYS; i++) exec.launch(stream);
-      end.record(stream);
-      end.synchronize();
-      const graphDevice = (end.elapsedSince(start) * 1000) / (REPLAYS * GRAPH_OPS);
-
-      const r = {
-        runtime, kind, rows, d, dtype: "bf16", dependent_launch: dependent,
-        eager_host_us: median(host),
-        eager_batch_us: median(batch),
-        clock_us: median(clock),
-        eager_device_us: eagerDevice,
-        eager_sync_us: median(sync),
-        graph_host_us: median(gHost) / GRAPH_OPS,
-        graph_device_us: graphDevice,
-      };
-      results.push(r);
-      console.log(
-        `${runtime} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: eager host ${r.eager_host_us.toFixed(2)} µs ` +
-          `(batches of ${BATCH}: ${r.eager_batch_us.toFixed(2)} µs/call, clock ${r.clock_us.toFixed(3)} µs), ` +
-          `device ${eagerDevice.toFixed(2)} µs/op, +sync ${r.eager_sync_us.toFixed(2)} µs; graph host ${r.graph_host_us.toFixed(3)} µs/op, ` +
-          `device ${graphDevice.toFixed(2)} µs/op`,
-      );
-
-      const p = planNorm(
-        { kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" },
-        { maxGridX: dev.info.maxGridDim[0], maxThreadsPerBlock: dev.info.maxThreadsPerBlock, warpSize: dev.info.warpSize, ccMajor: dev.info.computeCapability[0], multiprocessors: dev.info.multiprocessors },
-      );
-      if (!("plan" in p)) throw new Error(p.unsupported);
-      const q = p.plan;
-      cases.push([kind, rows, d, q.kernel, q.grid[0], q.block[0], q.sharedBytes, q.cluster, q.tpr, q.nv, dependent ? 1 : 0].join(" "));
-    }
+  const host = new Float64Array(N);
+  for (let i = 0; i < N; i++) {
+    const t0 = nowUs();
+    op(stream);
+    host[i] = nowUs() - t0;
+    if ((i + 1) % SYNC_EVERY === 0) stream.synchronize();
   }
+  stream.synchronize();
+  const batch = new Float64Array(Math.floor(N / BATCH));
+  for (let i = 0; i < batch.length; i++) {
+    const t0 = nowUs();
+    for (let j = 0; j < BATCH; j++) op(stream);
+    batch[i] = (nowUs() - t0) / BATCH;
+    if (((i + 1) * BATCH) % SYNC_EVERY === 0) stream.synchronize();
+  }
+  stream.synchronize();
+  const clock = new Float64Array(1000);
+  for (let i = 0; i < clock.length; i++) {
+    const t0 = nowUs();
+    clock[i] = nowUs() - t0;
+  }
+
+  start.record(stream);
+  for (let i = 0; i < N; i++) op(stream);
+  end.record(stream);
+  end.synchronize();
+  const eagerDevice = (end.elapsedSince(start) * 1000) / N;
+
+  const sync = new Float64Array(N_SYNC);
+  for (let i = 0; i < N_SYNC; i++) {
+    const t0 = nowUs();
+    op(stream);
+    stream.synchronize();
+    sync[i] = nowUs() - t0;
+  }
+
+  using graph = stream.capture(() => {
+    for (let i = 0; i < GRAPH_OPS; i++) op(stream);
+  });
+  using exec = graph.instantiate();
+  exec.launch(stream);
+  stream.synchronize();
+  const gHost = new Float64Array(REPLAYS);
+  for (let i = 0; i < REPLAYS; i++) {
+    const t0 = nowUs();
+    exec.launch(stream);
+    gHost[i] = nowUs() - t0;
+    if ((i + 1) % 4 === 0) stream.synchronize(); // 400 queued launches at most: a full queue would block the timed call
+  }
+  stream.synchronize();
+  start.record(stream);
+  for (let i = 0; i < REPLAYS; i++) exec.launch(stream);
+  end.record(stream);
+  end.synchronize();
+  const graphDevice = (end.elapsedSince(start) * 1000) / (REPLAYS * GRAPH_OPS);
+
+  const r = {
+    runtime, kind, rows, d, dtype: "bf16", dependent_launch: dependent,
+    eager_host_us: median(host),
+    eager_batch_us: median(batch),
+    clock_us: median(clock),
+    eager_device_us: eagerDevice,
+    eager_sync_us: median(sync),
+    graph_host_us: median(gHost) / GRAPH_OPS,
+    graph_device_us: graphDevice,
+  };
+  results.push(r);
+  console.log(
+    `${runtime} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: eager host ${r.eager_host_us.toFixed(2)} µs ` +
+      `(batches of ${BATCH}: ${r.eager_batch_us.toFixed(2)} µs/call, clock ${r.clock_us.toFixed(3)} µs), ` +
+      `device ${eagerDevice.toFixed(2)} µs/op, +sync ${r.eager_sync_us.toFixed(2)} µs; graph host ${r.graph_host_us.toFixed(3)} µs/op, ` +
+      `device ${graphDevice.toFixed(2)} µs/op`,
+  );
+
+  const p = planNorm(
+    { kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" },
+    { maxGridX: dev.info.maxGridDim[0], maxThreadsPerBlock: dev.info.maxThreadsPerBlock, warpSize: dev.info.warpSize, ccMajor: dev.info.computeCapability[0], multiprocessors: dev.info.multiprocessors },
+  );
+  if (!("plan" in p)) throw new Error(p.unsupported);
+  const q = p.plan;
+  cases.push([kind, rows, d, q.kernel, q.grid[0], q.block[0], q.sharedBytes, q.cluster, q.tpr, q.nv, dependent ? 1 : 0].join(" "));
 }
 
 const json = arg("--json");

@@ -19,13 +19,12 @@
 import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { Device, setDependentLaunch } from "../mod.ts";
-import { DS, KINDS, normOp, ROWS } from "./latency_grid.ts";
+import { gridCases } from "./latency_grid.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";
 import { NORM_FATBIN } from "../precompiled/norm_cuda.ts";
 import { decodeBase64 } from "../runtime/base64.ts";
-import { randoms } from "../tests/random.ts";
 
 
 const BATCH = 16, PAIRS = 400, SYNC_PAIRS = 8, WARMUP = 500; // SYNC_PAIRS * 2 * BATCH = 256 launches per sync
@@ -65,63 +64,54 @@ const earlier: Record<string, unknown>[][] = [];
 /** One pass over every case: TS and C batches alternating, per case. */
 function runPass(pass: number): Record<string, unknown>[] {
   const results: Record<string, unknown>[] = [];
-  for (const kind of KINDS) {
-    for (const d of DS) {
-      using w = dev.tensor(randoms(d, 1, 0.5, 1.5), [d], { dtype: "bf16" });
-      using b = dev.tensor(randoms(d, 2), [d], { dtype: "bf16" });
-      for (const rows of ROWS) {
-        using x = dev.tensor(randoms(rows * d, 3, -2, 2), [rows, d], { dtype: "bf16" });
-        using y = dev.empty([rows, d], { dtype: "bf16" });
-        const op = normOp(kind, x, w, b, y);
-        const p = planNorm({ kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, planLimits(dev));
-        if (!("plan" in p)) throw new Error(p.unsupported);
-        const q = p.plan;
-        if (q.cluster !== 1) throw new Error(`${q.kernel}: cluster launches are not in the shim`);
-        const name = new TextEncoder().encode(q.kernel + "\0");
-        const prepared = shim.symbols.nk_shim_prepare(
-          name, q.grid[0], q.block[0], q.sharedBytes, stream.handle, dependent ? 1 : 0,
-          x.ptr, y.ptr, w.ptr, kind === "layer" ? b.ptr : 0n, rows, d, q.tpr, q.nv, kind === "layer" ? 1 : 0,
-        );
-        if (prepared !== 0) throw new Error(`nk_shim_prepare(${q.kernel}) failed: CUresult ${prepared}`);
-        const cBatch = (n: number): number => {
-          const us = shim.symbols.nk_shim_batch(n);
-          if (us < 0) throw new Error(`launch from the shim failed: CUresult ${shim.symbols.nk_shim_error()}`);
-          return us;
-        };
-        for (let i = 0; i < WARMUP; i++) op(stream);
-        stream.synchronize();
-        cBatch(WARMUP);
-        stream.synchronize();
+  for (const { kind, d, rows, x, w, b, y, op } of gridCases(dev)) {
+    const p = planNorm({ kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, planLimits(dev));
+    if (!("plan" in p)) throw new Error(p.unsupported);
+    const q = p.plan;
+    if (q.cluster !== 1) throw new Error(`${q.kernel}: cluster launches are not in the shim`);
+    const name = new TextEncoder().encode(q.kernel + "\0");
+    const prepared = shim.symbols.nk_shim_prepare(
+      name, q.grid[0], q.block[0], q.sharedBytes, stream.handle, dependent ? 1 : 0,
+      x.ptr, y.ptr, w.ptr, kind === "layer" ? b.ptr : 0n, rows, d, q.tpr, q.nv, kind === "layer" ? 1 : 0,
+    );
+    if (prepared !== 0) throw new Error(`nk_shim_prepare(${q.kernel}) failed: CUresult ${prepared}`);
+    const cBatch = (n: number): number => {
+      const us = shim.symbols.nk_shim_batch(n);
+      if (us < 0) throw new Error(`launch from the shim failed: CUresult ${shim.symbols.nk_shim_error()}`);
+      return us;
+    };
+    for (let i = 0; i < WARMUP; i++) op(stream);
+    stream.synchronize();
+    cBatch(WARMUP);
+    stream.synchronize();
 
-        const ts = new Float64Array(PAIRS), c = new Float64Array(PAIRS), ratio = new Float64Array(PAIRS);
-        const tsBatch = (): number => {
-          const t0 = nowUs();
-          for (let j = 0; j < BATCH; j++) op(stream);
-          return (nowUs() - t0) / BATCH;
-        };
-        for (let i = 0; i < PAIRS; i++) {
-          if (i % 2 === 0) {
-            ts[i] = tsBatch();
-            c[i] = cBatch(BATCH) / BATCH;
-          } else {
-            c[i] = cBatch(BATCH) / BATCH;
-            ts[i] = tsBatch();
-          }
-          ratio[i] = ts[i] / c[i];
-          if ((i + 1) % SYNC_PAIRS === 0) stream.synchronize();
-        }
-        stream.synchronize();
-        const r = {
-          runtime, pass, kind, rows, d, dtype: "bf16", dependent_launch: dependent, kernel: q.kernel,
-          ts_us: median(ts), c_us: median(c), ratio_of_medians: median(ts) / median(c), median_pair_ratio: median(ratio),
-        };
-        results.push(r);
-        console.log(
-          `pass ${pass} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: TS ${r.ts_us.toFixed(3)} µs/call, C ${r.c_us.toFixed(3)} µs/call, ` +
-            `ratio ${r.ratio_of_medians.toFixed(3)} (median pair ratio ${r.median_pair_ratio.toFixed(3)})`,
-        );
+    const ts = new Float64Array(PAIRS), c = new Float64Array(PAIRS), ratio = new Float64Array(PAIRS);
+    const tsBatch = (): number => {
+      const t0 = nowUs();
+      for (let j = 0; j < BATCH; j++) op(stream);
+      return (nowUs() - t0) / BATCH;
+    };
+    for (let i = 0; i < PAIRS; i++) {
+      if (i % 2 === 0) {
+        ts[i] = tsBatch();
+        c[i] = cBatch(BATCH) / BATCH;
+      } else {
+        c[i] = cBatch(BATCH) / BATCH;
+        ts[i] = tsBatch();
       }
+      ratio[i] = ts[i] / c[i];
+      if ((i + 1) % SYNC_PAIRS === 0) stream.synchronize();
     }
+    stream.synchronize();
+    const r = {
+      runtime, pass, kind, rows, d, dtype: "bf16", dependent_launch: dependent, kernel: q.kernel,
+      ts_us: median(ts), c_us: median(c), ratio_of_medians: median(ts) / median(c), median_pair_ratio: median(ratio),
+    };
+    results.push(r);
+    console.log(
+      `pass ${pass} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: TS ${r.ts_us.toFixed(3)} µs/call, C ${r.c_us.toFixed(3)} µs/call, ` +
+        `ratio ${r.ratio_of_medians.toFixed(3)} (median pair ratio ${r.median_pair_ratio.toFixed(3)})`,
+    );
   }
   return results;
 }

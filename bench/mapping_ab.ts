@@ -8,11 +8,11 @@
  *   deno run -A bench/mapping_ab.ts [--ds 32768,65536,131072] [--json out.json]
  */
 import { Device, type DType } from "../mod.ts";
-import { encode } from "../runtime/dtype.ts";
 import { NORM_FWD_ARGS, normKernel } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
-import { deviceTimer } from "./device_timer.ts";
+import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
+import { fillFromTile, randomTile } from "./tile.ts";
 
 const args = process.argv.slice(2);
 const argOf = (name: string): string | undefined => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
@@ -22,19 +22,12 @@ const jsonPath = argOf("--json");
 using dev = Device.open({ backend: "cuda" });
 const info = dev.info;
 using timer = deviceTimer(dev, 30);
-let copyGBs: number;
-{
-  using src = dev.alloc(2 ** 30), dst = dev.alloc(2 ** 30);
-  src.fill(7);
-  copyGBs = (2 * 2 ** 30) / (timer.time(() => dst.copyFrom(src)) * 1e6);
-}
+const copyGBs = copyCeilingGBs(dev, timer);
 console.log(
   `# ${info.name} (${info.multiprocessors} SMs), ${"Deno" in globalThis ? "deno" : "bun"}, ${new Date().toISOString()}`,
 );
 console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s; % of copy per mapping (label: mapping/threads)`);
-let seed = 1;
-const rand = (): number => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 4 - 2;
-const tile = Float32Array.from({ length: 2 ** 22 }, rand);
+const tile = randomTile(1);
 interface Timed {
   mapping: string;
   pct: number;
@@ -44,12 +37,7 @@ for (const d of DS) {
   for (const dtype of ["f32", "bf16", "f16"] as DType[]) {
     const b = dtype === "f32" ? 4 : 2, n = Math.ceil(2 ** 30 / (2 * d * b));
     using x = dev.empty([n, d], { dtype }), y = dev.empty([n, d], { dtype });
-    const bytes = encode(tile, dtype);
-    using t = dev.alloc(bytes.byteLength);
-    t.write(bytes);
-    for (let off = 0; off < x.buffer.byteLength; off += bytes.byteLength) {
-      x.buffer.copyFrom(t, { offset: off, bytes: Math.min(bytes.byteLength, x.buffer.byteLength - off) });
-    }
+    fillFromTile(x, tile);
     using w = dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
     using bias = dev.tensor(tile.subarray(d, 2 * d), [d], { dtype });
     for (const kind of ["layer", "rms"] as const) {

@@ -91,16 +91,15 @@ build() {
     # the H200 (kernels/README.md, NK_NOINLINE). Their lines: the kernels and the nk_fwd_wide calls, each a
     # "Function properties" line followed by "N bytes stack frame, N bytes spill stores, ...". No match at all
     # means the names moved: fail rather than pass without checking.
-    local wide_props
-    wide_props="$(grep -A1 -E 'Function properties for (nk_(ln|rms)_wide_|_Z[0-9]+nk_fwd_wide)' "$out/ptxas.log" | grep -E 'bytes stack frame' || true)"
-    if [[ -z "$wide_props" ]]; then
+    local wide_lines nonzero='(^|[^0-9])[1-9][0-9]* bytes (stack frame|spill stores)'
+    wide_lines="$(grep -A1 -E 'Function properties for (nk_(ln|rms)_wide_|_Z[0-9]+nk_fwd_wide)' "$out/ptxas.log" || true)"
+    if ! grep -qE 'bytes stack frame' <<<"$wide_lines"; then
       echo "build-kernels: found no forward wide kernel in ptxas -v output (renamed? update this check)" >&2
       exit 1
     fi
-    if grep -qE '(^|[^0-9])[1-9][0-9]* bytes (stack frame|spill stores)' <<<"$wide_props"; then
+    if grep -qE "$nonzero" <<<"$wide_lines"; then
       echo "build-kernels: a forward wide kernel spills registers or has a stack frame:" >&2
-      grep -A1 -E 'Function properties for (nk_(ln|rms)_wide_|_Z[0-9]+nk_fwd_wide)' "$out/ptxas.log" |
-        grep -B1 -E '(^|[^0-9])[1-9][0-9]* bytes (stack frame|spill stores)' >&2
+      grep -B1 -E "$nonzero" <<<"$wide_lines" >&2
       exit 1
     fi
     rm -f "$out/ptxas.log" "$out/ptx.log"

@@ -1,0 +1,23 @@
+/**
+ * The benchmarks' random data (never zeros): a tile of 2^22 uniform values in [-2, 2) from a seeded LCG, uploaded
+ * once per dtype and copied over large tensors on the device (bench/bench.ts, bench/kexp.ts, bench/mapping_ab.ts).
+ */
+import type { Tensor } from "../mod.ts";
+import { encode } from "../runtime/dtype.ts";
+
+/** 2^22 values in [-2, 2) from seed `seed`. */
+export function randomTile(seed: number): Float32Array {
+  let s = seed;
+  const rand = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 4 - 2;
+  return Float32Array.from({ length: 2 ** 22 }, rand);
+}
+
+/** Fills a (large) tensor's buffer with `tile` in the tensor's dtype, tile after tile, by device copies. */
+export function fillFromTile(x: Tensor, tile: Float32Array): void {
+  const bytes = encode(tile, x.dtype);
+  using t = x.device.alloc(bytes.byteLength);
+  t.write(bytes);
+  for (let off = 0; off < x.buffer.byteLength; off += bytes.byteLength) {
+    x.buffer.copyFrom(t, { offset: off, bytes: Math.min(bytes.byteLength, x.buffer.byteLength - off) });
+  }
+}

@@ -204,10 +204,26 @@ export class Kernel {
     return this.module.device.activeDriver!.kernelAttribute(this.#fn, name);
   }
 
-  /** Resident blocks per multiprocessor for a block size and dynamic shared memory. */
+  /**
+   * Resident blocks per multiprocessor for a block size and dynamic shared memory. Above the kernel's
+   * dynamic shared-memory limit it opts in first, as a launch would (the driver answers 0 otherwise).
+   */
   occupancy(blockThreads: number, dynamicSharedBytes = 0): number {
     if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
+    this.#optIn(dynamicSharedBytes);
     return this.module.device.activeDriver!.occupancy(this.#fn, blockThreads, dynamicSharedBytes);
+  }
+
+  /**
+   * Above 48 KiB a kernel must opt in to more dynamic shared memory, once: before a launch, and before an
+   * occupancy query, whose answer would otherwise be that of a launch that cannot run (0 blocks, and so
+   * a different persistent grid on the first call than on the next).
+   */
+  #optIn(bytes: number): void {
+    if (bytes > this.#dynamicSharedLimit) {
+      this.module.device.activeDriver!.setKernelMaxDynamicShared(this.#fn, bytes);
+      this.#dynamicSharedLimit = bytes;
+    }
   }
 
   /**
@@ -221,6 +237,7 @@ export class Kernel {
     if (d.backend !== "cuda" || d.info.computeCapability[0] < 9) {
       throw new UnsupportedError(`thread-block clusters need a CUDA device of compute capability 9.0+, not ${d.info.name}`);
     }
+    this.#optIn(dynamicSharedBytes);
     return d.activeDriver!.activeClusters(this.#fn, blockThreads, dynamicSharedBytes, cluster);
   }
 
@@ -316,11 +333,7 @@ export class Kernel {
   launchWritten(stream: Stream, config: LaunchConfig): void {
     const d = this.module.device.activeDriver;
     if (!d) throw new UnsupportedError("kernels cannot run on the CPU backend");
-    if (config.sharedBytes > this.#dynamicSharedLimit) {
-      // Above 48 KiB a kernel must opt in to more dynamic shared memory, once.
-      d.setKernelMaxDynamicShared(this.#fn, config.sharedBytes);
-      this.#dynamicSharedLimit = config.sharedBytes;
-    }
+    this.#optIn(config.sharedBytes);
     const g = config.grid, b = config.block;
     if (config.cluster > 1 || this.#dependentLaunch) {
       d.launchEx(

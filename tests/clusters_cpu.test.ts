@@ -26,6 +26,27 @@ test("Kernel.activeClusters: the driver's count for 2–8 CTAs; other sizes are 
   }
 });
 
+test("Kernel.activeClusters and occupancy opt in to more than 48 KiB of dynamic shared memory before asking the driver", () => {
+  // Without the opt-in the driver counts a launch that cannot run: 0, so the first backward call with staged
+  // clusters got a grid of one cluster and the next ones the real grid (other parameter-sum order, other bits).
+  const calls: string[] = [];
+  const { dev, driver } = fakeCudaDevice(() => null);
+  const raw = driver as unknown as Record<string, unknown>;
+  raw.setKernelMaxDynamicShared = (_fn: bigint, bytes: number) => calls.push(`optin ${bytes}`);
+  raw.activeClusters = (_fn: bigint, _t: number, shared: number) => (calls.push(`clusters ${shared}`), 7);
+  raw.occupancy = (_fn: bigint, _t: number, shared: number) => (calls.push(`occupancy ${shared}`), 1);
+  try {
+    const k = normKernel(dev, NAME, NORM_BWD_ARGS);
+    assert.equal(k.activeClusters(512, 1000, 2), 7); // under 48 KiB: no opt-in
+    assert.equal(k.activeClusters(512, 100_000, 2), 7);
+    assert.equal(k.activeClusters(512, 90_000, 2), 7); // already opted in to more
+    assert.equal(k.occupancy(256, 150_000), 1);
+    assert.deepEqual(calls, ["clusters 1000", "optin 100000", "clusters 100000", "clusters 90000", "optin 150000", "occupancy 150000"]);
+  } finally {
+    dev.close();
+  }
+});
+
 test("Kernel.activeClusters: refused with UnsupportedError before compute capability 9.0, and once the module is closed", () => {
   const a100 = { ...FAKE_H200, name: "fake A100", arch: "sm_80", computeCapability: [8, 0] as [number, number], multiprocessors: 108 };
   const { dev } = fakeCudaDevice(() => null, { info: a100 });

@@ -1,18 +1,16 @@
 /**
  * Backward launch-plan experiments: per case, the plan ops/plan_bwd.ts picks (marked *) and variants of it
- * (the default with the next-row prefetch flipped, the default staging x and dy 0/2/3/4 rows deep through
- * shared memory, the rows layout at other lane counts, one row per block at
+ * (the default with the next-row prefetch flipped, the rows layout at other lane counts, one row per block at
  * other CTA sizes, clusters of 2/4/8 CTAs), timed
  * in one run with bench.ts's device timer and bytes. It chooses the plan's heuristics; it tests nothing.
- *   bun bench/bwd_plans.ts [--ds 1024,4096] [--kinds layer,rms] [--dtypes f32,bf16] [--staging-only] [--json out.json]
- * --staging-only: the default plan at each staging depth (and with the prefetch flipped), no other geometry.
+ *   bun bench/bwd_plans.ts [--ds 1024,4096] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, rmsNorm } from "../mod.ts";
 import { launchBackward } from "../ops/backward.ts";
 import { bwdPlanLimits } from "../ops/kernels.ts";
-import { BWD_MAX_STAGES, type BwdPlan, maxvBwd, planNormBackward, prefetchNextRow, withStaging } from "../ops/plan_bwd.ts";
+import { type BwdPlan, maxvBwd, planNormBackward, prefetchNextRow } from "../ops/plan_bwd.ts";
 import { deviceTimer } from "./device_timer.ts";
 
 const args = process.argv.slice(2);
@@ -21,7 +19,6 @@ const DS = (opt("--ds") ?? "128,512,768,1024,2048,4096,5120,8192,12288,16384,327
 const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
 const MIN_BYTES = 2 ** 30;
-const STAGING_ONLY = args.includes("--staging-only");
 
 using dev = Device.open({ backend: "cuda" });
 const info = dev.info;
@@ -38,31 +35,17 @@ console.log(`# ${info.name}, copy ${copyGBs.toFixed(0)} GB/s, ${new Date().toISO
 function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string; plan: BwdPlan }[] {
   const def = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads: true }, bwdPlanLimits(dev));
   if (!("plan" in def)) return [];
-  const tag = (p: BwdPlan) =>
-    p.mapping + (p.cluster > 1 ? p.cluster : "") + ` b${p.block} nv${p.nv}` + (p.prefetch ? " pf" : "") + (p.stages ? ` s${p.stages}` : "");
+  const tag = (p: BwdPlan) => p.mapping + (p.cluster > 1 ? p.cluster : "") + ` b${p.block} nv${p.nv}` + (p.prefetch ? " pf" : "");
   const out = [{ label: "*" + tag(def.plan), plan: def.plan }];
   // The default plan with the next-row L2 prefetch flipped: the A/B behind prefetchNextRow.
-  if (def.plan.stages === 0 && (def.plan.mapping === "cluster" || (def.plan.mapping === "cached" && def.plan.rowsPerBlock === 1 && def.plan.tpr > 32))) {
+  if (def.plan.mapping === "cluster" || (def.plan.mapping === "cached" && def.plan.rowsPerBlock === 1 && def.plan.tpr > 32)) {
     const flipped = { ...def.plan, prefetch: !def.plan.prefetch };
     out.push({ label: tag(flipped), plan: flipped });
   }
-  // The default plan at every staging depth (the A/B behind stagesFor), with the prefetch off when staged.
-  if (def.plan.mapping === "cached" || def.plan.mapping === "cluster") {
-    const base = def.plan.sharedBytes - (def.plan.stages ? withStaging(0, def.plan.stages, def.plan.block, def.plan.nv, dt, dt) : 0);
-    for (let st = 0; st <= BWD_MAX_STAGES; st = st === 0 ? 2 : st + 1) {
-      if (st === def.plan.stages) continue;
-      const sharedBytes = withStaging(base, st, def.plan.block, def.plan.nv, dt, dt);
-      if (sharedBytes > info.maxSharedPerBlockOptin) continue;
-      const prefetch = st === 0 ? prefetchNextRow(kind, dt, def.plan.mapping, def.plan.block, Math.ceil(d / (dt === "f32" ? 4 : 8)), def.plan.cluster) && def.plan.rowsPerBlock === 1 && def.plan.tpr > 32 : false;
-      const v = { ...def.plan, stages: st, sharedBytes, prefetch };
-      out.push({ label: tag(v), plan: v });
-    }
-  }
-  if (STAGING_ONLY) return out;
   const vec = dt === "f32" ? 4 : 8, chunks = Math.ceil(d / vec), maxv = maxvBwd(kind, dt, dt), nacc = kind === "layer" ? 2 : 1;
   const base = { ...def.plan, kernel: def.plan.kernel.replace(/_bwd_[a-z]+_/, "_bwd_cached_"), mapping: "cached" as const, cluster: 1, nacc };
   const slot = nacc * d * 4;
-  const same = (p: BwdPlan) => out.some((o) => o.plan.mapping === p.mapping && o.plan.block === p.block && o.plan.tpr === p.tpr && o.plan.cluster === p.cluster && o.plan.prefetch === p.prefetch && o.plan.stages === p.stages);
+  const same = (p: BwdPlan) => out.some((o) => o.plan.mapping === p.mapping && o.plan.block === p.block && o.plan.tpr === p.tpr && o.plan.cluster === p.cluster && o.plan.prefetch === p.prefetch);
   const add = (label: string, p: BwdPlan) => { if (!same(p)) out.push({ label, plan: p }); };
   for (const tpr of [4, 8, 16, 32]) {
     const nv = Math.ceil(chunks / tpr);
@@ -70,13 +53,13 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
     for (const block of [256, 128]) {
       const R = block / tpr;
       const shared = 16 * (block / 32) + (R > 1 ? R * slot : 0);
-      if (shared <= info.maxSharedPerBlockOptin) add(`rows t${tpr} b${block} nv${nv}`, { ...base, prefetch: false, stages: 0, block, tpr, nv, rowsPerBlock: R, sharedBytes: shared });
+      if (shared <= info.maxSharedPerBlockOptin) add(`rows t${tpr} b${block} nv${nv}`, { ...base, prefetch: false, block, tpr, nv, rowsPerBlock: R, sharedBytes: shared });
     }
   }
   for (let nv = 1; nv <= maxv; nv++) {
     const block = Math.max(32, Math.ceil(Math.ceil(chunks / nv) / 32) * 32);
     const n = Math.ceil(chunks / block);
-    if (block <= 512 && block > 32 && n <= maxv) add(`block b${block} nv${n}`, { ...base, prefetch: prefetchNextRow(kind, dt, "cached", block, chunks), stages: 0, block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) });
+    if (block <= 512 && block > 32 && n <= maxv) add(`block b${block} nv${n}`, { ...base, prefetch: prefetchNextRow(kind, dt, "cached", block, chunks), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) });
   }
   for (const c of [2, 4, 8]) {
     const per = Math.ceil(chunks / c);
@@ -84,7 +67,7 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
       const block = Math.max(32, Math.ceil(Math.ceil(per / nv) / 32) * 32);
       const n = Math.ceil(per / block);
       if (block <= 512 && n <= maxv && (block >= 64 || per <= 32 * maxv)) {
-        add(`cluster${c} b${block} nv${n}`, { ...base, kernel: base.kernel.replace("_bwd_cached_", "_bwd_cluster_"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(kind, dt, "cluster", block, chunks, c), stages: 0, block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) + 16 });
+        add(`cluster${c} b${block} nv${n}`, { ...base, kernel: base.kernel.replace("_bwd_cached_", "_bwd_cluster_"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(kind, dt, "cluster", block, chunks, c), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: 16 * (block / 32) + 16 });
       }
     }
   }

@@ -39,10 +39,6 @@
       int nv, int flags
 #define NK_BWD_ARGS dy, x, weight, mean, rstd, dx, part, rows, d, dy_stride, x_stride, dx_stride, tpr, nv, flags
 #define NK_BWD_PREFETCH 1
-// flags bits 4..7 (NK_BWD_STAGES_SHIFT): `cached` / `cluster` stage x and dy through shared memory that many
-// rows deep (2..4; 0: no staging), with asynchronous copies (sm_80+): the vector path only (see nk_bwd_cached).
-#define NK_BWD_STAGES_SHIFT 4
-#define NK_BWD_MAX_STAGES 4
 
 struct alignas(16) nk_f4 { float v[4]; };
 
@@ -63,21 +59,6 @@ template <class T, int VEC>
 struct nk_chunk_align {
   enum { A = VEC * T::SIZE < 16 ? VEC * T::SIZE : 16 };
 };
-
-// W words (2 or 4) from shared memory at p (aligned to 4 * W bytes): one vector load.
-template <int W>
-NK_INLINE void nk_lds_words(const unsigned* p, unsigned (&w)[W]) {
-  static_assert(W == 2 || W == 4, "8 or 16 bytes");
-  if (W == 4) {
-    const nk_v4 v = *(const nk_v4*)p;
-#pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = v.w[k];
-  } else {
-    const nk_v2 v = *(const nk_v2*)p;
-#pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = v.w[k];
-  }
-}
 
 // Whether every row can take the mask-free vector path: d a multiple of the chunk, every pointer and
 // row start aligned to its chunk.
@@ -202,17 +183,7 @@ NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], cons
 // with no registers spent.
 // (Until 2026-12 the sums were read-modified-written in shared memory for every row: 2 floats per
 // element for LN, which held 16-bit LN at 62-74% of copy.)
-// Staging (ST, the FULL path with S = flags' stage count, 2..4): the registers hold a thread's chunks of one
-// row, so one row per group is in flight while the row sums wait on the reduction (measured latency-bound).
-// With ST each thread copies its own chunks of the rows S - 1 ahead into its shared-memory slots
-// (nk_cp_async: no registers) and waits only for the oldest: up to S rows per group in flight. A thread
-// reads only slots it wrote itself, so no barrier guards them. Slots, after the reduction buffers (and
-// the cluster's totals, or the row groups' sum slots, rounded up to 4 floats): x words [S][nv][bd][XW],
-// then dy words [S][nv][bd][DW] (consecutive threads, consecutive 16 bytes: no bank conflicts), then the
-// row's mean [S][bd] and rstd [S][bd]. The statistics are staged too: loaded when the row is reached, their
-// global-memory latency was the whole wait, and staged rows ran no faster than unstaged ones without them
-// (H200, LN bf16 D=4096: 57% of copy at every depth).
-template <class TX, class TD, class TW, bool LN, bool FULL, bool CL, bool ST = false>
+template <class TX, class TD, class TW, bool LN, bool FULL, bool CL>
 NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC, XW = nk_bwd_geom<TX, TD>::XW, DW = nk_bwd_geom<TX, TD>::DW;
   constexpr int NACC = LN ? 2 : 1, MAXV = nk_bwd_maxv<TX, TD, LN>::V, WWORDS = VEC * TW::SIZE / 4;
@@ -230,20 +201,11 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   if (tpr < 1 || nv < 1 || nv > MAXV || (long long)nv * tpr < cpc || bd % tpr || csize > 32 ||
       (lanes ? (tpr & (tpr - 1)) != 0 || bd % NK_WARP_SIZE != 0 : tpr != bd))
     nk_trap();
-  static_assert(!ST || FULL, "staging copies whole chunks: the vector path only");
-  const int stages = ST ? (flags >> NK_BWD_STAGES_SHIFT) & 15 : 0;
-  if (ST && (stages < 2 || stages > NK_BWD_MAX_STAGES)) nk_trap();
   if (d <= 0) return;
   NK_BWD_TYPED_PTRS;
   const int tid = (int)nk_thread_x();
   const int grp = tid / tpr, t0 = tid - grp * tpr, R = bd / tpr;
   const unsigned nwarps = (unsigned)bd / NK_WARP_SIZE;
-  // Staging slots (ST): this thread's x slot of (stage s, chunk i) is sx + ((s * nv + i) * bd) * XW.
-  unsigned* const sx = (unsigned*)(nk_fwd_smem + 4 * nwarps +
-                                   (CL ? 4 : (part && R > 1) ? ((R * NACC * d + 3) & ~3) : 0)) + tid * XW;
-  unsigned* const sd = sx - tid * XW + stages * nv * bd * XW + tid * DW;
-  float* const smu = (float*)(sd - tid * DW + stages * nv * bd * DW) + tid;
-  float* const srs = smu + stages * bd;
   // This CTA's slice of every row: elements [e0, e0 + cpc * VEC), of which dloc exist (all without CL).
   const long long e0 = (long long)crank * cpc * VEC;
   const int cloc = nk_mini(cpc, nchunks - (int)crank * cpc);
@@ -295,28 +257,6 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #else
   const long long first = (long long)nk_block_x() * R, rstep = (long long)nk_grid_dim_x() * R;
 #endif
-  // ST: copy this thread's chunks of the group's row in row block rb2 into stage s; one commit group per
-  // row block, empty past the last row, so that "all but the newest S - 1 groups" is always this row.
-  auto stage_in = [&](long long rb2, int s) {
-    const long long row2 = rb2 + grp;
-    if (row2 < rows) {
-      const typename TX::S* xr2 = X + row2 * x_stride + e0;
-      const typename TD::S* dr2 = DY + row2 * dy_stride + e0;
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i)
-        if (i < nv && t0 + i * tpr < cloc) {
-          const long long off = (long long)(t0 + i * tpr) * VEC;
-          nk_cp_async<XW * 4>(sx + (s * nv + i) * bd * XW, xr2 + off);
-          nk_cp_async<DW * 4>(sd + (s * nv + i) * bd * DW, dr2 + off);
-        }
-      if (LN) nk_cp_async<4>(smu + s * bd, mean + row2);
-      nk_cp_async<4>(srs + s * bd, rstd + row2);
-    }
-    nk_cp_async_commit();
-  };
-  int scur = 0;  // ST: the stage holding row block rb
-  if (ST)
-    for (int k = 0; k + 1 < stages; ++k) stage_in(first + k * rstep, k);
   for (long long rb = first; rb < rows; rb += rstep) {
     // Per-chunk weight addresses do not depend on the row: keep the compiler from hoisting them all out
     // of the loop (two registers each, live throughout; they spilled).
@@ -331,38 +271,18 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     const bool xvec = FULL || nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
     const bool dvec = FULL || nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
     unsigned xw[MAXV][XW], dw[MAXV][DW];
-    float mu = 0.0f, rs = 0.0f;
-    if (ST) {
-      const int snext = scur == 0 ? stages - 1 : scur - 1;  // the stage read one row ago
-      stage_in(rb + (stages - 1) * rstep, snext);
-      if (stages == 2) nk_cp_async_wait<1>();
-      else if (stages == 3) nk_cp_async_wait<2>();
-      else nk_cp_async_wait<3>();
 #pragma unroll
-      for (int i = 0; i < MAXV; ++i)
-        if (NK_NVAL(i) > 0) {
-          nk_lds_words<XW>(sx + (scur * nv + i) * bd * XW, xw[i]);
-          nk_lds_words<DW>(sd + (scur * nv + i) * bd * DW, dw[i]);
-        }
-      if (LN && active) mu = smu[scur * bd];
-      if (active) rs = srs[scur * bd];
-      scur = scur + 1 == stages ? 0 : scur + 1;
-    } else {
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i) {
-        const long long off = (long long)(t + i * tpr) * VEC;
-        nk_load_words<TX, VEC>(xr + off, xvec, NK_NVAL(i), xw[i]);
-        nk_load_words<TD, VEC>(dyr + off, dvec, NK_NVAL(i), dw[i]);
-      }
+    for (int i = 0; i < MAXV; ++i) {
+      const long long off = (long long)(t + i * tpr) * VEC;
+      nk_load_words<TX, VEC>(xr + off, xvec, NK_NVAL(i), xw[i]);
+      nk_load_words<TD, VEC>(dyr + off, dvec, NK_NVAL(i), dw[i]);
     }
-    if (!ST && prefetch && t == 0 && row + rstep < rows && cloc > 0) {
+    if (prefetch && t == 0 && row + rstep < rows && cloc > 0) {
       nk_prefetch_l2(xr + rstep * x_stride, (long long)dloc * TX::SIZE);
       nk_prefetch_l2(dyr + rstep * dy_stride, (long long)dloc * TD::SIZE);
     }
-    if (!ST) {
-      mu = (LN && active) ? mean[row] : 0.0f;
-      rs = active ? rstd[row] : 0.0f;
-    }
+    const float mu = (LN && active) ? mean[row] : 0.0f;
+    const float rs = active ? rstd[row] : 0.0f;
     float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {

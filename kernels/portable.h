@@ -130,25 +130,6 @@ NK_INLINE unsigned nk_pack_f16x2(float lo, float hi) {
 }
 #define NK_HAS_PACK2 1
 
-// Asynchronous global -> shared copies (sm_80 cp.async): the data goes to shared memory without passing
-// through registers, so the bytes a thread has in flight are not bounded by its registers. A thread's
-// copies complete at its nk_cp_async_wait<N>() (all but its N most recent commit groups done); only the
-// issuing thread is ordered after them (others need a barrier). BYTES: 4, 8 or 16; both addresses
-// aligned to it. .cg (L2 only) for 16 bytes, .ca (the only form for 4 and 8).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define NK_HAS_CP_ASYNC 1
-template <int BYTES>
-NK_INLINE void nk_cp_async(void* dst, const void* src) {
-  unsigned s;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(dst));
-  if (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(src), "n"(BYTES) : "memory");
-}
-NK_INLINE void nk_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-NK_INLINE void nk_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-#endif
-
 // Hopper thread-block clusters (sm_90+ device code only; nothing else may call these).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define NK_HAS_CLUSTER 1
@@ -205,17 +186,6 @@ NK_INLINE void nk_pdl_enter() {
 #define NK_HAS_PREFETCH_L2 0
 // sm_80 SASS, compute_80 PTX, HIP: no bulk prefetch; the hint is dropped.
 NK_INLINE void nk_prefetch_l2(const void*, long long) {}
-#endif
-#ifndef NK_HAS_CP_ASYNC
-#define NK_HAS_CP_ASYNC 0
-// compile-only fallback (HIP; the host never asks for staging there): a plain copy, complete at once.
-template <int BYTES>
-NK_INLINE void nk_cp_async(void* dst, const void* src) {
-  for (int k = 0; k < BYTES / 4; ++k) ((unsigned*)dst)[k] = ((const unsigned*)src)[k];
-}
-NK_INLINE void nk_cp_async_commit() {}
-template <int N>
-NK_INLINE void nk_cp_async_wait() {}
 #endif
 #ifndef NK_HAS_PDL
 #define NK_HAS_PDL 0

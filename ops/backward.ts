@@ -21,7 +21,7 @@ import type { ArgType } from "../runtime/module.ts";
 export const NORM_BWD_ARGS: readonly ArgType[] = [
   "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", // dy, x, weight, mean, rstd, dx, part
   "i32", "i32", "i64", "i64", "i64", //                rows, d, dy_stride, x_stride, dx_stride
-  "i32", "i32", "i32", //                              tpr, nv, flags (plan: bit 0 prefetch, bits 4..7 stages)
+  "i32", "i32", "i32", //                              tpr, nv, flags (from the plan; bit 0: prefetch)
 ];
 /** Parameters of nk_bwd_finalize_{f32|f16|bf16}: part, nparts, d, nacc, dweight, dbias, accumulate. */
 export const NORM_FINALIZE_ARGS: readonly ArgType[] = ["ptr", "i32", "i32", "i32", "ptr", "ptr", "i32"];
@@ -168,7 +168,7 @@ export function launchBackward(p: BwdPlan, a: BackwardLaunch): void {
   const config = (grid: number, block: number, sharedBytes = 0, cluster = 1) =>
     new LaunchConfig({ grid: [grid, 1, 1], block: [block, 1, 1], sharedBytes, cluster });
   const args = (part: DeviceBuffer | null, tpr = p.tpr, nv = p.nv) =>
-    [a.dy, x, a.weight ?? null, a.mean ?? null, a.rstd, a.dx, part, x.rows, x.d, a.dy.rowStride, x.rowStride, a.dx.rowStride, tpr, nv, (p.prefetch ? 1 : 0) | (p.stages << 4)];
+    [a.dy, x, a.weight ?? null, a.mean ?? null, a.rstd, a.dx, part, x.rows, x.d, a.dy.rowStride, x.rowStride, a.dx.rowStride, tpr, nv, p.prefetch ? 1 : 0];
   const finalize = (partials: bigint, nparts: number) =>
     normKernel(device, `nk_bwd_finalize_${a.pdtype}`, NORM_FINALIZE_ARGS).launch(stream, config(Math.ceil((p.nacc * x.d) / 32), 512), [
       partials, nparts, x.d, p.nacc, a.dweight ?? null, a.dbias ?? null, a.accumulate ? 1 : 0,

@@ -49,46 +49,6 @@ export function prefetchNextRow(
   if (size(x) === 2) return true;
   return chunks < 512 || (kind === "layer" && block > 256);
 }
-/** Rows of x and dy a `cached` / `cluster` thread may stage through shared memory at most (NK_BWD_MAX_STAGES). */
-export const BWD_MAX_STAGES = 4;
-/** Stages the plan asks for when they fit (see stagesFor). */
-export const BWD_DEFAULT_STAGES = 3;
-/** Shared memory one SM gives its blocks (H100/H200, A100: 228 KiB, 1 KiB of it reserved per block). */
-const SM_SHARED_BYTES = 228 * 1024;
-
-/**
- * Shared memory the staging slots take: stages × nv × block chunks of x and of dy, and each thread's copy of
- * its row's mean and rstd per stage (kernels/norm_bwd.cuh).
- */
-export function stagingBytes(stages: number, block: number, nv: number, x: DType, dy: DType): number {
-  const vec = 16 / Math.max(size(x), size(dy));
-  return stages * block * (nv * vec * (size(x) + size(dy)) + 8);
-}
-
-/**
- * How many rows deep a `cached` / `cluster` block stages x and dy through shared memory with asynchronous
- * copies (kernel flag bits 4..7; 0 = it loads them into registers as before). sm_80+ only (cp.async); the
- * vector path only (the kernel ignores it for unaligned or ragged rows). As deep as BWD_DEFAULT_STAGES while
- * the slots leave the SM as many blocks as its registers do (512 threads' worth at 128 registers each),
- * at least 2, else none.
- */
-export function stagesFor(
-  limits: BwdLimits, block: number, nv: number, x: DType, dy: DType, baseShared: number,
-): number {
-  if ((limits.ccMajor ?? 0) < 8) return 0;
-  const blocksPerSm = Math.max(1, Math.floor(BWD_MAX_THREADS / block));
-  const budget = Math.min(limits.maxSharedPerBlockOptin, Math.floor(SM_SHARED_BYTES / blocksPerSm) - 1024);
-  for (let s = BWD_DEFAULT_STAGES; s >= 2; s--) {
-    if (align16(baseShared) + stagingBytes(s, block, nv, x, dy) <= budget) return s;
-  }
-  return 0;
-}
-const align16 = (n: number): number => Math.ceil(n / 16) * 16;
-/** Shared memory of a block with `stages` rows staged after its other `baseShared` bytes (16-byte aligned). */
-export function withStaging(baseShared: number, stages: number, block: number, nv: number, x: DType, dy: DType): number {
-  return stages > 0 ? align16(baseShared) + stagingBytes(stages, block, nv, x, dy) : baseShared;
-}
-
 /**
  * Shared memory the several-rows layout may spend on the slots where its row groups add up their
  * parameter sums at the end (R · nacc · D floats): halving the row groups below this keeps two or more
@@ -139,11 +99,6 @@ export interface BwdPlan {
   cluster: number;
   /** `cached` (one row per block) and `cluster`: ask L2 for each block's next row ahead (kernel flag bit 0). */
   prefetch: boolean;
-  /**
-   * `cached` and `cluster`: rows of x and dy each thread stages ahead through shared memory (kernel flag bits
-   * 4..7; 0 = none; the L2 prefetch is then not issued). Included in sharedBytes.
-   */
-  stages: number;
   block: number;
   sharedBytes: number;
   tpr: number;
@@ -187,24 +142,19 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     let block = BWD_ROWS_BLOCK;
     // Fewer row groups while their slots exceed the budget, keeping whole warps.
     while (block > Math.max(tpr, warp) && (block / tpr) * slotBytes > ROWS_SLOT_BUDGET) block /= 2;
-    const rpb = block / tpr, nv = Math.ceil(chunks / tpr);
-    const base = reduce2Bytes(block) + (rpb > 1 ? rpb * slotBytes : 0);
-    const stages = stagesFor(limits, block, nv, tx, tdy, base);
-    const shared = withStaging(base, stages, block, nv, tx, tdy);
+    const rpb = block / tpr;
+    const shared = reduce2Bytes(block) + (rpb > 1 ? rpb * slotBytes : 0);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: false, stages, block, sharedBytes: shared, tpr, nv, rowsPerBlock: rpb, nacc } };
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: false, block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
     }
   }
   // One row per block, cached in registers, when it fits (its sums go straight to `part`).
   if (chunks <= maxThreads * maxv) {
     const nvAim = chunks < 512 ? Math.min(maxv, SMALL_ROW_NV) : maxv;
     const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / nvAim) / warp) * warp));
-    const nv = Math.ceil(chunks / block);
-    const stages = stagesFor(limits, block, nv, tx, tdy, reduce2Bytes(block));
-    const shared = withStaging(reduce2Bytes(block), stages, block, nv, tx, tdy);
+    const shared = reduce2Bytes(block);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      const prefetch = stages === 0 && prefetchNextRow(p.kind, tx, "cached", block, chunks);
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch, stages, block, sharedBytes: shared, tpr: block, nv, rowsPerBlock: 1, nacc } };
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
     }
   }
   // Rows past one block's registers, on Hopper: split over a cluster of CTAs, each caching its slice in
@@ -216,12 +166,8 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
       const per = Math.ceil(chunks / c);
       if (per <= maxThreads * maxv) {
         const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
-        const nv = Math.ceil(per / block);
         // The block reductions, then the cluster reduction's two published CTA totals (16 bytes).
-        const base = reduce2Bytes(block) + 16;
-        const stages = stagesFor(limits, block, nv, tx, tdy, base);
-        const prefetch = stages === 0 && prefetchNextRow(p.kind, tx, "cluster", block, chunks, c);
-        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch, stages, block, sharedBytes: withStaging(base, stages, block, nv, tx, tdy), tpr: block, nv, rowsPerBlock: 1, nacc } };
+        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: reduce2Bytes(block) + 16, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
       }
     }
   }
@@ -234,12 +180,12 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     // (kernels/norm_bwd.cuh, `rowsum` + `tile`): TILE_THREADS threads × 16 columns per tile.
     return {
       plan: {
-        kernel: name("tile"), mapping: "split", cluster: 1, prefetch: false, stages: 0, block: TILE_THREADS, sharedBytes: 0, tpr: TILE_THREADS, nv: 0,
+        kernel: name("tile"), mapping: "split", cluster: 1, prefetch: false, block: TILE_THREADS, sharedBytes: 0, tpr: TILE_THREADS, nv: 0,
         rowsPerBlock: 1, nacc, rowsumKernel: name("rowsum"), rowsumBlock: block, rowsumShared: reduceBytes(block),
         tileColumns: TILE_THREADS * 16,
       },
     };
   }
   const shared = reduceBytes(block) + (inShared ? slotBytes : 0);
-  return { plan: { kernel: name("wide"), mapping: "wide", cluster: 1, prefetch: false, stages: 0, block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
+  return { plan: { kernel: name("wide"), mapping: "wide", cluster: 1, prefetch: false, block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
 }

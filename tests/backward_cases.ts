@@ -14,9 +14,6 @@
 import type { Device, DType, Tensor } from "../mod.ts";
 import { cpuNormBackward, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward } from "../mod.ts";
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
-import { launchBackward } from "../ops/backward.ts";
-import { bwdPlanLimits } from "../ops/kernels.ts";
-import { type BwdPlan, planNormBackward, stagingBytes, withStaging } from "../ops/plan_bwd.ts";
 import { randoms, roundedTo } from "./random.ts";
 
 export type Kind = "layer" | "rms";
@@ -27,33 +24,12 @@ export interface BwdCase {
   affine?: boolean;
   accumulate?: boolean;
   seed?: number;
-  /**
-   * Launch the device's plan with this staging depth instead of its own (0: x and dy straight into
-   * registers; 2..4: staged through shared memory), through launchBackward, skipping the API's checks.
-   */
-  stages?: number;
 }
 export interface BwdOutcome {
   /** Worst error in units of the tolerance (≤ 1 passes) for dx, dweight, dbias. */
   dx: number; dweight: number; dbias: number;
   /** The raw results (for determinism checks). */
   bits: { dx: Float32Array; dweight?: Float32Array; dbias?: Float32Array };
-}
-
-/**
- * The device's plan for c with `stages` rows staged (its shared memory adjusted; the L2 prefetch only when
- * unstaged), or undefined when the plan is neither `cached` nor `cluster` or the slots exceed the device.
- */
-export function stagedPlan(dev: Device, c: BwdCase, stages: number): BwdPlan | undefined {
-  const limits = bwdPlanLimits(dev);
-  const affine = c.affine ?? true;
-  const r = planNormBackward({ kind: c.kind, d: c.d, xDtype: c.tx, dyDtype: c.tdy, weightDtype: affine ? c.tw ?? "f32" : undefined, paramGrads: affine }, limits);
-  if (!("plan" in r) || (r.plan.mapping !== "cached" && r.plan.mapping !== "cluster")) return undefined;
-  const p = r.plan;
-  const base = p.sharedBytes - (p.stages ? stagingBytes(p.stages, p.block, p.nv, c.tx, c.tdy) : 0);
-  const sharedBytes = withStaging(base, stages, p.block, p.nv, c.tx, c.tdy);
-  if (sharedBytes > limits.maxSharedPerBlockOptin) return undefined;
-  return { ...p, stages, prefetch: stages === 0 && p.prefetch, sharedBytes };
 }
 
 export function runBwdCase(dev: Device, c: BwdCase): BwdOutcome {
@@ -84,14 +60,7 @@ export function runBwdCase(dev: Device, c: BwdCase): BwdOutcome {
     else g.buffer.fill(0xff);
   }
   const common = { rstd, weight: w, dx, dweight: dw, accumulate: c.accumulate };
-  if (c.stages !== undefined) {
-    const plan = stagedPlan(dev, c, c.stages);
-    if (!plan) throw new Error(`stages ${c.stages}: no cached/cluster plan within the shared memory for d ${d}`);
-    launchBackward(plan, {
-      dy, x, weight: w, mean: kind === "layer" ? mean : undefined, rstd, dx, dweight: dw, dbias: db,
-      accumulate: c.accumulate === true, stream: dev.stream, pdtype: tw,
-    });
-  } else if (kind === "layer") layerNormBackward(dy, x, { ...common, mean, bias: b, dbias: db });
+  if (kind === "layer") layerNormBackward(dy, x, { ...common, mean, bias: b, dbias: db });
   else rmsNormBackward(dy, x, common);
 
   const xs = Float64Array.from(x.readSync()), dys = Float64Array.from(dy.readSync());

@@ -124,16 +124,24 @@ NK_INLINE void nk_bwd_chunk(const float (&xf)[VEC], const float (&df)[VEC], cons
   }
 }
 
+// Whether a kernel has a weight: known at compile time (NK_W_YES / NK_W_NO: no null test, no select per
+// element) or tested at run time (NK_W_ANY: the pointer may be null).
+#define NK_W_ANY 0
+#define NK_W_YES 1
+#define NK_W_NO 2
+#define NK_HAS_W(WK, w) ((WK) == NK_W_YES || ((WK) == NK_W_ANY && (w) != nullptr))
+
 // Row sums for dx: sg = sum(g) (LN), sgx = sum(g * xhat), over one chunk.
-template <class TW, bool LN, int VEC>
+template <class TW, bool LN, int VEC, int WK = NK_W_ANY>
 NK_INLINE void nk_bwd_sums(const float (&xf)[VEC], const float (&df)[VEC], const typename TW::S* w, bool pvec,
                            int nvalid, float mu, float rs, float& sg, float& sgx) {
   float wf[VEC];
-  if (w) nk_load_f<TW, VEC>(w, pvec, nvalid, wf);
+  const bool hw = NK_HAS_W(WK, w);
+  if (hw) nk_load_f<TW, VEC>(w, pvec, nvalid, wf);
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
     const float xh = LN ? (xf[e] - mu) * rs : xf[e] * rs;
-    const float g = w ? df[e] * wf[e] : df[e];
+    const float g = hw ? df[e] * wf[e] : df[e];
     sg += e < nvalid ? g : 0.0f;  // elements past the row's end are not part of it
     sgx += e < nvalid ? g * xh : 0.0f;
   }
@@ -142,11 +150,11 @@ NK_INLINE void nk_bwd_sums(const float (&xf)[VEC], const float (&df)[VEC], const
 // Pass 1 of `cached` over one chunk: nk_bwd_sums, plus the chunk's parameter sums (accw += dy * xhat,
 // accb += dy for LN), which need no row sum. Elements past the row's end were loaded as +0 (dy = 0 adds
 // nothing; their slots are never written out).
-template <class TW, bool LN, int VEC>
+template <class TW, bool LN, int VEC, int WK>
 NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], const typename TW::S* w, bool pvec,
                             int nvalid, float mu, float rs, float& sg, float& sgx, float (&accw)[VEC],
                             float (&accb)[VEC]) {
-  nk_bwd_sums<TW, LN, VEC>(xf, df, w, pvec, nvalid, mu, rs, sg, sgx);
+  nk_bwd_sums<TW, LN, VEC, WK>(xf, df, w, pvec, nvalid, mu, rs, sg, sgx);
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
     accw[e] += df[e] * (LN ? (xf[e] - mu) * rs : xf[e] * rs);
@@ -183,7 +191,10 @@ NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], cons
 // with no registers spent.
 // (Until 2026-12 the sums were read-modified-written in shared memory for every row: 2 floats per
 // element for LN, which held 16-bit LN at 62-74% of copy.)
-template <class TX, class TD, class TW, bool LN, bool FULL, bool CL>
+// WK: whether there is a weight, fixed at compile time for the FULL path (the kernel picks the instantiation
+// by the pointer; H200 profile of the runtime test, LN bf16 D=4096: of 38 instructions per element, a null
+// test, two selects and a select per element per chunk were the weight's), NK_W_ANY for the masked one.
+template <class TX, class TD, class TW, bool LN, bool FULL, bool CL, int WK = NK_W_ANY>
 NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC, XW = nk_bwd_geom<TX, TD>::XW, DW = nk_bwd_geom<TX, TD>::DW;
   constexpr int NACC = LN ? 2 : 1, MAXV = nk_bwd_maxv<TX, TD, LN>::V, WWORDS = VEC * TW::SIZE / 4;
@@ -210,7 +221,8 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const long long e0 = (long long)crank * cpc * VEC;
   const int cloc = nk_mini(cpc, nchunks - (int)crank * cpc);
   const int dloc = cloc > 0 ? (int)(d - e0) : 0;
-  const typename TW::S* Wl = W ? W + e0 : W;
+  const bool hw = NK_HAS_W(WK, W);
+  const typename TW::S* Wl = hw ? W + e0 : nullptr;
   const float fd = (float)d;
   const bool prefetch = (flags & NK_BWD_PREFETCH) && !lanes;
 #define NK_NVAL(i) \
@@ -291,7 +303,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
         float xf[VEC], df[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
-        nk_bwd_pass1<TW, LN, VEC>(xf, df, Wl ? Wl + (long long)(t + i * tpr) * VEC : Wl, pvec, nvalid, mu, rs, sg,
+        nk_bwd_pass1<TW, LN, VEC, WK>(xf, df, hw ? Wl + (long long)(t + i * tpr) * VEC : nullptr, pvec, nvalid, mu, rs, sg,
                                   sgx, accw[i], accb[i]);
       }
     }
@@ -304,24 +316,24 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     // f32 weights with 16-bit x (8 more live registers: those kernels spilled up to 56 bytes).
     constexpr bool AHEAD = WWORDS <= 4;
     unsigned wnext[WWORDS];
-    if (AHEAD && Wl) nk_load_words<TW, VEC>(Wl + (long long)t * VEC, pvec, NK_NVAL(0), wnext);
+    if (AHEAD && hw) nk_load_words<TW, VEC>(Wl + (long long)t * VEC, pvec, NK_NVAL(0), wnext);
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       unsigned wcur[WWORDS];
       if (AHEAD) {
 #pragma unroll
         for (int k = 0; k < WWORDS; ++k) wcur[k] = wnext[k];
-        if (Wl && i + 1 < MAXV)
+        if (hw && i + 1 < MAXV)
           nk_load_words<TW, VEC>(Wl + (long long)(t + (i + 1) * tpr) * VEC, pvec, NK_NVAL(i + 1), wnext);
       }
       const int nvalid = NK_NVAL(i);
       if (nvalid > 0) {
-        if (!AHEAD && Wl) nk_load_words<TW, VEC>(Wl + (long long)(t + i * tpr) * VEC, pvec, nvalid, wcur);
+        if (!AHEAD && hw) nk_load_words<TW, VEC>(Wl + (long long)(t + i * tpr) * VEC, pvec, nvalid, wcur);
         float xf[VEC], df[VEC], wf[VEC], o[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e), wf[e] = Wl ? nk_get<TW>(wcur, e) : 1.0f;
-        nk_bwd_dx<LN, VEC>(xf, df, wf, Wl != nullptr, mu, rs, a, b, o);
+          xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e), wf[e] = hw ? nk_get<TW>(wcur, e) : 1.0f;
+        nk_bwd_dx<LN, VEC>(xf, df, wf, hw, mu, rs, a, b, o);
         nk_store_f<TX, VEC>(dxr + (long long)(t + i * tpr) * VEC, dxvec, nvalid, o);
       }
     }

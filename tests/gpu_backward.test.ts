@@ -54,6 +54,10 @@ for (const kind of ["layer", "rms"] as const) {
       check(dev, { kind, rows: 7, d: 20000, tx, tdy, tw, pad: 8 }, seen);
       check(dev, { kind, rows: 2000, d: 768, tx, tdy, tw, accumulate: true }, seen);
       check(dev, { kind, rows: 100, d: 512, tx, tdy, tw, affine: false }, seen);
+      // The vector path without a weight is compiled apart from the one with (nk_bwd_cached's WK): one row
+      // per block and a cluster, unweighted.
+      check(dev, { kind, rows: 300, d: 4096, tx, tdy, tw, affine: false }, seen);
+      check(dev, { kind, rows: 40, d: 50000, tx, tdy, tw, affine: false }, seen);
     }
     // Many rows: the persistent grid (and the persistent clusters) loop over them.
     check(dev, { kind, rows: 100_000, d: 128, tx: "bf16", tdy: "bf16", tw: "f32" }, seen);

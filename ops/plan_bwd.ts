@@ -36,7 +36,11 @@ const SMALL_ROW_NV = 3;
  * Whether a block asks L2 for its next row ahead (one row per block or cluster; sm_90 only, a no-op
  * elsewhere). From an A/B on the H200 with everything else fixed (bench/bwd_plans.ts, 2026-11-30; the
  * effect is shape-specific but repeats run to run within ~1 point):
- * - 16-bit x: on. It gained 3–12 points of copy for every one-row block measured (D = 1024–16384).
+ * - 16-bit x: on. It gained 3–12 points of copy for every one-row block measured (D = 1024–16384), except,
+ *   since the weight is known at compile time (a8f365f; bench/results/2026-11-30-h200-bwd-plans-wk.*), for
+ *   RMSNorm blocks of ≤ 256 threads on rows of ≥ 512 chunks: off there (D = 4096: 90.9 off vs 83.2 on, 8192:
+ *   88.7 vs 85.5, bf16; 5120 within a point), while RMS D = 2048 (96 threads, 92.5 vs 81.3) and 12288–16384
+ *   (384–512 threads, +5 to +10) keep it.
  * - clusters of 2 and 4: on (+1 to +11). Clusters of 8: off (f32 D=65536: LN 56.4 off vs 45.0 on).
  * - f32 x, one row per block: on for rows under 512 chunks (D = 768, 1024: +5 to +12) and for LayerNorm
  *   blocks above 256 threads (D = 5120 +13, 8192 +5); off otherwise (D = 2048 −8, LN 4096 −4.5,
@@ -46,7 +50,7 @@ export function prefetchNextRow(
   kind: NormKind, x: DType, mapping: "cached" | "cluster", block: number, chunks: number, cluster = 1,
 ): boolean {
   if (mapping === "cluster") return cluster < 8;
-  if (size(x) === 2) return true;
+  if (size(x) === 2) return !(kind === "rms" && block <= 256 && chunks >= 512);
   return chunks < 512 || (kind === "layer" && block > 256);
 }
 /**

@@ -247,6 +247,12 @@ test("backward plan: the next-row L2 prefetch rule (measured per shape class on 
   assert.equal(prefetchNextRow("rms", "f32", "cluster", 352, 8192, 4), true);
   assert.equal(prefetchNextRow("layer", "f32", "cluster", 512, 16384, 8), false);
   assert.equal(prefetchNextRow("rms", "bf16", "cached", 64, 256), true);
+  // RMSNorm, 16-bit x, one row per block (H200, a8f365f): off for blocks ≤ 256 threads on rows ≥ 512 chunks.
+  assert.equal(prefetchNextRow("rms", "bf16", "cached", 96, 256), true); // D = 2048
+  assert.equal(prefetchNextRow("rms", "bf16", "cached", 128, 512), false); // D = 4096
+  assert.equal(prefetchNextRow("rms", "f16", "cached", 256, 1024), false); // D = 8192
+  assert.equal(prefetchNextRow("rms", "bf16", "cached", 384, 1536), true); // D = 12288
+  assert.equal(prefetchNextRow("layer", "bf16", "cached", 192, 512), true); // LN D = 4096 keeps it
   assert.equal(prefetchNextRow("layer", "f32", "cached", 96, 256), true); // D = 1024
   assert.equal(prefetchNextRow("layer", "f32", "cached", 128, 512), false); // D = 2048
   assert.equal(prefetchNextRow("layer", "f32", "cached", 320, 1280), true); // D = 5120

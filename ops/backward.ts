@@ -196,8 +196,8 @@ export function launchBackward(p: BwdPlan, a: BackwardLaunch): void {
     if (part) finalize(part.ptr, clusters);
     return;
   }
-  // Persistent grid: as many blocks as fit at once (shared memory above 48 KiB needs the kernel's opt-in,
-  // which the occupancy query does not assume, hence the shared-memory bound computed here).
+  // Persistent grid: as many blocks as fit at once. The occupancy query is asked about registers only
+  // (0 bytes); the shared-memory bound is computed here, per SM, as before Kernel.occupancy learned to opt in.
   const perSm = Math.max(1, Math.min(k.occupancy(p.block, 0), Math.floor((device.info.maxSharedPerBlockOptin + 1024) / (p.sharedBytes + 1024))));
   // `wide` re-reads each row: at most two rows in flight per SM keep the re-reads in L2 (and the per-block
   // parameter rows small).

@@ -1,7 +1,8 @@
 /**
  * Kernel.activeClusters (cuOccupancyMaxActiveClusters, which sizes the backward's persistent cluster grid)
- * without a GPU: argument checks, the refusal before compute capability 9.0, and the value handed through
- * from the driver, against the fake CUDA driver of bench/hotpath_cpu.ts.
+ * without a GPU: argument checks, the refusal before compute capability 9.0, the value handed through from
+ * the driver, and the opt-in to more than 48 KiB of dynamic shared memory before it and Kernel.occupancy ask
+ * the driver, against the fake CUDA driver of bench/hotpath_cpu.ts.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";

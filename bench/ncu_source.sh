@@ -31,10 +31,11 @@ col = lambda name: next(i for i, x in enumerate(h) if name in x)
 ca, cs, cn = col("Address"), col("Source"), col("Warp Stall Sampling (All")
 num = lambda v: float(v.replace(",", "") or 0)
 total = sum(num(r[cn]) for r in body) or 1
-reasons = [i for i, x in enumerate(h) if x.startswith("stall_") or "Stall" in x and i not in (cn,)]
+# The per-reason columns (stall_*), counted once: not their "(Not Issued)" subsets.
+reasons = [i for i, x in enumerate(h) if x.startswith("stall_") and not x.endswith("(Not Issued)")]
 print(f"{len(body)} instructions, {int(total)} samples; top 25:")
 for r in sorted(body, key=lambda r: -num(r[cn]))[:25]:
-    why = sorted(((num(r[i]), h[i]) for i in reasons if i != cn and num(r[i]) > 0), reverse=True)[:3]
+    why = sorted(((num(r[i]), h[i]) for i in reasons if num(r[i]) > 0), reverse=True)[:3]
     print(f"{100 * num(r[cn]) / total:5.1f}%  {r[ca]:>6}  {r[cs][:60]:60}  " + ", ".join(f"{n.replace('stall_', '')} {v:.0f}" for v, n in why))
 PY
 done

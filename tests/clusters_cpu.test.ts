@@ -28,8 +28,8 @@ test("Kernel.activeClusters: the driver's count for 2–8 CTAs; other sizes are 
 });
 
 test("Kernel.activeClusters and occupancy opt in to more than 48 KiB of dynamic shared memory before asking the driver", () => {
-  // Without the opt-in the driver counts a launch that cannot run: 0, so the first backward call with staged
-  // clusters got a grid of one cluster and the next ones the real grid (other parameter-sum order, other bits).
+  // Without the opt-in the driver counts a launch that cannot run (0): a persistent grid sized from it is one
+  // cluster on the first call and the real size on the next (another parameter-sum order, other bits).
   const calls: string[] = [];
   const { dev, driver } = fakeCudaDevice(() => null);
   const raw = driver as unknown as Record<string, unknown>;

@@ -22,7 +22,8 @@
 #include "norm_fwd.cuh"
 
 // Registers the `cached` mapping may spend per thread on its cache: per chunk, the raw x and dy words and
-// the chunk's parameter sums (VEC floats for dweight, VEC more for dbias with LN). NK_BWD_REG_BUDGET / that
+// the chunk's parameter sums (VEC floats for dweight, VEC more for LN's dbias unless they live in shared
+// memory: nk_bwd_smem_dbias). NK_BWD_REG_BUDGET / that
 // cost, at most NK_MAXV_BWD, is the number of chunks a thread caches (nk_bwd_maxv; ops/plan_bwd.ts mirrors
 // it). With 128 registers (launch bound 512 threads, 1 block) the budget leaves room for addresses and
 // the masked path's spill-free code on sm_90.
@@ -48,10 +49,22 @@ struct nk_bwd_geom {
   enum { VEC = 16 / (TX::SIZE > TD::SIZE ? TX::SIZE : TD::SIZE) };
   enum { XW = VEC * TX::SIZE / 4, DW = VEC * TD::SIZE / 4 };
 };
+// Where `cached` / `cluster` keep LayerNorm's dbias sums: in shared memory for 8-element chunks (16-bit x and
+// dy), in registers otherwise. In registers they held 16-bit LN to 3 chunks per thread (RMS: 4); moving them
+// out (2026-11-30, H200) gained 8-25 points of copy for LN 16-bit at D = 128-1024, 8192 and 16384-131072
+// (the longer rows fit fewer CTAs), lost ~5 at D = 2048 and 12288, and lost 2-8 for f32 LN (4-element chunks:
+// twice the shared-memory accesses per element), which keeps them in registers.
+template <class TX, class TD, bool LN>
+struct nk_bwd_smem_dbias {
+  enum { V = LN && nk_bwd_geom<TX, TD>::VEC == 8 };
+};
 // Chunks one thread of `cached` holds in registers (see NK_BWD_REG_BUDGET).
 template <class TX, class TD, bool LN>
 struct nk_bwd_maxv {
-  enum { PER = nk_bwd_geom<TX, TD>::XW + nk_bwd_geom<TX, TD>::DW + nk_bwd_geom<TX, TD>::VEC * (LN ? 2 : 1) };
+  enum {
+    PER = nk_bwd_geom<TX, TD>::XW + nk_bwd_geom<TX, TD>::DW +
+          nk_bwd_geom<TX, TD>::VEC * (LN && !nk_bwd_smem_dbias<TX, TD, LN>::V ? 2 : 1)
+  };
   enum { V = NK_BWD_REG_BUDGET / PER < NK_MAXV_BWD ? NK_BWD_REG_BUDGET / PER : NK_MAXV_BWD };
 };
 // Alignment of one chunk of T (its bytes, at most 16): the vector width of its loads and stores.
@@ -76,13 +89,15 @@ NK_INLINE bool nk_bwd_full(const void* dy, const void* x, const void* w, const v
 template <bool LN, int VEC>
 NK_INLINE void nk_bwd_dx(const float (&xf)[VEC], const float (&df)[VEC], const float (&wf)[VEC], bool has_w,
                          float mu, float rs, float a, float b, float (&o)[VEC]) {
-  // rs * (g - a - xh * b) as two FMAs: g * rs - a * rs, then - xh * (b * rs) (a = 0 for RMS).
-  const float ar = LN ? a * rs : 0.0f, br = b * rs;
+  // rs * (g - a - xh * b), xh = (x - mu) * rs, as two FMAs: g * rs - a * rs, then - (x - mu) * (b * rs * rs)
+  // (a = 0 and mu = 0 for RMS): xh is never formed, one multiply per element fewer. x - mu comes first, not
+  // x * c - mu * c: |mu| >> std would cancel. (b * rs) * rs overflows only where var + eps < ~1e-38.
+  const float ar = LN ? a * rs : 0.0f, c = (b * rs) * rs;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
-    const float xh = LN ? (xf[e] - mu) * rs : xf[e] * rs;  // not x * rs - mu * rs: |mu| >> std cancels
+    const float xm = LN ? xf[e] - mu : xf[e];
     const float g = has_w ? df[e] * wf[e] : df[e];
-    o[e] = nk_fma(-xh, br, nk_fma(g, rs, -ar));
+    o[e] = nk_fma(-xm, c, nk_fma(g, rs, -ar));
   }
 }
 
@@ -147,10 +162,10 @@ NK_INLINE void nk_bwd_sums(const float (&xf)[VEC], const float (&df)[VEC], const
   }
 }
 
-// Pass 1 of `cached` over one chunk: nk_bwd_sums, plus the chunk's parameter sums (accw += dy * xhat,
-// accb += dy for LN), which need no row sum. Elements past the row's end were loaded as +0 (dy = 0 adds
-// nothing; their slots are never written out).
-template <class TW, bool LN, int VEC, int WK>
+// Pass 1 of `cached` over one chunk: nk_bwd_sums, plus the chunk's parameter sums (accw += dy * xhat, and
+// for LN accb += dy when RB, the dbias sums in registers), which need no row sum. Elements past the row's end
+// were loaded as +0 (dy = 0 adds nothing; their slots are never written out).
+template <class TW, bool LN, int VEC, int WK, bool RB>
 NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], const typename TW::S* w, bool pvec,
                             int nvalid, float mu, float rs, float& sg, float& sgx, float (&accw)[VEC],
                             float (&accb)[VEC]) {
@@ -158,7 +173,27 @@ NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], cons
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
     accw[e] += df[e] * (LN ? (xf[e] - mu) * rs : xf[e] * rs);
-    if (LN) accb[e] += df[e];
+    if (RB) accb[e] += df[e];
+  }
+}
+
+// LayerNorm's dbias sums of `cached` / `cluster` in shared memory (nk_bwd_smem_dbias): accb[e] += dy[e] in
+// this thread's own slots (no other thread touches them until the end). VEC4: 16-byte accesses (accb
+// 16-byte aligned, the chunk full); else the first nvalid elements.
+template <int VEC, bool VEC4>
+NK_INLINE void nk_bwd_add_dy(float* accb, const float (&df)[VEC], int nvalid) {
+  if (VEC4) {
+#pragma unroll
+    for (int k = 0; k < VEC; k += 4) {
+      nk_f4 s = *(nk_f4*)(accb + k);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s.v[e] += df[k + e];
+      *(nk_f4*)(accb + k) = s;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      if (e < nvalid) accb[e] += df[e];
   }
 }
 
@@ -179,13 +214,16 @@ NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], cons
 // chunks r * cpc + t + i * tpr (tpr = blockDim.x, nv * tpr >= cpc); the row sums go over DSMEM
 // (nk_red_cluster). Grid: persistent, a multiple of C; rows strided by the number of clusters.
 // Parameter sums: a thread owns the same columns in every row it visits, so it keeps their sums in
-// registers across rows (no shared-memory traffic per row). At the end each group stores its sums in
-// its shared-memory slots and the block adds the groups in group order into its row of `part` (R = 1:
-// straight to `part`; CL: the cluster's row of `part`, each CTA its own columns).
+// registers across rows, except LN's dbias sums with 16-bit x and dy, which live in its own shared-memory
+// slots (nk_bwd_smem_dbias, nk_bwd_add_dy; no barrier: no other thread touches them). At the end each group
+// stores its register sums in its slots and the block adds the groups in group order into its row of `part`
+// (R = 1: straight to `part`; CL: the cluster's row of `part`, each CTA its own columns).
 // Both row sums (LN) are reduced together: one barrier (CL: one cluster barrier) per row, not two.
 // Dynamic shared memory (floats): 4 * (blockDim.x / warp) for the block reductions (two values, two
-// alternating buffers), then R * nacc * d slots when `part` is not null and R > 1 (CL: 4 floats for the
-// cluster's published CTA totals instead).
+// alternating buffers); CL: then 4 floats for the cluster's published CTA totals; then, when `part` is not
+// null, R * nacc * d slots when R > 1 ([group][dweight d | dbias d]; with shared-memory dbias sums the dbias
+// halves are the accumulators), else, with shared-memory dbias sums, the CTA's cpc * VEC of them
+// (ops/plan_bwd.ts, cachedShared).
 // With one row per block (or cluster) and NK_BWD_PREFETCH in `flags`, thread 0 asks L2 for the block's next
 // row while it waits for this one (nk_prefetch_l2, sm_90): the next row's loads then wait on L2, not HBM,
 // with no registers spent.
@@ -223,15 +261,32 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const int dloc = cloc > 0 ? (int)(d - e0) : 0;
   const bool hw = NK_HAS_W(WK, W);
   const typename TW::S* Wl = hw ? W + e0 : nullptr;
-  const float fd = (float)d;
+  const float rd = 1.0f / (float)d;  // row means as products: no division per row
   const bool prefetch = (flags & NK_BWD_PREFETCH) && !lanes;
 #define NK_NVAL(i) \
   (((i) < nv && t + (i) * tpr < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(t + (i) * tpr, dloc)) : 0)
-  float accw[MAXV][VEC], accb[MAXV][VEC];
+  constexpr bool SB = nk_bwd_smem_dbias<TX, TD, LN>::V, RB = LN && !SB;  // dbias sums: shared memory / registers
+  float accw[MAXV][VEC], accr[RB ? MAXV : 1][VEC];
 #pragma unroll
   for (int i = 0; i < MAXV; ++i)
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) accw[i][e] = 0.0f, accb[i][e] = 0.0f;
+    for (int e = 0; e < VEC; ++e) {
+      accw[i][e] = 0.0f;
+      if (RB) accr[i][e] = 0.0f;
+    }
+  // Shared-memory dbias sums (see above): this group's dbias slots, or the CTA's; zeroed by their owners.
+  float* const slots = nk_fwd_smem + 4 * nwarps + (CL ? 4 : 0);
+  float* const accb = (SB && part) ? (R > 1 ? slots + (long long)grp * NACC * d + d : slots) : nullptr;
+  // 16-byte slot accesses: FULL rows (d, hence the slot rows, a multiple of 4 floats; slots 16-byte aligned).
+  constexpr bool AVEC = FULL && VEC % 4 == 0;
+  if (accb) {
+    const int t = t0, c_end = cloc;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (e < NK_NVAL(i)) accb[(t + i * tpr) * VEC + e] = 0.0f;
+  }
   nk_red_lanes redl{tpr};
   unsigned parity = 0;
   // The row's sums sg (LN) and sgx, totalled over the row group, the block or the cluster.
@@ -286,8 +341,11 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const long long off = (long long)(t + i * tpr) * VEC;
-      nk_load_words<TX, VEC>(xr + off, xvec, NK_NVAL(i), xw[i]);
-      nk_load_words<TD, VEC>(dyr + off, dvec, NK_NVAL(i), dw[i]);
+      // FULL: a chunk is whole or absent, and an absent one is never read: no zero fill.
+      if (!FULL || NK_NVAL(i) > 0) {
+        nk_load_words<TX, VEC>(xr + off, xvec, FULL ? VEC : NK_NVAL(i), xw[i]);
+        nk_load_words<TD, VEC>(dyr + off, dvec, FULL ? VEC : NK_NVAL(i), dw[i]);
+      }
     }
     if (prefetch && t == 0 && row + rstep < rows && cloc > 0) {
       nk_prefetch_l2(xr + rstep * x_stride, (long long)dloc * TX::SIZE);
@@ -303,13 +361,14 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
         float xf[VEC], df[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
-        nk_bwd_pass1<TW, LN, VEC, WK>(xf, df, hw ? Wl + (long long)(t + i * tpr) * VEC : nullptr, pvec, nvalid, mu, rs, sg,
-                                  sgx, accw[i], accb[i]);
+        nk_bwd_pass1<TW, LN, VEC, WK, RB>(xf, df, hw ? Wl + (long long)(t + i * tpr) * VEC : nullptr, pvec, nvalid, mu,
+                                          rs, sg, sgx, accw[i], accr[RB ? i : 0]);
+        if (SB && accb) nk_bwd_add_dy<VEC, AVEC>(accb + (t + i * tpr) * VEC, df, nvalid);
       }
     }
     reduce2(sg, sgx);
-    const float a = LN ? sg / fd : 0.0f;
-    const float b = sgx / fd;
+    const float a = LN ? sg * rd : 0.0f;
+    const float b = sgx * rd;
     const bool dxvec = FULL || nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
     // Pass 2: dx. Chunk i + 1's weights are loaded before chunk i's dx is stored: the compiler cannot
     // move a load above a store that may alias it, so one load per chunk would wait in series. Not for
@@ -351,7 +410,8 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const long long prow = nk_block_x();
 #endif
   float* out = part + prow * NACC * d;
-  float* mine = R == 1 ? out + e0 : nk_fwd_smem + 4 * nwarps + (long long)grp * NACC * d;
+  // R > 1: this group's slots (with shared-memory dbias sums, their dbias half already holds them).
+  float* mine = R == 1 ? out + e0 : slots + (long long)grp * NACC * d;
   {
     const int t = t0, c_end = cloc;
 #pragma unroll
@@ -362,14 +422,14 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
       for (int e = 0; e < VEC; ++e)
         if (e < nvalid) {
           mine[col + e] = accw[i][e];
-          if (LN) mine[d + col + e] = accb[i][e];
+          if (RB) mine[d + col + e] = accr[i][e];
+          else if (SB && R == 1) mine[d + col + e] = accb[col + e];  // this thread's own slots: no barrier
         }
     }
   }
 #undef NK_NVAL
   if (R == 1) return;
   nk_barrier();
-  const float* slots = nk_fwd_smem + 4 * nwarps;
   for (int j = tid; j < NACC * d; j += bd) {
     float s = 0.0f;
     for (int g = 0; g < R; ++g) s += slots[(long long)g * NACC * d + j];

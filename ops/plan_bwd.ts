@@ -5,8 +5,8 @@
  * RPB rows. Contracts: kernels/norm_bwd.cuh.
  *
  * A chunk is 16 bytes of the wider of x and dy (VEC = 4 elements if either is f32, else 8); a thread
- * caches up to maxvBwd() chunks of x and dy, and their columns' parameter sums, in registers (`cached`),
- * or re-reads them (`wide`).
+ * caches up to maxvBwd() chunks of x and dy, and their columns' parameter sums, in registers (`cached`;
+ * LayerNorm's dbias sums in shared memory when VEC = 8: smemDbias), or re-reads them (`wide`).
  */
 import type { DType } from "../runtime/dtype.ts";
 import type { NormKind } from "./plan.ts";
@@ -63,13 +63,38 @@ const ROWS_SLOT_BUDGET = 64 * 1024;
 const size = (t: DType): number => (t === "f32" ? 4 : 2);
 
 /**
+ * Whether `cached` / `cluster` keep LayerNorm's dbias sums in shared memory rather than registers
+ * (nk_bwd_smem_dbias): with 16-bit x and dy (8-element chunks). There it let 16-bit LN cache 4 chunks per
+ * thread instead of 3 (H200, 2026-11-30: +8 to +25 points of copy at D = 128–1024, 8192 and ≥ 16384, about −5
+ * at 2048 and 12288); f32 LN lost 2–8 points with them in shared memory and keeps them in registers.
+ */
+export function smemDbias(kind: NormKind, x: DType, dy: DType): boolean {
+  return kind === "layer" && size(x) === 2 && size(dy) === 2;
+}
+
+/**
  * Chunks one `cached` thread holds (nk_bwd_maxv): per chunk it keeps the raw words of x and dy and the
- * chunk's parameter sums (VEC floats, 2·VEC for LayerNorm), within BWD_REG_BUDGET registers.
+ * chunk's parameter sums in registers (VEC floats, 2·VEC for LayerNorm unless smemDbias), within
+ * BWD_REG_BUDGET registers.
  */
 export function maxvBwd(kind: NormKind, x: DType, dy: DType): number {
   const vec = 16 / Math.max(size(x), size(dy));
-  const per = (vec * size(x)) / 4 + (vec * size(dy)) / 4 + vec * (kind === "layer" ? 2 : 1);
+  const sums = kind === "layer" && !smemDbias(kind, x, dy) ? 2 : 1;
+  const per = (vec * size(x)) / 4 + (vec * size(dy)) / 4 + vec * sums;
   return Math.min(MAXV_BWD, Math.floor(BWD_REG_BUDGET / per));
+}
+
+/**
+ * Dynamic shared memory of a `cached` / `cluster` block (kernels/norm_bwd.cuh, nk_bwd_cached): the two row
+ * sums' block reductions (4 floats per warp); a cluster's two published CTA totals (16 bytes); then, with
+ * parameter gradients, the row groups' slots (rpb > 1: rpb · nacc · D floats) or, with smemDbias, the block's
+ * dbias sums (one float per column it owns: `columns`, the CTA's share of the row with clusters).
+ */
+export function cachedShared(
+  smemDbias: boolean, block: number, warp: number, rpb: number, nacc: number, d: number, columns = d, cluster = 1,
+): number {
+  const slots = nacc === 0 ? 0 : rpb > 1 ? rpb * nacc * d : smemDbias ? columns : 0;
+  return 16 * Math.ceil(block / warp) + (cluster > 1 ? 16 : 0) + 4 * slots;
 }
 
 export interface BwdPlanInput {
@@ -135,11 +160,9 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   const maxThreads = Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock);
   // `wide` and `rowsum`: their block reductions' 2 · warps floats, rounded up to 16 bytes (slots start there).
   const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
-  // `cached` and `cluster` reduce both row sums at once: 4 · warps floats (two values, two buffers).
-  const reduce2Bytes = (block: number) => 16 * Math.ceil(block / warp);
 
   // Chunks per thread: as many as the registers hold (few lanes per row, deep caches, as in the forward).
-  const maxv = maxvBwd(p.kind, tx, tdy);
+  const maxv = maxvBwd(p.kind, tx, tdy), sdb = smemDbias(p.kind, tx, tdy);
   // Several rows per block: tpr lanes per row (a power of two ≤ 32), R = block / tpr row groups.
   if (chunks <= 32 * Math.min(maxv, ROWS_MAX_NV) && BWD_ROWS_BLOCK <= maxThreads) {
     const tpr = Math.min(32, nextPow2(Math.ceil(chunks / maxv)));
@@ -147,7 +170,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     // Fewer row groups while their slots exceed the budget, keeping whole warps.
     while (block > Math.max(tpr, warp) && (block / tpr) * slotBytes > ROWS_SLOT_BUDGET) block /= 2;
     const rpb = block / tpr;
-    const shared = reduce2Bytes(block) + (rpb > 1 ? rpb * slotBytes : 0);
+    const shared = cachedShared(sdb, block, warp, rpb, nacc, p.d);
     if (shared <= limits.maxSharedPerBlockOptin) {
       return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: false, block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
     }
@@ -156,7 +179,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   if (chunks <= maxThreads * maxv) {
     const nvAim = chunks < 512 ? Math.min(maxv, SMALL_ROW_NV) : maxv;
     const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / nvAim) / warp) * warp));
-    const shared = reduce2Bytes(block);
+    const shared = cachedShared(sdb, block, warp, 1, nacc, p.d);
     if (shared <= limits.maxSharedPerBlockOptin) {
       return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
     }
@@ -170,8 +193,9 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
       const per = Math.ceil(chunks / c);
       if (per <= maxThreads * maxv) {
         const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
-        // The block reductions, then the cluster reduction's two published CTA totals (16 bytes).
-        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: reduce2Bytes(block) + 16, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
+        const shared = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
+        if (shared > limits.maxSharedPerBlockOptin) break;
+        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: shared, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
       }
     }
   }

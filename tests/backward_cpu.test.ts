@@ -9,7 +9,7 @@ import { Device, type DType, LayerNorm, Tensor, layerNorm, layerNormBackward, RM
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import { cpuNormBackward, cpuNormForward } from "../mod.ts";
 import { readFileSync } from "node:fs";
-import { BWD_REG_BUDGET, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow } from "../ops/plan_bwd.ts";
+import { BWD_REG_BUDGET, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow, smemDbias } from "../ops/plan_bwd.ts";
 import { runBwdCase } from "./backward_cases.ts";
 import { randoms } from "./random.ts";
 
@@ -179,6 +179,8 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             const k = kind === "layer" ? "ln" : "rms";
             assert.match(p.kernel, new RegExp(`^nk_${k}_bwd_${p.mapping === "split" ? "tile" : p.mapping}_${tx}_${tdy}_f32$`));
             const maxv = maxvBwd(kind, tx, tdy), chunks = Math.ceil(d / vec);
+            // LN's dbias sums live in shared memory with 16-bit x and dy (kernels/norm_bwd.cuh, nk_bwd_smem_dbias).
+            const dbiasInShared = kind === "layer" && paramGrads && tx !== "f32" && tdy !== "f32";
             assert.equal(p.cluster, p.mapping === "cluster" ? p.cluster : 1);
             // The L2 prefetch of the next row: only with one row per block or a cluster, as the rule says.
             const oneRow = p.mapping === "cluster" || (p.mapping === "cached" && p.rowsPerBlock === 1 && p.tpr > 32);
@@ -189,7 +191,9 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
               assert.ok([2, 4, 8].includes(p.cluster), `cluster size ${p.cluster}`);
               assert.equal(p.tpr, p.block);
               assert.ok(p.nv >= 1 && p.nv <= maxv && p.nv * p.block >= Math.ceil(chunks / p.cluster), `d ${d}: c ${p.cluster} nv ${p.nv} block ${p.block}`);
-              assert.equal(p.sharedBytes, 16 * (p.block / 32) + 16);
+              // Block reductions, the two published CTA totals, and LN's dbias sums of the CTA's columns.
+              const ownCols = Math.ceil(chunks / p.cluster) * vec;
+              assert.equal(p.sharedBytes, 16 * (p.block / 32) + 16 + (dbiasInShared ? 4 * ownCols : 0));
               // The smallest cluster that holds the row.
               if (p.cluster > 2) assert.ok(Math.ceil(chunks / (p.cluster / 2)) > 512 * maxv);
               continue;
@@ -209,8 +213,9 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
               assert.ok(p.tpr <= 32 ? (p.tpr & (p.tpr - 1)) === 0 : p.tpr === p.block);
               assert.equal(p.rowsPerBlock, p.block / p.tpr);
               const reduce = 16 * (p.block / 32); // both row sums at once: 4 floats per warp
-              // Slots only where several row groups add up their register sums at the end.
-              assert.equal(p.sharedBytes, reduce + (p.rowsPerBlock > 1 ? p.rowsPerBlock * nacc * d * 4 : 0));
+              // Slots where several row groups add up their sums at the end; else LN's dbias sums (d floats).
+              const slots = p.rowsPerBlock > 1 ? p.rowsPerBlock * nacc * d * 4 : dbiasInShared ? 4 * d : 0;
+              assert.equal(p.sharedBytes, reduce + slots);
             } else {
               assert.equal(p.tpr, p.block);
               const reduce = 4 * ((2 * (p.block / 32) + 3) & ~3);
@@ -233,10 +238,14 @@ test("backward plan: the chunks per thread mirror the kernel's register budget (
   const define = (name: string) => Number(src.match(new RegExp(`#define ${name} (\\d+)`))?.[1]);
   assert.equal(define("NK_MAXV_BWD"), MAXV_BWD);
   assert.equal(define("NK_BWD_REG_BUDGET"), BWD_REG_BUDGET);
-  // Per chunk: x words + dy words + VEC sums (2·VEC for LN); 72 registers / that, at most 6.
+  // Per chunk: x words + dy words + VEC sums (2·VEC for LN, except with 16-bit x and dy, whose dbias sums are in
+  // shared memory); 72 registers / that, at most 6.
   assert.equal(maxvBwd("layer", "f32", "f32"), 4); // 4 + 4 + 8 = 16
-  assert.equal(maxvBwd("layer", "bf16", "bf16"), 3); // 4 + 4 + 16 = 24
+  assert.equal(maxvBwd("layer", "bf16", "bf16"), 4); // 4 + 4 + 8 (dbias in shared memory) = 16
   assert.equal(maxvBwd("layer", "f16", "f32"), 5); // VEC 4: 2 + 4 + 8 = 14
+  assert.ok(smemDbias("layer", "f16", "bf16") && !smemDbias("layer", "bf16", "f32") && !smemDbias("rms", "bf16", "bf16"));
+  // ... and the kernel's rule is the same: 8-element chunks (16-bit x and dy), LayerNorm only.
+  assert.match(src, /struct nk_bwd_smem_dbias \{\s*enum \{ V = LN && nk_bwd_geom<TX, TD>::VEC == 8 \};/);
   assert.equal(maxvBwd("rms", "f32", "f32"), 6); // 12 → 6
   assert.equal(maxvBwd("rms", "bf16", "bf16"), 4); // 16
   assert.equal(maxvBwd("rms", "bf16", "f32"), 6); // 10 → 7, capped at 6

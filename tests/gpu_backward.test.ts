@@ -74,6 +74,12 @@ for (const kind of ["layer", "rms"] as const) {
       { rows: 64, d: 512 }, { rows: 9, d: 4100, pad: 4 }, { rows: 5, d: 20001 },
       { rows: 2, d: 262144, affine: false }, { rows: 2, d: 262144 },
     ]) check(dev, { kind, tx: "bf16", tdy: "f32", tw: "f32", ...c }, seen);
+    // 16-bit x and dy: LayerNorm keeps its dbias sums in shared memory there (nk_bwd_smem_dbias) on every path
+    // of `cached` / `cluster`: row groups (D = 512), one row per block, vector (4096) and masked (4100, padded
+    // rows), a cluster (33000, masked; 40000, vector). Few rows, so that compute-sanitizer can run it.
+    for (const c of [
+      { rows: 64, d: 512 }, { rows: 9, d: 4096 }, { rows: 9, d: 4100, pad: 4 }, { rows: 5, d: 33000 }, { rows: 5, d: 40000 },
+    ]) check(dev, { kind, tx: "f16", tdy: "f16", tw: "f16", ...c }, seen);
     const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
     assert.deepEqual([...seen].sort(), want, "mappings exercised");
   });

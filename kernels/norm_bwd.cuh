@@ -91,7 +91,8 @@ NK_INLINE void nk_bwd_dx(const float (&xf)[VEC], const float (&df)[VEC], const f
                          float mu, float rs, float a, float b, float (&o)[VEC]) {
   // rs * (g - a - xh * b), xh = (x - mu) * rs, as two FMAs: g * rs - a * rs, then - (x - mu) * (b * rs * rs)
   // (a = 0 and mu = 0 for RMS): xh is never formed, one multiply per element fewer. x - mu comes first, not
-  // x * c - mu * c: |mu| >> std would cancel. (b * rs) * rs overflows only where var + eps < ~1e-38.
+  // x * c - mu * c: |mu| >> std would cancel. c = b / (var + eps) overflows where |b| > ~3.4e38 * (var + eps)
+  // (forming xh first stayed finite up to ~3.4e38 * sqrt(var + eps)): with eps >= 1e-12, only for |b| > 1e26.
   const float ar = LN ? a * rs : 0.0f, c = (b * rs) * rs;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {

@@ -43,6 +43,7 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
     out.push({ label: tag(flipped), plan: flipped });
   }
   const vec = dt === "f32" ? 4 : 8, chunks = Math.ceil(d / vec), maxv = maxvBwd(kind, dt, dt), nacc = kind === "layer" ? 2 : 1;
+  const sdb = smemDbias(kind, dt, dt);
   const base = { ...def.plan, kernel: def.plan.kernel.replace(/_bwd_[a-z]+_/, "_bwd_cached_"), mapping: "cached" as const, cluster: 1, nacc };
   const same = (p: BwdPlan) => out.some((o) => o.plan.mapping === p.mapping && o.plan.block === p.block && o.plan.tpr === p.tpr && o.plan.cluster === p.cluster && o.plan.prefetch === p.prefetch);
   const add = (label: string, p: BwdPlan) => { if (!same(p)) out.push({ label, plan: p }); };
@@ -51,14 +52,14 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
     if (nv > maxv) continue;
     for (const block of [256, 128]) {
       const R = block / tpr;
-      const shared = cachedShared(smemDbias(kind, dt, dt), block, 32, R, nacc, d);
+      const shared = cachedShared(sdb, block, 32, R, nacc, d);
       if (shared <= info.maxSharedPerBlockOptin) add(`rows t${tpr} b${block} nv${nv}`, { ...base, prefetch: false, block, tpr, nv, rowsPerBlock: R, sharedBytes: shared });
     }
   }
   for (let nv = 1; nv <= maxv; nv++) {
     const block = Math.max(32, Math.ceil(Math.ceil(chunks / nv) / 32) * 32);
     const n = Math.ceil(chunks / block);
-    if (block <= 512 && block > 32 && n <= maxv) add(`block b${block} nv${n}`, { ...base, prefetch: prefetchNextRow(kind, dt, "cached", block, chunks), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: cachedShared(smemDbias(kind, dt, dt), block, 32, 1, nacc, d) });
+    if (block <= 512 && block > 32 && n <= maxv) add(`block b${block} nv${n}`, { ...base, prefetch: prefetchNextRow(kind, dt, "cached", block, chunks), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: cachedShared(sdb, block, 32, 1, nacc, d) });
   }
   for (const c of [2, 4, 8]) {
     const per = Math.ceil(chunks / c);
@@ -66,7 +67,7 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
       const block = Math.max(32, Math.ceil(Math.ceil(per / nv) / 32) * 32);
       const n = Math.ceil(per / block);
       if (block <= 512 && n <= maxv && (block >= 64 || per <= 32 * maxv)) {
-        add(`cluster${c} b${block} nv${n}`, { ...base, kernel: base.kernel.replace("_bwd_cached_", "_bwd_cluster_"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(kind, dt, "cluster", block, chunks, c), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: cachedShared(smemDbias(kind, dt, dt), block, 32, 1, nacc, d, per * vec, c) });
+        add(`cluster${c} b${block} nv${n}`, { ...base, kernel: base.kernel.replace("_bwd_cached_", "_bwd_cluster_"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(kind, dt, "cluster", block, chunks, c), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: cachedShared(sdb, block, 32, 1, nacc, d, per * vec, c) });
       }
     }
   }

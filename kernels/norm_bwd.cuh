@@ -179,8 +179,9 @@ NK_INLINE void nk_bwd_pass1(const float (&xf)[VEC], const float (&df)[VEC], cons
 }
 
 // LayerNorm's dbias sums of `cached` / `cluster` in shared memory (nk_bwd_smem_dbias): accb[e] += dy[e] in
-// this thread's own slots (no other thread touches them until the end). VEC4: 16-byte accesses (accb
-// 16-byte aligned, the chunk full); else the first nvalid elements.
+// this thread's own slots (no other thread touches them until the end). VEC4 (the FULL path: d, hence every
+// slot row, a multiple of 8 floats, and the slots 16-byte aligned): 16-byte accesses; else the first nvalid
+// elements.
 template <int VEC, bool VEC4>
 NK_INLINE void nk_bwd_add_dy(float* accb, const float (&df)[VEC], int nvalid) {
   if (VEC4) {
@@ -278,8 +279,6 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   // Shared-memory dbias sums (see above): this group's dbias slots, or the CTA's; zeroed by their owners.
   float* const slots = nk_fwd_smem + 4 * nwarps + (CL ? 4 : 0);
   float* const accb = (SB && part) ? (R > 1 ? slots + (long long)grp * NACC * d + d : slots) : nullptr;
-  // 16-byte slot accesses: FULL rows (d, hence the slot rows, a multiple of 4 floats; slots 16-byte aligned).
-  constexpr bool AVEC = FULL && VEC % 4 == 0;
   if (accb) {
     const int t = t0, c_end = cloc;
 #pragma unroll
@@ -364,7 +363,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
         for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
         nk_bwd_pass1<TW, LN, VEC, WK, RB>(xf, df, hw ? Wl + (long long)(t + i * tpr) * VEC : nullptr, pvec, nvalid, mu,
                                           rs, sg, sgx, accw[i], accr[RB ? i : 0]);
-        if (SB && accb) nk_bwd_add_dy<VEC, AVEC>(accb + (t + i * tpr) * VEC, df, nvalid);
+        if (accb) nk_bwd_add_dy<VEC, FULL>(accb + (t + i * tpr) * VEC, df, nvalid);
       }
     }
     reduce2(sg, sgx);

@@ -59,10 +59,10 @@ int main(int argc, char** argv) {
   CHECK(alloc(&x, 4096 * 2));
   CHECK(alloc(&y, 4096 * 2));
   void* w = NULL; void* b = NULL; void* m = NULL; void* r = NULL;
-  int rows = 1, d = 2048, tpr = 32, nv = 8;  // the rows mapping: nv * tpr * 8 >= d
+  int rows = 1, d = 2048, tpr = 32, nv = 8, prefetch = 0;  // the rows mapping: nv * tpr * 8 >= d
   long long xs = 2048, ys = 2048;
   float eps = 1e-6f;
-  void* args[] = {&x, &y, &w, &b, &m, &r, &rows, &d, &xs, &ys, &eps, &tpr, &nv};
+  void* args[] = {&x, &y, &w, &b, &m, &r, &rows, &d, &xs, &ys, &eps, &tpr, &nv, &prefetch};
   CHECK(launch(fn, 1, 1, 1, 256, 1, 1, 0, 0, args, 0));
   CHECK(sync());
   const double t5 = now_ms();

@@ -7,7 +7,10 @@
 //   v2: v1, and x loaded with L1::no_allocate so that streaming x does not evict the prefetched lines;
 //   v3: the output loop loads weight/bias for 2 chunks, then computes and stores those 2 (taken for RMSNorm);
 //   v4: the same with 4 chunks;
-//   v5 (cluster only): the cluster barrier's arrive relaxed, one fence in the thread that wrote the slot.
+//   v5 (cluster only): the cluster barrier's arrive relaxed, one fence in the thread that wrote the slot;
+//   v6 (rows, block): weight/bias copied into shared memory once per CTA;
+//   v7 (rows, block, cluster), v8 (rows): an L2 prefetch of the row pd rows ahead (v8: with v6; cluster: each
+//   CTA its slice); v9 (rows): one prefetch per CTA for its whole row group pd rows ahead (back-to-back rows).
 // staged: persistent CTAs streaming rows through shared-memory stages with cp.async; wide2: one CTA per row
 // re-reading from L2 with several loads in flight per thread (taken: the `wide` mapping); wide3: wide2 with
 // LayerNorm's statistics in one pass (taken into `wide`).
@@ -26,7 +29,8 @@ __device__ __forceinline__ void kx_load_noalloc(const typename T::S* p, unsigned
 template <class TI, class TO, class TW, bool LN, int MAXV, int V, class RED>
 __device__ __forceinline__ void kx_row(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
                                        const typename TW::S* b, int c_first, int c_step, int c_end, int nv,
-                                       float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p) {
+                                       float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p,
+                                       bool hw, bool hb) {
   constexpr int VEC = 16 / TI::SIZE;
   constexpr int WV = VEC * TW::SIZE / 4;  // words of one weight chunk
 #define KX_OWN(i) ((i) < nv && c_first + (i) * c_step < c_end)
@@ -100,8 +104,8 @@ __device__ __forceinline__ void kx_row(const typename TI::S* xr, typename TO::S*
       const int i = g + j;
       const long long off = (long long)(c_first + i * c_step) * VEC;
       const int n = KX_OWN(i) ? VEC : 0;
-      if (w) nk_load_words<TW, VEC>(w + off, true, n, gw[j]);
-      if (LN && b) nk_load_words<TW, VEC>(b + off, true, n, bw[j]);
+      if (hw) nk_load_words<TW, VEC>(w + off, true, n, gw[j]);
+      if (LN && hb) nk_load_words<TW, VEC>(b + off, true, n, bw[j]);
     }
 #pragma unroll
     for (int j = 0; j < G; ++j) {
@@ -113,8 +117,8 @@ __device__ __forceinline__ void kx_row(const typename TI::S* xr, typename TO::S*
         for (int e = 0; e < VEC; ++e) {
           float v = nk_get<TI>(raw[i].w, e);
           v = LN ? ((v - k) - dm) * rs : v * rs;
-          if (w) v *= nk_get<TW>(gw[j], e);
-          if (LN && b) v += nk_get<TW>(bw[j], e);
+          if (hw) v *= nk_get<TW>(gw[j], e);
+          if (LN && hb) v += nk_get<TW>(bw[j], e);
           f[e] = v;
         }
         nk_store_f<TO, VEC>(yr + off, true, VEC, f);
@@ -122,6 +126,28 @@ __device__ __forceinline__ void kx_row(const typename TI::S* xr, typename TO::S*
     }
   }
 #undef KX_OWN
+}
+
+
+// v6: the CTA copies weight and bias (whole rows, in their dtype) into its shared memory once, at
+// `off_bytes` (after the block reduction's buffers), and every row then reads them from there: no L2 round
+// trip per chunk in the output loop, no L2 traffic for the parameters per row, and loads that may move above
+// the y stores (shared memory cannot alias them). Shared bytes: off_bytes + (1 + LN) * d * TW::SIZE. The
+// pointers handed back are never null (has-weight/has-bias travel as flags), so that the compiler keeps
+// them in the shared state space.
+__device__ __forceinline__ unsigned kx_params_offset(unsigned nwarps) { return (2u * nwarps * 4u + 15u) & ~15u; }
+template <class TW, bool LN>
+__device__ __forceinline__ void kx_stage_params(const typename TW::S* w, const typename TW::S* b, int d, unsigned off_bytes,
+                                                const typename TW::S*& ws, const typename TW::S*& bs) {
+  unsigned char* base = (unsigned char*)nk_fwd_smem + off_bytes;
+  const int bytes = d * TW::SIZE;  // FULL: a multiple of 16
+  for (int i = (int)nk_thread_x() * 16; i < bytes; i += (int)nk_block_dim_x() * 16) {
+    if (w) *(nk_v4*)(base + i) = *(const nk_v4*)((const unsigned char*)w + i);
+    if (LN && b) *(nk_v4*)(base + bytes + i) = *(const nk_v4*)((const unsigned char*)b + i);
+  }
+  nk_barrier();
+  ws = (const typename TW::S*)base;
+  bs = (const typename TW::S*)(base + bytes);
 }
 
 template <class TI, class TO, class TW, bool LN, int V>
@@ -134,12 +160,15 @@ __device__ __forceinline__ void kx_rows(NK_FWD_PARAMS) {
   const long long rpb = (long long)(nk_block_dim_x() / (unsigned)tpr);
   const int nchunks = d / VEC;
   nk_red_lanes red{tpr};
+  const typename TW::S *Wp = Wt, *Bp = Bs;
+  if (V == 6) kx_stage_params<TW, LN>(Wt, Bs, d, 0u, Wp, Bp);
   for (long long rb = (long long)nk_block_x() * rpb; rb < rows; rb += (long long)nk_grid_dim_x() * rpb) {
     const long long row = rb + sub;
     const bool active = row < rows;
     const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
-    kx_row<TI, TO, TW, LN, NK_MAXV_ROWS, V>(X + row * x_stride, Y + row * y_stride, Wt, Bs, t, tpr,
-                                            active ? nchunks : 0, nv, (float)d, eps, k, red, nullptr, nullptr);
+    kx_row<TI, TO, TW, LN, NK_MAXV_ROWS, V>(X + row * x_stride, Y + row * y_stride, Wp, Bp, t, tpr,
+                                            active ? nchunks : 0, nv, (float)d, eps, k, red, nullptr, nullptr,
+                                            Wt != nullptr, Bs != nullptr);
   }
 }
 
@@ -150,10 +179,12 @@ __device__ __forceinline__ void kx_block(NK_FWD_PARAMS) {
   NK_FWD_TYPED_PTRS;
   const int t = (int)nk_thread_x();
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  const typename TW::S *Wp = Wt, *Bp = Bs;
+  if (V == 6) kx_stage_params<TW, LN>(Wt, Bs, d, kx_params_offset(nk_block_dim_x() / NK_WARP_SIZE), Wp, Bp);
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V>(X + row * x_stride, Y + row * y_stride, Wt, Bs, t, tpr, d / VEC, nv,
-                                             (float)d, eps, k, red, nullptr, nullptr);
+    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V>(X + row * x_stride, Y + row * y_stride, Wp, Bp, t, tpr, d / VEC, nv,
+                                             (float)d, eps, k, red, nullptr, nullptr, Wt != nullptr, Bs != nullptr);
   }
 }
 
@@ -201,7 +232,8 @@ __device__ __forceinline__ void kx_cluster(NK_FWD_PARAMS) {
   for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
     kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V == 5 ? 0 : V>(X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, t, tpr,
-                                             c_end, nv, (float)d, eps, k, red, nullptr, nullptr);
+                                             c_end, nv, (float)d, eps, k, red, nullptr, nullptr, Ws != nullptr,
+                                             Bss != nullptr);
   }
   nk_cluster_sync();
 }
@@ -221,11 +253,113 @@ __device__ __forceinline__ void kx_cluster(NK_FWD_PARAMS) {
   KX_V(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti)              \
   KX_V(kind, isln, block, NK_LAUNCH_BOUNDS_MIN(512, 2), ti)             \
   KX_V(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti)   \
-  KX(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, 5)
+  KX(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, 5)         \
+  KX(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, 6)            \
+  KX(kind, isln, block, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, 6)
 KX_MAPS(ln, true, f32)
 KX_MAPS(rms, false, f32)
 KX_MAPS(ln, true, bf16)
 KX_MAPS(rms, false, bf16)
+
+
+// v7: L2 prefetch ahead. Every row's first thread asks L2 (one bulk prefetch, sm_90) for the row `pd` rows
+// further on, which a CTA that has not started yet will load: its loads then wait on L2, not HBM, and the
+// bytes in flight to HBM no longer depend on how many x chunks the resident warps hold in registers.
+// pd (the kernels' `prefetch` argument) = 0: no prefetch. v8: v7 with v6's weight/bias in shared memory
+// (rows mapping). Production took v9 for `rows` and v7 for `block` (nk_prefetch_ahead in kernels/norm_fwd.cuh).
+template <class TI, class TO, class TW, bool LN, bool SP, bool BLK = false>
+__device__ __forceinline__ void kx_rows_pf(NK_FWD_PARAMS) {
+  const int pd = prefetch;
+  constexpr int VEC = 16 / TI::SIZE;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  const int tid = (int)nk_thread_x();
+  const int sub = tid / tpr, t = tid - sub * tpr;
+  const long long rpb = (long long)(nk_block_dim_x() / (unsigned)tpr);
+  const int nchunks = d / VEC;
+  nk_red_lanes red{tpr};
+  const typename TW::S *Wp = Wt, *Bp = Bs;
+  if (SP) kx_stage_params<TW, LN>(Wt, Bs, d, 0u, Wp, Bp);
+  for (long long rb = (long long)nk_block_x() * rpb; rb < rows; rb += (long long)nk_grid_dim_x() * rpb) {
+    const long long row = rb + sub;
+    const bool active = row < rows;
+    if (BLK) {  // v9: the CTA's whole row group, one bulk prefetch, when the rows are back to back
+      if (pd > 0 && tid == 0 && rb + pd < rows && x_stride == d)
+        nk_prefetch_l2(X + (rb + pd) * x_stride, (long long)d * TI::SIZE * (rows - rb - pd < rpb ? rows - rb - pd : rpb));
+    } else if (pd > 0 && t == 0 && row + pd < rows) {
+      nk_prefetch_l2(X + (row + pd) * x_stride, (long long)d * TI::SIZE);
+    }
+    const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
+    kx_row<TI, TO, TW, LN, NK_MAXV_ROWS, 0>(X + row * x_stride, Y + row * y_stride, Wp, Bp, t, tpr,
+                                            active ? nchunks : 0, nv, (float)d, eps, k, red, nullptr, nullptr,
+                                            Wt != nullptr, Bs != nullptr);
+  }
+}
+template <class TI, class TO, class TW, bool LN>
+__device__ __forceinline__ void kx_block_pf(NK_FWD_PARAMS) {
+  const int pd = prefetch;
+  constexpr int VEC = 16 / TI::SIZE;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    if (pd > 0 && t == 0 && row + pd < rows) nk_prefetch_l2(X + (row + pd) * x_stride, (long long)d * TI::SIZE);
+    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
+    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, 0>(X + row * x_stride, Y + row * y_stride, Wt, Bs, t, tpr, d / VEC, nv,
+                                             (float)d, eps, k, red, nullptr, nullptr, Wt != nullptr, Bs != nullptr);
+  }
+}
+template <class TI, class TO, class TW, bool LN>
+__device__ __forceinline__ void kx_cluster_pf(NK_FWD_PARAMS) {
+  const int pd = prefetch;
+  constexpr int VEC = 16 / TI::SIZE;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
+  const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
+  const int nchunks = d / VEC;
+  const int cpc = (int)((nchunks + csize - 1) / csize);
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  nk_red_cluster red{nk_block_dim_x() / NK_WARP_SIZE, 0u, csize};
+  const long long e0 = (long long)crank * cpc * VEC;
+  const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
+  const typename TW::S* Ws = Wt ? Wt + e0 : Wt;
+  const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
+  for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
+    if (pd > 0 && t == 0 && row + pd < rows && c_end > 0)
+      nk_prefetch_l2(X + (row + pd) * x_stride + e0, (long long)c_end * VEC * TI::SIZE);
+    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
+    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, 0>(X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, t, tpr,
+                                             c_end, nv, (float)d, eps, k, red, nullptr, nullptr, Ws != nullptr,
+                                             Bss != nullptr);
+  }
+  nk_cluster_sync();
+}
+#define KX_PF(kind, isln, ti)                                                                                   \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v7(NK_FWD_PARAMS) {     \
+    nk_pdl_enter();                                                                                             \
+    kx_rows_pf<nk_##ti, nk_##ti, nk_##ti, isln, false>(NK_FWD_ARGS);                                        \
+  }                                                                                                             \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v8(NK_FWD_PARAMS) {     \
+    nk_pdl_enter();                                                                                             \
+    kx_rows_pf<nk_##ti, nk_##ti, nk_##ti, isln, true>(NK_FWD_ARGS);                                         \
+  }                                                                                                             \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_block_##ti##_v7(NK_FWD_PARAMS) {    \
+    nk_pdl_enter();                                                                                             \
+    kx_block_pf<nk_##ti, nk_##ti, nk_##ti, isln>(NK_FWD_ARGS);                                              \
+  }                                                                                                             \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v9(NK_FWD_PARAMS) {     \
+    nk_pdl_enter();                                                                                             \
+    kx_rows_pf<nk_##ti, nk_##ti, nk_##ti, isln, false, true>(NK_FWD_ARGS);                                  \
+  }                                                                                                             \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_cluster_##ti##_v7(NK_FWD_PARAMS) {  \
+    nk_pdl_enter();                                                                                             \
+    kx_cluster_pf<nk_##ti, nk_##ti, nk_##ti, isln>(NK_FWD_ARGS);                                            \
+  }
+KX_PF(ln, true, f32)
+KX_PF(rms, false, f32)
+KX_PF(ln, true, bf16)
+KX_PF(rms, false, bf16)
 
 // ---------------------------------------------------------------- `staged` (experiment): a persistent CTA (or
 // cluster of C CTAs, each owning a slice of the row) streams rows through S shared-memory stages with cp.async:
@@ -422,6 +556,8 @@ __device__ __forceinline__ void kx_wide2(NK_FWD_PARAMS) {
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     const typename TI::S* xr = X + row * x_stride;
     typename TO::S* yr = Y + row * y_stride;
+    // `prefetch` > 0 (experiment): thread 0 asks L2 for the row that many rows ahead (= gridDim: this CTA's next).
+    if (prefetch > 0 && t == 0 && row + prefetch < rows) nk_prefetch_l2(X + (row + prefetch) * x_stride, (long long)d * TI::SIZE);
     const float k = LN ? TI::to_f(xr[0]) : 0.0f;
     float dm = 0.0f, q = 0.0f;
     if (LN && CHAN) {

@@ -26,7 +26,7 @@ const cubinPath = args[0];
 const dsArg = args.includes("--ds") ? args[args.indexOf("--ds") + 1] : undefined;
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
 const DS = dsArg ? dsArg.split(",").map(Number) : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
-const VARIANTS = [0, 1, 2, 3, 4, 5];
+const VARIANTS = [0, 1, 2, 3, 4, 5, 6];
 
 using dev = Device.open({ backend: "cuda" });
 using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
@@ -121,6 +121,9 @@ function maxRelDiff(a: { buffer: { read(d: Uint8Array, o?: { offset: number }): 
   return m;
 }
 const limits = planLimits(dev);
+/** v6's dynamic shared memory: the mapping's own (reduction buffers, 16-byte aligned), then weight and bias rows. */
+const v6Shared = (base: number, kind: "layer" | "rms", d: number, b: number): number =>
+  Math.ceil(base / 16) * 16 + (kind === "layer" ? 2 : 1) * d * b;
 
 // --latency: the small-batch regime of issue 5 instead (bf16, weight/bias bf16, 1–64 rows): device time per op
 // from a captured graph of 100 launches replayed 50 times, production kernel against the v-variants, with
@@ -137,7 +140,7 @@ if (args.includes("--latency")) {
         using y = dev.empty([rows, d], { dtype: "bf16" });
         const p = (planNorm({ kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, limits) as { plan: LaunchPlan }).plan;
         const cfg = new LaunchConfig(p);
-        const a = [x, y, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv];
+        const a = [x, y, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv, p.prefetch];
         const short = p.kernel.split("_")[1];
         const line: string[] = [`${kind.padEnd(5)} D=${String(d).padStart(5)} rows=${String(rows).padStart(2)} ${p.mapping}:`];
         const kernels: [string, Kernel][] = [["prod", normKernel(dev, p.kernel, NORM_FWD_ARGS)]];
@@ -201,7 +204,7 @@ if (args.includes("--latency2")) {
           using y = dev.empty([rows, d], { dtype });
           const p = (planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
           const short = kind === "layer" ? "ln" : "rms";
-          const argsFor = (q: { tpr: number; nv: number }) => [x, y, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, q.tpr, q.nv];
+          const argsFor = (q: { tpr: number; nv: number }) => [x, y, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, q.tpr, q.nv, 0];
           const prod = normKernel(dev, p.kernel, NORM_FWD_ARGS);
           const line = [`${dtype} ${kind.padEnd(5)} D=${String(d).padStart(5)} rows=${String(rows).padStart(3)}: *${p.mapping} t${p.block[0]} nv${p.nv} ${graphUs(prod, new LaunchConfig(p), argsFor(p)).toFixed(2)}`];
           y.buffer.fill(0xff);
@@ -238,7 +241,7 @@ if (args.includes("--latency2")) {
     using x = dev.tensor(xs, [rows, d]);
     using y = dev.empty([rows, d]);
     const cfg = new LaunchConfig({ grid: rows, block: 256, sharedBytes: 3 * 8 * 4 });
-    const a = [x, y, null, null, null, null, rows, d, d, d, 1e-5, 256, 4];
+    const a = [x, y, null, null, null, null, rows, d, d, d, 1e-5, 256, 4, 0];
     const cells: string[] = [];
     for (const [tag, k] of [["blk", normKernel(dev, "nk_ln_block_f32_f32_f32", NORM_FWD_ARGS)], ...[6, 7, 8, 9].map((v) => [`v${v}`, mod.kernel(`kx_ln_lat_f32_v${v}`, NORM_FWD_ARGS)])] as [string, Kernel][]) {
       y.buffer.fill(0xff);
@@ -263,7 +266,7 @@ if (args.includes("--wide3")) {
       using c = longRowCase(d, dtype);
       const { b, rows, x, y, ref, w, bias } = c;
       const p = (planNorm({ kind: "layer", rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
-      const argsFor = (o: typeof y, tpr: number, nv: number) => [x, o, w, bias, null, null, rows, d, d, d, 1e-5, tpr, nv];
+      const argsFor = (o: typeof y, tpr: number, nv: number) => [x, o, w, bias, null, null, rows, d, d, d, 1e-5, tpr, nv, 0];
       const gbs = (ms: number) => (2 * rows * d * b) / (ms * 1e6);
       const pct = (ms: number) => (100 * gbs(ms) / copyGBs).toFixed(1);
       ref.buffer.fill(0xff);
@@ -301,7 +304,7 @@ if (args.includes("--wide3")) {
     const cells: string[] = [];
     for (const [tag, k] of [["wide", normKernel(dev, "nk_ln_wide_f32_f32_f32", NORM_FWD_ARGS)], ["w3u4", mod.kernel("kx_ln_wide3u4_f32", NORM_FWD_ARGS)]] as [string, Kernel][]) {
       y.buffer.fill(0xff);
-      k.launch(dev.stream, cfg, [x, y, null, null, null, null, rows, d, d, d, 1e-5, 1024, 0] as never);
+      k.launch(dev.stream, cfg, [x, y, null, null, null, null, rows, d, d, d, 1e-5, 1024, 0, 0] as never);
       const err = relErr(y.readSync(), want);
       out.push({ mode: "wide3-hard", variant: tag, err });
       cells.push(`${tag} ${err.toExponential(2)}`);
@@ -319,7 +322,9 @@ for (const d of DS) {
     for (const kind of ["layer", "rms"] as const) {
       const r = planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits);
       const p = (r as { plan: LaunchPlan }).plan;
-      const argsFor = (o: typeof y) => [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv];
+      // The last argument: the plan's prefetch distance (the production kernel as the plan launches it; v7-v9 set
+      // their own; the other kx_ variants ignore it).
+      const argsFor = (o: typeof y) => [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv, p.prefetch];
       const gbs = (ms: number) => (2 * rows * d * b) / (ms * 1e6);
       const prod = normKernel(dev, p.kernel, NORM_FWD_ARGS);
       const cfg = new LaunchConfig(p);
@@ -340,23 +345,57 @@ for (const d of DS) {
         } catch {
           continue; // no such variant (wide mapping)
         }
+        // v6 stages weight/bias in shared memory once per CTA: its own shared size, and a persistent grid too.
+        const smem = v === 6 ? v6Shared(p.sharedBytes, kind, d, b) : p.sharedBytes;
         const grids = p.mapping === "cluster"
           ? [p.grid[0], ...[1, 2].map((m) => m * residency(name, p.block[0], p.sharedBytes, p.cluster).clusters * p.cluster)]
+          : v === 6
+          ? [...new Set([p.grid[0], Math.min(p.grid[0], k.occupancy(p.block[0], smem) * dev.info.multiprocessors)])]
           : [p.grid[0]];
         for (const g of grids) {
           y.buffer.fill(0xff);
-          const c = new LaunchConfig({ grid: [g], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
+          const c = new LaunchConfig({ grid: [g], block: p.block, sharedBytes: smem, cluster: p.cluster });
           const ms = timeIt(() => k.launch(dev.stream, c, argsFor(y)));
           const head = new Uint8Array(2 ** 24), tail = new Uint8Array(2 ** 24);
           y.buffer.read(head);
           y.buffer.read(tail, { offset: y.buffer.byteLength - 2 ** 24 });
           const same = Buffer.compare(head, refHead) === 0 && Buffer.compare(tail, refTail) === 0;
-          const tag = `v${v}${g === p.grid[0] ? "" : "@" + g / p.cluster}`;
+          const tag = `v${v}${g === p.grid[0] && grids.indexOf(g) === 0 ? "" : "@" + g / p.cluster}`;
           line.push(`${tag} ${(100 * gbs(ms) / copyGBs).toFixed(1)}${same ? "" : "(DIFF)"}`);
           rec[tag] = gbs(ms);
           if (!same) rec[tag + "_diff"] = true;
         }
         if (v === 0) rec.regs = k.attribute("registers");
+      }
+      // v7 / v8 (rows, block): an L2 prefetch pd rows ahead, the production grid. pd in fractions of the rows resident on
+      // the device at once (R): a row pd ahead starts about pd / R of a CTA's lifetime later.
+      // KX_PD: the fractions of R to try (default 0,1/8,1/4,1/2,1); cluster: R = resident clusters.
+      const fracs = (process.env.KX_PD ?? "0,0.125,0.25,0.5,1").split(",").map(Number);
+      if (p.mapping !== "wide" && (!process.env.KX_VARIANTS || process.env.KX_VARIANTS.split(",").includes("7"))) {
+        for (const v of p.mapping === "rows" ? [7, 8, 9] : [7]) {
+          const name = `kx_${short.slice(3)}_${p.mapping}_${dtype}_v${v}`;
+          const k = mod.kernel(name, NORM_FWD_ARGS);
+          const smem = v === 8 ? v6Shared(0, kind, d, b) : p.sharedBytes;
+          const R = p.mapping === "cluster"
+            ? residency(name, p.block[0], smem, p.cluster).clusters
+            : k.occupancy(p.block[0], smem) * dev.info.multiprocessors * (p.mapping === "rows" ? 256 / p.tpr : 1);
+          for (const f of fracs) {
+            const pd = Math.round(R * f);
+            y.buffer.fill(0xff);
+            const a = argsFor(y);
+            a[13] = pd;
+            const c = new LaunchConfig({ grid: p.grid, block: p.block, sharedBytes: smem, cluster: p.cluster });
+            const ms = timeIt(() => k.launch(dev.stream, c, a as never));
+            const head = new Uint8Array(2 ** 24), tail = new Uint8Array(2 ** 24);
+            y.buffer.read(head);
+            y.buffer.read(tail, { offset: y.buffer.byteLength - 2 ** 24 });
+            const same = Buffer.compare(head, refHead) === 0 && Buffer.compare(tail, refTail) === 0;
+            const tag = `v${v}pd${pd}`;
+            line.push(`${tag} ${(100 * gbs(ms) / copyGBs).toFixed(1)}${same ? "" : "(DIFF)"}`);
+            rec[tag] = gbs(ms);
+            rec[`v${v}R`] = R;
+          }
+        }
       }
       // The staged experiment (rows too long for one block's registers): every (NVS, cluster, stages) that fits.
       if (process.env.KX_STAGED && (p.mapping === "cluster" || (p.mapping === "block" && d >= 16384))) {
@@ -394,7 +433,7 @@ for (const d of DS) {
         }
       }
       // The wide2 experiment: one CTA per row streaming the row U chunks per thread at a time.
-      if (d >= 16384) {
+      if (d >= 16384 && process.env.KX_WIDE2 !== "0") {
         for (const u of [2, 4]) {
           const name = `kx_${short.slice(3)}_wide2u${u}_${dtype}`;
           const k = mod.kernel(name, NORM_FWD_ARGS);
@@ -415,6 +454,39 @@ for (const d of DS) {
           }
         }
       }
+      // `wide` with an L2 prefetch of the row `pd` rows ahead (pd = the grid: the CTA's own next row), one 1024-thread
+      // CTA per SM: kx_ln_wide3u4 (the production LayerNorm `wide`), kx_rms_wide2u4 (RMSNorm's).
+      if (p.mapping === "wide" && process.env.KX_WIDE_PF) {
+        const k = mod.kernel(kind === "layer" ? `kx_ln_wide3u4_${dtype}` : `kx_rms_wide2u4_${dtype}`, NORM_FWD_ARGS);
+        const g = Math.min(rows, dev.info.multiprocessors);
+        for (const pd of [0, g >> 1, g, 2 * g]) {
+          const c = new LaunchConfig({ grid: [g], block: [1024], sharedBytes: 2 * 32 * 4 });
+          y.buffer.fill(0xff);
+          const a = argsFor(y);
+          a[11] = 1024, a[13] = pd;
+          const ms = timeIt(() => k.launch(dev.stream, c, a as never));
+          const err = maxRelDiff(y, ref, dtype);
+          line.push(`wpf${pd} ${(100 * gbs(ms) / copyGBs).toFixed(1)}${err > (dtype === "f32" ? 1e-5 : 1e-2) ? `(ERR ${err.toExponential(1)})` : ""}`);
+          rec[`wpf${pd}`] = gbs(ms);
+        }
+      }
+      // KX_GEOM=1, the block mapping: the production kernel (with the plan's prefetch) at every other thread count that
+      // gives a different nv (T = ceil(chunks / nv) rounded up to the warp, ≤ 512).
+      if (p.mapping === "block" && process.env.KX_GEOM) {
+        const chunks = Math.ceil(d / (16 / b));
+        const Ts = [...new Set([1, 2, 3, 4, 5, 6, 7, 8].map((nv) => Math.ceil(Math.ceil(chunks / nv) / 32) * 32))].filter((T) => T <= 512 && T !== p.tpr);
+        for (const T of Ts) {
+          const nv = Math.ceil(chunks / T);
+          if (nv > 8) continue;
+          const c = new LaunchConfig({ grid: p.grid, block: [T], sharedBytes: 2 * (T / 32) * 4 });
+          const a = argsFor(y);
+          a[11] = T, a[12] = nv;
+          y.buffer.fill(0xff);
+          const ms = timeIt(() => prod.launch(dev.stream, c, a as never));
+          line.push(`T${T}nv${nv} ${(100 * gbs(ms) / copyGBs).toFixed(1)}`);
+          rec[`T${T}nv${nv}`] = gbs(ms);
+        }
+      }
       // The rows mapping: the production kernel at other lane counts per row.
       if (p.mapping === "rows") {
         const chunks = Math.ceil(d / (16 / b));
@@ -427,6 +499,15 @@ for (const d of DS) {
           const ms = timeIt(() => prod.launch(dev.stream, c, a));
           line.push(`t${tpr} ${(100 * gbs(ms) / copyGBs).toFixed(1)}`);
           rec[`t${tpr}`] = gbs(ms);
+          if (!process.env.KX_VARIANTS || process.env.KX_VARIANTS.split(",").includes("6")) {
+            const k6 = mod.kernel(`kx_${short.slice(3)}_rows_${dtype}_v6`, NORM_FWD_ARGS);
+            const smem = v6Shared(0, kind, d, b);
+            const g = Math.min(Math.ceil(rows / (256 / tpr)), k6.occupancy(256, smem) * dev.info.multiprocessors);
+            y.buffer.fill(0xff);
+            const ms6 = timeIt(() => k6.launch(dev.stream, new LaunchConfig({ grid: [g], block: [256], sharedBytes: smem }), a));
+            line.push(`v6t${tpr}@${g} ${(100 * gbs(ms6) / copyGBs).toFixed(1)}`);
+            rec[`v6t${tpr}`] = gbs(ms6);
+          }
         }
       }
       console.log(line.join(" "));

@@ -13,7 +13,7 @@
  * - graph_host_us / graph_device_us: a captured graph of 100 calls replayed, host time of exec.launch()
  *   and device time of a replay, both divided by 100 (amortized per op).
  *
- * --cases FILE writes each case's launch (kernel, grid, block, shared, tpr, nv, dependent) for bench/latency_c,
+ * --cases FILE writes each case's launch (kernel, grid, block, shared, tpr, nv, prefetch, dependent) for bench/latency_c,
  * so that the C program makes exactly the same launches over the same fatbin.
  * --pdl off turns programmatic dependent launch off (setDependentLaunch; on by default on sm_90), to measure
  * what it gains: run once with each and compare.
@@ -161,7 +161,7 @@ for (const { kind, d, rows, op } of gridCases(dev)) {
   );
   if (!("plan" in p)) throw new Error(p.unsupported);
   const q = p.plan;
-  cases.push([kind, rows, d, q.kernel, q.grid[0], q.block[0], q.sharedBytes, q.cluster, q.tpr, q.nv, dependent ? 1 : 0].join(" "));
+  cases.push([kind, rows, d, q.kernel, q.grid[0], q.block[0], q.sharedBytes, q.cluster, q.tpr, q.nv, q.prefetch, dependent ? 1 : 0].join(" "));
 }
 
 const json = arg("--json");

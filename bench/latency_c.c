@@ -12,7 +12,7 @@
 //   (bash scripts/fatbin.sh first: it writes precompiled/norm.fatbin out of precompiled/norm_cuda.ts)
 //
 // cases.txt comes from `bench/latency.ts --cases`: one line per case,
-//   kind rows d kernel grid block shared cluster tpr nv dependent
+//   kind rows d kernel grid block shared cluster tpr nv prefetch dependent
 // (dependent = 1: programmatic dependent launch, cuLaunchKernelEx with
 // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, as normkit launches on sm_90 by default.)
 // libcuda.so.1 is dlopen()ed (builds without a driver); cuda.h is included for types only.
@@ -155,9 +155,9 @@ int main(int argc, char **argv) {
   if (!host || !sync || !ghost || !batch || !clk) return 1;
 
   char kind[16], kernel[128];
-  int rows, d, grid, block, shared, cluster, tpr, nv, dependent, first = 1;
-  while (fscanf(cases, "%15s %d %d %127s %d %d %d %d %d %d %d", kind, &rows, &d, kernel, &grid, &block, &shared,
-                &cluster, &tpr, &nv, &dependent) == 11) {
+  int rows, d, grid, block, shared, cluster, tpr, nv, prefetch, dependent, first = 1;
+  while (fscanf(cases, "%15s %d %d %127s %d %d %d %d %d %d %d %d", kind, &rows, &d, kernel, &grid, &block, &shared,
+                &cluster, &tpr, &nv, &prefetch, &dependent) == 12) {
     if (cluster != 1) { fprintf(stderr, "latency_c: %s needs a cluster launch, not implemented here\n", kernel); return 1; }
     CUfunction fn;
     CK(p_cuModuleGetFunction(&fn, mod, kernel));
@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
     // The argument block is prepared once, as normkit's Kernel does (NK_FWD_PARAMS).
     long long stride = d;
     float eps = layer ? 1e-5f : 1e-6f;
-    void *params[] = {&x, &y, &w, &b, &none, &none, &rows, &d, &stride, &stride, &eps, &tpr, &nv};
+    void *params[] = {&x, &y, &w, &b, &none, &none, &rows, &d, &stride, &stride, &eps, &tpr, &nv, &prefetch};
     CUlaunchAttribute attr;
     memset(&attr, 0, sizeof attr);
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;

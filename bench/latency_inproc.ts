@@ -42,7 +42,7 @@ const SHIM = {
   nk_shim_unload: { parameters: [], result: "i32" },
   nk_shim_error: { parameters: [], result: "i32" },
   nk_shim_prepare: {
-    parameters: ["buffer", "u32", "u32", "u32", "u64", "i32", "u64", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32"],
+    parameters: ["buffer", "u32", "u32", "u32", "u64", "i32", "u64", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32"],
     result: "i32",
   },
   nk_shim_batch: { parameters: ["i32"], result: "f64" },
@@ -72,7 +72,7 @@ function runPass(pass: number): Record<string, unknown>[] {
     const name = new TextEncoder().encode(q.kernel + "\0");
     const prepared = shim.symbols.nk_shim_prepare(
       name, q.grid[0], q.block[0], q.sharedBytes, stream.handle, dependent ? 1 : 0,
-      x.ptr, y.ptr, w.ptr, kind === "layer" ? b.ptr : 0n, rows, d, q.tpr, q.nv, kind === "layer" ? 1 : 0,
+      x.ptr, y.ptr, w.ptr, kind === "layer" ? b.ptr : 0n, rows, d, q.tpr, q.nv, q.prefetch, kind === "layer" ? 1 : 0,
     );
     if (prepared !== 0) throw new Error(`nk_shim_prepare(${q.kernel}) failed: CUresult ${prepared}`);
     const cBatch = (n: number): number => {

@@ -47,7 +47,7 @@ function variants(kind: "layer" | "rms", rows: number, d: number): { label: stri
         kernel: cl > 1 ? base.replace("_block_", "_cluster_") : base,
         mapping: cl > 1 ? "cluster" : "block",
         grid: [rows * cl, 1, 1], block: [t, 1, 1], sharedBytes: shared(t, cl), cluster: cl, tpr: t,
-        nv: Math.ceil(chunks / cl / t),
+        nv: Math.ceil(chunks / cl / t), prefetch: 0, // a few rows: nothing ahead to fetch
       };
       if (!out.some((o) => tag(o.plan) === tag(plan))) out.push({ label: tag(plan), plan });
     }
@@ -68,7 +68,7 @@ for (const kind of ["rms", "layer"] as const) {
         using y = dev.tensor(new Float32Array(rows * d).fill(Number.NaN), [rows, d], { dtype: DT });
         const k = normKernel(dev, plan.kernel, NORM_FWD_ARGS);
         const cfg = new LaunchConfig(plan);
-        const argv = [x, y, w, kind === "layer" ? b : null, null, null, rows, d, d, d, 1e-5, plan.tpr, plan.nv];
+        const argv = [x, y, w, kind === "layer" ? b : null, null, null, rows, d, d, d, 1e-5, plan.tpr, plan.nv, plan.prefetch];
         const op = (): void => k.launch(stream, cfg, argv as never);
         op();
         stream.synchronize();

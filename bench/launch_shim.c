@@ -41,10 +41,10 @@ static CUlaunchConfig cfg;
 static CUlaunchAttribute attr;
 static int dependent;
 static CUdeviceptr x, y, w, b, none;
-static int rows, d, tpr, nv;
+static int rows, d, tpr, nv, ahead;
 static long long stride;
 static float eps;
-static void *params[] = {&x, &y, &w, &b, &none, &none, &rows, &d, &stride, &stride, &eps, &tpr, &nv};
+static void *params[] = {&x, &y, &w, &b, &none, &none, &rows, &d, &stride, &stride, &eps, &tpr, &nv, &ahead};
 
 static int fail(CUresult r) {
   last_error = r;
@@ -74,13 +74,14 @@ int nk_shim_unload(void) {
 }
 
 // layer != 0: LayerNorm (eps 1e-5), else RMSNorm (eps 1e-6, no bias). dep != 0: programmatic dependent launch.
+// lanes, vec, prefetch: the plan's tpr, nv and prefetch (the kernel's last three arguments).
 int nk_shim_prepare(const char *kernel, unsigned grid, unsigned block, unsigned shared, unsigned long long stream,
                     int dep, unsigned long long xp, unsigned long long yp, unsigned long long wp,
-                    unsigned long long bp, int nrows, int dim, int lanes, int vec, int layer) {
+                    unsigned long long bp, int nrows, int dim, int lanes, int vec, int prefetch, int layer) {
   CUresult r = p_function(&fn, mod, kernel);
   if (r != CUDA_SUCCESS) return fail(r);
   x = xp, y = yp, w = wp, b = bp, none = 0;
-  rows = nrows, d = dim, stride = dim, tpr = lanes, nv = vec, eps = layer ? 1e-5f : 1e-6f;
+  rows = nrows, d = dim, stride = dim, tpr = lanes, nv = vec, ahead = prefetch, eps = layer ? 1e-5f : 1e-6f;
   dependent = dep;
   memset(&attr, 0, sizeof attr);
   attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;

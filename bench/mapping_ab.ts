@@ -54,7 +54,7 @@ for (const d of DS) {
         // A cluster plan made for fewer rows gets the grid the plan gives all n rows (a cluster per row).
         if (p.cluster > 1) p = { ...p, grid: [Math.min(n, Math.floor(info.maxGridDim[0] / p.cluster)) * p.cluster, 1, 1] };
         const k = normKernel(dev, p.kernel, NORM_FWD_ARGS), cfg = new LaunchConfig(p);
-        const argv = [x, y, w, kind === "layer" ? bias : null, null, null, n, d, d, d, 1e-5, p.tpr, p.nv];
+        const argv = [x, y, w, kind === "layer" ? bias : null, null, null, n, d, d, d, 1e-5, p.tpr, p.nv, p.prefetch];
         const ms = timer.time(() => k.launch(dev.stream, cfg, argv));
         const gbs = (2 * n * d * b + d * b * (kind === "layer" ? 2 : 1)) / (ms * 1e6);
         return { mapping: `${p.mapping}${p.cluster > 1 ? `x${p.cluster}` : ""}/${p.tpr}`, pct: (100 * gbs) / copyGBs };

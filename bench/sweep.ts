@@ -38,7 +38,7 @@ for (const [dtype, d, cands] of cases) {
       const name = `nk_${kind === "layer" ? "ln" : "rms"}_${c.mapping}_${dtype}_${dtype}_${dtype}`;
       const k = normKernel(dev, name, NORM_FWD_ARGS);
       const cfg = new LaunchConfig({ grid: [grid], block: [block], sharedBytes: shared, cluster: cl });
-      const run = () => k.launch(dev.stream, cfg, [x, y, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, c.tpr, nv]);
+      const run = () => k.launch(dev.stream, cfg, [x, y, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, c.tpr, nv, 0]); // prefetch 0: the mappings as they were swept
       for (let i = 0; i < 3; i++) run();
       using e0 = dev.createEvent(), e1 = dev.createEvent();
       const ts: number[] = [];

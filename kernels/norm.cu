@@ -48,8 +48,8 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   X(bf16, bf16, bf16)
 
 // One kernel: kind (ln|rms), LN flag, mapping (rows|block|cluster|wide|latency), launch bounds, dtypes.
-// rows: 256 threads, registers capped at 85 (3 blocks per SM); block/cluster: up to 512 threads (128
-// registers); wide: up to 1024; latency: up to 512 threads, one block per SM (x, weight and bias for 4
+// rows: 256 threads, registers capped at 64 (4 blocks per SM); block/cluster: up to 512 threads, at
+// least 2 blocks of them per SM (64 registers); wide: up to 1024; latency: up to 512 threads, one block per SM (x, weight and bias for 4
 // chunks in registers). The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
 // The register-caching mappings pick their FULL (mask-free, vector-only) path once per launch.
 #define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw)                                              \

@@ -426,10 +426,12 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
 #undef NK_NVAL
 }
 
+// prefetch: rows ahead to ask L2 for (`rows` and `block`; 0: none; the other mappings ignore it), see
+// nk_prefetch_ahead.
 #define NK_FWD_PARAMS                                                                              \
   const void *x, void *y, const void *weight, const void *bias, float *mean, float *rstd, int rows, \
-      int d, long long x_stride, long long y_stride, float eps, int tpr, int nv
-#define NK_FWD_ARGS x, y, weight, bias, mean, rstd, rows, d, x_stride, y_stride, eps, tpr, nv
+      int d, long long x_stride, long long y_stride, float eps, int tpr, int nv, int prefetch
+#define NK_FWD_ARGS x, y, weight, bias, mean, rstd, rows, d, x_stride, y_stride, eps, tpr, nv, prefetch
 
 // Whether every row qualifies for the FULL path of nk_row_cached: d a multiple of the chunk, x/y/w/b
 // and every row start aligned to the chunk's bytes (16, or 8 for the 8-byte chunks of f32 -> 16-bit y).
@@ -447,6 +449,22 @@ NK_INLINE bool nk_fwd_full(const void* x, const void* y, const void* weight, con
   typename TO::S* Y = (typename TO::S*)y;                      \
   const typename TW::S* Wt = (const typename TW::S*)weight;    \
   const typename TW::S* Bs = LN ? (const typename TW::S*)bias : nullptr
+
+// L2 prefetch ahead (`rows` and `block`, sm_90; elsewhere nk_prefetch_l2 is a no-op): the first thread of a
+// row (or of a CTA's group of back-to-back rows) asks L2 for the rows `prefetch` rows further on, which a CTA
+// that has not started yet will load. That CTA's loads then wait on L2 instead of HBM, and the bytes in flight
+// to HBM no longer depend on how many x chunks the resident warps hold in registers (bulk prefetch: no
+// registers, nothing to wait for). The plan sets the distance (ops/plan.ts, prefetchRows): about 2 MiB of x
+// ahead. H200 (bench/kexp.cu v7/v9, bench/RESULTS.md): +1.5 to +2.5 points of copy bandwidth from D = 512 to
+// 16384, flat from 1/32 to 1/4 of the rows resident at once, lost from 1/2 on (the lines are evicted before
+// their loads come); rows of 256 bytes lost 3 to 6 points (L2 already the bottleneck there), so the plan
+// asks for none there. Fetches rows row..row+n-1, clipped to the launch: n > 1 only for back-to-back rows
+// (x_stride == d), which are one bulk prefetch. (Kept branch-free: a test of x_stride in here made ptxas
+// spill 188 bytes in the `block` RMSNorm kernels that group their weight loads.)
+template <class TI>
+NK_INLINE void nk_prefetch_ahead(const typename TI::S* X, long long row, int n, int rows, int d, long long x_stride) {
+  if (row < rows) nk_prefetch_l2(X + row * x_stride, (long long)d * TI::SIZE * (rows - row < n ? rows - row : n));
+}
 
 // ---------------------------------------------------------------- mapping `rows`
 // blockDim.x = 256 (any multiple of the warp size <= 256 works); tpr threads per row (power of two,
@@ -466,10 +484,14 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
   const long long rpb = (long long)(nk_block_dim_x() / (unsigned)tpr);
   const int nchunks = (d - 1) / VEC + 1;
   nk_red_lanes red{tpr};
+  const bool contiguous = x_stride == d;
   for (long long rb = (long long)nk_block_x() * rpb; rb < rows; rb += (long long)nk_grid_dim_x() * rpb) {
     const long long row = rb + sub;
     const bool active = row < rows;
     const bool writer = active && t == 0;
+    // Back-to-back rows: the CTA's whole group in one prefetch (thread 0); strided: each row's first lane.
+    if (prefetch > 0 && (contiguous ? tid == 0 : t == 0))
+      nk_prefetch_ahead<TI>(X, (contiguous ? rb : row) + prefetch, contiguous ? (int)rpb : 1, rows, d, x_stride);
     const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
     nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL, nk_red_lanes, nk_param_group<TI, TW, LN, FULL>::G>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, active ? nchunks : 0, nv, (float)d, eps, k, red,
@@ -493,6 +515,7 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   const int nchunks = (d - 1) / VEC + 1;
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
     nk_row_cached<TI, TO, TW, LN, MAXV, FULL, nk_red_block, EARLY ? 1 : nk_param_group<TI, TW, LN, FULL>::G, EARLY>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, k, red,
@@ -530,6 +553,7 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
     nk_trap();
   if (d <= 0) return;
   NK_FWD_TYPED_PTRS;
+  (void)prefetch;  // no gain measured on clusters (bench/kexp.cu v7)
   const int t = (int)nk_thread_x();
   const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
   nk_red_cluster red{nwarps, 0u, csize};
@@ -550,7 +574,7 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
   nk_cluster_sync();
 #else
   (void)x, (void)y, (void)weight, (void)bias, (void)mean, (void)rstd, (void)rows, (void)d;
-  (void)x_stride, (void)y_stride, (void)eps, (void)tpr, (void)nv;
+  (void)x_stride, (void)y_stride, (void)eps, (void)tpr, (void)nv, (void)prefetch;
   nk_trap();
 #endif
 }
@@ -614,7 +638,7 @@ template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_NOINLINE void nk_fwd_wide(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE, U = FULL && TW::SIZE == TI::SIZE ? NK_WIDE_STEP : NK_WIDE_STEP / 2;
   constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
-  (void)nv;
+  (void)nv, (void)prefetch;
   nk_check_wave();
   if ((unsigned)tpr != nk_block_dim_x()) nk_trap();
   if (d <= 0) return;

@@ -16,7 +16,7 @@ import type { BwdLimits } from "./plan_bwd.ts";
 export const NORM_FWD_ARGS: readonly ArgType[] = [
   "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", // x, y, weight, bias, mean, rstd
   "i32", "i32", "i64", "i64", "f32", //         rows, d, x_stride, y_stride, eps
-  "i32", "i32", //                              tpr, nv (from the plan)
+  "i32", "i32", "i32", //                       tpr, nv, prefetch (from the plan)
 ];
 
 let fatbin: Uint8Array | undefined;

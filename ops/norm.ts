@@ -9,7 +9,7 @@ import type { LaunchConfig, Kernel } from "../runtime/module.ts";
 import { releaseCount } from "../runtime/resource.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
-import type { NormKind } from "./plan.ts";
+import type { LaunchPlan, NormKind } from "./plan.ts";
 import { lookupNormPlan } from "./plan_cache.ts";
 import { checkEps, checkInput, checkOut, checkOutDtype, checkParam, checkStream } from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
@@ -81,8 +81,7 @@ class ValidatedCall {
     readonly stream: Stream,
     readonly kernel: Kernel,
     readonly config: LaunchConfig,
-    readonly tpr: number,
-    readonly nv: number,
+    readonly geometry: KernelGeometry,
     /** releaseCount() when every object above was last seen open. */
     public openAt: number,
   ) {}
@@ -91,10 +90,13 @@ class ValidatedCall {
 let lastRms: ValidatedCall | undefined;
 let lastLayer: ValidatedCall | undefined;
 
+/** The plan's values the kernel takes as arguments (tpr, nv, prefetch: LaunchPlan). */
+type KernelGeometry = Pick<LaunchPlan, "tpr" | "nv" | "prefetch">;
+
 /** Writes the forward kernel's arguments (NORM_FWD_ARGS) into its prepared block: all validated by runNorm. */
 function writeNormArgs(
   k: Kernel, x: Tensor, y: Tensor, w: Tensor | undefined, b: Tensor | undefined, mean: Tensor | undefined,
-  rstd: Tensor | undefined, eps: number, tpr: number, nv: number,
+  rstd: Tensor | undefined, eps: number, g: KernelGeometry,
 ): void {
   k.setPtr(0, x.ptr);
   k.setPtr(1, y.ptr);
@@ -107,8 +109,9 @@ function writeNormArgs(
   k.setI64(8, x.rowStride);
   k.setI64(9, y.rowStride);
   k.setF32(10, eps);
-  k.setI32(11, tpr);
-  k.setI32(12, nv);
+  k.setI32(11, g.tpr);
+  k.setI32(12, g.nv);
+  k.setI32(13, g.prefetch);
 }
 
 /** Launches `c` again when `x`, `opts` and `eps` are exactly its call and everything is still open; else false. */
@@ -133,7 +136,7 @@ function repeatCall(c: ValidatedCall | undefined, x: Tensor, opts: LayerNormOpti
     c.openAt = released;
   }
   if (k.writer !== c) {
-    writeNormArgs(k, x, c.out, c.weight, c.bias, undefined, undefined, eps, c.tpr, c.nv);
+    writeNormArgs(k, x, c.out, c.weight, c.bias, undefined, undefined, eps, c.geometry);
     k.writer = c;
   }
   k.launchWritten(c.stream, c.config);
@@ -187,15 +190,15 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
     }
     if (x.rows > 0) {
       if (plan) {
-        const k = plan.kernel(device), config = plan.config, { tpr, nv } = plan.plan;
+        const k = plan.kernel(device), config = plan.config, geometry = plan.plan;
         k.checkLaunch(stream, config);
         k.writer = null; // the block no longer holds an earlier repeatable call's values, even if the launch fails
-        writeNormArgs(k, x, y, weight, bias, mean, rstd, eps, tpr, nv);
+        writeNormArgs(k, x, y, weight, bias, mean, rstd, eps, geometry);
         k.launchWritten(stream, config);
         if (outGiven && !opts.stats && !checking) {
           // Remembered for repeatCall(): the very same call next time skips the checks above.
           const c = new ValidatedCall(
-            x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, tpr, nv, releaseCount(),
+            x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, geometry, releaseCount(),
           );
           k.writer = c;
           if (kind === "rms") lastRms = c;

@@ -11,7 +11,7 @@
  * rows (decoding: latency, not bandwidth) take the `latency` mapping first: one row per block, few chunks per
  * thread, weight/bias loaded with x.
  */
-import type { DType } from "../runtime/dtype.ts";
+import { type DType, dtypeBytes } from "../runtime/dtype.ts";
 
 export type NormKind = "layer" | "rms";
 export type Mapping = "rows" | "block" | "cluster" | "wide" | "latency";
@@ -49,6 +49,8 @@ export interface LaunchPlan {
   tpr: number;
   /** 16-byte chunks per thread: the kernel's `nv`. */
   nv: number;
+  /** Rows ahead whose x the kernel asks L2 for (the kernel's `prefetch`; 0: none). See prefetchRows. */
+  prefetch: number;
 }
 
 /** A plan, or why there is none (a sentence naming the unsupported part). */
@@ -101,6 +103,25 @@ export const WIDE_MAX_ROW_BYTES = 128 * 1024;
  */
 const LN_WIDE_MIN_ROWS_PER_SM = 1;
 const CLUSTER_CTA = 256;
+/** How far ahead of the rows being loaded the `rows` and `block` mappings ask L2 for x, in bytes of x. */
+export const PREFETCH_AHEAD_BYTES = 2 * 1024 * 1024;
+/** Rows shorter than this (bytes of x) get no prefetch. */
+export const PREFETCH_MIN_ROW_BYTES = 512;
+
+/**
+ * Rows ahead for the kernel's L2 prefetch (nk_prefetch_ahead in kernels/norm_fwd.cuh): about
+ * PREFETCH_AHEAD_BYTES of x, on Hopper and later (the bulk prefetch is sm_90), for the `rows` and `block`
+ * mappings; 0 elsewhere. H200, bench/kexp.cu v7/v9 against the same kernel without it (2026-11-30, Deno,
+ * bench/RESULTS.md): every LN and RMS case from D = 512 to 16384 gained 1 to 2.5 points of copy bandwidth
+ * (e.g. LN f32 D=4096 94.7 → 97.1, RMS bf16 D=8192 96.1 → 98.5), on a plateau from 1/32 to 1/4 of the rows
+ * resident at once (0.5–4 MB ahead); from 1/2 (8 MB) on they lost up to 25 points. Rows of 256 bytes
+ * (16-bit D = 128) lost 1 to 6 points and get none; the cluster mapping gained nothing (`wide` re-reads x
+ * from L2 already). `latency` launches are a few rows: nothing ahead to fetch.
+ */
+export function prefetchRows(mapping: Mapping, rowBytes: number, ccMajor: number): number {
+  if (ccMajor < 9 || (mapping !== "rows" && mapping !== "block") || rowBytes < PREFETCH_MIN_ROW_BYTES) return 0;
+  return Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes);
+}
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
@@ -127,6 +148,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       cluster,
       tpr,
       nv,
+      prefetch: prefetchRows(mapping, p.d * dtypeBytes(tin), limits.ccMajor),
     },
   });
 

@@ -112,7 +112,7 @@ for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx
       assert.deepEqual([gx, gy, gz, bx, by, bz, shared].map(Number), [...p.grid, ...p.block, p.sharedBytes]);
       assert.equal(p.block[0] % wave, 0, "whole waves");
       // Each parameter slot as the launcher filled it (8 bytes, little-endian), read back per argument type.
-      const want = [...args, p.tpr, p.nv];
+      const want = [...args, p.tpr, p.nv, p.prefetch];
       params.forEach((hex, j) => {
         const v = BigInt(`0x${hex}`), t = NORM_FWD_ARGS[j];
         const got = t === "f32"

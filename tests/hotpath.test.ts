@@ -97,14 +97,14 @@ test("CPU backend: norms work without touching the plan cache", () => {
 
 // ---- the GPU path over a fake CUDA driver (bench/hotpath_cpu.ts): no GPU needed ------------------------
 
-/** The 13 forward-kernel arguments (NORM_FWD_ARGS) read back from a parameter array (at launch time). */
+/** The 14 forward-kernel arguments (NORM_FWD_ARGS) read back from a parameter array (at launch time). */
 function readArgs(params: bigint): (bigint | number)[] {
-  const slots = new BigUint64Array(ffi!.viewMemory(params, 13 * 8).slice(0));
+  const slots = new BigUint64Array(ffi!.viewMemory(params, 14 * 8).slice(0));
   const at = (i: number) => new DataView(ffi!.viewMemory(slots[i], 8).slice(0));
   const out: (bigint | number)[] = [];
   for (let i = 0; i < 6; i++) out.push(at(i).getBigUint64(0, true));
   out.push(at(6).getInt32(0, true), at(7).getInt32(0, true), Number(at(8).getBigInt64(0, true)), Number(at(9).getBigInt64(0, true)));
-  out.push(at(10).getFloat32(0, true), at(11).getInt32(0, true), at(12).getInt32(0, true));
+  out.push(at(10).getFloat32(0, true), at(11).getInt32(0, true), at(12).getInt32(0, true), at(13).getInt32(0, true));
   return out;
 }
 
@@ -155,7 +155,7 @@ test("fake CUDA: a repeated call launches with exactly the arguments of a valida
     const planned = cachedNormPlan(dev.cache, { kind: "layer", rows: m.rows, d: m.d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, () => assert.fail("cached"));
     assert.ok(planned instanceof PlannedLaunch);
     const k = planned.kernel(dev);
-    k.launch(m.s, planned.config, [m.y, m.x, null, null, null, null, 1, 2, 3, 4, 0.5, 1, 1]);
+    k.launch(m.s, planned.config, [m.y, m.x, null, null, null, null, 1, 2, 3, 4, 0.5, 1, 1, 0]);
     assert.deepEqual(args(10).slice(0, 11), [m.y.ptr, m.x.ptr, 0n, 0n, 0n, 0n, 1, 2, 3, 4, 0.5]);
     layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s, eps: 1e-3 });
     assert.deepEqual(args(11), args(5));

@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
-  WIDE_MAX_ROW_BYTES,
+  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
@@ -94,6 +94,11 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
           assert.ok(b % limits.warpSize === 0 && b <= limits.maxThreadsPerBlock, `block ${where}`);
           if (p.mapping !== "wide") assert.ok(b <= 512, `block/cluster CTAs have ≤ 512 threads (launch bound): ${where}`);
           assert.ok(g >= 1 && g <= limits.maxGridX && g % p.cluster === 0, `grid ${where}`);
+          // The L2 prefetch: rows and block on Hopper, rows of ≥ 512 bytes, about 2 MiB of x ahead; else none.
+          const rowBytes = d * (dtype === "f32" ? 4 : 2);
+          const prefetching = limits.ccMajor >= 9 && (p.mapping === "rows" || p.mapping === "block") && rowBytes >= 512;
+          assert.equal(p.prefetch, prefetching ? Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes) : 0, `prefetch ${where}`);
+          assert.ok(p.prefetch * rowBytes < PREFETCH_AHEAD_BYTES + rowBytes && Number.isInteger(p.prefetch), where);
           if (p.mapping === "rows") {
             assert.ok(p.tpr >= 1 && p.tpr <= 32 && (p.tpr & (p.tpr - 1)) === 0 && p.nv <= MAXV_ROWS, where);
             assert.ok(p.tpr * p.nv >= chunks, `covers the row: ${where}`);
@@ -126,6 +131,24 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
       }
     }
   }
+});
+
+test("L2 prefetch distance: 2 MiB of x ahead for rows and block on sm_90+, none for 256-byte rows, clusters, wide, latency", () => {
+  // The measured cases (bench/RESULTS.md): the rows ahead the H200 grid launches with.
+  assert.equal(plan(128, "f32", 1_048_576).prefetch, 4096, "f32 D=128: 512-byte rows");
+  assert.equal(plan(128, "bf16", 2_097_152).prefetch, 0, "bf16 D=128: 256-byte rows lost with it");
+  assert.equal(plan(768, "bf16", 349_526).prefetch, 1366);
+  assert.equal(plan(4096, "bf16", 65_536).prefetch, 256);
+  assert.equal(plan(16384, "f32", 8192).prefetch, 32);
+  assert.equal(plan(4096, "bf16", 65_536, A100).prefetch, 0, "no bulk prefetch before sm_90");
+  assert.equal(plan(65536, "f32", 2048, H200, "rms").mapping, "cluster");
+  assert.equal(plan(65536, "f32", 2048, H200, "rms").prefetch, 0, "clusters: no gain measured");
+  assert.equal(plan(32768, "f32", 4096).prefetch, 0, "wide re-reads x from L2");
+  assert.equal(plan(4096, "bf16", 8).prefetch, 0, "latency: a few rows");
+  assert.equal(prefetchRows("block", PREFETCH_MIN_ROW_BYTES - 2, 9), 0);
+  assert.equal(prefetchRows("block", PREFETCH_MIN_ROW_BYTES, 9), PREFETCH_AHEAD_BYTES / PREFETCH_MIN_ROW_BYTES);
+  assert.equal(prefetchRows("rows", 3 * 1024 * 1024, 9), 1, "a row longer than the distance: the next one");
+  assert.equal(prefetchRows("rows", 4096, 12), 512, "later architectures too (their fatbin code is PTX: the hint is dropped)");
 });
 
 test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the device's limit", () => {

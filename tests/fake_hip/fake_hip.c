@@ -120,7 +120,7 @@ int hipModuleLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsign
                           unsigned shared, void* stream, void** params, void** extra) {
   (void)stream; (void)extra;
   const char* name = (const char*)f;
-  const int n = strncmp(name, "nk_", 3) == 0 ? 13 : 4;  /* NORM_FWD_ARGS / the scale kernel's */
+  const int n = strncmp(name, "nk_", 3) == 0 ? 14 : 4;  /* NORM_FWD_ARGS / the scale kernel's */
   char line[1024];
   int at = snprintf(line, sizeof line, "launch %s %u %u %u %u %u %u %u", name, gx, gy, gz, bx, by, bz, shared);
   for (int i = 0; i < n; i++) {

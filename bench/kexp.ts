@@ -487,6 +487,17 @@ for (const d of DS) {
           rec[`T${T}nv${nv}`] = gbs(ms);
         }
       }
+      // KX_GRIDDIV=1, rows and block mappings: the production kernel (the plan's geometry and prefetch) on a grid k times
+      // smaller, each CTA looping over k row groups: what the prologue per CTA costs.
+      if ((p.mapping === "rows" || p.mapping === "block") && process.env.KX_GRIDDIV) {
+        for (const k of [2, 4, 8, 32]) {
+          const c = new LaunchConfig({ grid: [Math.ceil(p.grid[0] / k)], block: p.block, sharedBytes: p.sharedBytes });
+          y.buffer.fill(0xff);
+          const ms = timeIt(() => prod.launch(dev.stream, c, argsFor(y) as never));
+          line.push(`g/${k} ${(100 * gbs(ms) / copyGBs).toFixed(1)}`);
+          rec[`grid/${k}`] = gbs(ms);
+        }
+      }
       // The rows mapping: the production kernel at other lane counts per row.
       if (p.mapping === "rows") {
         const chunks = Math.ceil(d / (16 / b));

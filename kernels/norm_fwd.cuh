@@ -255,13 +255,16 @@ NK_INLINE void nk_row_opaque(nk_v4 (&raw)[MAXV]) {
     for (int k = 0; k < 4; ++k) nk_opaque(raw[i].w[k]);
 }
 
-// Weight chunks per group (G of nk_row_cached) in the rows and block mappings: 4 for RMSNorm on the vector
-// path where a weight chunk is one 16-byte load (TW as wide as TI), else 1. On the H200 (bench/kexp.cu,
-// bench/RESULTS.md) grouping cut RMSNorm's small-batch time (graph replay, bf16, 1-64 rows) from 2.4-3.6 to
-// 1.9-2.3 us per op and cost no bandwidth (+0.3 to +0.8 points). LayerNorm keeps 1: with weight and bias
-// for two chunks at a time its 64-register kernels, which hold the masked path too, spilled up to 92 bytes
-// and lost 3 to 7 points of copy bandwidth (LN bf16 D=5120 93.3 -> 86.3%). The cluster mapping, for rows too
-// long for latency to matter, keeps 1 (grouped, its 16-bit kernels spilled up to 92 bytes).
+// Weight chunks per group (G of nk_row_cached) in the block mapping: 4 for RMSNorm on the vector path where a
+// weight chunk is one 16-byte load (TW as wide as TI), else 1. On the H200 (bench/kexp.cu, bench/RESULTS.md)
+// grouping cut RMSNorm's small-batch time (graph replay, bf16, 1-64 rows) from 2.4-3.6 to 1.9-2.3 us per op and
+// gains 0.3 to 0.7 points of copy bandwidth in `block`. The rows mapping keeps 1: small batches take the
+// `latency` mapping now, and in `rows` the groups cost RMSNorm 16-bit D = 128 and 512 2.5 points (kexp v0 98.4 /
+// 98.3 against 95.9 / 95.7), and with the L2 prefetch every RMS `rows` case 1-2.6 points. LayerNorm keeps 1:
+// with weight and bias for two chunks at a time its 64-register kernels, which hold the masked path too,
+// spilled up to 92 bytes and lost 3 to 7 points of copy bandwidth (LN bf16 D=5120 93.3 -> 86.3%). The cluster
+// mapping, for rows too long for latency to matter, keeps 1 (grouped, its 16-bit kernels spilled up to 92
+// bytes).
 template <class TI, class TW, bool LN, bool FULL>
 struct nk_param_group {
   enum { G = FULL && !LN && TW::SIZE == TI::SIZE ? 4 : 1 };
@@ -321,9 +324,9 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
       if (FULL) {
-        float si = 0.0f;
+        float si = nk_get<TI>(raw[i].w, 0) - k;  // not 0 + ...: the compiler cannot fold 0.0f + v (-0.0)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) si += nk_get<TI>(raw[i].w, e) - k;
+        for (int e = 1; e < VEC; ++e) si += nk_get<TI>(raw[i].w, e) - k;
         s += nvalid ? si : 0.0f;
       } else {
 #pragma unroll
@@ -337,9 +340,10 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
       if (FULL) {
-        float qi = 0.0f;
+        const float c0 = (nk_get<TI>(raw[i].w, 0) - k) - dm;
+        float qi = c0 * c0;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
+        for (int e = 1; e < VEC; ++e) {
           const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
           qi += c * c;
         }
@@ -475,13 +479,16 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
   if (tpr < 1 || tpr > 32 || (tpr & (tpr - 1)) || nv < 1 || nv > NK_MAXV_ROWS ||
-      (long long)nv * tpr * VEC < d || nk_block_dim_x() % (unsigned)tpr)
+      (long long)nv * tpr * VEC < d || (nk_block_dim_x() & (unsigned)(tpr - 1)))
     nk_trap();
   if (d <= 0) return;
   NK_FWD_TYPED_PTRS;
+  // tpr is a power of two: shifts and masks, not the integer divisions (about 50 instructions per warp, which
+  // with a row group per warp and CTA was a few percent of the work: ncu, LN bf16 D=768).
+  const int lg = nk_log2_pow2(tpr);
   const int tid = (int)nk_thread_x();
-  const int sub = tid / tpr, t = tid - sub * tpr;
-  const long long rpb = (long long)(nk_block_dim_x() / (unsigned)tpr);
+  const int sub = tid >> lg, t = tid & (tpr - 1);
+  const long long rpb = (long long)(nk_block_dim_x() >> lg);
   const int nchunks = (d - 1) / VEC + 1;
   nk_red_lanes red{tpr};
   const bool contiguous = x_stride == d;
@@ -493,7 +500,7 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
     if (prefetch > 0 && (contiguous ? tid == 0 : t == 0))
       nk_prefetch_ahead<TI>(X, (contiguous ? rb : row) + prefetch, contiguous ? (int)rpb : 1, rows, d, x_stride);
     const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL, nk_red_lanes, nk_param_group<TI, TW, LN, FULL>::G>(
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL, nk_red_lanes, 1>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, active ? nchunks : 0, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }

@@ -48,6 +48,7 @@ NK_INLINE unsigned nk_grid_dim_x() {
 NK_INLINE unsigned nk_lane() {
   return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
 }
+NK_INLINE int nk_log2_pow2(int v) { return __builtin_ctz((unsigned)v); }  // v a power of two
 NK_INLINE void nk_check_wave() {
   if (__builtin_amdgcn_wavefrontsize() != NK_WARP_SIZE) __builtin_trap();
 }
@@ -97,6 +98,7 @@ NK_INLINE unsigned nk_block_x() { return blockIdx.x; }
 NK_INLINE unsigned nk_block_dim_x() { return blockDim.x; }
 NK_INLINE unsigned nk_grid_dim_x() { return gridDim.x; }
 NK_INLINE unsigned nk_lane() { return threadIdx.x & 31u; }
+NK_INLINE int nk_log2_pow2(int v) { return __ffs(v) - 1; }  // v a power of two
 NK_INLINE void nk_check_wave() {}
 NK_INLINE void nk_barrier() { __syncthreads(); }
 NK_INLINE float nk_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask, 32); }

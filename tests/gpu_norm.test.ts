@@ -13,8 +13,9 @@
  */
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
-import { planLimits } from "../ops/kernels.ts";
-import { type Mapping, planNorm } from "../ops/plan.ts";
+import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
+import { type LaunchPlan, type Mapping, planNorm } from "../ops/plan.ts";
+import { LaunchConfig } from "../runtime/module.ts";
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
 import { gpuTest, randoms, roundedTo } from "./helpers.ts";
 
@@ -222,4 +223,42 @@ gpuTest("in place (out: x) for every mapping", () => {
     }
   }
   assert.deepEqual([...reached].sort(), allMappings(dev), "every mapping ran in place");
+});
+
+gpuTest("L2 prefetch ahead (rows, block; back-to-back and strided rows): within tolerance of float64, and bitwise equal to the launch without it", () => {
+  using dev = Device.open({ backend: "cuda" });
+  const hopper = planLimits(dev).ccMajor >= 9;
+  // Enough rows that rows ahead are fetched (the plan asks for about 2 MiB of x ahead), the last CTA short of rows.
+  const cases: (Case & { mapping: Mapping })[] = [
+    { kind: "layer", rows: 2050, d: 1024, tin: "f32", tout: "f32", tw: "f32", mapping: "rows" }, // a CTA's rows in one prefetch
+    { kind: "layer", rows: 2050, d: 1024, tin: "f32", tout: "bf16", tw: "f32", pad: 4, mapping: "rows" }, // strided: one per row
+    { kind: "rms", rows: 4099, d: 512, tin: "bf16", tout: "bf16", tw: "bf16", mapping: "rows" },
+    { kind: "layer", rows: 700, d: 4096, tin: "bf16", tout: "f32", tw: "f32", mapping: "block" },
+    { kind: "rms", rows: 700, d: 4100, tin: "f16", tout: "f16", tw: "f16", pad: 8, mapping: "block" }, // masked path
+  ];
+  for (const c of cases) {
+    const r = planNorm({ kind: c.kind, rows: c.rows, d: c.d, inputDtype: c.tin, outputDtype: c.tout, paramDtype: c.tw }, planLimits(dev));
+    assert.ok("plan" in r);
+    const p: LaunchPlan = r.plan;
+    assert.equal(p.mapping, c.mapping, JSON.stringify(c));
+    if (hopper) assert.ok(p.prefetch > 0 && p.prefetch < c.rows, `prefetch ${p.prefetch} rows ahead: ${JSON.stringify(c)}`);
+    assert.ok(runCase(dev, c) <= 1);
+    // The same launch with prefetch 0, into a second output: the prefetch is a hint, the bytes are the same.
+    const xStride = c.d + (c.pad ?? 0), eps = c.kind === "layer" ? 1e-5 : 1e-6;
+    using x = dev.tensor(randoms(c.rows * c.d, c.d, -3, 3), [c.rows, c.d], { dtype: c.tin, rowStride: xStride });
+    using w = dev.tensor(randoms(c.d, 5, 0.5, 1.5), [c.d], { dtype: c.tw });
+    using b = dev.tensor(randoms(c.d, 6, -1, 1), [c.d], { dtype: c.tw });
+    using y1 = dev.empty([c.rows, c.d], { dtype: c.tout }), y0 = dev.empty([c.rows, c.d], { dtype: c.tout });
+    y1.buffer.fill(0xff);
+    y0.buffer.fill(0xff);
+    if (c.kind === "layer") layerNorm(x, { weight: w, bias: b, eps, out: y1 });
+    else rmsNorm(x, { weight: w, eps, out: y1 });
+    const k = normKernel(dev, p.kernel, NORM_FWD_ARGS);
+    k.launch(dev.stream, new LaunchConfig(p), [x, y0, w, c.kind === "layer" ? b : null, null, null, c.rows, c.d, xStride, c.d, eps, p.tpr, p.nv, 0]);
+    dev.stream.synchronize();
+    const a1 = new Uint8Array(y1.buffer.byteLength), a0 = new Uint8Array(y0.buffer.byteLength);
+    y1.buffer.read(a1);
+    y0.buffer.read(a0);
+    assert.deepEqual(a1, a0, `prefetch ${p.prefetch} vs 0: ${JSON.stringify(c)}`);
+  }
 });

@@ -454,15 +454,15 @@ NK_INLINE bool nk_fwd_full(const void* x, const void* y, const void* weight, con
   const typename TW::S* Wt = (const typename TW::S*)weight;    \
   const typename TW::S* Bs = LN ? (const typename TW::S*)bias : nullptr
 
-// L2 prefetch ahead (`rows` and `block`, sm_90; elsewhere nk_prefetch_l2 is a no-op): the first thread of a
+// L2 prefetch ahead (`rows` and `block`; sm_90 code, elsewhere nk_prefetch_l2 is a no-op): the first thread of a
 // row (or of a CTA's group of back-to-back rows) asks L2 for the rows `prefetch` rows further on, which a CTA
 // that has not started yet will load. That CTA's loads then wait on L2 instead of HBM, and the bytes in flight
 // to HBM no longer depend on how many x chunks the resident warps hold in registers (bulk prefetch: no
 // registers, nothing to wait for). The plan sets the distance (ops/plan.ts, prefetchRows): about 2 MiB of x
-// ahead. H200 (bench/kexp.cu v7/v9, bench/RESULTS.md): +1.5 to +2.5 points of copy bandwidth from D = 512 to
-// 16384, flat from 1/32 to 1/4 of the rows resident at once, lost from 1/2 on (the lines are evicted before
-// their loads come); rows of 256 bytes lost 3 to 6 points (L2 already the bottleneck there), so the plan
-// asks for none there. Fetches rows row..row+n-1, clipped to the launch: n > 1 only for back-to-back rows
+// ahead. H200 (bench/kexp.cu v7/v9, bench/RESULTS.md): +1 to +4.7 points of copy bandwidth from D = 512 to
+// 16384, flat from 1/32 to 1/4 of the rows resident at once, up to 30 points lost from 1/2 on (the lines are
+// evicted before their loads come); rows of 256 bytes lost 1 to 6 points (L2 already the bottleneck there), so
+// the plan asks for none there. Fetches rows row..row+n-1, clipped to the launch: n > 1 only for back-to-back rows
 // (x_stride == d), which are one bulk prefetch. (Kept branch-free: a test of x_stride in here made ptxas
 // spill 188 bytes in the `block` RMSNorm kernels that group their weight loads.)
 template <class TI>

@@ -110,16 +110,18 @@ export const PREFETCH_MIN_ROW_BYTES = 512;
 
 /**
  * Rows ahead for the kernel's L2 prefetch (nk_prefetch_ahead in kernels/norm_fwd.cuh): about
- * PREFETCH_AHEAD_BYTES of x, on Hopper and later (the bulk prefetch is sm_90), for the `rows` and `block`
- * mappings; 0 elsewhere. H200, bench/kexp.cu v7/v9 against the same kernel without it (2026-11-30, Deno,
- * bench/RESULTS.md): every LN and RMS case from D = 512 to 16384 gained 1 to 2.5 points of copy bandwidth
- * (e.g. LN f32 D=4096 94.7 → 97.1, RMS bf16 D=8192 96.1 → 98.5), on a plateau from 1/32 to 1/4 of the rows
- * resident at once (0.5–4 MB ahead); from 1/2 (8 MB) on they lost up to 25 points. Rows of 256 bytes
- * (16-bit D = 128) lost 1 to 6 points and get none; the cluster mapping gained nothing (`wide` re-reads x
- * from L2 already). `latency` launches are a few rows: nothing ahead to fetch.
+ * PREFETCH_AHEAD_BYTES of x, on compute capability 9.x (Hopper: the only GPU it was measured on; the sm_80
+ * SASS drops the hint, and later GPUs, which would JIT the fatbin's compute_90 PTX with the prefetch in it,
+ * get none until measured), for the `rows` and `block` mappings; 0 elsewhere. H200, bench/kexp.cu v7/v9
+ * against the same kernel without it (2026-11-30, Deno, bench/RESULTS.md): every LN and RMS case from D = 512
+ * to 16384 gained 1 to 4.7 points of copy bandwidth (e.g. LN f32 D=4096 94.7 → 97.1, RMS bf16 D=8192
+ * 96.1 → 98.5, LN bf16 D=768 83.0 → 87.7), on a plateau from 1/32 to 1/4 of the rows resident at once
+ * (0.5–4 MB ahead); from 1/2 (8 MB) on they lost up to 30 points. Rows of 256 bytes (16-bit D = 128) lost 1
+ * to 6 points and get none; the cluster mapping gained nothing, and `wide` (which re-reads x from L2) lost
+ * 5–24. `latency` launches are a few rows: nothing ahead to fetch.
  */
 export function prefetchRows(mapping: Mapping, rowBytes: number, ccMajor: number): number {
-  if (ccMajor < 9 || (mapping !== "rows" && mapping !== "block") || rowBytes < PREFETCH_MIN_ROW_BYTES) return 0;
+  if (ccMajor !== 9 || (mapping !== "rows" && mapping !== "block") || rowBytes < PREFETCH_MIN_ROW_BYTES) return 0;
   return Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes);
 }
 

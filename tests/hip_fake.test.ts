@@ -113,6 +113,7 @@ for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx
       assert.equal(p.block[0] % wave, 0, "whole waves");
       // Each parameter slot as the launcher filled it (8 bytes, little-endian), read back per argument type.
       const want = [...args, p.tpr, p.nv, p.prefetch];
+      assert.equal(params.length, NORM_FWD_ARGS.length, `${p.kernel}: every argument slot filled`);
       params.forEach((hex, j) => {
         const v = BigInt(`0x${hex}`), t = NORM_FWD_ARGS[j];
         const got = t === "f32"

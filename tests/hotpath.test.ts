@@ -168,6 +168,32 @@ test("fake CUDA: a repeated call launches with exactly the arguments of a valida
   }
 });
 
+test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), on the first call and its repeats", () => {
+  // 300 rows of 4096 bf16 on the fake H200: the `block` mapping with rows ahead to prefetch (ops/plan.ts).
+  const f = fakeCudaDevice((d) => ({
+    s: d.createStream(),
+    x: d.empty([300, 4096], { dtype: "bf16" }),
+    y: d.empty([300, 4096], { dtype: "bf16" }),
+    w: d.empty([4096], { dtype: "bf16" }),
+  }), { record: true, snapshot: readArgs });
+  try {
+    const m = f.made;
+    const p = planNorm({ kind: "rms", rows: 300, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, {
+      maxGridX: f.dev.info.maxGridDim[0], maxThreadsPerBlock: f.dev.info.maxThreadsPerBlock, warpSize: f.dev.info.warpSize,
+      ccMajor: f.dev.info.computeCapability[0], multiprocessors: f.dev.info.multiprocessors,
+    });
+    assert.ok("plan" in p);
+    assert.equal(p.plan.mapping, "block");
+    assert.equal(p.plan.prefetch, 256, "2 MiB of 8 KiB rows");
+    for (let i = 0; i < 3; i++) rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
+    const args = f.launches.map((l) => l.args as (bigint | number)[]);
+    assert.equal(args.length, 3);
+    for (const a of args) assert.deepEqual(a.slice(11), [p.plan.tpr, p.plan.nv, 256], "tpr, nv, prefetch");
+  } finally {
+    f.dev.close();
+  }
+});
+
 test("fake CUDA: after a validated call, changed options are still refused before launch with the usual errors", () => {
   const { dev, made: m, launches } = fakeViews();
   try {

@@ -96,7 +96,7 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
           assert.ok(g >= 1 && g <= limits.maxGridX && g % p.cluster === 0, `grid ${where}`);
           // The L2 prefetch: rows and block on Hopper, rows of ≥ 512 bytes, about 2 MiB of x ahead; else none.
           const rowBytes = d * (dtype === "f32" ? 4 : 2);
-          const prefetching = limits.ccMajor >= 9 && (p.mapping === "rows" || p.mapping === "block") && rowBytes >= 512;
+          const prefetching = limits.ccMajor === 9 && (p.mapping === "rows" || p.mapping === "block") && rowBytes >= 512;
           assert.equal(p.prefetch, prefetching ? Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes) : 0, `prefetch ${where}`);
           assert.ok(p.prefetch * rowBytes < PREFETCH_AHEAD_BYTES + rowBytes && Number.isInteger(p.prefetch), where);
           if (p.mapping === "rows") {
@@ -133,7 +133,7 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
   }
 });
 
-test("L2 prefetch distance: 2 MiB of x ahead for rows and block on sm_90+, none for 256-byte rows, clusters, wide, latency", () => {
+test("L2 prefetch distance: 2 MiB of x ahead for rows and block on cc 9.x, none for 256-byte rows, clusters, wide, latency", () => {
   // The measured cases (bench/RESULTS.md): the rows ahead the H200 grid launches with.
   assert.equal(plan(128, "f32", 1_048_576).prefetch, 4096, "f32 D=128: 512-byte rows");
   assert.equal(plan(128, "bf16", 2_097_152).prefetch, 0, "bf16 D=128: 256-byte rows lost with it");
@@ -143,12 +143,15 @@ test("L2 prefetch distance: 2 MiB of x ahead for rows and block on sm_90+, none 
   assert.equal(plan(4096, "bf16", 65_536, A100).prefetch, 0, "no bulk prefetch before sm_90");
   assert.equal(plan(65536, "f32", 2048, H200, "rms").mapping, "cluster");
   assert.equal(plan(65536, "f32", 2048, H200, "rms").prefetch, 0, "clusters: no gain measured");
+  assert.equal(plan(32768, "f32", 4096).mapping, "wide");
   assert.equal(plan(32768, "f32", 4096).prefetch, 0, "wide re-reads x from L2");
+  assert.equal(plan(4096, "bf16", 8).mapping, "latency");
   assert.equal(plan(4096, "bf16", 8).prefetch, 0, "latency: a few rows");
   assert.equal(prefetchRows("block", PREFETCH_MIN_ROW_BYTES - 2, 9), 0);
   assert.equal(prefetchRows("block", PREFETCH_MIN_ROW_BYTES, 9), PREFETCH_AHEAD_BYTES / PREFETCH_MIN_ROW_BYTES);
   assert.equal(prefetchRows("rows", 3 * 1024 * 1024, 9), 1, "a row longer than the distance: the next one");
-  assert.equal(prefetchRows("rows", 4096, 12), 512, "later architectures too (their fatbin code is PTX: the hint is dropped)");
+  assert.equal(prefetchRows("rows", 4096, 9), 512);
+  for (const cc of [8, 10, 12]) assert.equal(prefetchRows("rows", 4096, cc), 0, `cc ${cc}.x: not measured there`);
 });
 
 test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the device's limit", () => {

@@ -161,14 +161,21 @@ __device__ __forceinline__ void kx_rows(NK_FWD_PARAMS) {
   const int nchunks = d / VEC;
   nk_red_lanes red{tpr};
   const typename TW::S *Wp = Wt, *Bp = Bs;
-  if (V == 6) kx_stage_params<TW, LN>(Wt, Bs, d, 0u, Wp, Bp);
+  if (V == 6 || V == 8) kx_stage_params<TW, LN>(Wt, Bs, d, 0u, Wp, Bp);
+  const int pd = V >= 7 ? prefetch : 0;
   for (long long rb = (long long)nk_block_x() * rpb; rb < rows; rb += (long long)nk_grid_dim_x() * rpb) {
     const long long row = rb + sub;
     const bool active = row < rows;
+    if (V == 9) {  // the CTA's whole row group, one bulk prefetch, when the rows are back to back
+      if (pd > 0 && tid == 0 && rb + pd < rows && x_stride == d)
+        nk_prefetch_l2(X + (rb + pd) * x_stride, (long long)d * TI::SIZE * (rows - rb - pd < rpb ? rows - rb - pd : rpb));
+    } else if (pd > 0 && t == 0 && row + pd < rows) {
+      nk_prefetch_l2(X + (row + pd) * x_stride, (long long)d * TI::SIZE);
+    }
     const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
-    kx_row<TI, TO, TW, LN, NK_MAXV_ROWS, V>(X + row * x_stride, Y + row * y_stride, Wp, Bp, t, tpr,
-                                            active ? nchunks : 0, nv, (float)d, eps, k, red, nullptr, nullptr,
-                                            Wt != nullptr, Bs != nullptr);
+    kx_row<TI, TO, TW, LN, NK_MAXV_ROWS, V >= 7 ? 0 : V>(X + row * x_stride, Y + row * y_stride, Wp, Bp, t, tpr,
+                                                         active ? nchunks : 0, nv, (float)d, eps, k, red, nullptr,
+                                                         nullptr, Wt != nullptr, Bs != nullptr);
   }
 }
 
@@ -182,8 +189,10 @@ __device__ __forceinline__ void kx_block(NK_FWD_PARAMS) {
   const typename TW::S *Wp = Wt, *Bp = Bs;
   if (V == 6) kx_stage_params<TW, LN>(Wt, Bs, d, kx_params_offset(nk_block_dim_x() / NK_WARP_SIZE), Wp, Bp);
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    if (V == 7 && prefetch > 0 && t == 0 && row + prefetch < rows)
+      nk_prefetch_l2(X + (row + prefetch) * x_stride, (long long)d * TI::SIZE);
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V>(X + row * x_stride, Y + row * y_stride, Wp, Bp, t, tpr, d / VEC, nv,
+    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V == 7 ? 0 : V>(X + row * x_stride, Y + row * y_stride, Wp, Bp, t, tpr, d / VEC, nv,
                                              (float)d, eps, k, red, nullptr, nullptr, Wt != nullptr, Bs != nullptr);
   }
 }
@@ -230,8 +239,10 @@ __device__ __forceinline__ void kx_cluster(NK_FWD_PARAMS) {
   const typename TW::S* Ws = Wt ? Wt + e0 : Wt;
   const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
   for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
+    if (V == 7 && prefetch > 0 && t == 0 && row + prefetch < rows && c_end > 0)  // each CTA its slice
+      nk_prefetch_l2(X + (row + prefetch) * x_stride + e0, (long long)c_end * VEC * TI::SIZE);
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V == 5 ? 0 : V>(X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, t, tpr,
+    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, V == 5 || V == 7 ? 0 : V>(X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, t, tpr,
                                              c_end, nv, (float)d, eps, k, red, nullptr, nullptr, Ws != nullptr,
                                              Bss != nullptr);
   }
@@ -261,100 +272,32 @@ KX_MAPS(rms, false, f32)
 KX_MAPS(ln, true, bf16)
 KX_MAPS(rms, false, bf16)
 
-
 // v7: L2 prefetch ahead. Every row's first thread asks L2 (one bulk prefetch, sm_90) for the row `pd` rows
 // further on, which a CTA that has not started yet will load: its loads then wait on L2, not HBM, and the
 // bytes in flight to HBM no longer depend on how many x chunks the resident warps hold in registers.
-// pd (the kernels' `prefetch` argument) = 0: no prefetch. v8: v7 with v6's weight/bias in shared memory
-// (rows mapping). Production took v9 for `rows` and v7 for `block` (nk_prefetch_ahead in kernels/norm_fwd.cuh).
-template <class TI, class TO, class TW, bool LN, bool SP, bool BLK = false>
-__device__ __forceinline__ void kx_rows_pf(NK_FWD_PARAMS) {
-  const int pd = prefetch;
-  constexpr int VEC = 16 / TI::SIZE;
-  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
-  NK_FWD_TYPED_PTRS;
-  const int tid = (int)nk_thread_x();
-  const int sub = tid / tpr, t = tid - sub * tpr;
-  const long long rpb = (long long)(nk_block_dim_x() / (unsigned)tpr);
-  const int nchunks = d / VEC;
-  nk_red_lanes red{tpr};
-  const typename TW::S *Wp = Wt, *Bp = Bs;
-  if (SP) kx_stage_params<TW, LN>(Wt, Bs, d, 0u, Wp, Bp);
-  for (long long rb = (long long)nk_block_x() * rpb; rb < rows; rb += (long long)nk_grid_dim_x() * rpb) {
-    const long long row = rb + sub;
-    const bool active = row < rows;
-    if (BLK) {  // v9: the CTA's whole row group, one bulk prefetch, when the rows are back to back
-      if (pd > 0 && tid == 0 && rb + pd < rows && x_stride == d)
-        nk_prefetch_l2(X + (rb + pd) * x_stride, (long long)d * TI::SIZE * (rows - rb - pd < rpb ? rows - rb - pd : rpb));
-    } else if (pd > 0 && t == 0 && row + pd < rows) {
-      nk_prefetch_l2(X + (row + pd) * x_stride, (long long)d * TI::SIZE);
-    }
-    const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
-    kx_row<TI, TO, TW, LN, NK_MAXV_ROWS, 0>(X + row * x_stride, Y + row * y_stride, Wp, Bp, t, tpr,
-                                            active ? nchunks : 0, nv, (float)d, eps, k, red, nullptr, nullptr,
-                                            Wt != nullptr, Bs != nullptr);
-  }
-}
-template <class TI, class TO, class TW, bool LN>
-__device__ __forceinline__ void kx_block_pf(NK_FWD_PARAMS) {
-  const int pd = prefetch;
-  constexpr int VEC = 16 / TI::SIZE;
-  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
-  NK_FWD_TYPED_PTRS;
-  const int t = (int)nk_thread_x();
-  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
-  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
-    if (pd > 0 && t == 0 && row + pd < rows) nk_prefetch_l2(X + (row + pd) * x_stride, (long long)d * TI::SIZE);
-    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, 0>(X + row * x_stride, Y + row * y_stride, Wt, Bs, t, tpr, d / VEC, nv,
-                                             (float)d, eps, k, red, nullptr, nullptr, Wt != nullptr, Bs != nullptr);
-  }
-}
-template <class TI, class TO, class TW, bool LN>
-__device__ __forceinline__ void kx_cluster_pf(NK_FWD_PARAMS) {
-  const int pd = prefetch;
-  constexpr int VEC = 16 / TI::SIZE;
-  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
-  const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
-  const int nchunks = d / VEC;
-  const int cpc = (int)((nchunks + csize - 1) / csize);
-  NK_FWD_TYPED_PTRS;
-  const int t = (int)nk_thread_x();
-  nk_red_cluster red{nk_block_dim_x() / NK_WARP_SIZE, 0u, csize};
-  const long long e0 = (long long)crank * cpc * VEC;
-  const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
-  const typename TW::S* Ws = Wt ? Wt + e0 : Wt;
-  const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
-  for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
-    if (pd > 0 && t == 0 && row + pd < rows && c_end > 0)
-      nk_prefetch_l2(X + (row + pd) * x_stride + e0, (long long)c_end * VEC * TI::SIZE);
-    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    kx_row<TI, TO, TW, LN, NK_MAXV_BLOCK, 0>(X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, t, tpr,
-                                             c_end, nv, (float)d, eps, k, red, nullptr, nullptr, Ws != nullptr,
-                                             Bss != nullptr);
-  }
-  nk_cluster_sync();
-}
+// pd is the kernels' `prefetch` argument (0: none). v8: v7 with v6's weight/bias in shared memory (rows). v9: one
+// prefetch per CTA for its group of back-to-back rows. They are kx_rows / kx_block / kx_cluster with V = 7, 8, 9.
+// Production took v9 for `rows` and v7 for `block` (nk_prefetch_ahead in kernels/norm_fwd.cuh).
 #define KX_PF(kind, isln, ti)                                                                                   \
   extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v7(NK_FWD_PARAMS) {     \
     nk_pdl_enter();                                                                                             \
-    kx_rows_pf<nk_##ti, nk_##ti, nk_##ti, isln, false>(NK_FWD_ARGS);                                        \
+    kx_rows<nk_##ti, nk_##ti, nk_##ti, isln, 7>(NK_FWD_ARGS);                                                \
   }                                                                                                             \
   extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v8(NK_FWD_PARAMS) {     \
     nk_pdl_enter();                                                                                             \
-    kx_rows_pf<nk_##ti, nk_##ti, nk_##ti, isln, true>(NK_FWD_ARGS);                                         \
+    kx_rows<nk_##ti, nk_##ti, nk_##ti, isln, 8>(NK_FWD_ARGS);                                                \
   }                                                                                                             \
   extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_block_##ti##_v7(NK_FWD_PARAMS) {    \
     nk_pdl_enter();                                                                                             \
-    kx_block_pf<nk_##ti, nk_##ti, nk_##ti, isln>(NK_FWD_ARGS);                                              \
+    kx_block<nk_##ti, nk_##ti, nk_##ti, isln, 7>(NK_FWD_ARGS);                                               \
   }                                                                                                             \
   extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v9(NK_FWD_PARAMS) {     \
     nk_pdl_enter();                                                                                             \
-    kx_rows_pf<nk_##ti, nk_##ti, nk_##ti, isln, false, true>(NK_FWD_ARGS);                                  \
+    kx_rows<nk_##ti, nk_##ti, nk_##ti, isln, 9>(NK_FWD_ARGS);                                              \
   }                                                                                                             \
   extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_cluster_##ti##_v7(NK_FWD_PARAMS) {  \
     nk_pdl_enter();                                                                                             \
-    kx_cluster_pf<nk_##ti, nk_##ti, nk_##ti, isln>(NK_FWD_ARGS);                                            \
+    kx_cluster<nk_##ti, nk_##ti, nk_##ti, isln, 7>(NK_FWD_ARGS);                                             \
   }
 KX_PF(ln, true, f32)
 KX_PF(rms, false, f32)

@@ -470,23 +470,6 @@ for (const d of DS) {
           rec[`wpf${pd}`] = gbs(ms);
         }
       }
-      // KX_GEOM=1, the block mapping: the production kernel (with the plan's prefetch) at every other thread count that
-      // gives a different nv (T = ceil(chunks / nv) rounded up to the warp, ≤ 512).
-      if (p.mapping === "block" && process.env.KX_GEOM) {
-        const chunks = Math.ceil(d / (16 / b));
-        const Ts = [...new Set([1, 2, 3, 4, 5, 6, 7, 8].map((nv) => Math.ceil(Math.ceil(chunks / nv) / 32) * 32))].filter((T) => T <= 512 && T !== p.tpr);
-        for (const T of Ts) {
-          const nv = Math.ceil(chunks / T);
-          if (nv > 8) continue;
-          const c = new LaunchConfig({ grid: p.grid, block: [T], sharedBytes: 2 * (T / 32) * 4 });
-          const a = argsFor(y);
-          a[11] = T, a[12] = nv;
-          y.buffer.fill(0xff);
-          const ms = timeIt(() => prod.launch(dev.stream, c, a as never));
-          line.push(`T${T}nv${nv} ${(100 * gbs(ms) / copyGBs).toFixed(1)}`);
-          rec[`T${T}nv${nv}`] = gbs(ms);
-        }
-      }
       // KX_GRIDDIV=1, rows and block mappings: the production kernel (the plan's geometry and prefetch) on a grid k times
       // smaller, each CTA looping over k row groups: what the prologue per CTA costs.
       if ((p.mapping === "rows" || p.mapping === "block") && process.env.KX_GRIDDIV) {

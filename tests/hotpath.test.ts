@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { ArgumentError, Device, DisposedError, layerNorm, rmsNorm, Tensor } from "../mod.ts";
 import { LaunchConfig, type Stream } from "../gpu.ts";
 import { cachedNormPlan, cachedPlanCount, MAX_CACHED_PLANS, PlannedLaunch } from "../ops/plan_cache.ts";
+import { planLimits } from "../ops/kernels.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { fakeCudaDevice, type FakeLaunch } from "../bench/hotpath_cpu.ts";
 import { type PlanInput, type PlanLimits, planNorm } from "../ops/plan.ts";
@@ -178,10 +179,7 @@ test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), 
   }), { record: true, snapshot: readArgs });
   try {
     const m = f.made;
-    const p = planNorm({ kind: "rms", rows: 300, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, {
-      maxGridX: f.dev.info.maxGridDim[0], maxThreadsPerBlock: f.dev.info.maxThreadsPerBlock, warpSize: f.dev.info.warpSize,
-      ccMajor: f.dev.info.computeCapability[0], multiprocessors: f.dev.info.multiprocessors,
-    });
+    const p = planNorm({ kind: "rms", rows: 300, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, planLimits(f.dev));
     assert.ok("plan" in p);
     assert.equal(p.plan.mapping, "block");
     assert.equal(p.plan.prefetch, 256, "2 MiB of 8 KiB rows");

@@ -214,15 +214,15 @@ NK_INLINE void nk_bwd_add_dy(float* accb, const float (&df)[VEC], int nvalid) {
 // cluster (CL, Hopper): a row is split over the C CTAs of a thread-block cluster, as in the forward's
 // `cluster`: CTA rank r owns chunks [r * cpc, (r + 1) * cpc), cpc = ceil(chunks / C), and thread t of it
 // chunks r * cpc + t + i * tpr (tpr = blockDim.x, nv * tpr >= cpc); the row sums go over DSMEM
-// (nk_red_cluster). Grid: persistent, a multiple of C; rows strided by the number of clusters.
+// (nk_cluster_sum). Grid: persistent, a multiple of C; rows strided by the number of clusters.
 // Parameter sums: a thread owns the same columns in every row it visits, so it keeps their sums in
 // registers across rows, except LN's dbias sums with 16-bit x and dy, which live in its own shared-memory
 // slots (nk_bwd_smem_dbias, nk_bwd_add_dy; no barrier: no other thread touches them). At the end each group
 // stores its register sums in its slots and the block adds the groups in group order into its row of `part`
 // (R = 1: straight to `part`; CL: the cluster's row of `part`, each CTA its own columns).
-// Both row sums (LN) are reduced together: one barrier (CL: one cluster barrier) per row, not two.
+// Both row sums (LN) are reduced together: one barrier (CL: and one cluster exchange) per row, not two.
 // Dynamic shared memory (floats): 4 * (blockDim.x / warp) for the block reductions (two values, two
-// alternating buffers); CL: then 4 floats for the cluster's published CTA totals; then, when `part` is not
+// alternating buffers); CL: then NK_CLUSTER_SUM_BYTES for the cluster exchange; then, when `part` is not
 // null, R * nacc * d slots when R > 1 ([group][dweight d | dbias d]; with shared-memory dbias sums the dbias
 // halves are the accumulators), else, with shared-memory dbias sums, the CTA's cpc * VEC of them
 // (ops/plan_bwd.ts, cachedShared).
@@ -277,7 +277,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
       if (RB) accr[i][e] = 0.0f;
     }
   // Shared-memory dbias sums (see above): this group's dbias slots, or the CTA's; zeroed by their owners.
-  float* const slots = nk_fwd_smem + 4 * nwarps + (CL ? 4 : 0);
+  float* const slots = nk_fwd_smem + 4 * nwarps + (CL ? NK_CLUSTER_SUM_BYTES / 4 : 0);
   float* const accb = (SB && part) ? (R > 1 ? slots + (long long)grp * NACC * d + d : slots) : nullptr;
   if (accb) {
     const int t = t0, c_end = cloc;
@@ -289,6 +289,10 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   }
   nk_red_lanes redl{tpr};
   unsigned parity = 0;
+#if NK_HAS_CLUSTER
+  nk_cluster_sum clsum;
+  if (CL) clsum.setup(nk_fwd_smem + 4 * nwarps);
+#endif
   // The row's sums sg (LN) and sgx, totalled over the row group, the block or the cluster.
   auto reduce2 = [&](float& p, float& q) {
     if (lanes) {
@@ -300,19 +304,16 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     if (LN) nk_block_sum2(p, q, buf);
     else q = nk_block_sum(q, buf);
 #if NK_HAS_CLUSTER
-    if (CL) {
-      // Publish the CTA totals, cluster barrier, then every warp adds rank 0..C-1's over DSMEM in rank
-      // order (as nk_red_cluster). Slot pair `parity` is written again two rows later, after the next
-      // cluster barrier, which no thread reaches before its reads of this pair.
-      float* slots = nk_fwd_smem + 4 * nwarps + 2 * parity;
-      if (tid == 0) slots[0] = p, slots[1] = q;
-      nk_cluster_sync();
-      const unsigned lane = nk_lane();
-      const float mp = (LN && lane < csize) ? nk_ld_cluster(slots, lane) : 0.0f;
-      const float mq = lane < csize ? nk_ld_cluster(slots + 1, lane) : 0.0f;
-      float tp = nk_shfl_idx(mp, 0), tq = nk_shfl_idx(mq, 0);
-      for (unsigned r = 1; r < csize; ++r) tp += nk_shfl_idx(mp, (int)r), tq += nk_shfl_idx(mq, (int)r);
-      p = tp, q = tq;
+    if (CL) {  // then the cluster's totals, in rank order (nk_cluster_sum: no cluster barrier)
+      if (LN) {
+        float v[2] = {p, q};
+        clsum(v);
+        p = v[0], q = v[1];
+      } else {
+        float v[1] = {q};
+        clsum(v);
+        q = v[0];
+      }
     }
 #endif
     parity ^= 1u;

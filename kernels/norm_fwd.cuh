@@ -222,27 +222,77 @@ struct nk_red_block {
   }
 };
 
+// nk_cluster_sum's shared memory (two mbarriers, then two halves of slots) and its largest cluster.
+#define NK_CLUSTER_SUM_RANKS 16
+#define NK_CLUSTER_SUM_BYTES (16 + 2 * NK_CLUSTER_SUM_RANKS * 2 * 4)
 #if NK_HAS_CLUSTER
-// `cluster`: CTA total (nk_block_sum), published in one of two slots of this CTA's shared memory,
-// cluster barrier (release/acquire), then every warp reads the C CTA totals over DSMEM (lane r reads
-// rank r) and adds them in rank order 0..C-1: the same value in every thread of every CTA.
-// Slot reuse: slot q is written again two reductions later, after the next cluster barrier, which
-// every thread of every CTA reaches only after its reads of slot q (release orders them).
+// Cluster totals of N floats (N = 1, 2) without a cluster barrier, for the forward's and the backward's `cluster`
+// mappings. Each CTA's thread 0 sends its CTA's values to every CTA of the cluster with st.async, which lands in
+// that CTA's slots and completes bytes on its mbarrier; every thread waits on its own CTA's mbarrier, then every
+// warp adds the C ranks' values in rank order 0..C-1 (lane r reads rank r): the same bits in every thread of every
+// CTA. Why not the cluster barrier: its arrive.release makes each thread wait until its earlier global stores
+// (the previous row's output) are performed, once per row. H200, bench/kexp_cluster.ts (2026-11-30): with a
+// persistent grid, RMS f32 D = 65536 75.3 -> 82.0% of copy, LN bf16 D = 131072 64.8 (`wide`) -> 69.0.
+// Exchange n uses slot half n & 1 and mbarrier n & 1 (phase parity (n >> 1) & 1). A CTA writes half q again two
+// exchanges later: it sends exchange n + 2 only once it has every CTA's values of n + 1, which each CTA sends
+// after a block barrier that its threads pass only after reading their slots of n.
+// Shared memory: NK_CLUSTER_SUM_BYTES at an 8-byte aligned `region`, set up by setup() (every thread, once,
+// before any exchange: it ends in a cluster barrier, so that no CTA sends to an uninitialised mbarrier).
+// At most NK_CLUSTER_SUM_RANKS CTAs per cluster (the portable limit is 8, the non-portable 16).
+struct nk_cluster_sum {
+  unsigned bars;  // shared address of the two mbarriers
+  float* slots;   // [2][NK_CLUSTER_SUM_RANKS][N]
+  unsigned csize, crank, n;
+  NK_INLINE void setup(void* region) {
+    bars = nk_smem_addr(region);
+    slots = (float*)((char*)region + 16);
+    csize = nk_cluster_size(), crank = nk_cluster_rank(), n = 0;
+    if (csize > NK_CLUSTER_SUM_RANKS) nk_trap();
+    if (nk_thread_x() == 0) {
+      nk_mbar_init(bars);
+      nk_mbar_init(bars + 8);
+      nk_mbar_init_fence();
+    }
+    nk_cluster_sync();
+  }
+  // v: this CTA's totals (the same in every thread); returns the cluster's. Every thread calls it, uniformly.
+  template <int N>
+  NK_INLINE void operator()(float (&v)[N]) {
+    static_assert(N == 1 || N == 2, "one or two values");
+    const unsigned h = n & 1u, bar = bars + 8 * h;
+    float* half = slots + h * NK_CLUSTER_SUM_RANKS * N;
+    if (nk_thread_x() == 0) {
+      nk_mbar_arm(bar, csize * N * 4);
+      const unsigned mine = nk_smem_addr(half + crank * N);
+      for (unsigned r = 0; r < csize; ++r) {
+        if (N == 1) nk_st_async(nk_mapa(mine, r), v[0], nk_mapa(bar, r));
+        else nk_st_async(nk_mapa(mine, r), v[0], v[N - 1], nk_mapa(bar, r));
+      }
+    }
+    nk_mbar_wait(bar, (n >> 1) & 1u);
+    const unsigned lane = nk_lane();
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const float m = lane < csize ? half[lane * N + j] : 0.0f;
+      float t = nk_shfl_idx(m, 0);
+      for (unsigned r = 1; r < csize; ++r) t += nk_shfl_idx(m, (int)r);
+      v[j] = t;
+    }
+    ++n;
+  }
+};
+
+// `cluster`: the CTA total (nk_block_sum over two alternating buffers, as nk_red_block), then the cluster's
+// (nk_cluster_sum, whose shared memory follows the two buffers).
 struct nk_red_cluster {
   unsigned nwarps;
   unsigned parity;
-  unsigned csize;
+  nk_cluster_sum sum;
   NK_INLINE float operator()(float v) {
-    const float p = nk_block_sum(v, nk_fwd_smem + parity * nwarps);
-    float* slots = nk_fwd_smem + 2 * nwarps;  // after the two block-reduction buffers
-    if (nk_thread_x() == 0) slots[parity] = p;
-    nk_cluster_sync();
-    const unsigned lane = nk_lane();
-    const float mine = lane < csize ? nk_ld_cluster(slots + parity, lane) : 0.0f;
-    float t = nk_shfl_idx(mine, 0);
-    for (unsigned r = 1; r < csize; ++r) t += nk_shfl_idx(mine, (int)r);
+    float p[1] = {nk_block_sum(v, nk_fwd_smem + parity * nwarps)};
     parity ^= 1u;
-    return t;
+    sum(p);
+    return p[0];
   }
 };
 #endif
@@ -546,7 +596,8 @@ NK_INLINE void nk_fwd_latency(NK_FWD_PARAMS) {
 // with CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED; a launch without the attribute is C = 1).
 // CTA rank r owns chunks [r*cpc, (r+1)*cpc) of the row, cpc = ceil(ceil(d/VEC)/C); thread t of the
 // CTA owns chunks r*cpc + t + i*tpr (i < nv <= NK_MAXV_BLOCK, nv*tpr >= cpc). blockDim.x = tpr.
-// Rows: cluster id, strided by the number of clusters. Dynamic smem: (2*(blockDim.x/32) + 2) * 4 bytes.
+// Rows: cluster id, strided by the number of clusters (the op launches as many clusters as are resident at once,
+// at most one per row). Dynamic smem: 2*(blockDim.x/32)*4 + NK_CLUSTER_SUM_BYTES bytes.
 // Elsewhere (sm_80 SASS, compute_80 PTX, HIP) the kernel traps.
 template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
@@ -556,14 +607,15 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
   const int nchunks = d > 0 ? (d - 1) / VEC + 1 : 0;
   const int cpc = (int)((nchunks + csize - 1) / csize);
   if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr < cpc ||
-      csize > 32)
+      csize > NK_CLUSTER_SUM_RANKS)
     nk_trap();
   if (d <= 0) return;
   NK_FWD_TYPED_PTRS;
   (void)prefetch;  // no gain measured on clusters (bench/kexp.cu v7)
   const int t = (int)nk_thread_x();
   const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
-  nk_red_cluster red{nwarps, 0u, csize};
+  nk_red_cluster red{nwarps, 0u, {}};
+  red.sum.setup(nk_fwd_smem + 2 * nwarps);
   // This CTA's slice: elements [e0, e0 + cpc*VEC) of the row, of which d - e0 exist.
   const long long e0 = (long long)crank * cpc * VEC;
   const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);

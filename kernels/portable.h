@@ -144,14 +144,48 @@ NK_INLINE unsigned nk_cluster_count_x() { unsigned r; asm("mov.u32 %0, %%ncluste
 NK_INLINE void nk_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// Load the float at shared-memory address `p` of this CTA, as mapped into CTA `rank` of the cluster (DSMEM).
-NK_INLINE float nk_ld_cluster(const float* p, unsigned rank) {
-  unsigned a, ra;
-  float v;
+// The shared-memory address (32-bit, .shared window) of a generic pointer into this CTA's shared memory.
+NK_INLINE unsigned nk_smem_addr(const void* p) {
+  unsigned a;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-  return v;
+  return a;
+}
+// The same shared-memory address in CTA `rank` of the cluster.
+NK_INLINE unsigned nk_mapa(unsigned a, unsigned rank) {
+  unsigned r;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+// mbarriers (8-byte aligned shared words): init with one expected arrival; arm = that arrival plus `bytes`
+// of transactions still to come (remote st.async below completes them); wait for the phase of parity
+// `parity`, acquiring at cluster scope what the transactions wrote.
+NK_INLINE void nk_mbar_init(unsigned bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+NK_INLINE void nk_mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+NK_INLINE void nk_mbar_arm(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+NK_INLINE void nk_mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n"
+      "NK_MBAR_WAIT:\n\t"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra NK_MBAR_WAIT;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Stores into another CTA's shared memory (addresses from nk_mapa) that complete their bytes on that CTA's
+// mbarrier: no fence, no wait for this thread's earlier global stores (a cluster barrier's release waits).
+NK_INLINE void nk_st_async(unsigned remote, float v, unsigned remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
+               "r"(nk_f2u(v)), "r"(remote_bar)
+               : "memory");
+}
+NK_INLINE void nk_st_async(unsigned remote, float v0, float v1, unsigned remote_bar) {  // 8-byte aligned
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(remote),
+               "r"(nk_f2u(v0)), "r"(nk_f2u(v1)), "r"(remote_bar)
+               : "memory");
 }
 
 // Ask L2 to fetch [p, p + bytes) ahead of use (sm_90 bulk prefetch: one instruction for a whole row, no

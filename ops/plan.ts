@@ -40,6 +40,7 @@ export interface PlanLimits {
 export interface LaunchPlan {
   kernel: string;
   mapping: Mapping;
+  /** `cluster`: C CTAs per row, at most; the op launches as many clusters as are resident (PlannedLaunch). */
   grid: [number, number, number];
   block: [number, number, number];
   sharedBytes: number;
@@ -86,20 +87,26 @@ export const ROWS_MAX_TPR = 32;
 const TARGET_NV = 8;
 const CLUSTER_SIZES = [2, 4, 8];
 /**
- * The longest RMSNorm row (bytes of x) that goes to `wide` rather than a cluster: its re-read still hits L2
- * with one row per SM in flight (132 × 128 KB = 17 MB of the H200's L2). H200, % of copy, wide against
- * cluster: RMS f32 D=32768 84.2 vs 77.3, 16-bit 65536 84.3–85.1 vs 76.1–77.8 (bench/RESULTS.md); at 256 KB
- * rows the cluster wins (RMS f32 65536: 70 vs 76, bench/kexp.ts).
+ * Shared memory of the cluster exchange (kernels/norm_fwd.cuh, NK_CLUSTER_SUM_BYTES: two mbarriers and 2 × 16 ranks
+ * × 2 floats of slots), after the block reductions' buffers in the forward's and the backward's `cluster`.
+ */
+export const CLUSTER_SUM_BYTES = 16 + 2 * 16 * 2 * 4;
+/**
+ * The longest row (bytes of x) that goes to `wide` rather than a cluster (RMSNorm; LayerNorm with a row per SM,
+ * below): its re-read still hits L2 with one row per SM in flight (132 × 128 KB = 17 MB of the H200's L2). H200,
+ * % of copy, `wide` against the cluster with nk_cluster_sum on a persistent grid (bench/kexp_cluster.ts, Deno,
+ * 2026-11-30; the plan's cluster geometry): RMS f32 D=32768 84.8 vs 84.6, bf16 D=65536 84.9 vs 83.1; at 256 KB
+ * rows the cluster wins: RMS f32 D=65536 82.0, where `wide` ran at 70 (bench/kexp.ts).
  */
 export const WIDE_MAX_ROW_BYTES = 128 * 1024;
 /**
- * LayerNorm takes `wide` for any row past a block's register cache once the launch has a row per SM: its
- * statistics come in one pass (Chan's update per chunk), so it reads x twice in all. H200, % of the same-run
- * copy, `wide` against the cluster, with the kernel that keeps its FULL and masked paths apart (bench/mapping_ab.ts
- * as of b096c0c, Deno, 2026-11-30): f32 D = 32768 81.3 (the cluster: 65.3 in an earlier run), 65536 65.5 vs
- * 64.6, 131072 62.0 vs 57.7; bf16 / f16 D = 65536 76.1 / 75.6, 131072 65.2 / 65.3 vs 59.6 / 63.9. (The kernel
- * that spilled lost past 128 KB: a cap stood there.) 16-bit rows past 256 KB (D > 131072) were not measured.
- * Fewer rows than SMs keep the cluster, which spreads each row over several SMs instead of leaving SMs idle.
+ * LayerNorm takes `wide` for rows past a block's register cache up to WIDE_MAX_ROW_BYTES too, once the launch has
+ * a row per SM: its statistics come in one pass (Chan's update per chunk), so it reads x twice in all; longer
+ * rows go to the cluster. H200, % of the same-run copy, with the cluster exchange of nk_cluster_sum on a
+ * persistent cluster grid (bench/kexp_cluster.ts, Deno, 2026-11-30): f32 D = 32768 `wide` 81.0 against the
+ * cluster's 75.5, bf16 D = 65536 76.1 vs 75.0; past 128 KB the cluster wins: f32 D = 65536 65.1 vs 68.7, 131072
+ * 61.6 vs 62.4, bf16 D = 131072 64.8 vs 69.0. Fewer rows than SMs keep the cluster, which spreads each row over
+ * several SMs instead of leaving SMs idle.
  */
 const LN_WIDE_MIN_ROWS_PER_SM = 1;
 const CLUSTER_CTA = 256;
@@ -146,7 +153,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       mapping,
       grid: [gridX, 1, 1],
       block: [blockThreads, 1, 1],
-      sharedBytes: mapping === "rows" ? 0 : reduceShared(blockThreads) + (mapping === "cluster" ? 16 : 0),
+      sharedBytes: mapping === "rows" ? 0 : reduceShared(blockThreads) + (mapping === "cluster" ? CLUSTER_SUM_BYTES : 0),
       cluster,
       tpr,
       nv,
@@ -189,9 +196,8 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   // barriers (one 512-thread CTA per SM could not), within the portable cluster size of 8.
   const wide = (): PlanResult =>
     make("wide", maxThreads, 0, maxThreads, Math.min(p.rows, limits.maxGridX, Math.max(1, limits.multiprocessors)));
-  const streamed = p.kind === "rms"
-    ? p.d * (tin === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES
-    : p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors;
+  const streamed = p.d * (tin === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES &&
+    (p.kind === "rms" || p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors);
   if (streamed) return wide();
   // (A grid limit below the cluster size would leave no whole cluster to launch: `wide` then.)
   if (limits.ccMajor >= 9) {

@@ -9,7 +9,7 @@
  * LayerNorm's dbias sums in shared memory when VEC = 8: smemDbias), or re-reads them (`wide`).
  */
 import type { DType } from "../runtime/dtype.ts";
-import type { NormKind } from "./plan.ts";
+import { CLUSTER_SUM_BYTES, type NormKind } from "./plan.ts";
 
 /** Chunks per thread at most, whatever the dtypes (NK_MAXV_BWD). */
 export const MAXV_BWD = 6;
@@ -86,7 +86,7 @@ export function maxvBwd(kind: NormKind, x: DType, dy: DType): number {
 
 /**
  * Dynamic shared memory of a `cached` / `cluster` block (kernels/norm_bwd.cuh, nk_bwd_cached): the two row
- * sums' block reductions (4 floats per warp); a cluster's two published CTA totals (16 bytes); then, with
+ * sums' block reductions (4 floats per warp); a cluster's exchange (CLUSTER_SUM_BYTES); then, with
  * parameter gradients, the row groups' slots (rpb > 1: rpb · nacc · D floats) or, with smemDbias, the block's
  * dbias sums (one float per column it owns: `columns`, the CTA's share of the row with clusters).
  */
@@ -94,7 +94,7 @@ export function cachedShared(
   smemDbias: boolean, block: number, warp: number, rpb: number, nacc: number, d: number, columns = d, cluster = 1,
 ): number {
   const slots = nacc === 0 ? 0 : rpb > 1 ? rpb * nacc * d : smemDbias ? columns : 0;
-  return 16 * Math.ceil(block / warp) + (cluster > 1 ? 16 : 0) + 4 * slots;
+  return 16 * Math.ceil(block / warp) + (cluster > 1 ? CLUSTER_SUM_BYTES : 0) + 4 * slots;
 }
 
 export interface BwdPlanInput {

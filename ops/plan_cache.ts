@@ -16,19 +16,36 @@ const CACHE_KEY = "normkit.norm.plans";
 /** A plan with its launch configuration and, once launched, its kernel. */
 export class PlannedLaunch {
   readonly plan: LaunchPlan;
-  readonly config: LaunchConfig;
+  #config: LaunchConfig;
   #kernel: Kernel | undefined;
 
   constructor(plan: LaunchPlan) {
     this.plan = plan;
-    this.config = new LaunchConfig(plan);
+    this.#config = new LaunchConfig(plan);
+  }
+
+  /**
+   * The launch configuration: the plan's, except that a `cluster` plan launches at most as many clusters as
+   * are resident at once (known once kernel() has loaded the kernel). Its CTAs loop over the rows, so every
+   * cluster sets up its exchange once, not once per row: on the H200 the plan's grid of a cluster per row
+   * ran 3 to 16 points of copy below the persistent one (bench/kexp_cluster.ts, 2026-11-30).
+   */
+  get config(): LaunchConfig {
+    return this.#config;
   }
 
   /** The prepared kernel on `device` (loaded on first use; again if its module was closed). */
   kernel(device: Device): Kernel {
     const k = this.#kernel;
     if (k && !k.module.closed) return k;
-    return (this.#kernel = normKernel(device, this.plan.kernel, NORM_FWD_ARGS));
+    const loaded = normKernel(device, this.plan.kernel, NORM_FWD_ARGS);
+    const p = this.plan;
+    if (p.mapping === "cluster" && p.cluster > 1) {
+      const resident = loaded.activeClusters(p.block[0], p.sharedBytes, p.cluster);
+      const clusters = Math.max(1, Math.min(p.grid[0] / p.cluster, resident));
+      this.#config = new LaunchConfig({ grid: [clusters * p.cluster, 1, 1], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
+    }
+    return (this.#kernel = loaded);
   }
 }
 

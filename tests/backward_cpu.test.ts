@@ -10,6 +10,7 @@ import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import { cpuNormBackward, cpuNormForward } from "../mod.ts";
 import { readFileSync } from "node:fs";
 import { BWD_REG_BUDGET, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow, smemDbias } from "../ops/plan_bwd.ts";
+import { CLUSTER_SUM_BYTES } from "../ops/plan.ts";
 import { runBwdCase } from "./backward_cases.ts";
 import { randoms } from "./random.ts";
 
@@ -191,9 +192,11 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
               assert.ok([2, 4, 8].includes(p.cluster), `cluster size ${p.cluster}`);
               assert.equal(p.tpr, p.block);
               assert.ok(p.nv >= 1 && p.nv <= maxv && p.nv * p.block >= Math.ceil(chunks / p.cluster), `d ${d}: c ${p.cluster} nv ${p.nv} block ${p.block}`);
-              // Block reductions, the two published CTA totals, and LN's dbias sums of the CTA's columns.
+              // Block reductions, the cluster exchange (kernels/norm_fwd.cuh: 2 mbarriers, 2 × 16 ranks × 2 floats), and
+              // LN's dbias sums of the CTA's columns.
               const ownCols = Math.ceil(chunks / p.cluster) * vec;
-              assert.equal(p.sharedBytes, 16 * (p.block / 32) + 16 + (dbiasInShared ? 4 * ownCols : 0));
+              assert.equal(CLUSTER_SUM_BYTES, 16 + 2 * 16 * 2 * 4);
+              assert.equal(p.sharedBytes, 16 * (p.block / 32) + CLUSTER_SUM_BYTES + (dbiasInShared ? 4 * ownCols : 0));
               // The smallest cluster that holds the row.
               if (p.cluster > 2) assert.ok(Math.ceil(chunks / (p.cluster / 2)) > 512 * maxv);
               continue;

@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
-import { type LaunchPlan, type Mapping, planNorm } from "../ops/plan.ts";
+import { type LaunchPlan, type Mapping, planNorm, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
 import { gpuTest, randoms, roundedTo } from "./helpers.ts";
@@ -85,9 +85,10 @@ const SIZES: [number, number][] = [
   [3, 20000], [2, 32768], [2, 40001],
 ];
 /**
- * LayerNorm with a row per SM (`sms`: 132 on the H200) past a block's registers: `wide` (its one-pass statistics),
- * masked and vector paths: f32 20001, 32768, 40001 and 49152, 16-bit 40001 and 49152 (16-bit 20001 and 32768:
- * block). RMSNorm at these sizes: wide up to 128 KB, a cluster past it (f32 40001 and 49152).
+ * LayerNorm with a row per SM (`sms`: 132 on the H200) past a block's registers: `wide` (its one-pass statistics) up
+ * to 128 KB rows, masked and vector paths: f32 20001 and 32768, 16-bit 40001 and 49152 (16-bit 20001 and 32768:
+ * block); past 128 KB a cluster per row on a persistent cluster grid (more rows than resident clusters, so each
+ * cluster loops over rows): f32 40001 and 49152. RMSNorm at these sizes: wide up to 128 KB, a cluster past it.
  */
 const lnWideSizes = (sms: number): [number, number][] => [[sms + 8, 20001], [sms + 1, 32768], [sms + 8, 40001], [sms + 1, 49152]];
 
@@ -111,7 +112,9 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
       for (const size of [...SIZES, ...lnWide]) {
         const [rows, d] = size;
         const mapping = mappingOf(dev, kind, rows, d, tin, tout, tw);
-        if (kind === "layer" && tin === "f32" && lnWide.includes(size)) assert.equal(mapping, "wide", `LayerNorm ${rows} x ${d}`);
+        if (kind === "layer" && tin === "f32" && lnWide.includes(size) && dev.info.computeCapability[0] >= 9) {
+          assert.equal(mapping, d * 4 <= WIDE_MAX_ROW_BYTES ? "wide" : "cluster", `LayerNorm ${rows} x ${d}`);
+        }
         reached.add(mapping);
         const e = runCase(dev, { kind, rows, d, tin, tout, tw });
         const key = `${tin}->${tout} (w ${tw})`;
@@ -142,13 +145,14 @@ gpuTest("strided rows (random padding), no affine, huge D and many rows", () => 
 
 gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 relative error of float64", () => {
   using dev = Device.open({ backend: "cuda" });
-  // [d, rows]: a few rows of each mapping; a row per SM (132 on the H200) of 30000 and of 70001 (past 128 KB)
-  // take LayerNorm's `wide` (one-pass statistics), asserted below.
+  // [d, rows]: a few rows of each mapping; a row per SM (132 on the H200) of 30000 takes LayerNorm's `wide` (one-pass
+  // statistics), of 70001 (past 128 KB) a cluster per row on a persistent cluster grid (sm_90), asserted below.
   const sms = dev.info.multiprocessors;
-  const wide = [[30000, sms + 8], [70001, sms]];
-  for (const c of [[128, 2048], [1024, 256], [8192, 32], [20000, 13], [65537, 3], ...wide]) {
+  const wide = [30000, sms + 8], cl = [70001, sms];
+  for (const c of [[128, 2048], [1024, 256], [8192, 32], [20000, 13], [65537, 3], wide, cl]) {
     const [d, rows] = c;
-    if (wide.includes(c)) assert.equal(mappingOf(dev, "layer", rows, d, "f32", "f32", "f32"), "wide", `stability ${rows} x ${d}`);
+    if (c === wide) assert.equal(mappingOf(dev, "layer", rows, d, "f32", "f32", "f32"), "wide", `stability ${rows} x ${d}`);
+    if (c === cl && dev.info.computeCapability[0] >= 9) assert.equal(mappingOf(dev, "layer", rows, d, "f32", "f32", "f32"), "cluster");
     const xs = randoms(rows * d, d, -1, 1).map((v) => 1e4 + v * 1e-2);
     using x = dev.tensor(xs, [rows, d]);
     using y = layerNorm(x);
@@ -201,15 +205,19 @@ gpuTest("in place (out: x) for every mapping", () => {
   using dev = Device.open({ backend: "cuda" });
   const reached = new Set<Mapping>();
   const sms = dev.info.multiprocessors;
-  // RMSNorm through every mapping; LayerNorm through `wide` (a row per SM) on its vector and masked paths.
+  // RMSNorm through every mapping; LayerNorm through `wide` (a row per SM, rows ≤ 128 KB) on its vector and masked
+  // paths, and past 128 KB through a persistent cluster grid (sm_90) whose clusters loop over rows.
   const cases: [Kind, number, number][] = [
     ...[[4, 64], [300, 64], [4, 3000], [300, 3000], [4, 20000], [4, 50000], [4, 200000]].map(([r, d]): [Kind, number, number] => ["rms", r, d]),
-    ["layer", sms, 49152],
+    ["layer", sms, 32768],
+    ["layer", sms, 20001],
+    ["layer", 2 * sms + 5, 49152],
     ["layer", sms, 70001],
   ];
   for (const [kind, rows, d] of cases) {
     const mapping = mappingOf(dev, kind, rows, d, "f32", "f32", "f32");
-    if (kind === "layer") assert.equal(mapping, "wide", `LayerNorm ${rows} x ${d}`);
+    const cc9 = dev.info.computeCapability[0] >= 9;
+    if (kind === "layer") assert.equal(mapping, d * 4 <= WIDE_MAX_ROW_BYTES || !cc9 ? "wide" : "cluster", `LayerNorm ${rows} x ${d}`);
     reached.add(mapping);
     const xs = randoms(rows * d, d);
     using x: Tensor = dev.tensor(xs, [rows, d]);

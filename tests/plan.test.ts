@@ -1,7 +1,9 @@
 /** The pure launch-plan function (ops/plan.ts): mapping table, geometry invariants, unsupported cases. */
 import { test } from "node:test";
+import { readFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import {
+  CLUSTER_SUM_BYTES,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
   PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
@@ -39,11 +41,13 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([rms(65536, "bf16").mapping, rms(65536, "bf16").grid[0]], ["wide", 132]);
   assert.equal(rms(65537, "bf16").mapping, "cluster", "past 128 KB: a cluster per row");
   assert.deepEqual(rms(32768, "f32", 10).grid, [10, 1, 1], "no more blocks than rows");
-  // LayerNorm past a block: `wide` at any row length from one row per SM (132 on the H200), else a cluster per row.
+  // LayerNorm past a block: `wide` up to 128 KB rows from one row per SM (132 on the H200), else a cluster per row.
   assert.deepEqual([plan(32768).mapping, plan(32768).tpr, plan(32768).grid[0]], ["wide", 1024, 132], "LayerNorm, 1000 rows: wide");
   assert.deepEqual([plan(65536, "bf16", 132).mapping, plan(65536, "f16", 132).mapping], ["wide", "wide"], "from a row per SM");
-  assert.deepEqual([plan(32769).mapping, plan(65537, "bf16").mapping, plan(131072).mapping], ["wide", "wide", "wide"], "past 128 KB too");
-  assert.deepEqual([plan(262144, "bf16", 132).mapping, plan(262144, "bf16", 132).grid[0]], ["wide", 132]);
+  assert.deepEqual([plan(32769).mapping, plan(65537, "bf16").mapping, plan(131072).mapping], ["cluster", "cluster", "cluster"], "past 128 KB: a cluster");
+  assert.deepEqual([plan(65536).cluster, plan(65536).tpr, plan(131072).cluster, plan(131072).tpr], [8, 256, 8, 512]);
+  assert.deepEqual([plan(262144, "bf16", 132).mapping, plan(262144, "bf16", 132).cluster], ["cluster", 8]);
+  assert.deepEqual([plan(262144, "f32", 132).mapping, plan(262144, "f32", 132).grid[0]], ["wide", 132], "no cluster of 8 holds it");
   const few = (d: number, dtype: DType = "f32") => plan(d, dtype, 131);
   assert.deepEqual([few(32768).mapping, few(32768).cluster, few(32768).tpr], ["cluster", 4, 256], "fewer rows than SMs: a cluster per row");
   assert.deepEqual([few(32769).mapping, few(32769).cluster, few(65536).cluster, few(65536).tpr], ["cluster", 8, 8, 256]);
@@ -115,16 +119,17 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             assert.ok(p.sharedBytes >= 2 * (b / 32) * 4, where);
             if (p.mapping === "cluster") {
               assert.ok(limits.ccMajor >= 9 && p.cluster <= 8, where);
-              // Never where `wide` streams the row: RMSNorm ≤ 128 KB, LayerNorm with a row per SM.
+              // Never where `wide` streams the row: rows ≤ 128 KB (LayerNorm: with a row per SM).
               const rowBytes = d * (dtype === "f32" ? 4 : 2);
-              assert.ok(kind === "rms" ? rowBytes > WIDE_MAX_ROW_BYTES : rows < limits.multiprocessors, `cluster, not wide: ${where}`);
+              assert.ok(rowBytes > WIDE_MAX_ROW_BYTES || (kind === "layer" && rows < limits.multiprocessors), `cluster, not wide: ${where}`);
+              assert.equal(p.sharedBytes, 2 * (b / 32) * 4 + CLUSTER_SUM_BYTES, `reductions, then the cluster exchange: ${where}`);
             }
           } else {
             assert.equal(p.mapping, "wide");
             assert.ok(chunks > 512 * MAXV_BLOCK, `wide only past one block's register cache: ${where}`);
             const fitsCluster = limits.ccMajor >= 9 && chunks <= 8 * 512 * MAXV_BLOCK;
-            const streamed = kind === "rms" ? d * (dtype === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES : rows >= limits.multiprocessors;
-            assert.ok(!fitsCluster || streamed, `a cluster where one fits, but for RMSNorm rows ≤ 128 KB and LayerNorm with a row per SM: ${where}`);
+            const streamed = d * (dtype === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES && (kind === "rms" || rows >= limits.multiprocessors);
+            assert.ok(!fitsCluster || streamed, `a cluster where one fits, but for rows ≤ 128 KB (LayerNorm: with a row per SM): ${where}`);
             assert.equal(g, Math.min(rows, limits.multiprocessors), `a block per SM, never more than rows: ${where}`);
           }
         }
@@ -154,6 +159,18 @@ test("L2 prefetch distance: 2 MiB of x ahead for rows and block on cc 9.x, none 
   for (const cc of [8, 10, 12]) assert.equal(prefetchRows("rows", 4096, cc), 0, `cc ${cc}.x: not measured there`);
 });
 
+test("the cluster exchange's shared memory mirrors the kernels' (kernels/norm_fwd.cuh, NK_CLUSTER_SUM_BYTES)", () => {
+  const src = readFileSync(new URL("../kernels/norm_fwd.cuh", import.meta.url), "utf8");
+  const ranks = Number(src.match(/#define NK_CLUSTER_SUM_RANKS (\d+)/)?.[1]);
+  assert.equal(ranks, 16);
+  // Two 8-byte mbarriers, then two halves of `ranks` × (at most) 2 floats.
+  assert.match(src, /#define NK_CLUSTER_SUM_BYTES \(16 \+ 2 \* NK_CLUSTER_SUM_RANKS \* 2 \* 4\)/);
+  assert.equal(CLUSTER_SUM_BYTES, 16 + 2 * ranks * 2 * 4);
+  const p = plan(131072, "bf16", 2048);
+  assert.deepEqual([p.mapping, p.sharedBytes], ["cluster", 2 * (p.block[0] / 32) * 4 + CLUSTER_SUM_BYTES]);
+  assert.ok(p.cluster <= ranks);
+});
+
 test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the device's limit", () => {
   const p = plan(128, "f32", 1000); // tpr 8 → 32 rows per block
   assert.equal(p.grid[0], Math.ceil(1000 / (256 / p.tpr)));
@@ -161,8 +178,9 @@ test("grid: rows mapping packs 256/tpr rows per block; grids are clamped to the 
   assert.equal(plan(4096, "f32", 1_000_000, small).grid[0], 65535);
   const c = plan(262144, "bf16", 100_000, small, "rms"); // a cluster of 8 per row, clamped
   assert.deepEqual([c.cluster, c.grid[0]], [8, Math.floor(65535 / 8) * 8]);
-  const tiny = { ...small, maxGridX: 100 }; // fewer blocks than SMs allowed: `wide` stays within the limit
-  assert.deepEqual([plan(262144, "bf16", 100_000, tiny).mapping, plan(262144, "bf16", 100_000, tiny).grid[0]], ["wide", 100]);
+  const tiny = { ...small, maxGridX: 100 }; // fewer blocks than SMs allowed: `wide` and clusters stay within the limit
+  assert.deepEqual([plan(262144, "f32", 100_000, tiny).mapping, plan(262144, "f32", 100_000, tiny).grid[0]], ["wide", 100]);
+  assert.deepEqual([plan(262144, "bf16", 100_000, tiny).mapping, plan(262144, "bf16", 100_000, tiny).grid[0]], ["cluster", 96]);
   // A grid limit below every cluster size: no cluster fits, so `wide` (RMSNorm past 128 KB would take a cluster).
   const one = plan(262144, "bf16", 100, { ...H200, maxGridX: 1 }, "rms");
   assert.deepEqual([one.mapping, one.grid[0]], ["wide", 1]);

@@ -196,3 +196,17 @@ KC(ln, true, f32)
 KC(rms, false, f32)
 KC(ln, true, bf16)
 KC(rms, false, bf16)
+
+// `b` (kc_*_block1024_*): the production `block` mapping (nk_fwd_block, FULL path) compiled for 1024 threads. Its
+// register cap is the same as production's (__launch_bounds__(512, 2) and (1024) both leave 64 per thread), so a
+// 1024-thread block holds 1024 x 8 chunks: f32 rows of 32768, 16-bit rows of 65536, one row per SM in flight.
+#define KB(kind, isln, ti)                                                                              \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kc_##kind##_block1024_##ti(NK_FWD_PARAMS) {         \
+    nk_pdl_enter();                                                                                     \
+    if (!nk_fwd_full<nk_##ti, nk_##ti, nk_##ti, isln>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap(); \
+    nk_fwd_block<nk_##ti, nk_##ti, nk_##ti, isln, true>(NK_FWD_ARGS);                                   \
+  }
+KB(ln, true, f32)
+KB(rms, false, f32)
+KB(ln, true, bf16)
+KB(rms, false, bf16)

@@ -7,8 +7,9 @@
  * (tma2/tma3: 2 or 3 shared-memory stages) on a persistent grid at C = 2, 4, 8. Each variant's output must be bitwise equal to the production cluster kernel's at the same C
  * (same chunks per thread, same sums in the same order; first and last 16 MiB compared), and within 1e-5 (f32) /
  * 1e-2 (bf16) relative of the production plan's. Then an uneven case (D = 40000, 37 rows) checked whole.
+ * --block1024 runs variant `b` instead (see block1024 below).
  * Informs kernels/norm_fwd.cuh and ops/plan.ts; not part of the product. Results: bench/RESULTS.md, bench/results/kexp/.
- *   deno run -A bench/kexp_cluster.ts bench/kexp_cluster.cubin [--ds 32768,65536] [--json out.json]
+ *   deno run -A bench/kexp_cluster.ts bench/kexp_cluster.cubin [--ds 32768,65536] [--block1024] [--json out.json]
  */
 import { Buffer } from "node:buffer";
 import process from "node:process";
@@ -156,14 +157,58 @@ function runCase(kind: NormKind, dtype: DType, d: number, rows: number, timed: b
   return bad;
 }
 
+/**
+ * --block1024: variant `b` (the production `block` kernel compiled for 1024 threads) against the production plan on
+ * rows that fill 1024 threads x 8 chunks or fewer: one row per block (grid = rows), with and without an L2
+ * prefetch (0.5, 1, 2 MiB of x ahead; the plan's is 2 MiB); outputs within 1e-5 (f32) / 1e-2 (bf16) relative of the production plan's.
+ */
+function block1024(kind: NormKind, dtype: DType, d: number): number {
+  const b = dtype === "f32" ? 4 : 2, rows = Math.ceil(2 ** 30 / (2 * d * b)), chunks = d / (16 / b);
+  using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
+  fillFromTile(x, tile);
+  using w = dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
+  using bias = dev.tensor(tile.subarray(d, 2 * d), [d], { dtype });
+  const a = (o: Tensor, t: number, nv: number, prefetch: number) =>
+    [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, t, nv, prefetch] as never;
+  const pct = (ms: number) => (100 * (2 * rows * d * b) / (ms * 1e6)) / copyGBs;
+  const p = (planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
+  const prodK = normKernel(dev, p.kernel, NORM_FWD_ARGS), cfg = new LaunchConfig(p);
+  ref.buffer.fill(0xff);
+  const prodMs = timer.time(() => prodK.launch(dev.stream, cfg, a(ref, p.tpr, p.nv, p.prefetch)));
+  const refBytes = edges(ref);
+  const rec: Record<string, unknown> = { mode: "block1024", kind, dtype, d, rows, plan: `${p.mapping} t${p.tpr}`, prod: pct(prodMs) };
+  const line = [`${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)} *${p.mapping} t${p.tpr} ${pct(prodMs).toFixed(1)}`];
+  const k = mod.kernel(`kc_${kind === "layer" ? "ln" : "rms"}_block1024_${dtype}`, NORM_FWD_ARGS);
+  let bad = 0;
+  for (const t of [512, 1024]) {
+    const nv = Math.ceil(chunks / t);
+    if (nv > 8) continue;
+    // Prefetch distances: none, and 0.5, 1, 2 MiB of x ahead (the plan's is 2 MiB); KB1024_DS limits the cases.
+    for (const pf of [...new Set([0, 0.5, 1, 2].map((m) => Math.ceil(m * 2 ** 20 / (d * b))))]) {
+      y.buffer.fill(0xff);
+      const ms = timer.time(() => k.launch(dev.stream, new LaunchConfig({ grid: [rows], block: [t], sharedBytes: 2 * (t / 32) * 4 }), a(y, t, nv, pf)));
+      const e = errOf(edges(y), refBytes, dtype);
+      if (!(e <= (dtype === "f32" ? 1e-5 : 1e-2))) bad++;
+      const tag = `b${t}nv${nv}pf${pf}`;
+      line.push(`${tag} ${pct(ms).toFixed(1)}${e <= (dtype === "f32" ? 1e-5 : 1e-2) ? "" : `(ERR ${e.toExponential(1)})`}`);
+      rec[tag] = pct(ms);
+    }
+  }
+  console.log(line.join(" "));
+  out.push(rec);
+  return bad;
+}
+
 let bad = 0;
 try {
-  // Uneven slices (D = 40000: 10000 f32 / 5000 bf16 chunks), rows not a multiple of anything: whole output compared.
-  for (const dtype of ["f32", "bf16"] as DType[]) for (const kind of ["layer", "rms"] as NormKind[]) bad += runCase(kind, dtype, 40000, 37, false);
-  for (const d of DS) {
-    for (const dtype of ["f32", "bf16"] as DType[]) {
-      for (const kind of ["layer", "rms"] as NormKind[]) bad += runCase(kind, dtype, d, Math.ceil(2 ** 30 / (2 * d * (dtype === "f32" ? 4 : 2))), true);
+  if (args.includes("--block1024")) {
+    const cases = ([["f32", 16384], ["f32", 32768], ["bf16", 32768], ["bf16", 65536]] as [DType, number][])
+      .filter(([, d]) => !process.env.KB1024_DS || process.env.KB1024_DS.split(",").map(Number).includes(d));
+    for (const [dtype, d] of cases) {
+      for (const kind of ["layer", "rms"] as NormKind[]) bad += block1024(kind, dtype, d);
     }
+  } else {
+    clusterCases();
   }
 } catch (e) {
   const err = e as { error?: unknown; suppressed?: unknown; stack?: string };
@@ -172,3 +217,14 @@ try {
 }
 console.log(`# outputs differing from the reference: ${bad}`);
 if (jsonPath) writeFileSync(jsonPath, JSON.stringify({ copyGBs, device: dev.info.name, date: new Date().toISOString(), results: out }, null, 1));
+
+/** The default run: the uneven case, then the grid's long rows (runCase for each). */
+function clusterCases(): void {
+  // Uneven slices (D = 40000: 10000 f32 / 5000 bf16 chunks), rows not a multiple of anything: whole output compared.
+  for (const dtype of ["f32", "bf16"] as DType[]) for (const kind of ["layer", "rms"] as NormKind[]) bad += runCase(kind, dtype, 40000, 37, false);
+  for (const d of DS) {
+    for (const dtype of ["f32", "bf16"] as DType[]) {
+      for (const kind of ["layer", "rms"] as NormKind[]) bad += runCase(kind, dtype, d, Math.ceil(2 ** 30 / (2 * d * (dtype === "f32" ? 4 : 2))), true);
+    }
+  }
+}

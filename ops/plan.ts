@@ -190,10 +190,10 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
   }
   // Very large rows: re-read from L2 by one block per SM (`wide`, maxThreads threads: 64 registers each,
-  // so one block fills an SM): RMSNorm rows that L2 holds that way, LayerNorm with a row for every SM; else
+  // so one block fills an SM): rows up to WIDE_MAX_ROW_BYTES (LayerNorm: with a row for every SM); else
   // split over a cluster of CTAs.
-  // The smallest cluster whose CTAs need ≤ CLUSTER_CTA threads: several CTAs per SM hide the cluster
-  // barriers (one 512-thread CTA per SM could not), within the portable cluster size of 8.
+  // The smallest cluster whose CTAs need ≤ CLUSTER_CTA threads: several CTAs per SM overlap one CTA's exchange
+  // with another's loads (one 512-thread CTA per SM could not), within the portable cluster size of 8.
   const wide = (): PlanResult =>
     make("wide", maxThreads, 0, maxThreads, Math.min(p.rows, limits.maxGridX, Math.max(1, limits.multiprocessors)));
   const streamed = p.d * (tin === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES &&

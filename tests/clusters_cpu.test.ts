@@ -1,5 +1,5 @@
 /**
- * Kernel.activeClusters (cuOccupancyMaxActiveClusters, which sizes the backward's persistent cluster grid)
+ * Kernel.activeClusters (cuOccupancyMaxActiveClusters, which sizes the forward and backward persistent cluster grids)
  * without a GPU: argument checks, the refusal before compute capability 9.0, the value handed through from
  * the driver, and the opt-in to more than 48 KiB of dynamic shared memory before it and Kernel.occupancy ask
  * the driver, against the fake CUDA driver of bench/hotpath_cpu.ts.
@@ -8,7 +8,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { FAKE_H200, fakeCudaDevice } from "../bench/hotpath_cpu.ts";
 import { NORM_BWD_ARGS } from "../ops/backward.ts";
-import { normKernel } from "../ops/kernels.ts";
+import { normKernel, planLimits } from "../ops/kernels.ts";
+import { planNorm } from "../ops/plan.ts";
+import { layerNorm } from "../mod.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
 
 const NAME = "nk_ln_bwd_cluster_bf16_bf16_bf16";
@@ -58,5 +60,26 @@ test("Kernel.activeClusters: refused with UnsupportedError before compute capabi
     assert.throws(() => k.activeClusters(256, 0, 2), DisposedError);
   } finally {
     dev.close();
+  }
+});
+
+test("forward `cluster` plans launch min(plan clusters, resident clusters) × C CTAs (fake H200)", () => {
+  // LayerNorm bf16 D = 131072 (256 KB rows): a cluster of 8 CTAs per row. The fake driver says 132 / 8 = 16
+  // clusters are resident: 2048 rows launch 16 clusters (each loops over rows), 5 rows launch 5.
+  for (const [rows, clusters] of [[2048, 16], [5, 5]]) {
+    const { dev, made, launches } = fakeCudaDevice((d) => ({
+      x: d.empty([rows, 131072], { dtype: "bf16" }),
+      y: d.empty([rows, 131072], { dtype: "bf16" }),
+    }), { record: true });
+    try {
+      layerNorm(made.x, { out: made.y });
+      layerNorm(made.x, { out: made.y }); // a cached plan: the same grid
+      assert.equal(launches.length, 2);
+      for (const l of launches) assert.deepEqual([l.grid[0], l.cluster, l.block[0]], [clusters * 8, 8, 256], `rows ${rows}`);
+      const p = planNorm({ kind: "layer", rows, d: 131072, inputDtype: "bf16", outputDtype: "bf16" }, planLimits(dev));
+      assert.ok("plan" in p && p.plan.mapping === "cluster" && p.plan.grid[0] === rows * 8, "the plan: a cluster per row");
+    } finally {
+      dev.close();
+    }
   }
 });

@@ -197,8 +197,6 @@ __device__ __forceinline__ void kx_block(NK_FWD_PARAMS) {
   }
 }
 
-template <bool C, class A, class B> struct nk_pick { typedef B T; };
-template <class A, class B> struct nk_pick<true, A, B> { typedef A T; };
 
 // The cluster reduction these experiments were measured with (production's nk_red_cluster until 2026-11-30
 // evening, then nk_cluster_sum): each CTA's total published in one of two slots of its shared memory (after
@@ -209,27 +207,10 @@ __device__ __forceinline__ float kx_ld_cluster(const float* p, unsigned rank) {
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(nk_mapa(nk_smem_addr(p), rank)) : "memory");
   return v;
 }
+// RELAXED (v5, cluster only): the barrier's arrive is relaxed, and only the thread that wrote the CTA's slot
+// fences (so the other threads' outstanding y stores do not hold the barrier up).
+template <bool RELAXED>
 struct kx_red_cluster_barrier {
-  unsigned nwarps;
-  unsigned parity;
-  unsigned csize;
-  __device__ __forceinline__ float operator()(float v) {
-    const float p = nk_block_sum(v, nk_fwd_smem + parity * nwarps);
-    float* slots = nk_fwd_smem + 2 * nwarps;
-    if (nk_thread_x() == 0) slots[parity] = p;
-    nk_cluster_sync();
-    const unsigned lane = nk_lane();
-    const float mine = lane < csize ? kx_ld_cluster(slots + parity, lane) : 0.0f;
-    float t = nk_shfl_idx(mine, 0);
-    for (unsigned r = 1; r < csize; ++r) t += nk_shfl_idx(mine, (int)r);
-    parity ^= 1u;
-    return t;
-  }
-};
-
-// v5 (cluster only): kx_red_cluster_barrier, but the barrier's arrive is relaxed: only the thread that
-// wrote the CTA's slot fences (so the other threads' outstanding y stores do not hold the barrier up).
-struct kx_red_cluster_relaxed {
   unsigned nwarps;
   unsigned parity;
   unsigned csize;
@@ -238,9 +219,10 @@ struct kx_red_cluster_relaxed {
     float* slots = nk_fwd_smem + 2 * nwarps;
     if (nk_thread_x() == 0) {
       slots[parity] = p;
-      asm volatile("fence.acq_rel.cluster;" ::: "memory");
+      if (RELAXED) asm volatile("fence.acq_rel.cluster;" ::: "memory");
     }
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (RELAXED) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    else nk_cluster_sync();
     const unsigned lane = nk_lane();
     const float mine = lane < csize ? kx_ld_cluster(slots + parity, lane) : 0.0f;
     float t = nk_shfl_idx(mine, 0);
@@ -259,7 +241,7 @@ __device__ __forceinline__ void kx_cluster(NK_FWD_PARAMS) {
   const int cpc = (int)((nchunks + csize - 1) / csize);
   NK_FWD_TYPED_PTRS;
   const int t = (int)nk_thread_x();
-  typedef typename nk_pick<V == 5, kx_red_cluster_relaxed, kx_red_cluster_barrier>::T RED;
+  typedef kx_red_cluster_barrier<V == 5> RED;
   RED red{nk_block_dim_x() / NK_WARP_SIZE, 0u, csize};
   const long long e0 = (long long)crank * cpc * VEC;
   const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
@@ -486,7 +468,7 @@ __device__ __forceinline__ void kx_staged(NK_FWD_PARAMS) {
   const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
   const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
   if (csize > 1) {
-    kx_red_cluster_barrier red{nwarps, 0u, csize};
+    kx_red_cluster_barrier<false> red{nwarps, 0u, csize};
     kx_staged_rows<TI, TO, TW, LN, NVS>(NK_FWD_ARGS, csize, crank, nk_cluster_id_x(), nk_cluster_count_x(), red);
     nk_cluster_sync();
   } else {

@@ -87,26 +87,41 @@ __device__ __forceinline__ void kc_init_bars(const kc_layout& L, int count) {
   nk_cluster_sync();  // every mbarrier of the cluster initialised before any remote write
 }
 
+// A cluster CTA's slice of every row, in nk_fwd_cluster's geometry: chunks [crank * cpc, crank * cpc + c_end) of
+// the row, elements from e0 on, dpart of them to the row's end. Traps on a launch outside the contract.
+template <class TI>
+struct kc_slice {
+  unsigned csize, crank;
+  int cpc, c_end, dpart;
+  long long e0;
+  __device__ __forceinline__ kc_slice(int d, int tpr, int nv) {
+    constexpr int VEC = 16 / TI::SIZE;
+    csize = nk_cluster_size(), crank = nk_cluster_rank();
+    const int nchunks = d / VEC;
+    cpc = (int)((nchunks + csize - 1) / csize);
+    if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr < cpc || csize > 32)
+      nk_trap();
+    e0 = (long long)crank * cpc * VEC;
+    c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
+    dpart = c_end > 0 ? (int)(d - e0) : 0;
+  }
+};
+
 // `a`: the production cluster mapping (nk_fwd_cluster's geometry and contract) with kc_red_async.
 // Dynamic smem: ((2 * nwarps * 4 + 7) & ~7) + 16 + 256 bytes.
 template <class TI, class TO, class TW, bool LN>
 __device__ __forceinline__ void kc_cluster_async(NK_FWD_PARAMS) {
-  constexpr int VEC = 16 / TI::SIZE;
   if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
-  const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
-  const int nchunks = d / VEC;
-  const int cpc = (int)((nchunks + csize - 1) / csize);
-  if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr < cpc || csize > 32)
-    nk_trap();
+  const kc_slice<TI> sl(d, tpr, nv);
+  const unsigned csize = sl.csize, crank = sl.crank;
+  const int cpc = sl.cpc, c_end = sl.c_end, dpart = sl.dpart;
+  const long long e0 = sl.e0;
   NK_FWD_TYPED_PTRS;
   const int t = (int)nk_thread_x();
   const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
   const kc_layout L(nwarps, 0);
   kc_init_bars(L, 2);
   kc_red_async red{nwarps, 0u, csize, crank, 0u, L.bars, L.slots, nullptr, 0u, 0u, 0u};
-  const long long e0 = (long long)crank * cpc * VEC;
-  const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
-  const int dpart = c_end > 0 ? (int)(d - e0) : 0;
   const bool writer = crank == 0 && t == 0;
   const typename TW::S* Ws = Wt ? Wt + e0 : Wt;
   const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
@@ -128,22 +143,17 @@ __device__ __forceinline__ void kc_cluster_async(NK_FWD_PARAMS) {
 // Geometry as `a`. Dynamic smem: kc_layout's offset of stage 0 + S * cpc * 16 bytes.
 template <class TI, class TO, class TW, bool LN, int S>
 __device__ __forceinline__ void kc_tma(NK_FWD_PARAMS) {
-  constexpr int VEC = 16 / TI::SIZE;
   if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
-  const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
-  const int nchunks = d / VEC;
-  const int cpc = (int)((nchunks + csize - 1) / csize);
-  if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr < cpc || csize > 32)
-    nk_trap();
+  const kc_slice<TI> sl(d, tpr, nv);
+  const unsigned csize = sl.csize, crank = sl.crank;
+  const int cpc = sl.cpc, c_end = sl.c_end, dpart = sl.dpart;
+  const long long e0 = sl.e0;
   NK_FWD_TYPED_PTRS;
   const int t = (int)nk_thread_x();
   const unsigned nwarps = nk_block_dim_x() / NK_WARP_SIZE;
   const kc_layout L(nwarps, S);
   kc_init_bars(L, 2 + S);
   kc_red_async red{nwarps, 0u, csize, crank, 0u, L.bars, L.slots, nullptr, 0u, 0u, 0u};
-  const long long e0 = (long long)crank * cpc * VEC;
-  const int c_end = nk_mini(cpc, nchunks - (int)crank * cpc);
-  const int dpart = c_end > 0 ? (int)(d - e0) : 0;
   const unsigned bytes = c_end > 0 ? (unsigned)c_end * 16u : 0u;
   const bool writer = crank == 0 && t == 0;
   const typename TW::S* Ws = Wt ? Wt + e0 : Wt;

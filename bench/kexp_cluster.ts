@@ -73,12 +73,25 @@ interface Geo {
   smem: number;
 }
 
+/**
+ * One case's tensors: x (from the tile), y and a reference output of `rows` rows of D, and γ = 1 + v/8, β = v from
+ * the tile, all in `dtype`. Disposing the result frees them all (and anything made before a throw is freed too).
+ */
+function caseTensors(d: number, dtype: DType, rows: number) {
+  using held = new DisposableStack();
+  const x = held.use(dev.empty([rows, d], { dtype })), y = held.use(dev.empty([rows, d], { dtype }));
+  const ref = held.use(dev.empty([rows, d], { dtype }));
+  fillFromTile(x, tile);
+  const w = held.use(dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype }));
+  const bias = held.use(dev.tensor(tile.subarray(d, 2 * d), [d], { dtype }));
+  const owned = held.move();
+  return { x, y, ref, w, bias, [Symbol.dispose]: () => owned.dispose() };
+}
+
 function runCase(kind: NormKind, dtype: DType, d: number, rows: number, timed: boolean) {
   const b = dtype === "f32" ? 4 : 2, chunks = d / (16 / b);
-  using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
-  fillFromTile(x, tile);
-  using w = dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
-  using bias = dev.tensor(tile.subarray(d, 2 * d), [d], { dtype });
+  using c = caseTensors(d, dtype, rows);
+  const { x, y, ref, w, bias } = c;
   const argsFor = (o: Tensor, t: number, nv: number, prefetch = 0) =>
     [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, t, nv, prefetch] as never;
   const gbs = (ms: number) => (2 * rows * d * b) / (ms * 1e6);
@@ -164,10 +177,8 @@ function runCase(kind: NormKind, dtype: DType, d: number, rows: number, timed: b
  */
 function block1024(kind: NormKind, dtype: DType, d: number): number {
   const b = dtype === "f32" ? 4 : 2, rows = Math.ceil(2 ** 30 / (2 * d * b)), chunks = d / (16 / b);
-  using x = dev.empty([rows, d], { dtype }), y = dev.empty([rows, d], { dtype }), ref = dev.empty([rows, d], { dtype });
-  fillFromTile(x, tile);
-  using w = dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
-  using bias = dev.tensor(tile.subarray(d, 2 * d), [d], { dtype });
+  using c = caseTensors(d, dtype, rows);
+  const { x, y, ref, w, bias } = c;
   const a = (o: Tensor, t: number, nv: number, prefetch: number) =>
     [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, t, nv, prefetch] as never;
   const pct = (ms: number) => (100 * (2 * rows * d * b) / (ms * 1e6)) / copyGBs;

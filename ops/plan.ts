@@ -141,7 +141,8 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     return { unsupported: `weight/bias must be f32 or the input dtype (${tin}), not ${tw}` };
   }
   if (p.rows < 1 || p.d < 1) return { unsupported: "rows and d must be ≥ 1 to launch" };
-  const vec = 16 / (tin === "f32" ? 4 : 2);
+  const rowBytes = p.d * dtypeBytes(tin); // of x
+  const vec = 16 / dtypeBytes(tin);
   const chunks = Math.ceil(p.d / vec);
   const warp = limits.warpSize;
   const maxThreads = limits.maxThreadsPerBlock;
@@ -157,7 +158,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       cluster,
       tpr,
       nv,
-      prefetch: prefetchRows(mapping, p.d * dtypeBytes(tin), limits.ccMajor),
+      prefetch: prefetchRows(mapping, rowBytes, limits.ccMajor),
     },
   });
 
@@ -196,7 +197,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   // with another's loads (one 512-thread CTA per SM could not), within the portable cluster size of 8.
   const wide = (): PlanResult =>
     make("wide", maxThreads, 0, maxThreads, Math.min(p.rows, limits.maxGridX, Math.max(1, limits.multiprocessors)));
-  const streamed = p.d * (tin === "f32" ? 4 : 2) <= WIDE_MAX_ROW_BYTES &&
+  const streamed = rowBytes <= WIDE_MAX_ROW_BYTES &&
     (p.kind === "rms" || p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors);
   if (streamed) return wide();
   // (A grid limit below the cluster size would leave no whole cluster to launch: `wide` then.)

@@ -48,9 +48,10 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   X(bf16, bf16, bf16)
 
 // One kernel: kind (ln|rms), LN flag, mapping (rows|block|cluster|wide|latency), launch bounds, dtypes.
-// rows: 256 threads, registers capped at 64 (4 blocks per SM); block/cluster: up to 512 threads, at
-// least 2 blocks of them per SM (64 registers); wide: up to 1024; latency: up to 512 threads, one block per SM (x, weight and bias for 4
-// chunks in registers). The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
+// rows: 256 threads, registers capped at 64 (4 blocks per SM); block: up to 1024 threads (64 registers, as
+// before at 512 threads and 2 blocks per SM: 1024 threads x 8 chunks hold a 128 KB row); cluster: up to 512
+// threads, at least 2 blocks of them per SM (64 registers); wide: up to 1024; latency: up to 512 threads, one
+// block per SM (x, weight and bias for 4 chunks in registers). The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
 // The register-caching mappings pick their FULL (mask-free, vector-only) path once per launch.
 #define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw)                                              \
   extern "C" NK_GLOBAL void bounds nk_##kind##_##map##_##ti##_##to##_##tw(NK_FWD_PARAMS) {                \
@@ -62,7 +63,7 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                    \
   NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)    \
-  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)   \
+  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)         \
   NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw) \
   NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)     \
   NK_FWD_KERNEL(kind, isln, latency, NK_LAUNCH_BOUNDS(512), ti, to, tw)

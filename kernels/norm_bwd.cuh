@@ -399,7 +399,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     }
   }
 #if NK_HAS_CLUSTER
-  // No CTA may exit (its shared memory gone) while another can still read its slots.
+  // No CTA may exit (its shared memory gone) while another can still send to it.
   if (CL) nk_cluster_sync();
 #endif
   if (!part) return;

@@ -18,11 +18,11 @@
 // Largest `nv` (16-byte chunks per thread) the register-caching mappings accept. The row lives in
 // MAXV * 4 32-bit registers per thread (packed in the input dtype), whatever the dtype.
 //   rows   : MAXV_ROWS  = 8 -> up to 32 threads * 8 chunks = 1024 f32 / 2048 f16|bf16 elements per row.
-//   block  : MAXV_BLOCK = 8 -> up to 512 threads * 8 chunks = 16384 f32 / 32768 f16|bf16 elements.
-//   cluster: MAXV_BLOCK per CTA -> C * 16384 f32 / C * 32768 f16|bf16 elements (C CTAs per row).
-// Block and cluster CTAs have at most 512 threads (launch bound), so a thread may use up to 128
-// registers: the 8-chunk row cache, the FULL path's addresses and the rest fit without spilling
-// (16 chunks did not: 128 registers and spills).
+//   block  : MAXV_BLOCK = 8 -> up to 1024 threads * 8 chunks = 32768 f32 / 65536 f16|bf16 elements.
+//   cluster: MAXV_BLOCK per CTA of up to 512 threads -> C * 16384 f32 / C * 32768 f16|bf16 elements.
+// Both launch bounds (block 1024 threads; cluster 512 threads, 2 CTAs per SM) cap a thread at 64 registers:
+// the 8-chunk row cache (32), the FULL path's addresses and the rest fit without spilling (16 chunks did not,
+// even at 128 registers).
 #define NK_MAXV_ROWS 8
 #define NK_MAXV_BLOCK 8
 // `latency`: one row per block of up to 512 threads, at most 4 chunks per thread, with the weight/bias chunks
@@ -238,6 +238,8 @@ struct nk_red_block {
 // after a block barrier that its threads pass only after reading their slots of n.
 // Shared memory: NK_CLUSTER_SUM_BYTES at an 8-byte aligned `region`, set up by setup() (every thread, once,
 // before any exchange: it ends in a cluster barrier, so that no CTA sends to an uninitialised mbarrier).
+// Clusters of C >= 2 CTAs only: st.async is undefined unless the cluster has more than one CTA (PTX ISA). The
+// callers check that where it leaves their registers alone (nk_fwd_cluster traps at C = 1; the backward does not).
 // At most NK_CLUSTER_SUM_RANKS CTAs per cluster (the portable limit is 8, the non-portable 16).
 struct nk_cluster_sum {
   unsigned bars;  // shared address of the two mbarriers
@@ -255,7 +257,9 @@ struct nk_cluster_sum {
     }
     nk_cluster_sync();
   }
-  // v: this CTA's totals (the same in every thread); returns the cluster's. Every thread calls it, uniformly.
+  // v: this CTA's totals (the same in every thread); returns the cluster's. Every thread calls it, uniformly, and
+  // between two calls every thread of the CTA passes a block barrier after its last read of the previous result
+  // (nk_block_sum's, in both callers): the slot reuse above depends on it.
   template <int N>
   NK_INLINE void operator()(float (&v)[N]) {
     static_assert(N == 1 || N == 2, "one or two values");
@@ -607,7 +611,7 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
   const int nchunks = d > 0 ? (d - 1) / VEC + 1 : 0;
   const int cpc = (int)((nchunks + csize - 1) / csize);
   if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr < cpc ||
-      csize > NK_CLUSTER_SUM_RANKS)
+      csize < 2 || csize > NK_CLUSTER_SUM_RANKS)
     nk_trap();
   if (d <= 0) return;
   NK_FWD_TYPED_PTRS;
@@ -629,7 +633,7 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
         X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, dpart, t, tpr, c_end, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }
-  // No CTA may exit (its shared memory gone) while another can still read its slots.
+  // No CTA may exit (its shared memory gone) while another can still send to it.
   nk_cluster_sync();
 #else
   (void)x, (void)y, (void)weight, (void)bias, (void)mean, (void)rstd, (void)rows, (void)d;

@@ -3,11 +3,12 @@
  * to a kernel name and launch geometry. No I/O, no driver: unit-tested in CI.
  *
  * The row is cut into 16-byte chunks (VEC = 4 f32 or 8 f16/bf16 elements) and held in registers, at most
- * MAXV chunks per thread (kernels/norm_fwd.cuh). The mapping is chosen by the number of chunks, from the
- * table MAPPINGS below: several rows per 256-thread block for small D, one block per row for mid D, and
- * past the register cache a block per SM that streams each row (`wide`, the re-reads from L2): RMSNorm for rows
- * up to WIDE_MAX_ROW_BYTES, LayerNorm for any row once the launch has a row per SM. Other rows get a thread-block
- * cluster per row (Hopper), and `wide` again where clusters are not available or too small. Launches of a few
+ * MAXV chunks per thread (kernels/norm_fwd.cuh). The mapping is chosen by the number of chunks: several rows per
+ * 256-thread block for small D, one block per row for mid D (up to 512 threads; on Hopper up to 1024 for rows up
+ * to 128 KB, BIG_BLOCK_THREADS), and past the register cache a block per SM that streams each row (`wide`, the
+ * re-reads from L2) for rows up to WIDE_MAX_ROW_BYTES (LayerNorm: once the launch has a row per SM) where the big
+ * blocks are not used. Longer rows get a thread-block cluster per row (Hopper), and `wide` again where clusters
+ * are not available or too small. Launches of a few
  * rows (decoding: latency, not bandwidth) take the `latency` mapping first: one row per block, few chunks per
  * thread, weight/bias loaded with x.
  */
@@ -74,8 +75,17 @@ export const LATENCY_ROWS_PER_SM = 2;
  * more threads than chunks.
  */
 const LATENCY_MIN_THREADS = 128;
-/** Threads per CTA of the block and cluster mappings, at most (their launch bound: 128 registers each). */
+/** Threads per CTA of the block and cluster mappings, at most, for rows that fit (their launch bounds cap a thread at 64 registers). */
 export const MAX_BLOCK_THREADS = 512;
+/**
+ * Threads of a `block` CTA at most (its launch bound), used for rows past MAX_BLOCK_THREADS × MAXV_BLOCK chunks: up to
+ * 1024 × 8 chunks (f32 D ≤ 32768, 16-bit D ≤ 65536: 128 KB rows), one row per SM, held in registers (read once,
+ * where `wide` reads it twice). Compute capability 9.x only, where it was measured (H200, bench/kexp_cluster.ts
+ * --block1024, 2026-11-30, % of copy against `wide` in the same run): RMS f32 D=32768 84.2 → 95.6, RMS bf16 D=65536
+ * 84.7 → 95.3, LN f32 D=32768 81.2 → 87.1, LN bf16 D=65536 75.9 → 80.0. Below 16384 f32 chunks' rows the 512-thread
+ * blocks with 8 chunks each stay faster (LN f32 D=16384: 1024 × 4 ran at 74–86 against 96).
+ */
+export const BIG_BLOCK_THREADS = 1024;
 /** Threads per block of the rows mapping, and at most threads per row there. */
 export const ROWS_BLOCK = 256;
 export const ROWS_MAX_TPR = 32;
@@ -119,7 +129,8 @@ export const PREFETCH_MIN_ROW_BYTES = 512;
  * Rows ahead for the kernel's L2 prefetch (nk_prefetch_ahead in kernels/norm_fwd.cuh): about
  * PREFETCH_AHEAD_BYTES of x, on compute capability 9.x (Hopper: the only GPU it was measured on; the sm_80
  * SASS drops the hint, and later GPUs, which would JIT the fatbin's compute_90 PTX with the prefetch in it,
- * get none until measured), for the `rows` and `block` mappings; 0 elsewhere. H200, bench/kexp.cu v7/v9
+ * get none until measured), for the `rows` and `block` mappings; 0 elsewhere (and planNorm sets 0 for RMSNorm's
+ * 1024-thread blocks, see BIG_BLOCK_THREADS). H200, bench/kexp.cu v7/v9
  * against the same kernel without it (2026-11-30, Deno, bench/RESULTS.md): every LN and RMS case from D = 512
  * to 16384 gained 1 to 4.7 points of copy bandwidth (e.g. LN f32 D=4096 94.7 → 97.1, RMS bf16 D=8192
  * 96.1 → 98.5, LN bf16 D=768 83.0 → 87.7), on a plateau from 1/32 to 1/4 of the rows resident at once
@@ -190,9 +201,21 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     const t = blockThreads(chunks);
     return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
   }
+  // Rows of up to 1024 × 8 chunks on Hopper: one block of up to 1024 threads per row (BIG_BLOCK_THREADS). RMSNorm
+  // at any row count; LayerNorm from a row per SM (fewer rows keep the cluster, which spreads a row over SMs).
+  // LayerNorm keeps the L2 prefetch ahead (2 MiB: 81.2 → 87.1 with it, 79.8 without, LN f32 D=32768); RMSNorm
+  // gets none (RMS bf16 D=65536 95.3 without, 87.6–92.5 with 0.5–2 MiB ahead; RMS f32 D=32768 95.6 and 96.6).
+  const big = Math.min(BIG_BLOCK_THREADS, maxThreads);
+  if (limits.ccMajor === 9 && chunks <= big * MAXV_BLOCK &&
+    (p.kind === "rms" || p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors)) {
+    const t = clamp(roundWarp(Math.ceil(chunks / TARGET_NV)), warp, big);
+    const r = make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
+    if ("plan" in r && p.kind === "rms") r.plan.prefetch = 0;
+    return r;
+  }
   // Very large rows: re-read from L2 by one block per SM (`wide`, maxThreads threads: 64 registers each,
-  // so one block fills an SM): rows up to WIDE_MAX_ROW_BYTES (LayerNorm: with a row for every SM); else
-  // split over a cluster of CTAs.
+  // so one block fills an SM): rows up to WIDE_MAX_ROW_BYTES that the big blocks above did not take (before
+  // Hopper; LayerNorm: with a row for every SM); else split over a cluster of CTAs.
   // The smallest cluster whose CTAs need ≤ CLUSTER_CTA threads: several CTAs per SM overlap one CTA's exchange
   // with another's loads (one 512-thread CTA per SM could not), within the portable cluster size of 8.
   const wide = (): PlanResult =>

@@ -81,14 +81,16 @@ const SIZES: [number, number][] = [
   [1, 1], [37, 3], [9, 127], [64, 128], [11, 1000], [40, 1024], [5, 4097], [6, 5120], [4, 8192], [3, 12288], [2, 65537],
   // Past 2 rows per SM (264 on the H200): the bandwidth mappings `rows` and `block` for the same kinds of D.
   [300, 3], [280, 127], [270, 1000], [270, 4097], [270, 5120],
-  // rows of 64–128 KB: the `wide` mapping (f32 20000 and 32768, 16-bit 40001), masked and vector paths
-  [3, 20000], [2, 32768], [2, 40001],
+  // rows of 64–128 KB (f32 20000 and 32768, 16-bit 40001), masked and vector paths: on sm_90 RMSNorm's blocks of up
+  // to 1024 threads and LayerNorm's clusters (fewer rows than SMs), `wide` elsewhere; f32 140000 (past a cluster of
+  // 8's registers): `wide` everywhere.
+  [3, 20000], [2, 32768], [2, 40001], [1, 140000],
 ];
 /**
- * LayerNorm with a row per SM (`sms`: 132 on the H200) past a block's registers: `wide` (its one-pass statistics) up
- * to 128 KB rows, masked and vector paths: f32 20001 and 32768, 16-bit 40001 and 49152 (16-bit 20001 and 32768:
- * block); past 128 KB a cluster per row on a persistent cluster grid (more rows than resident clusters, so each
- * cluster loops over rows): f32 40001 and 49152. RMSNorm at these sizes: wide up to 128 KB, a cluster past it.
+ * LayerNorm with a row per SM (`sms`: 132 on the H200) past a 512-thread block's registers, on sm_90: a block of up to
+ * 1024 threads up to 128 KB rows, masked and vector paths (f32 20001 and 32768, 16-bit 40001 and 49152; 16-bit 20001
+ * and 32768 fit 512 threads); past 128 KB a cluster per row on a persistent cluster grid (more rows than resident
+ * clusters, so each cluster loops over rows): f32 40001 and 49152. Without clusters (sm_80): `wide`.
  */
 const lnWideSizes = (sms: number): [number, number][] => [[sms + 8, 20001], [sms + 1, 32768], [sms + 8, 40001], [sms + 1, 49152]];
 
@@ -113,8 +115,8 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
         const [rows, d] = size;
         const mapping = mappingOf(dev, kind, rows, d, tin, tout, tw);
         if (kind === "layer" && tin === "f32" && lnWide.includes(size)) {
-          const cc9 = dev.info.computeCapability[0] >= 9;
-          assert.equal(mapping, d * 4 <= WIDE_MAX_ROW_BYTES || !cc9 ? "wide" : "cluster", `LayerNorm ${rows} x ${d}`);
+          const cc9 = dev.info.computeCapability[0] === 9;
+          assert.equal(mapping, !cc9 ? "wide" : d * 4 <= WIDE_MAX_ROW_BYTES ? "block" : "cluster", `LayerNorm ${rows} x ${d}`);
         }
         reached.add(mapping);
         const e = runCase(dev, { kind, rows, d, tin, tout, tw });
@@ -146,14 +148,15 @@ gpuTest("strided rows (random padding), no affine, huge D and many rows", () => 
 
 gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 relative error of float64", () => {
   using dev = Device.open({ backend: "cuda" });
-  // [d, rows]: a few rows of each mapping; a row per SM (132 on the H200) of 30000 takes LayerNorm's `wide` (one-pass
-  // statistics), of 70001 (past 128 KB) a cluster per row on a persistent cluster grid (sm_90), asserted below.
-  const sms = dev.info.multiprocessors;
-  const wide = [30000, sms + 8], cl = [70001, sms];
-  for (const c of [[128, 2048], [1024, 256], [8192, 32], [20000, 13], [65537, 3], wide, cl]) {
+  // [d, rows]: a few rows of each mapping; a row per SM (132 on the H200) of 30000 (sm_90: a 1024-thread block, else
+  // `wide`), of 70001 (past 128 KB: a cluster per row on a persistent cluster grid on sm_90), and of 140000 (past a
+  // cluster of 8: LayerNorm's `wide`, one-pass statistics), asserted below.
+  const sms = dev.info.multiprocessors, cc9 = dev.info.computeCapability[0] === 9;
+  const big = [30000, sms + 8], cl = [70001, sms], wide = [140000, sms];
+  for (const c of [[128, 2048], [1024, 256], [8192, 32], [20000, 13], [65537, 3], big, cl, wide]) {
     const [d, rows] = c;
-    if (c === wide) assert.equal(mappingOf(dev, "layer", rows, d, "f32", "f32", "f32"), "wide", `stability ${rows} x ${d}`);
-    if (c === cl && dev.info.computeCapability[0] >= 9) assert.equal(mappingOf(dev, "layer", rows, d, "f32", "f32", "f32"), "cluster");
+    const want = c === wide ? "wide" : c === cl ? (cc9 ? "cluster" : "wide") : c === big ? (cc9 ? "block" : "wide") : undefined;
+    if (want) assert.equal(mappingOf(dev, "layer", rows, d, "f32", "f32", "f32"), want, `stability ${rows} x ${d}`);
     const xs = randoms(rows * d, d, -1, 1).map((v) => 1e4 + v * 1e-2);
     using x = dev.tensor(xs, [rows, d]);
     using y = layerNorm(x);
@@ -206,19 +209,21 @@ gpuTest("in place (out: x) for every mapping", () => {
   using dev = Device.open({ backend: "cuda" });
   const reached = new Set<Mapping>();
   const sms = dev.info.multiprocessors;
-  // RMSNorm through every mapping; LayerNorm through `wide` (a row per SM, rows ≤ 128 KB) on its vector and masked
-  // paths, and past 128 KB through a persistent cluster grid (sm_90) whose clusters loop over rows.
-  const cases: [Kind, number, number][] = [
+  // RMSNorm through every mapping; LayerNorm, with a row per SM, through 1024-thread blocks (sm_90, rows ≤ 128 KB) on
+  // their vector and masked paths, past 128 KB through a persistent cluster grid (sm_90) whose clusters loop over
+  // rows, and past a cluster of 8 through `wide`.
+  const cc9 = dev.info.computeCapability[0] === 9;
+  const cases: [Kind, number, number, Mapping?][] = [
     ...[[4, 64], [300, 64], [4, 3000], [300, 3000], [4, 20000], [4, 50000], [4, 200000]].map(([r, d]): [Kind, number, number] => ["rms", r, d]),
-    ["layer", sms, 32768],
-    ["layer", sms, 20001],
-    ["layer", 2 * sms + 5, 49152],
-    ["layer", sms, 70001],
+    ["layer", sms, 32768, cc9 ? "block" : "wide"],
+    ["layer", sms, 20001, cc9 ? "block" : "wide"],
+    ["layer", 2 * sms + 5, 49152, cc9 ? "cluster" : "wide"],
+    ["layer", sms, 70001, cc9 ? "cluster" : "wide"],
+    ["layer", sms, 140000, "wide"],
   ];
-  for (const [kind, rows, d] of cases) {
+  for (const [kind, rows, d, want] of cases) {
     const mapping = mappingOf(dev, kind, rows, d, "f32", "f32", "f32");
-    const cc9 = dev.info.computeCapability[0] >= 9;
-    if (kind === "layer") assert.equal(mapping, d * 4 <= WIDE_MAX_ROW_BYTES || !cc9 ? "wide" : "cluster", `LayerNorm ${rows} x ${d}`);
+    if (want) assert.equal(mapping, want, `LayerNorm ${rows} x ${d}`);
     reached.add(mapping);
     const xs = randoms(rows * d, d);
     using x: Tensor = dev.tensor(xs, [rows, d]);

@@ -37,13 +37,18 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([plan(4096, "bf16").mapping, plan(4096, "bf16").tpr, plan(4096, "bf16").nv], ["block", 64, 8]);
   assert.deepEqual([plan(16384).mapping, plan(16384).tpr, plan(16384).nv], ["block", 512, 8]);
   const rms = (d: number, dtype: DType = "f32", rows = 1000) => plan(d, dtype, rows, H200, "rms");
-  assert.deepEqual([rms(32768).mapping, rms(32768).tpr, rms(32768).grid[0]], ["wide", 1024, 132], "RMS, 128 KB rows: wide, a block per SM");
-  assert.deepEqual([rms(65536, "bf16").mapping, rms(65536, "bf16").grid[0]], ["wide", 132]);
+  // Rows of 64–128 KB on Hopper: a block of up to 1024 threads per row (8 chunks each), RMSNorm without the prefetch.
+  assert.deepEqual([rms(32768).mapping, rms(32768).tpr, rms(32768).nv, rms(32768).grid[0], rms(32768).prefetch], ["block", 1024, 8, 1000, 0]);
+  assert.deepEqual([rms(65536, "bf16").mapping, rms(65536, "bf16").tpr, rms(20000).tpr, rms(20000).nv], ["block", 1024, 640, 8]);
+  assert.deepEqual([plan(32768, "f32", 1000, A100, "rms").mapping, plan(32768, "f32", 1000, A100, "rms").grid[0]], ["wide", 108], "not measured before sm_90: wide");
   assert.equal(rms(65537, "bf16").mapping, "cluster", "past 128 KB: a cluster per row");
   assert.deepEqual(rms(32768, "f32", 10).grid, [10, 1, 1], "no more blocks than rows");
-  // LayerNorm past a block: `wide` up to 128 KB rows from one row per SM (132 on the H200), else a cluster per row.
-  assert.deepEqual([plan(32768).mapping, plan(32768).tpr, plan(32768).grid[0]], ["wide", 1024, 132], "LayerNorm, 1000 rows: wide");
-  assert.deepEqual([plan(65536, "bf16", 132).mapping, plan(65536, "f16", 132).mapping], ["wide", "wide"], "from a row per SM");
+  assert.deepEqual(plan(32768, "f32", 10, A100, "rms").grid, [10, 1, 1]);
+  // LayerNorm past 512-thread blocks: a 1024-thread block up to 128 KB rows from one row per SM (132 on the H200),
+  // with the L2 prefetch; else a cluster per row.
+  assert.deepEqual([plan(32768).mapping, plan(32768).tpr, plan(32768).grid[0], plan(32768).prefetch], ["block", 1024, 1000, 16], "LayerNorm, 1000 rows");
+  assert.deepEqual([plan(65536, "bf16", 132).mapping, plan(65536, "f16", 132).mapping], ["block", "block"], "from a row per SM");
+  assert.deepEqual([plan(32768, "f32", 1000, A100).mapping, plan(32768, "f32", 1000, A100).grid[0]], ["wide", 108]);
   assert.deepEqual([plan(32769).mapping, plan(65537, "bf16").mapping, plan(131072).mapping], ["cluster", "cluster", "cluster"], "past 128 KB: a cluster");
   assert.deepEqual([plan(65536).cluster, plan(65536).tpr, plan(131072).cluster, plan(131072).tpr], [8, 256, 8, 512]);
   assert.deepEqual([plan(262144, "bf16", 132).mapping, plan(262144, "bf16", 132).cluster], ["cluster", 8]);
@@ -96,11 +101,13 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
           const [g] = p.grid, [b] = p.block;
           const where = `${kind} ${dtype} d=${d} rows=${rows} cc=${limits.ccMajor}: ${JSON.stringify(p)}`;
           assert.ok(b % limits.warpSize === 0 && b <= limits.maxThreadsPerBlock, `block ${where}`);
-          if (p.mapping !== "wide") assert.ok(b <= 512, `block/cluster CTAs have ≤ 512 threads (launch bound): ${where}`);
+          if (p.mapping !== "wide") assert.ok(b <= (p.mapping === "block" ? 1024 : 512), `CTAs within their launch bound: ${where}`);
+          if (p.mapping === "block" && b > 512) assert.ok(limits.ccMajor === 9 && chunks > 512 * MAXV_BLOCK, `1024-thread blocks only past 512 x 8 chunks, on sm_90: ${where}`);
           assert.ok(g >= 1 && g <= limits.maxGridX && g % p.cluster === 0, `grid ${where}`);
           // The L2 prefetch: rows and block on Hopper, rows of ≥ 512 bytes, about 2 MiB of x ahead; else none.
           const rowBytes = d * (dtype === "f32" ? 4 : 2);
-          const prefetching = limits.ccMajor === 9 && (p.mapping === "rows" || p.mapping === "block") && rowBytes >= 512;
+          const prefetching = limits.ccMajor === 9 && (p.mapping === "rows" || p.mapping === "block") && rowBytes >= 512 &&
+            !(p.mapping === "block" && b > 512 && kind === "rms");
           assert.equal(p.prefetch, prefetching ? Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes) : 0, `prefetch ${where}`);
           assert.ok(p.prefetch * rowBytes < PREFETCH_AHEAD_BYTES + rowBytes && Number.isInteger(p.prefetch), where);
           if (p.mapping === "rows") {
@@ -148,8 +155,10 @@ test("L2 prefetch distance: 2 MiB of x ahead for rows and block on cc 9.x, none 
   assert.equal(plan(4096, "bf16", 65_536, A100).prefetch, 0, "no bulk prefetch before sm_90");
   assert.equal(plan(65536, "f32", 2048, H200, "rms").mapping, "cluster");
   assert.equal(plan(65536, "f32", 2048, H200, "rms").prefetch, 0, "clusters: no gain measured");
-  assert.equal(plan(32768, "f32", 4096).mapping, "wide");
-  assert.equal(plan(32768, "f32", 4096).prefetch, 0, "wide re-reads x from L2");
+  assert.equal(plan(262144, "f32", 4096).mapping, "wide");
+  assert.equal(plan(262144, "f32", 4096).prefetch, 0, "wide re-reads x from L2");
+  assert.deepEqual([plan(32768, "f32", 4096).mapping, plan(32768, "f32", 4096).tpr, plan(32768, "f32", 4096).prefetch], ["block", 1024, 16]);
+  assert.equal(plan(32768, "f32", 4096, H200, "rms").prefetch, 0, "RMSNorm's 1024-thread blocks: none (lost up to 8 points)");
   assert.equal(plan(4096, "bf16", 8).mapping, "latency");
   assert.equal(plan(4096, "bf16", 8).prefetch, 0, "latency: a few rows");
   assert.equal(prefetchRows("block", PREFETCH_MIN_ROW_BYTES - 2, 9), 0);

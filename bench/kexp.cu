@@ -821,3 +821,153 @@ KX_LAT(ln, true, bf16, 7)
 KX_LAT(ln, true, bf16, 8)
 KX_LAT(ln, true, bf16, 9)
 KX_LAT(rms, false, bf16, 6)
+
+// v10 (rows): the `rows` kernel (nk_fwd_rows, FULL path) without ONEPASS, compiled here: the baseline of v14. (v11, LayerNorm's
+// shift k shuffled from the row's first lane instead of loaded, ran in results/kexp/2026-11-30-run17*; not kept.)
+#define KX_KL(kind, isln, ti)                                                                                   \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v10(NK_FWD_PARAMS) {     \
+    nk_pdl_enter();                                                                                             \
+    nk_fwd_rows<nk_##ti, nk_##ti, nk_##ti, isln, true, false>(NK_FWD_ARGS); \
+  }
+KX_KL(ln, true, f32)
+KX_KL(ln, true, bf16)
+
+// v12 / v13 (rows, FULL, rows of n = d / VEC chunks with n a power of two <= 32; other rows: returns, nothing written):
+// a warp tile of M * 32 / n consecutive rows. Load i of a lane reads chunk l % n of row i * (32 / n) + l / n, so each
+// warp load is 512 contiguous bytes of back-to-back rows (the `rows` mapping's loads touch 32 / tpr rows per
+// instruction in pieces of tpr * 16 bytes), and a lane's weight/bias chunk is the same for every row: loaded once,
+// held in registers. The row sums are M shuffle trees over n lanes. v12: M = 8 (3 CTAs of 256 per SM: 80 registers),
+// v13: M = 4 (4 CTAs, 64 registers).
+template <class TI, class TO, class TW, bool LN, int M>
+__device__ __forceinline__ void kx_tile(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr int WV = VEC * TW::SIZE / 4;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap();
+  const int n = d / VEC;
+  if (n < 1 || n > 32 || (n & (n - 1))) return;
+  NK_FWD_TYPED_PTRS;
+  const int lg = nk_log2_pow2(n);
+  const int lane = (int)nk_lane(), c = lane & (n - 1), sub = lane >> lg;
+  const int rpi = 32 >> lg;
+  const long long rpw = (long long)rpi * M;
+  const long long wpb = nk_block_dim_x() / 32, warp = nk_thread_x() / 32;
+  unsigned ew[WV], eb[WV];
+  if (Wt) nk_load_words<TW, VEC>(Wt + c * VEC, true, VEC, ew);
+  if (LN && Bs) nk_load_words<TW, VEC>(Bs + c * VEC, true, VEC, eb);
+  const float fd = (float)d;
+  for (long long base = ((long long)nk_block_x() * wpb + warp) * rpw; base < rows;
+       base += (long long)nk_grid_dim_x() * wpb * rpw) {
+    if (prefetch > 0 && lane == 0 && x_stride == d && base + prefetch < rows)
+      nk_prefetch_l2(X + (base + prefetch) * x_stride,
+                     (long long)d * TI::SIZE * (rows - base - prefetch < rpw ? rows - base - prefetch : rpw));
+    nk_v4 raw[M];
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const long long row = base + i * rpi + sub;
+      nk_load_words<TI, VEC>(X + row * x_stride + c * VEC, true, row < rows ? VEC : 0, raw[i].w);
+    }
+    float k[M], dm[M], rs[M];
+#pragma unroll
+    for (int j = 0; j < WV; ++j) nk_opaque(ew[j]), nk_opaque(eb[j]);  // unpacked per use, not held as floats
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      k[i] = LN ? nk_shfl_idx(nk_get<TI>(raw[i].w, 0), lane & ~(n - 1)) : 0.0f;
+      float s = 0.0f;
+      if (LN) {
+        s = nk_get<TI>(raw[i].w, 0) - k[i];
+#pragma unroll
+        for (int e = 1; e < VEC; ++e) s += nk_get<TI>(raw[i].w, e) - k[i];
+      }
+      dm[i] = s;
+    }
+    if (LN) {
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1)
+        if (m < n)
+#pragma unroll
+          for (int i = 0; i < M; ++i) dm[i] += nk_shfl_xor(dm[i], m);
+#pragma unroll
+      for (int i = 0; i < M; ++i) dm[i] /= fd;
+    }
+    nk_row_opaque<M>(raw);
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      float q = 0.0f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float v = LN ? (nk_get<TI>(raw[i].w, e) - k[i]) - dm[i] : nk_get<TI>(raw[i].w, e);
+        q += v * v;
+      }
+      rs[i] = q;
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+      if (m < n)
+#pragma unroll
+        for (int i = 0; i < M; ++i) rs[i] += nk_shfl_xor(rs[i], m);
+    nk_row_opaque<M>(raw);
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      rs[i] = nk_rsqrt(rs[i] / fd + eps);
+      const long long row = base + i * rpi + sub;
+      if (row < rows) {
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
+        nk_apply_words<TW, LN, VEC>(f, Wt != nullptr, ew, LN && Bs, eb, k[i], dm[i], rs[i]);
+        nk_store_f<TO, VEC>(Y + row * y_stride + c * VEC, true, VEC, f);
+      }
+    }
+  }
+}
+#define KX_TILE(kind, isln, ti)                                                                                 \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 3) kx_##kind##_rows_##ti##_v12(NK_FWD_PARAMS) {     \
+    nk_pdl_enter();                                                                                             \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, isln, 8>(NK_FWD_ARGS);                                                 \
+  }                                                                                                             \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v13(NK_FWD_PARAMS) {     \
+    nk_pdl_enter();                                                                                             \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, isln, 4>(NK_FWD_ARGS);                                                 \
+  }
+KX_TILE(ln, true, f32)
+KX_TILE(ln, true, bf16)
+KX_TILE(rms, false, f32)
+KX_TILE(rms, false, bf16)
+
+// v14 (rows): the production `rows` kernel with LayerNorm's statistics in one pass where every row of the warp allows
+// it (ONEPASS in nk_row_cached; rows of more than 2 lanes).
+#define KX_OP(kind, isln, ti)                                                                                   \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v14(NK_FWD_PARAMS) {     \
+    nk_pdl_enter();                                                                                             \
+    nk_fwd_rows<nk_##ti, nk_##ti, nk_##ti, isln, true, true>(NK_FWD_ARGS);                                     \
+  }
+KX_OP(ln, true, f32)
+KX_OP(ln, true, bf16)
+
+// v16 (block): the `block` kernel with LayerNorm's statistics in one pass (ONEPASS; the row is the block, so every
+// thread takes the same branch); v17: without (the baseline, compiled here).
+#define KX_OPB(kind, isln, ti)                                                                                  \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_block_##ti##_v16(NK_FWD_PARAMS) {           \
+    nk_pdl_enter();                                                                                             \
+    nk_fwd_block<nk_##ti, nk_##ti, nk_##ti, isln, true, NK_MAXV_BLOCK, false, true>(NK_FWD_ARGS);             \
+  }                                                                                                             \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_block_##ti##_v17(NK_FWD_PARAMS) {           \
+    nk_pdl_enter();                                                                                             \
+    nk_fwd_block<nk_##ti, nk_##ti, nk_##ti, isln, true, NK_MAXV_BLOCK, false, false>(NK_FWD_ARGS); \
+  }
+KX_OPB(ln, true, f32)
+KX_OPB(ln, true, bf16)
+
+// v18 / v19 (cluster): the production `cluster` kernel with (v18) and without (v19, the baseline compiled here)
+// LayerNorm's statistics in one pass (ONEPASS: both sums in one cluster exchange, a second only for ill-conditioned rows).
+#define KX_OPC(kind, isln, ti)                                                                                  \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_cluster_##ti##_v18(NK_FWD_PARAMS) {   \
+    nk_pdl_enter();                                                                                             \
+    nk_fwd_cluster<nk_##ti, nk_##ti, nk_##ti, isln, true, true>(NK_FWD_ARGS);                                 \
+  }                                                                                                             \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_cluster_##ti##_v19(NK_FWD_PARAMS) {   \
+    nk_pdl_enter();                                                                                             \
+    nk_fwd_cluster<nk_##ti, nk_##ti, nk_##ti, isln, true, false>(NK_FWD_ARGS); \
+  }
+KX_OPC(ln, true, f32)
+KX_OPC(ln, true, bf16)

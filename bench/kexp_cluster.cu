@@ -220,3 +220,17 @@ KB(ln, true, f32)
 KB(rms, false, f32)
 KB(ln, true, bf16)
 KB(rms, false, bf16)
+
+// `c` (kc_*_cluster1024_*): the production `cluster` mapping (nk_fwd_cluster, FULL path) compiled for CTAs of up to
+// 1024 threads (the same 64-register cap as production's (512, 2)): C CTAs of 1024 x 8 chunks hold a row of C * 128 KB,
+// one CTA per SM, as `b` holds 128 KB rows in one block.
+#define KCL(kind, isln, ti)                                                                               \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kc_##kind##_cluster1024_##ti(NK_FWD_PARAMS) {         \
+    nk_pdl_enter();                                                                                       \
+    if (!nk_fwd_full<nk_##ti, nk_##ti, nk_##ti, isln>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap(); \
+    nk_fwd_cluster<nk_##ti, nk_##ti, nk_##ti, isln, true>(NK_FWD_ARGS);                                   \
+  }
+KCL(ln, true, f32)
+KCL(rms, false, f32)
+KCL(ln, true, bf16)
+KCL(rms, false, bf16)

@@ -7,9 +7,9 @@
  * (tma2/tma3: 2 or 3 shared-memory stages) on a persistent grid at C = 2, 4, 8. Each variant's output must be bitwise equal to the production cluster kernel's at the same C
  * (same chunks per thread, same sums in the same order; first and last 16 MiB compared), and within 1e-5 (f32) /
  * 1e-2 (bf16) relative of the production plan's. Then an uneven case (D = 40000, 37 rows) checked whole.
- * --block1024 runs variant `b` instead (see block1024 below).
+ * --block1024 runs variant `b` instead (see block1024 below), --cluster1024 variant `c` (see cluster1024).
  * Informs kernels/norm_fwd.cuh and ops/plan.ts; not part of the product. Results: bench/RESULTS.md, bench/results/kexp/.
- *   deno run -A bench/kexp_cluster.ts bench/kexp_cluster.cubin [--ds 32768,65536] [--block1024] [--json out.json]
+ *   deno run -A bench/kexp_cluster.ts bench/kexp_cluster.cubin [--ds 32768,65536] [--block1024 | --cluster1024] [--json out.json]
  */
 import { Buffer } from "node:buffer";
 import process from "node:process";
@@ -38,7 +38,7 @@ const out: Record<string, unknown>[] = [];
 const SMEM_MAX = dev.info.maxSharedPerBlockOptin;
 
 /** Dynamic shared memory of the production cluster kernel, of `cla`, and of `tma{S}` (kexp_cluster.cu's kc_layout). */
-const prodShared = (t: number) => 2 * (t / 32) * 4 + 16;
+const prodShared = (t: number) => 2 * (t / 32) * 4 + 272; // block sums, then NK_CLUSTER_SUM_BYTES (ops/plan.ts)
 const layoutStage = (t: number, s: number) => (((((2 * (t / 32) * 4 + 7) & ~7) + (2 + s) * 8 + 256) + 127) & ~127);
 const claShared = (t: number) => layoutStage(t, 0);
 const tmaShared = (t: number, s: number, cpc: number) => layoutStage(t, s) + s * cpc * 16;
@@ -210,9 +210,60 @@ function block1024(kind: NormKind, dtype: DType, d: number): number {
   return bad;
 }
 
+/**
+ * --cluster1024: variant `c` (the production `cluster` kernel compiled for CTAs of up to 1024 threads) at C = 2, 4, 8
+ * with 8 and 4 chunks per thread, on a persistent grid (the clusters resident at once, as the op launches them),
+ * against the production plan; outputs within 1e-5 (f32) / 1e-2 (bf16) relative of the production plan's.
+ */
+function cluster1024(kind: NormKind, dtype: DType, d: number): number {
+  const b = dtype === "f32" ? 4 : 2, rows = Math.ceil(2 ** 30 / (2 * d * b)), chunks = d / (16 / b);
+  using c = caseTensors(d, dtype, rows);
+  const { x, y, ref, w, bias } = c;
+  const a = (o: Tensor, t: number, nv: number) =>
+    [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, t, nv, 0] as never;
+  const pct = (ms: number) => (100 * (2 * rows * d * b) / (ms * 1e6)) / copyGBs;
+  const p = (planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
+  const prodK = normKernel(dev, p.kernel, NORM_FWD_ARGS);
+  // The production launch as the op makes it: a cluster plan on as many clusters as are resident.
+  const pg = p.mapping === "cluster" ? Math.min(p.grid[0] / p.cluster, prodK.activeClusters(p.block[0], p.sharedBytes, p.cluster)) * p.cluster : p.grid[0];
+  const cfg = new LaunchConfig({ grid: [pg], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
+  ref.buffer.fill(0xff);
+  const prodMs = timer.time(() => prodK.launch(dev.stream, cfg, a(ref, p.tpr, p.nv)));
+  const refBytes = edges(ref);
+  const rec: Record<string, unknown> = { mode: "cluster1024", kind, dtype, d, rows, plan: `${p.mapping}x${p.cluster} t${p.tpr}`, prod: pct(prodMs) };
+  const line = [`${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)} *${p.mapping}x${p.cluster} t${p.tpr} ${pct(prodMs).toFixed(1)}`];
+  const k = mod.kernel(`kc_${kind === "layer" ? "ln" : "rms"}_cluster1024_${dtype}`, NORM_FWD_ARGS);
+  let bad = 0;
+  for (const cs of [2, 4, 8]) {
+    const cpc = Math.ceil(chunks / cs);
+    for (const nvT of [8, 4]) {
+      const t = Math.max(32, Math.ceil(cpc / nvT / 32) * 32);
+      if (t > 1024 || t < 512) continue;  // (smaller CTAs: the production kernel's own geometry)
+      const nv = Math.ceil(cpc / t), smem = prodShared(t);
+      const resident = k.activeClusters(t, smem, cs);
+      if (resident < 1) continue;
+      y.buffer.fill(0xff);
+      const cfg2 = new LaunchConfig({ grid: [Math.min(rows, resident) * cs], block: [t], sharedBytes: smem, cluster: cs });
+      const ms = timer.time(() => k.launch(dev.stream, cfg2, a(y, t, nv)));
+      const e = errOf(edges(y), refBytes, dtype);
+      if (!(e <= (dtype === "f32" ? 1e-5 : 1e-2))) bad++;
+      const tag = `c${cs}t${t}nv${nv}n${Math.min(rows, resident)}`;
+      line.push(`${tag} ${pct(ms).toFixed(1)}${e <= (dtype === "f32" ? 1e-5 : 1e-2) ? "" : `(ERR ${e.toExponential(1)})`}`);
+      rec[tag] = pct(ms);
+    }
+  }
+  console.log(line.join(" "));
+  out.push(rec);
+  return bad;
+}
+
 let bad = 0;
 try {
-  if (args.includes("--block1024")) {
+  if (args.includes("--cluster1024")) {
+    for (const [dtype, d] of [["f32", 65536], ["f32", 131072], ["bf16", 65536], ["bf16", 131072], ["f32", 32768]] as [DType, number][]) {
+      for (const kind of ["layer", "rms"] as NormKind[]) bad += cluster1024(kind, dtype, d);
+    }
+  } else if (args.includes("--block1024")) {
     const cases = ([["f32", 16384], ["f32", 32768], ["bf16", 32768], ["bf16", 65536]] as [DType, number][])
       .filter(([, d]) => !process.env.KB1024_DS || process.env.KB1024_DS.split(",").map(Number).includes(d));
     for (const [dtype, d] of cases) {

@@ -4,8 +4,9 @@
 // Launch contracts: kernels/README.md (and the comments on each mapping below).
 //
 // Numerics (PyTorch F.layer_norm / F.rms_norm, biased variance), all in f32:
-//   LN : mean = sum(x)/d; var = sum((x-mean)^2)/d from the values held in registers (centred, never
-//        E[x^2]-E[x]^2); rstd = rsqrt(var+eps); y = (x-mean)*rstd*w + b.
+//   LN : mean = sum(x)/d; var from the values held in registers about a shift k (the row's first element), never
+//        as E[x^2]-E[x]^2 of x itself: E[t^2]-E[t]^2 of t = x-k where k lies within 4 std of the mean, else the
+//        centred sum of squares (ONEPASS in nk_row_cached); rstd = rsqrt(var+eps); y = (x-mean)*rstd*w + b.
 //   RMS: rstd = rsqrt(sum(x^2)/d + eps); y = x*rstd*w. `bias` is ignored, `mean` never written.
 // Deterministic: every sum has a fixed order (per-thread in chunk order, then a fixed shuffle tree /
 // warp tree / cluster rank order); no atomics. In place (y == x with the same stride) is correct:
@@ -209,6 +210,8 @@ struct nk_red_lanes {
       if (m < tpr) v += nk_shfl_xor(v, m);  // tpr is uniform: whole warps take the same branch
     return v;
   }
+  // Two totals at once (each as operator() would give it).
+  NK_INLINE void pair(float& a, float& b) { a = (*this)(a), b = (*this)(b); }
 };
 
 // `block` / `wide`: nk_block_sum over two alternating buffers of nwarps floats (2*nwarps*4 bytes).
@@ -220,6 +223,7 @@ struct nk_red_block {
     parity ^= 1u;
     return r;
   }
+  NK_INLINE void pair(float& a, float& b) { a = (*this)(a), b = (*this)(b); }
 };
 
 // nk_cluster_sum's shared memory (two mbarriers, then two halves of slots) and its largest cluster.
@@ -298,6 +302,16 @@ struct nk_red_cluster {
     sum(p);
     return p[0];
   }
+  // Two totals in one exchange (each the same bits as operator() gives: the same block sum, the same rank order).
+  NK_INLINE void pair(float& a, float& b) {
+    float p[2];
+    p[0] = nk_block_sum(a, nk_fwd_smem + parity * nwarps);
+    parity ^= 1u;
+    p[1] = nk_block_sum(b, nk_fwd_smem + parity * nwarps);
+    parity ^= 1u;
+    sum(p);
+    a = p[0], b = p[1];
+  }
 };
 #endif
 
@@ -338,7 +352,22 @@ struct nk_param_group {
 // EARLY: all MAXV weight/bias chunks are loaded right after the x chunks, so that their round trip overlaps
 // the x loads and the reductions instead of following them (the `latency` mapping: 2 * MAXV more chunks of
 // registers; on the H200 it took a lone LayerNorm row of 4096 bf16 from 3.0 to 2.0 us, bench/RESULTS.md).
-template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED, int G = 1, bool EARLY = false>
+// ONEPASS (LN, FULL path): the sums of t = x - k and of t^2 in one pass over the registers and one reduction
+// (RED::pair: for a cluster, one exchange instead of two), var = E[t^2] - E[t]^2, kept where |E[t]| <= 4 std in every
+// row of the warp (then E[t^2] <= 17 var: the cancellation costs var at most about 4 of its 24 bits); elsewhere the
+// centred second pass runs as without ONEPASS (rows whose first element lies far from the rest). dm, the mean, has the
+// same bits either way. H200 (bench/kexp.cu v14/v16/v18, bench/RESULTS.md): LN bf16 D=768 92.7 -> 97.5% of copy,
+// D=5120 95.1 -> 97.5, a cluster row of 131072 bf16 70.6 -> 76.1; f32 rows within a point; LN 16-bit D=128 (2 lanes
+// per row) lost: 83.5 -> 77.
+// NK_ONEPASS: the mappings' default. Off on AMD: not measured there, and with it gfx90a/gfx942's 1024-thread LN `block`
+// kernels needed scratch (spills; tests/hsaco_abi.test.ts allows none).
+#if defined(__HIP__)
+#define NK_ONEPASS false
+#else
+#define NK_ONEPASS true
+#endif
+template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED, int G = 1, bool EARLY = false,
+          bool ONEPASS = false>
 NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
                              const typename TW::S* b, int d, int c_first, int c_step, int c_end,
                              int nv, float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p) {
@@ -369,26 +398,43 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
 
   // LN statistics are taken about k, the row's first element (the caller passes it to every thread):
   // the sum of x - k is accurate to the spread of the row, not to its magnitude, so a row with mean
-  // 1e4 and std 1e-2 keeps its digits in f32 (a plain sum of x would lose them). Two passes over the
-  // registers: dm = mean(x - k), then the centred sum of ((x - k) - dm)^2.
+  // 1e4 and std 1e-2 keeps its digits in f32 (a plain sum of x would lose them). dm = mean(x - k) and, with ONEPASS,
+  // the sum of (x - k)^2 in the same pass; else (or for an ill-conditioned row) the centred sum of ((x - k) - dm)^2.
   float dm = 0.0f, rs;
   if (LN) {
-    float s = 0.0f;
+    float s = 0.0f, q1 = 0.0f;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
       if (FULL) {
-        float si = nk_get<TI>(raw[i].w, 0) - k;  // not 0 + ...: the compiler cannot fold 0.0f + v (-0.0)
+        const float t0 = nk_get<TI>(raw[i].w, 0) - k;
+        float si = t0;  // not 0 + ...: the compiler cannot fold 0.0f + v (-0.0)
+        float qi = t0 * t0;
 #pragma unroll
-        for (int e = 1; e < VEC; ++e) si += nk_get<TI>(raw[i].w, e) - k;
+        for (int e = 1; e < VEC; ++e) {
+          const float te = nk_get<TI>(raw[i].w, e) - k;
+          si += te;
+          if (ONEPASS) qi = nk_fma(te, te, qi);
+        }
         s += nvalid ? si : 0.0f;
+        if (ONEPASS) q1 += nvalid ? qi : 0.0f;
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) s += e < nvalid ? nk_get<TI>(raw[i].w, e) - k : 0.0f;  // not padding
       }
     }
-    dm = red(s) / fd;
+    bool centred = true;
+    if constexpr (ONEPASS && FULL) {  // (constexpr: RED needs pair() only then)
+      red.pair(s, q1);
+      dm = s / fd;
+      const float v1 = q1 / fd - dm * dm;
+      centred = nk_any(dm * dm > 16.0f * v1);
+      rs = nk_rsqrt(v1 + eps);
+    } else {
+      dm = red(s) / fd;
+    }
     nk_row_opaque<MAXV>(raw);
+    if (centred) {
     float q = 0.0f;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
@@ -411,6 +457,7 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       }
     }
     rs = nk_rsqrt(red(q) / fd + eps);
+    }
     if (mean_p) *mean_p = k + dm;
   } else {
     float q = 0.0f;
@@ -528,7 +575,7 @@ NK_INLINE void nk_prefetch_ahead(const typename TI::S* X, long long row, int n, 
 // blockDim.x = 256 (any multiple of the warp size <= 256 works); tpr threads per row (power of two,
 // 1..32), blockDim.x/tpr rows per block; thread t of a row owns chunks t, t+tpr, ..., (nv of them,
 // nv <= NK_MAXV_ROWS, nv*tpr*VEC >= d). Grid: any; row groups grid-strided. Dynamic smem: 0.
-template <class TI, class TO, class TW, bool LN, bool FULL>
+template <class TI, class TO, class TW, bool LN, bool FULL, bool ONEPASS = NK_ONEPASS>
 NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
@@ -554,7 +601,7 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
     if (prefetch > 0 && (contiguous ? tid == 0 : t == 0))
       nk_prefetch_ahead<TI>(X, (contiguous ? rb : row) + prefetch, contiguous ? (int)rpb : 1, rows, d, x_stride);
     const float k = (LN && active) ? TI::to_f(X[row * x_stride]) : 0.0f;
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL, nk_red_lanes, 1>(
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL, nk_red_lanes, 1, false, ONEPASS>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, active ? nchunks : 0, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }
@@ -564,7 +611,8 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
 // One row per block; blockDim.x = tpr (multiple of the warp size, <= 1024); thread t owns chunks t,
 // t+tpr, ... (nv <= NK_MAXV_BLOCK, nv*tpr*VEC >= d). Grid: any; rows grid-strided.
 // Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
-template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV = NK_MAXV_BLOCK, bool EARLY = false>
+template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV = NK_MAXV_BLOCK, bool EARLY = false,
+          bool ONEPASS = NK_ONEPASS && !EARLY>
 NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
@@ -578,7 +626,8 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    nk_row_cached<TI, TO, TW, LN, MAXV, FULL, nk_red_block, EARLY ? 1 : nk_param_group<TI, TW, LN, FULL>::G, EARLY>(
+    nk_row_cached<TI, TO, TW, LN, MAXV, FULL, nk_red_block, EARLY ? 1 : nk_param_group<TI, TW, LN, FULL>::G, EARLY,
+                  ONEPASS>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, k, red,
         (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr);
   }
@@ -603,7 +652,7 @@ NK_INLINE void nk_fwd_latency(NK_FWD_PARAMS) {
 // Rows: cluster id, strided by the number of clusters (the op launches as many clusters as are resident at once,
 // at most one per row). Dynamic smem: 2*(blockDim.x/32)*4 + NK_CLUSTER_SUM_BYTES bytes.
 // Elsewhere (sm_80 SASS, compute_80 PTX, HIP) the kernel traps.
-template <class TI, class TO, class TW, bool LN, bool FULL>
+template <class TI, class TO, class TW, bool LN, bool FULL, bool ONEPASS = NK_ONEPASS>
 NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
 #if NK_HAS_CLUSTER
   constexpr int VEC = 16 / TI::SIZE;
@@ -629,7 +678,7 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
   const typename TW::S* Bss = Bs ? Bs + e0 : Bs;
   for (long long row = nk_cluster_id_x(); row < rows; row += nk_cluster_count_x()) {
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;  // the row's first element, in every CTA
-    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL, nk_red_cluster>(
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, FULL, nk_red_cluster, 1, false, ONEPASS>(
         X + row * x_stride + e0, Y + row * y_stride + e0, Ws, Bss, dpart, t, tpr, c_end, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
   }

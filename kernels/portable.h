@@ -65,6 +65,12 @@ NK_INLINE float nk_shfl_xor(float v, int mask) {
 NK_INLINE float nk_shfl_idx(float v, int src) {
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src << 2, __builtin_bit_cast(int, v)));
 }
+// True in every lane when p holds in any lane of the wave (every lane calls it).
+#if NK_WARP_SIZE == 64
+NK_INLINE bool nk_any(bool p) { return __builtin_amdgcn_ballot_w64(p) != 0; }
+#else
+NK_INLINE bool nk_any(bool p) { return __builtin_amdgcn_ballot_w32(p) != 0; }
+#endif
 NK_INLINE float nk_rsqrt(float v) { return 1.0f / __builtin_sqrtf(v); }
 NK_INLINE void nk_trap() { __builtin_trap(); }
 // Empty asm that "modifies" v: the compiler must keep v itself, not values derived from it (stops
@@ -103,6 +109,7 @@ NK_INLINE void nk_check_wave() {}
 NK_INLINE void nk_barrier() { __syncthreads(); }
 NK_INLINE float nk_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask, 32); }
 NK_INLINE float nk_shfl_idx(float v, int src) { return __shfl_sync(0xffffffffu, v, src, 32); }
+NK_INLINE bool nk_any(bool p) { return __any_sync(0xffffffffu, p) != 0; }  // every lane of the warp calls it
 NK_INLINE float nk_rsqrt(float v) { return rsqrtf(v); }  // max 2 ulp
 NK_INLINE void nk_trap() { __trap(); }
 // Empty asm that "modifies" v: the compiler must keep v itself, not values derived from it (stops

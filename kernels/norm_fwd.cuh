@@ -428,7 +428,9 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       red.pair(s, q1);
       dm = s / fd;
       const float v1 = q1 / fd - dm * dm;
-      centred = nk_any(dm * dm > 16.0f * v1);
+      // Also where the sum of t^2 overflowed (|x - x[0]| past ~1e19 while the row's spread may still be finite, which
+      // the centred pass keeps) or is NaN: the comparison's `!` sends every non-finite row to the centred pass.
+      centred = nk_any(!(dm * dm <= 16.0f * v1 && q1 <= 3.4028235e38f));
       rs = nk_rsqrt(v1 + eps);
     } else {
       dm = red(s) / fd;

@@ -29,8 +29,11 @@ for (const tin of ["f32", "f16", "bf16"] as DType[]) {
   }
 }
 
-/** outlier: the first element of every even row set to this value (far from the rest of its row). */
-interface Case { kind: Kind; rows: number; d: number; tin: DType; tout: DType; tw: DType; pad?: number; affine?: boolean; mean?: number; outlier?: number }
+/**
+ * outlier: the first element of every even row set to this value (far from the rest of its row). scale: x = scale ·
+ * (1 + v / 1000) for the random v in [-3, 3) (huge values with a spread f32 keeps).
+ */
+interface Case { kind: Kind; rows: number; d: number; tin: DType; tout: DType; tw: DType; pad?: number; affine?: boolean; mean?: number; outlier?: number; scale?: number }
 
 /** Runs one case; returns the worst error in units of the tolerance (≤ 1 passes). */
 function runCase(dev: Device, c: Case): number {
@@ -38,6 +41,7 @@ function runCase(dev: Device, c: Case): number {
   const seed = rows * 7919 + d * 31 + tin.length * 3 + tout.length;
   const xs = randoms(rows * d, seed, -3, 3);
   if (c.mean) for (let i = 0; i < xs.length; i++) xs[i] = c.mean + xs[i] * 1e-2;
+  if (c.scale) for (let i = 0; i < xs.length; i++) xs[i] = c.scale * (1 + xs[i] / 1000);
   if (c.outlier !== undefined) for (let r = 0; r < rows; r += 2) xs[r * d] = c.outlier;
   const xin = roundedTo(xs, tin); // what the device actually holds
   const affine = c.affine ?? true;
@@ -203,6 +207,19 @@ gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, 
     }
   }
   assert.deepEqual([...reached].sort(), cc9 ? ["block", "cluster", "rows"] : ["block", "rows", "wide"]);
+});
+
+gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass sum of squares overflows, the centred one does not", () => {
+  // t = x - x[0] ≈ 1e19, so the one-pass sum of t^2 (d · 1e38) overflows f32 while the centred sum (x[0]'s own 1e38,
+  // the rest about 1e32 each) and var (≈ 1e38 / d) stay finite: these rows must take the centred pass (ONEPASS's
+  // finiteness test in kernels/norm_fwd.cuh); the other rows, all near 1e19, keep the one-pass statistics.
+  using dev = Device.open({ backend: "cuda" });
+  const sms = dev.info.multiprocessors;
+  for (const tin of ["f32", "bf16"] as DType[]) {
+    for (const [rows, d] of [[300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]]) {
+      runCase(dev, { kind: "layer", rows, d, tin, tout: "f32", tw: "f32", scale: 1e19, outlier: 0 });
+    }
+  }
 });
 
 gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (every mapping)", () => {

@@ -14,6 +14,10 @@
 // staged: persistent CTAs streaming rows through shared-memory stages with cp.async; wide2: one CTA per row
 // re-reading from L2 with several loads in flight per thread (taken: the `wide` mapping); wide3: wide2 with
 // LayerNorm's statistics in one pass (taken into `wide`).
+// The production mappings themselves, compiled here (FULL path only: the fatbin's kernels also hold the masked path,
+// and ran up to 12 points slower on long rows): v10 / v14 `rows` without / with ONEPASS; v16 / v17 `block` with /
+// without; v18 / v19 `cluster` with / without; v12 / v13 a transposed warp tile for rows of <= 32 chunks (bench/RESULTS.md,
+// "LayerNorm's statistics in one pass; a transposed tile for short rows").
 // FULL path only (aligned rows, d a multiple of the chunk); anything else traps.
 #include "../kernels/norm_fwd.cuh"
 

@@ -5,7 +5,7 @@
 //
 // Numerics (PyTorch F.layer_norm / F.rms_norm, biased variance), all in f32:
 //   LN : mean = sum(x)/d; var from the values held in registers about a shift k (the row's first element), never
-//        as E[x^2]-E[x]^2 of x itself: E[t^2]-E[t]^2 of t = x-k where k lies within 4 std of the mean, else the
+//        as E[x^2]-E[x]^2 of x itself: E[t^2]-E[t]^2 of t = x-k where k lies within 3 std of the mean, else the
 //        centred sum of squares (ONEPASS in nk_row_cached); rstd = rsqrt(var+eps); y = (x-mean)*rstd*w + b.
 //   RMS: rstd = rsqrt(sum(x^2)/d + eps); y = x*rstd*w. `bias` is ignored, `mean` never written.
 // Deterministic: every sum has a fixed order (per-thread in chunk order, then a fixed shuffle tree /
@@ -268,7 +268,9 @@ struct nk_cluster_sum {
   NK_INLINE void operator()(float (&v)[N]) {
     static_assert(N == 1 || N == 2, "one or two values");
     const unsigned h = n & 1u, bar = bars + 8 * h;
-    float* half = slots + h * NK_CLUSTER_SUM_RANKS * N;
+    // Each half holds 2 values per rank whatever N is: LayerNorm's one-pass statistics exchange 2 values and, for an
+    // ill-conditioned row, 1 next (a layout by N would let the two halves overlap past 8 ranks).
+    float* half = slots + h * NK_CLUSTER_SUM_RANKS * 2;
     if (nk_thread_x() == 0) {
       nk_mbar_arm(bar, csize * N * 4);
       const unsigned mine = nk_smem_addr(half + crank * N);
@@ -353,10 +355,12 @@ struct nk_param_group {
 // the x loads and the reductions instead of following them (the `latency` mapping: 2 * MAXV more chunks of
 // registers; on the H200 it took a lone LayerNorm row of 4096 bf16 from 3.0 to 2.0 us, bench/RESULTS.md).
 // ONEPASS (LN, FULL path): the sums of t = x - k and of t^2 in one pass over the registers and one reduction
-// (RED::pair: for a cluster, one exchange instead of two), var = E[t^2] - E[t]^2, kept where |E[t]| <= 4 std in every
-// row of the warp (then E[t^2] <= 17 var: the cancellation costs var at most about 4 of its 24 bits); elsewhere the
-// centred second pass runs as without ONEPASS (rows whose first element lies far from the rest). dm, the mean, has the
-// same bits either way. H200 (bench/kexp.cu v14/v16/v18, bench/RESULTS.md): LN bf16 D=768 92.7 -> 97.5% of copy,
+// (RED::pair: for a cluster, one exchange instead of two), var = E[t^2] - E[t]^2, kept where |E[t]| <= 3 std in every
+// row of the warp (then E[t^2] <= 10 var, which multiplies the sum's rounding error by at most 10: f32 rstd within
+// about 1.6e-6 relative, emulated; at 4 std it reached 2.1e-6) and the sum of t^2 is finite; elsewhere the centred
+// second pass runs as without ONEPASS (rows whose first element lies far from the rest, and rows past ~1e19 whose
+// sums overflow: there the centred pass stays finite or gives rstd 0 as before). dm, the mean, has the same bits either
+// way. The decision is the same in every warp and CTA of a row: they all hold the same totals, bit for bit. H200 (bench/kexp.cu v14/v16/v18, bench/RESULTS.md): LN bf16 D=768 92.7 -> 97.5% of copy,
 // D=5120 95.1 -> 97.5, a cluster row of 131072 bf16 70.6 -> 76.1; f32 rows within a point; LN 16-bit D=128 (2 lanes
 // per row) lost: 83.5 -> 77.
 // NK_ONEPASS: the mappings' default. Off on AMD: not measured there, and with it gfx90a/gfx942's 1024-thread LN `block`
@@ -430,7 +434,7 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       const float v1 = q1 / fd - dm * dm;
       // Also where the sum of t^2 overflowed (|x - x[0]| past ~1e19 while the row's spread may still be finite, which
       // the centred pass keeps) or is NaN: the comparison's `!` sends every non-finite row to the centred pass.
-      centred = nk_any(!(dm * dm <= 16.0f * v1 && q1 <= 3.4028235e38f));
+      centred = nk_any(!(dm * dm <= 9.0f * v1 && q1 <= 3.4028235e38f));
       rs = nk_rsqrt(v1 + eps);
     } else {
       dm = red(s) / fd;

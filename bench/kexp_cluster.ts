@@ -20,7 +20,7 @@ import { type LaunchPlan, type NormKind, planNorm } from "../ops/plan.ts";
 import { decode } from "../runtime/dtype.ts";
 import { type Kernel, LaunchConfig } from "../runtime/module.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
-import { fillFromTile, randomTile } from "./tile.ts";
+import { caseTensors as tileCase, randomTile } from "./tile.ts";
 
 const args = process.argv.slice(2);
 const opt = (name: string): string | undefined => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
@@ -73,20 +73,8 @@ interface Geo {
   smem: number;
 }
 
-/**
- * One case's tensors: x (from the tile), y and a reference output of `rows` rows of D, and γ = 1 + v/8, β = v from
- * the tile, all in `dtype`. Disposing the result frees them all (and anything made before a throw is freed too).
- */
-function caseTensors(d: number, dtype: DType, rows: number) {
-  using held = new DisposableStack();
-  const x = held.use(dev.empty([rows, d], { dtype })), y = held.use(dev.empty([rows, d], { dtype }));
-  const ref = held.use(dev.empty([rows, d], { dtype }));
-  fillFromTile(x, tile);
-  const w = held.use(dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype }));
-  const bias = held.use(dev.tensor(tile.subarray(d, 2 * d), [d], { dtype }));
-  const owned = held.move();
-  return { x, y, ref, w, bias, [Symbol.dispose]: () => owned.dispose() };
-}
+/** One case's tensors (bench/tile.ts caseTensors) from this run's tile. */
+const caseTensors = (d: number, dtype: DType, rows: number) => tileCase(dev, tile, d, dtype, rows);
 
 function runCase(kind: NormKind, dtype: DType, d: number, rows: number, timed: boolean) {
   const b = dtype === "f32" ? 4 : 2, chunks = d / (16 / b);

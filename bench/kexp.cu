@@ -828,13 +828,15 @@ KX_LAT(rms, false, bf16, 6)
 
 // v10 (rows): the `rows` kernel (nk_fwd_rows, FULL path) without ONEPASS, compiled here: the baseline of v14. (v11, LayerNorm's
 // shift k shuffled from the row's first lane instead of loaded, ran in results/kexp/2026-11-30-run17*; not kept.)
-#define KX_KL(kind, isln, ti)                                                                                   \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v10(NK_FWD_PARAMS) {     \
-    nk_pdl_enter();                                                                                             \
-    nk_fwd_rows<nk_##ti, nk_##ti, nk_##ti, isln, true, false>(NK_FWD_ARGS); \
+// The production mapping `map`'s template (FULL path) compiled here as variant v, with the template arguments after
+// FULL given (v10, v14, v16-v19).
+#define KX_PROD(bounds, kind, isln, ti, map, v, ...)                                          \
+  extern "C" __global__ void bounds kx_##kind##_##map##_##ti##_v##v(NK_FWD_PARAMS) {         \
+    nk_pdl_enter();                                                                             \
+    nk_fwd_##map<nk_##ti, nk_##ti, nk_##ti, isln, true, __VA_ARGS__>(NK_FWD_ARGS);             \
   }
-KX_KL(ln, true, f32)
-KX_KL(ln, true, bf16)
+KX_PROD(NK_LAUNCH_BOUNDS_MIN(256, 4), ln, true, f32, rows, 10, false)
+KX_PROD(NK_LAUNCH_BOUNDS_MIN(256, 4), ln, true, bf16, rows, 10, false)
 
 // v12 / v13 (rows, FULL, rows of n = d / VEC chunks with n a power of two <= 32; other rows: returns, nothing written):
 // a warp tile of M * 32 / n consecutive rows. Load i of a lane reads chunk l % n of row i * (32 / n) + l / n, so each
@@ -940,38 +942,19 @@ KX_TILE(rms, false, bf16)
 
 // v14 (rows): the production `rows` kernel with LayerNorm's statistics in one pass where every row of the warp allows
 // it (ONEPASS in nk_row_cached; rows of more than 2 lanes).
-#define KX_OP(kind, isln, ti)                                                                                   \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_##kind##_rows_##ti##_v14(NK_FWD_PARAMS) {     \
-    nk_pdl_enter();                                                                                             \
-    nk_fwd_rows<nk_##ti, nk_##ti, nk_##ti, isln, true, true>(NK_FWD_ARGS);                                     \
-  }
-KX_OP(ln, true, f32)
-KX_OP(ln, true, bf16)
+KX_PROD(NK_LAUNCH_BOUNDS_MIN(256, 4), ln, true, f32, rows, 14, true)
+KX_PROD(NK_LAUNCH_BOUNDS_MIN(256, 4), ln, true, bf16, rows, 14, true)
 
 // v16 (block): the `block` kernel with LayerNorm's statistics in one pass (ONEPASS; the row is the block, so every
 // thread takes the same branch); v17: without (the baseline, compiled here).
-#define KX_OPB(kind, isln, ti)                                                                                  \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_block_##ti##_v16(NK_FWD_PARAMS) {           \
-    nk_pdl_enter();                                                                                             \
-    nk_fwd_block<nk_##ti, nk_##ti, nk_##ti, isln, true, NK_MAXV_BLOCK, false, true>(NK_FWD_ARGS);             \
-  }                                                                                                             \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_block_##ti##_v17(NK_FWD_PARAMS) {           \
-    nk_pdl_enter();                                                                                             \
-    nk_fwd_block<nk_##ti, nk_##ti, nk_##ti, isln, true, NK_MAXV_BLOCK, false, false>(NK_FWD_ARGS); \
-  }
-KX_OPB(ln, true, f32)
-KX_OPB(ln, true, bf16)
+KX_PROD(NK_LAUNCH_BOUNDS(1024), ln, true, f32, block, 16, NK_MAXV_BLOCK, false, true)
+KX_PROD(NK_LAUNCH_BOUNDS(1024), ln, true, f32, block, 17, NK_MAXV_BLOCK, false, false)
+KX_PROD(NK_LAUNCH_BOUNDS(1024), ln, true, bf16, block, 16, NK_MAXV_BLOCK, false, true)
+KX_PROD(NK_LAUNCH_BOUNDS(1024), ln, true, bf16, block, 17, NK_MAXV_BLOCK, false, false)
 
 // v18 / v19 (cluster): the production `cluster` kernel with (v18) and without (v19, the baseline compiled here)
 // LayerNorm's statistics in one pass (ONEPASS: both sums in one cluster exchange, a second only for ill-conditioned rows).
-#define KX_OPC(kind, isln, ti)                                                                                  \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_cluster_##ti##_v18(NK_FWD_PARAMS) {   \
-    nk_pdl_enter();                                                                                             \
-    nk_fwd_cluster<nk_##ti, nk_##ti, nk_##ti, isln, true, true>(NK_FWD_ARGS);                                 \
-  }                                                                                                             \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_cluster_##ti##_v19(NK_FWD_PARAMS) {   \
-    nk_pdl_enter();                                                                                             \
-    nk_fwd_cluster<nk_##ti, nk_##ti, nk_##ti, isln, true, false>(NK_FWD_ARGS); \
-  }
-KX_OPC(ln, true, f32)
-KX_OPC(ln, true, bf16)
+KX_PROD(NK_LAUNCH_BOUNDS_MIN(512, 2), ln, true, f32, cluster, 18, true)
+KX_PROD(NK_LAUNCH_BOUNDS_MIN(512, 2), ln, true, f32, cluster, 19, false)
+KX_PROD(NK_LAUNCH_BOUNDS_MIN(512, 2), ln, true, bf16, cluster, 18, true)
+KX_PROD(NK_LAUNCH_BOUNDS_MIN(512, 2), ln, true, bf16, cluster, 19, false)

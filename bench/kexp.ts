@@ -19,7 +19,7 @@ import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { decode } from "../runtime/dtype.ts";
 import { LaunchConfig, type Kernel } from "../runtime/module.ts";
 import { copyCeilingGBs, deviceTimer, median } from "./device_timer.ts";
-import { fillFromTile, randomTile } from "./tile.ts";
+import { caseTensors, randomTile } from "./tile.ts";
 
 const args = process.argv.slice(2);
 const cubinPath = args[0];
@@ -77,14 +77,7 @@ function relErr(a: Float32Array, b: ArrayLike<number>): number {
  */
 function longRowCase(d: number, dtype: DType) {
   const b = dtype === "f32" ? 4 : 2, rows = Math.ceil(2 ** 30 / (2 * d * b));
-  using held = new DisposableStack(); // freed here if anything below throws; moved into the result if not
-  const x = held.use(dev.empty([rows, d], { dtype })), y = held.use(dev.empty([rows, d], { dtype }));
-  const ref = held.use(dev.empty([rows, d], { dtype }));
-  fillFromTile(x, tileValues);
-  const w = held.use(dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype }));
-  const bias = held.use(dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype }));
-  const owned = held.move();
-  return { b, rows, x, y, ref, w, bias, [Symbol.dispose]: () => owned.dispose() };
+  return { b, rows, ...caseTensors(dev, tileValues, d, dtype, rows) };
 }
 /**
  * Hard LayerNorm rows, f32: mean 1e4, std 1e-2, x[0] 100 std off (so a shift k = x[0] is far from the mean),

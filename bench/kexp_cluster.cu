@@ -207,30 +207,16 @@ KC(rms, false, f32)
 KC(ln, true, bf16)
 KC(rms, false, bf16)
 
-// `b` (kc_*_block1024_*): the production `block` mapping (nk_fwd_block, FULL path) compiled for 1024 threads. Its
-// register cap is the same as production's (__launch_bounds__(512, 2) and (1024) both leave 64 per thread), so a
-// 1024-thread block holds 1024 x 8 chunks: f32 rows of 32768, 16-bit rows of 65536, one row per SM in flight.
-#define KB(kind, isln, ti)                                                                              \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kc_##kind##_block1024_##ti(NK_FWD_PARAMS) {         \
-    nk_pdl_enter();                                                                                     \
-    if (!nk_fwd_full<nk_##ti, nk_##ti, nk_##ti, isln>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap(); \
-    nk_fwd_block<nk_##ti, nk_##ti, nk_##ti, isln, true>(NK_FWD_ARGS);                                   \
-  }
-KB(ln, true, f32)
-KB(rms, false, f32)
-KB(ln, true, bf16)
-KB(rms, false, bf16)
-
-// `c` (kc_*_cluster1024_*): the production `cluster` mapping (nk_fwd_cluster, FULL path) compiled for CTAs of up to
-// 1024 threads (the same 64-register cap as production's (512, 2)): C CTAs of 1024 x 8 chunks hold a row of C * 128 KB,
-// one CTA per SM, as `b` holds 128 KB rows in one block.
-#define KCL(kind, isln, ti)                                                                               \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kc_##kind##_cluster1024_##ti(NK_FWD_PARAMS) {         \
+// `b` (kc_*_block1024_*) and `c` (kc_*_cluster1024_*): the production `block` and `cluster` mappings (FULL path)
+// compiled for CTAs of up to 1024 threads. Their register cap is the same as production's (__launch_bounds__(512, 2)
+// and (1024) both leave 64 per thread), so a 1024-thread block holds 1024 x 8 chunks: f32 rows of 32768, 16-bit rows
+// of 65536, one row per SM in flight; C such CTAs of a cluster hold a row of C * 128 KB, one CTA per SM.
+#define K1024(kind, isln, ti, map)                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kc_##kind##_##map##1024_##ti(NK_FWD_PARAMS) {         \
     nk_pdl_enter();                                                                                       \
     if (!nk_fwd_full<nk_##ti, nk_##ti, nk_##ti, isln>(x, y, weight, bias, d, x_stride, y_stride)) nk_trap(); \
-    nk_fwd_cluster<nk_##ti, nk_##ti, nk_##ti, isln, true>(NK_FWD_ARGS);                                   \
+    nk_fwd_##map<nk_##ti, nk_##ti, nk_##ti, isln, true>(NK_FWD_ARGS);                                     \
   }
-KCL(ln, true, f32)
-KCL(rms, false, f32)
-KCL(ln, true, bf16)
-KCL(rms, false, bf16)
+#define K1024_ALL(map) K1024(ln, true, f32, map) K1024(rms, false, f32, map) K1024(ln, true, bf16, map) K1024(rms, false, bf16, map)
+K1024_ALL(block)
+K1024_ALL(cluster)

@@ -20,7 +20,7 @@ import { type LaunchPlan, type NormKind, planNorm } from "../ops/plan.ts";
 import { decode } from "../runtime/dtype.ts";
 import { type Kernel, LaunchConfig } from "../runtime/module.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
-import { fillFromTile, randomTile } from "./tile.ts";
+import { caseTensors as tileCase, randomTile } from "./tile.ts";
 
 const args = process.argv.slice(2);
 const opt = (name: string): string | undefined => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
@@ -73,20 +73,8 @@ interface Geo {
   smem: number;
 }
 
-/**
- * One case's tensors: x (from the tile), y and a reference output of `rows` rows of D, and γ = 1 + v/8, β = v from
- * the tile, all in `dtype`. Disposing the result frees them all (and anything made before a throw is freed too).
- */
-function caseTensors(d: number, dtype: DType, rows: number) {
-  using held = new DisposableStack();
-  const x = held.use(dev.empty([rows, d], { dtype })), y = held.use(dev.empty([rows, d], { dtype }));
-  const ref = held.use(dev.empty([rows, d], { dtype }));
-  fillFromTile(x, tile);
-  const w = held.use(dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype }));
-  const bias = held.use(dev.tensor(tile.subarray(d, 2 * d), [d], { dtype }));
-  const owned = held.move();
-  return { x, y, ref, w, bias, [Symbol.dispose]: () => owned.dispose() };
-}
+/** One case's tensors (bench/tile.ts caseTensors) from this run's tile. */
+const caseTensors = (d: number, dtype: DType, rows: number) => tileCase(dev, tile, d, dtype, rows);
 
 function runCase(kind: NormKind, dtype: DType, d: number, rows: number, timed: boolean) {
   const b = dtype === "f32" ? 4 : 2, chunks = d / (16 / b);
@@ -171,90 +159,91 @@ function runCase(kind: NormKind, dtype: DType, d: number, rows: number, timed: b
 }
 
 /**
- * --block1024: variant `b` (the production `block` kernel compiled for 1024 threads) against the production plan on
- * rows that fill 1024 threads x 8 chunks or fewer: one row per block (grid = rows), with and without an L2
- * prefetch (0.5, 1, 2 MiB of x ahead; the plan's is 2 MiB); outputs within 1e-5 (f32) / 1e-2 (bf16) relative of the production plan's.
+ * One long-row case of --block1024 / --cluster1024: its tensors, the production plan's output as the reference (timed)
+ * and a variant runner that times a kernel, checks its output within 1e-5 (f32) / 1e-2 (bf16) relative of the
+ * reference and records it. `asOp`: the production launch as the op makes it (a cluster plan on the clusters resident
+ * at once; no prefetch argument), and the plan named with its cluster size; else the plan's own launch.
  */
-function block1024(kind: NormKind, dtype: DType, d: number): number {
+function versusPlan(mode: string, kind: NormKind, dtype: DType, d: number, asOp: boolean) {
   const b = dtype === "f32" ? 4 : 2, rows = Math.ceil(2 ** 30 / (2 * d * b)), chunks = d / (16 / b);
-  using c = caseTensors(d, dtype, rows);
-  const { x, y, ref, w, bias } = c;
+  using held = new DisposableStack(); // freed here if anything below throws; handed to the result if not
+  const { x, y, ref, w, bias } = held.use(caseTensors(d, dtype, rows));
   const a = (o: Tensor, t: number, nv: number, prefetch: number) =>
     [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, t, nv, prefetch] as never;
   const pct = (ms: number) => (100 * (2 * rows * d * b) / (ms * 1e6)) / copyGBs;
   const p = (planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
-  const prodK = normKernel(dev, p.kernel, NORM_FWD_ARGS), cfg = new LaunchConfig(p);
+  const prodK = normKernel(dev, p.kernel, NORM_FWD_ARGS);
+  const pg = asOp && p.mapping === "cluster" ? Math.min(p.grid[0] / p.cluster, prodK.activeClusters(p.block[0], p.sharedBytes, p.cluster)) * p.cluster : p.grid[0];
+  const cfg = asOp ? new LaunchConfig({ grid: [pg], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster }) : new LaunchConfig(p);
   ref.buffer.fill(0xff);
-  const prodMs = timer.time(() => prodK.launch(dev.stream, cfg, a(ref, p.tpr, p.nv, p.prefetch)));
+  const prodMs = timer.time(() => prodK.launch(dev.stream, cfg, a(ref, p.tpr, p.nv, asOp ? 0 : p.prefetch)));
   const refBytes = edges(ref);
-  const rec: Record<string, unknown> = { mode: "block1024", kind, dtype, d, rows, plan: `${p.mapping} t${p.tpr}`, prod: pct(prodMs) };
-  const line = [`${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)} *${p.mapping} t${p.tpr} ${pct(prodMs).toFixed(1)}`];
-  const k = mod.kernel(`kc_${kind === "layer" ? "ln" : "rms"}_block1024_${dtype}`, NORM_FWD_ARGS);
+  const planName = asOp ? `${p.mapping}x${p.cluster} t${p.tpr}` : `${p.mapping} t${p.tpr}`;
+  const rec: Record<string, unknown> = { mode, kind, dtype, d, rows, plan: planName, prod: pct(prodMs) };
+  const line = [`${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)} *${planName} ${pct(prodMs).toFixed(1)}`];
+  const kernel = mod.kernel(`kc_${kind === "layer" ? "ln" : "rms"}_${mode}_${dtype}`, NORM_FWD_ARGS);
+  const tol = dtype === "f32" ? 1e-5 : 1e-2;
   let bad = 0;
+  const owned = held.move();
+  return {
+    rows, chunks, b, kernel,
+    /** Times `kernel` on `cfg` (t threads, nv chunks each, prefetch pf), checks and records it as `tag`. */
+    variant(tag: string, cfg: LaunchConfig, t: number, nv: number, pf = 0): void {
+      y.buffer.fill(0xff);
+      const ms = timer.time(() => kernel.launch(dev.stream, cfg, a(y, t, nv, pf)));
+      const e = errOf(edges(y), refBytes, dtype);
+      if (!(e <= tol)) bad++;
+      line.push(`${tag} ${pct(ms).toFixed(1)}${e <= tol ? "" : `(ERR ${e.toExponential(1)})`}`);
+      rec[tag] = pct(ms);
+    },
+    /** Prints and stores the case; returns the number of outputs out of tolerance. */
+    finish(): number {
+      console.log(line.join(" "));
+      out.push(rec);
+      return bad;
+    },
+    [Symbol.dispose]: () => owned.dispose(),
+  };
+}
+
+/**
+ * --block1024: variant `b` (the production `block` kernel compiled for 1024 threads) against the production plan on
+ * rows that fill 1024 threads x 8 chunks or fewer: one row per block (grid = rows), with and without an L2
+ * prefetch (0.5, 1, 2 MiB of x ahead; the plan's is 2 MiB).
+ */
+function block1024(kind: NormKind, dtype: DType, d: number): number {
+  using v = versusPlan("block1024", kind, dtype, d, false);
   for (const t of [512, 1024]) {
-    const nv = Math.ceil(chunks / t);
+    const nv = Math.ceil(v.chunks / t);
     if (nv > 8) continue;
     // Prefetch distances: none, and 0.5, 1, 2 MiB of x ahead (the plan's is 2 MiB); KB1024_DS limits the cases.
-    for (const pf of [...new Set([0, 0.5, 1, 2].map((m) => Math.ceil(m * 2 ** 20 / (d * b))))]) {
-      y.buffer.fill(0xff);
-      const ms = timer.time(() => k.launch(dev.stream, new LaunchConfig({ grid: [rows], block: [t], sharedBytes: 2 * (t / 32) * 4 }), a(y, t, nv, pf)));
-      const e = errOf(edges(y), refBytes, dtype);
-      if (!(e <= (dtype === "f32" ? 1e-5 : 1e-2))) bad++;
-      const tag = `b${t}nv${nv}pf${pf}`;
-      line.push(`${tag} ${pct(ms).toFixed(1)}${e <= (dtype === "f32" ? 1e-5 : 1e-2) ? "" : `(ERR ${e.toExponential(1)})`}`);
-      rec[tag] = pct(ms);
+    for (const pf of [...new Set([0, 0.5, 1, 2].map((m) => Math.ceil(m * 2 ** 20 / (d * v.b))))]) {
+      v.variant(`b${t}nv${nv}pf${pf}`, new LaunchConfig({ grid: [v.rows], block: [t], sharedBytes: 2 * (t / 32) * 4 }), t, nv, pf);
     }
   }
-  console.log(line.join(" "));
-  out.push(rec);
-  return bad;
+  return v.finish();
 }
 
 /**
  * --cluster1024: variant `c` (the production `cluster` kernel compiled for CTAs of up to 1024 threads) at C = 2, 4, 8
  * with 8 and 4 chunks per thread, on a persistent grid (the clusters resident at once, as the op launches them),
- * against the production plan; outputs within 1e-5 (f32) / 1e-2 (bf16) relative of the production plan's.
+ * against the production launch as the op makes it.
  */
 function cluster1024(kind: NormKind, dtype: DType, d: number): number {
-  const b = dtype === "f32" ? 4 : 2, rows = Math.ceil(2 ** 30 / (2 * d * b)), chunks = d / (16 / b);
-  using c = caseTensors(d, dtype, rows);
-  const { x, y, ref, w, bias } = c;
-  const a = (o: Tensor, t: number, nv: number) =>
-    [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, t, nv, 0] as never;
-  const pct = (ms: number) => (100 * (2 * rows * d * b) / (ms * 1e6)) / copyGBs;
-  const p = (planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits) as { plan: LaunchPlan }).plan;
-  const prodK = normKernel(dev, p.kernel, NORM_FWD_ARGS);
-  // The production launch as the op makes it: a cluster plan on as many clusters as are resident.
-  const pg = p.mapping === "cluster" ? Math.min(p.grid[0] / p.cluster, prodK.activeClusters(p.block[0], p.sharedBytes, p.cluster)) * p.cluster : p.grid[0];
-  const cfg = new LaunchConfig({ grid: [pg], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
-  ref.buffer.fill(0xff);
-  const prodMs = timer.time(() => prodK.launch(dev.stream, cfg, a(ref, p.tpr, p.nv)));
-  const refBytes = edges(ref);
-  const rec: Record<string, unknown> = { mode: "cluster1024", kind, dtype, d, rows, plan: `${p.mapping}x${p.cluster} t${p.tpr}`, prod: pct(prodMs) };
-  const line = [`${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)} *${p.mapping}x${p.cluster} t${p.tpr} ${pct(prodMs).toFixed(1)}`];
-  const k = mod.kernel(`kc_${kind === "layer" ? "ln" : "rms"}_cluster1024_${dtype}`, NORM_FWD_ARGS);
-  let bad = 0;
+  using v = versusPlan("cluster1024", kind, dtype, d, true);
   for (const cs of [2, 4, 8]) {
-    const cpc = Math.ceil(chunks / cs);
+    const cpc = Math.ceil(v.chunks / cs);
     for (const nvT of [8, 4]) {
       const t = Math.max(32, Math.ceil(cpc / nvT / 32) * 32);
       if (t > 1024 || t < 512) continue;  // (smaller CTAs: the production kernel's own geometry)
       const nv = Math.ceil(cpc / t), smem = prodShared(t);
-      const resident = k.activeClusters(t, smem, cs);
+      const resident = v.kernel.activeClusters(t, smem, cs);
       if (resident < 1) continue;
-      y.buffer.fill(0xff);
-      const cfg2 = new LaunchConfig({ grid: [Math.min(rows, resident) * cs], block: [t], sharedBytes: smem, cluster: cs });
-      const ms = timer.time(() => k.launch(dev.stream, cfg2, a(y, t, nv)));
-      const e = errOf(edges(y), refBytes, dtype);
-      if (!(e <= (dtype === "f32" ? 1e-5 : 1e-2))) bad++;
-      const tag = `c${cs}t${t}nv${nv}n${Math.min(rows, resident)}`;
-      line.push(`${tag} ${pct(ms).toFixed(1)}${e <= (dtype === "f32" ? 1e-5 : 1e-2) ? "" : `(ERR ${e.toExponential(1)})`}`);
-      rec[tag] = pct(ms);
+      const n = Math.min(v.rows, resident);
+      v.variant(`c${cs}t${t}nv${nv}n${n}`, new LaunchConfig({ grid: [n * cs], block: [t], sharedBytes: smem, cluster: cs }), t, nv);
     }
   }
-  console.log(line.join(" "));
-  out.push(rec);
-  return bad;
+  return v.finish();
 }
 
 let bad = 0;

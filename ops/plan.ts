@@ -129,8 +129,8 @@ export const PREFETCH_MIN_ROW_BYTES = 512;
  * Rows ahead for the kernel's L2 prefetch (nk_prefetch_ahead in kernels/norm_fwd.cuh): about
  * PREFETCH_AHEAD_BYTES of x, on compute capability 9.x (Hopper: the only GPU it was measured on; the sm_80
  * SASS drops the hint, and later GPUs, which would JIT the fatbin's compute_90 PTX with the prefetch in it,
- * get none until measured), for the `rows` and `block` mappings; 0 elsewhere (and planNorm sets 0 for RMSNorm's
- * 1024-thread blocks, see BIG_BLOCK_THREADS). H200, bench/kexp.cu v7/v9
+ * get none until measured), for the `rows` and `block` mappings; 0 elsewhere, and for RMSNorm's blocks of more than
+ * MAX_BLOCK_THREADS (the 1024-thread blocks, where it cost 3 to 8 points, see BIG_BLOCK_THREADS). H200, bench/kexp.cu v7/v9
  * against the same kernel without it (2026-11-30, Deno, bench/RESULTS.md): every LN and RMS case from D = 512
  * to 16384 gained 1 to 4.7 points of copy bandwidth (e.g. LN f32 D=4096 94.7 → 97.1, RMS bf16 D=8192
  * 96.1 → 98.5, LN bf16 D=768 83.0 → 87.7), on a plateau from 1/32 to 1/4 of the rows resident at once
@@ -138,8 +138,9 @@ export const PREFETCH_MIN_ROW_BYTES = 512;
  * to 6 points and get none; the cluster mapping gained nothing, and `wide` (which re-reads x from L2) lost
  * 5–24. `latency` launches are a few rows: nothing ahead to fetch.
  */
-export function prefetchRows(mapping: Mapping, rowBytes: number, ccMajor: number): number {
+export function prefetchRows(mapping: Mapping, rowBytes: number, ccMajor: number, kind: NormKind = "layer", blockThreads = 0): number {
   if (ccMajor !== 9 || (mapping !== "rows" && mapping !== "block") || rowBytes < PREFETCH_MIN_ROW_BYTES) return 0;
+  if (kind === "rms" && mapping === "block" && blockThreads > MAX_BLOCK_THREADS) return 0;
   return Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes);
 }
 
@@ -169,7 +170,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       cluster,
       tpr,
       nv,
-      prefetch: prefetchRows(mapping, rowBytes, limits.ccMajor),
+      prefetch: prefetchRows(mapping, rowBytes, limits.ccMajor, p.kind, blockThreads),
     },
   });
 
@@ -209,9 +210,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   if (limits.ccMajor === 9 && chunks <= big * MAXV_BLOCK &&
     (p.kind === "rms" || p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors)) {
     const t = clamp(roundWarp(Math.ceil(chunks / TARGET_NV)), warp, big);
-    const r = make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
-    if ("plan" in r && p.kind === "rms") r.plan.prefetch = 0;
-    return r;
+    return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
   }
   // Very large rows: re-read from L2 by one block per SM (`wide`, maxThreads threads: 64 registers each,
   // so one block fills an SM): rows up to WIDE_MAX_ROW_BYTES that the big blocks above did not take (before

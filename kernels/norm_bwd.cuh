@@ -73,6 +73,21 @@ struct nk_chunk_align {
   enum { A = VEC * T::SIZE < 16 ? VEC * T::SIZE : 16 };
 };
 
+// FULL path: chunk c of a chunk-aligned row (VEC elements of T, VEC * T::SIZE bytes: 16 or 8), addressed as an
+// array of chunks with a 32-bit index: one IMAD.WIDE per address (a 64-bit element offset, then a scaled add of
+// the base pointer, took three, and a reload of the base pointer). (Stores of dx the same way kept the dx row
+// pointer live through pass 2: 24-32 bytes of spills in f32-weight kernels.)
+template <class T, int VEC>
+NK_INLINE void nk_load_chunk(const typename T::S* base, int c, unsigned* w) {
+  if (VEC * T::SIZE == 16) {
+    const nk_v4 v = ((const nk_v4*)base)[c];
+    w[0] = v.w[0], w[1] = v.w[1], w[2] = v.w[2], w[3] = v.w[3];
+  } else {
+    const nk_v2 v = ((const nk_v2*)base)[c];
+    w[0] = v.w[0], w[1] = v.w[1];
+  }
+}
+
 // Whether every row can take the mask-free vector path: d a multiple of the chunk, every pointer and
 // row start aligned to its chunk.
 template <class TX, class TD, class TW>
@@ -85,6 +100,18 @@ NK_INLINE bool nk_bwd_full(const void* dy, const void* x, const void* w, const v
          (xs * TX::SIZE) % AX == 0 && (dxs * TX::SIZE) % AX == 0 && (dys * TD::SIZE) % AD == 0;
 }
 
+// nk_bwd_dx's loop, with its row constants ar = a * rs (0 for RMS) and c = (b * rs) * rs formed by the caller.
+template <bool LN, int VEC>
+NK_INLINE void nk_bwd_dx_rc(const float (&xf)[VEC], const float (&df)[VEC], const float (&wf)[VEC], bool has_w,
+                            float mu, float rs, float ar, float c, float (&o)[VEC]) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float xm = LN ? xf[e] - mu : xf[e];
+    const float g = has_w ? df[e] * wf[e] : df[e];
+    o[e] = nk_fma(-xm, c, nk_fma(g, rs, -ar));
+  }
+}
+
 // dx of one chunk from its x, dy and weights (has_w false: w = 1), the row's stats and its sums a, b.
 template <bool LN, int VEC>
 NK_INLINE void nk_bwd_dx(const float (&xf)[VEC], const float (&df)[VEC], const float (&wf)[VEC], bool has_w,
@@ -94,12 +121,7 @@ NK_INLINE void nk_bwd_dx(const float (&xf)[VEC], const float (&df)[VEC], const f
   // x * c - mu * c: |mu| >> std would cancel. c = b / (var + eps) overflows where |b| > ~3.4e38 * (var + eps)
   // (forming xh first stayed finite up to ~3.4e38 * sqrt(var + eps)): with eps >= 1e-12, only for |b| > 1e26.
   const float ar = LN ? a * rs : 0.0f, c = (b * rs) * rs;
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    const float xm = LN ? xf[e] - mu : xf[e];
-    const float g = has_w ? df[e] * wf[e] : df[e];
-    o[e] = nk_fma(-xm, c, nk_fma(g, rs, -ar));
-  }
+  nk_bwd_dx_rc<LN, VEC>(xf, df, wf, has_w, mu, rs, ar, c, o);
 }
 
 // dx for one chunk, and the chunk's contributions to the parameter sums (acc: this thread's slots for
@@ -295,9 +317,13 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #endif
   // The row's sums sg (LN) and sgx, totalled over the row group, the block or the cluster.
   auto reduce2 = [&](float& p, float& q) {
-    if (lanes) {
-      if (LN) p = redl(p);
-      q = redl(q);
+    if (lanes) {  // nk_red_lanes on both sums at once: one uniform test per level, the same order per sum
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1)
+        if (m < tpr) {
+          if (LN) p += nk_shfl_xor(p, m);
+          q += nk_shfl_xor(q, m);
+        }
       return;
     }
     float* buf = nk_fwd_smem + parity * 2 * nwarps;
@@ -343,7 +369,12 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     for (int i = 0; i < MAXV; ++i) {
       const long long off = (long long)(t + i * tpr) * VEC;
       // FULL: a chunk is whole or absent, and an absent one is never read: no zero fill.
-      if (!FULL || NK_NVAL(i) > 0) {
+      if (FULL && !CL) {  // (with CL it made mixed-dtype `cluster` kernels spill 4-16 bytes)
+        if (NK_NVAL(i) > 0) {
+          nk_load_chunk<TX, VEC>(xr, t + i * tpr, xw[i]);
+          nk_load_chunk<TD, VEC>(dyr, t + i * tpr, dw[i]);
+        }
+      } else if (!FULL || NK_NVAL(i) > 0) {
         nk_load_words<TX, VEC>(xr + off, xvec, FULL ? VEC : NK_NVAL(i), xw[i]);
         nk_load_words<TD, VEC>(dyr + off, dvec, FULL ? VEC : NK_NVAL(i), dw[i]);
       }
@@ -370,6 +401,10 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     reduce2(sg, sgx);
     const float a = LN ? sg * rd : 0.0f;
     const float b = sgx * rd;
+    // FULL: nk_bwd_dx's row constants once per row, not once per chunk (the same operations). Not with LN's dbias
+    // sums in shared memory (16-bit LN) nor with CL: two more live registers made those spill 4-36 bytes.
+    constexpr bool RC = FULL && !SB && !CL;
+    const float ar = LN ? a * rs : 0.0f, c = (b * rs) * rs;
     const bool dxvec = FULL || nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
     // Pass 2: dx. Chunk i + 1's weights are loaded before chunk i's dx is stored: the compiler cannot
     // move a load above a store that may alias it, so one load per chunk would wait in series. Not for
@@ -393,7 +428,8 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e), wf[e] = hw ? nk_get<TW>(wcur, e) : 1.0f;
-        nk_bwd_dx<LN, VEC>(xf, df, wf, hw, mu, rs, a, b, o);
+        if (RC) nk_bwd_dx_rc<LN, VEC>(xf, df, wf, hw, mu, rs, ar, c, o);
+        else nk_bwd_dx<LN, VEC>(xf, df, wf, hw, mu, rs, a, b, o);
         nk_store_f<TX, VEC>(dxr + (long long)(t + i * tpr) * VEC, dxvec, nvalid, o);
       }
     }

@@ -646,7 +646,7 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
 // rows are few enough that one block per SM does not limit bandwidth.
 template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_latency(NK_FWD_PARAMS) {
-  nk_fwd_block<TI, TO, TW, LN, FULL, NK_MAXV_LATENCY, true>(NK_FWD_ARGS);
+  nk_fwd_block<TI, TO, TW, LN, FULL, NK_MAXV_LATENCY, true, NK_ONEPASS>(NK_FWD_ARGS);
 }
 
 // ---------------------------------------------------------------- mapping `cluster` (sm_90+)

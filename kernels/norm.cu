@@ -97,16 +97,16 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
 // cached and cluster: up to 512 threads and 128 registers (nk_bwd_maxv chunks of x and dy, and their
 // parameter sums, in registers); wide and rowsum: up to 512; tile: 256 (its column sums live in registers).
 // `cached` (cl false) and `cluster` (cl true): one body, nk_bwd_cached, with its FULL path picked per launch,
-// compiled apart for a weight and for none (see nk_bwd_cached's WK).
+// compiled apart for a weight and for none (see nk_bwd_cached's WK), each a call of its own (nk_bwd_cached_full).
 #define NK_BWD_REGS_KERNEL(kind, isln, map, cl, tx, td, tw)                                                  \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(512, 1) nk_##kind##_bwd_##map##_##tx##_##td##_##tw(NK_BWD_PARAMS) { \
     nk_pdl_enter();                                                                                            \
     if (!nk_bwd_full<nk_##tx, nk_##td, nk_##tw>(dy, x, weight, dx, d, dy_stride, x_stride, dx_stride))        \
       nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, false, cl>(NK_BWD_ARGS);                                 \
     else if (weight)                                                                                           \
-      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, true, cl, NK_W_YES>(NK_BWD_ARGS);                        \
+      nk_bwd_cached_full<nk_##tx, nk_##td, nk_##tw, isln, cl, NK_W_YES>(NK_BWD_ARGS);                         \
     else                                                                                                       \
-      nk_bwd_cached<nk_##tx, nk_##td, nk_##tw, isln, true, cl, NK_W_NO>(NK_BWD_ARGS);                         \
+      nk_bwd_cached_full<nk_##tx, nk_##td, nk_##tw, isln, cl, NK_W_NO>(NK_BWD_ARGS);                          \
   }
 #define NK_BWD_KIND(kind, isln, tx, td, tw)                                                                    \
   NK_BWD_REGS_KERNEL(kind, isln, cached, false, tx, td, tw)                                                          \

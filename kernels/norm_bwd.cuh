@@ -474,6 +474,15 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   }
 }
 
+// The FULL path of `cached` / `cluster` as a call (NK_NOINLINE; HIP inlines it), with a register allocation of its
+// own: the kernels hold it twice (with and without a weight) beside the masked path, which stays inlined. Inlined side
+// by side they shared one allocation (ptxas -v, sm_90: LN f16 x/dy with f32 weights spilled 68 bytes, 16-bit LN
+// clusters 12-24, RMS bf16 clusters 4); as calls the FULL paths spill nothing.
+template <class TX, class TD, class TW, bool LN, bool CL, int WK>
+NK_NOINLINE void nk_bwd_cached_full(NK_BWD_PARAMS) {
+  nk_bwd_cached<TX, TD, TW, LN, true, CL, WK>(NK_BWD_ARGS);
+}
+
 // ---------------------------------------------------------------- mapping `wide`
 // Rows too long for the register cache: one row per block (blockDim.x = tpr, a multiple of the warp
 // size), thread t handles chunks t, t + tpr, ...; a sums pass and a dx pass each read x and dy (the

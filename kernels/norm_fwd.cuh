@@ -617,8 +617,9 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
 // One row per block; blockDim.x = tpr (multiple of the warp size, <= 1024); thread t owns chunks t,
 // t+tpr, ... (nv <= NK_MAXV_BLOCK, nv*tpr*VEC >= d). Grid: any; rows grid-strided.
 // Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
-template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV, bool EARLY, bool ONEPASS>
-NK_INLINE void nk_block_body(NK_FWD_PARAMS) {
+template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV = NK_MAXV_BLOCK, bool EARLY = false,
+          bool ONEPASS = NK_ONEPASS && !EARLY>
+NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
   if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > MAXV || (long long)nv * tpr * VEC < d)
@@ -638,21 +639,6 @@ NK_INLINE void nk_block_body(NK_FWD_PARAMS) {
   }
 }
 
-// The FULL path as a call, not inlined (NK_NOINLINE; HIP inlines it): it gets a register allocation of its own, apart
-// from the masked path's, which stays inlined in the kernel. Inlined side by side they shared one allocation, and the
-// LN bf16 kernels with f32 weights spilled 8 bytes on the FULL path too (ptxas -v, sm_90). (Calls for both paths
-// moved the spills to the masked one: 12-36 bytes, and 76-84 for f32 clusters, which spilled nothing inlined.)
-template <class TI, class TO, class TW, bool LN, int MAXV, bool EARLY, bool ONEPASS>
-NK_NOINLINE void nk_block_full(NK_FWD_PARAMS) {
-  nk_block_body<TI, TO, TW, LN, true, MAXV, EARLY, ONEPASS>(NK_FWD_ARGS);
-}
-template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV = NK_MAXV_BLOCK, bool EARLY = false,
-          bool ONEPASS = NK_ONEPASS && !EARLY>
-NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
-  if constexpr (FULL) nk_block_full<TI, TO, TW, LN, MAXV, EARLY, ONEPASS>(NK_FWD_ARGS);
-  else nk_block_body<TI, TO, TW, LN, false, MAXV, EARLY, ONEPASS>(NK_FWD_ARGS);
-}
-
 // ---------------------------------------------------------------- mapping `latency`
 // The `block` mapping for launches whose time is latency, not bandwidth (a few rows: decoding): the same
 // contract with nv <= NK_MAXV_LATENCY, and every weight/bias chunk loaded beside the x chunks (EARLY in
@@ -660,7 +646,7 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
 // rows are few enough that one block per SM does not limit bandwidth.
 template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_latency(NK_FWD_PARAMS) {
-  nk_block_body<TI, TO, TW, LN, FULL, NK_MAXV_LATENCY, true, NK_ONEPASS>(NK_FWD_ARGS);  // inlined: no call on the latency path
+  nk_fwd_block<TI, TO, TW, LN, FULL, NK_MAXV_LATENCY, true, NK_ONEPASS>(NK_FWD_ARGS);
 }
 
 // ---------------------------------------------------------------- mapping `cluster` (sm_90+)
@@ -672,8 +658,8 @@ NK_INLINE void nk_fwd_latency(NK_FWD_PARAMS) {
 // Rows: cluster id, strided by the number of clusters (the op launches as many clusters as are resident at once,
 // at most one per row). Dynamic smem: 2*(blockDim.x/32)*4 + NK_CLUSTER_SUM_BYTES bytes.
 // Elsewhere (sm_80 SASS, compute_80 PTX, HIP) the kernel traps.
-template <class TI, class TO, class TW, bool LN, bool FULL, bool ONEPASS>
-NK_INLINE void nk_cluster_body(NK_FWD_PARAMS) {
+template <class TI, class TO, class TW, bool LN, bool FULL, bool ONEPASS = NK_ONEPASS>
+NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
 #if NK_HAS_CLUSTER
   constexpr int VEC = 16 / TI::SIZE;
   const unsigned csize = nk_cluster_size(), crank = nk_cluster_rank();
@@ -709,18 +695,6 @@ NK_INLINE void nk_cluster_body(NK_FWD_PARAMS) {
   (void)x_stride, (void)y_stride, (void)eps, (void)tpr, (void)nv, (void)prefetch;
   nk_trap();
 #endif
-}
-
-// The FULL path as a call (as nk_block_full): inlined beside the masked path, the FULL path of the LN 16-bit kernels
-// spilled 16-32 bytes (ptxas -v, sm_90), and bench/kexp.cu's FULL-only copies ran up to 12 points of copy faster.
-template <class TI, class TO, class TW, bool LN, bool ONEPASS>
-NK_NOINLINE void nk_cluster_full(NK_FWD_PARAMS) {
-  nk_cluster_body<TI, TO, TW, LN, true, ONEPASS>(NK_FWD_ARGS);
-}
-template <class TI, class TO, class TW, bool LN, bool FULL, bool ONEPASS = NK_ONEPASS>
-NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
-  if constexpr (FULL) nk_cluster_full<TI, TO, TW, LN, ONEPASS>(NK_FWD_ARGS);
-  else nk_cluster_body<TI, TO, TW, LN, false, ONEPASS>(NK_FWD_ARGS);
 }
 
 // ---------------------------------------------------------------- mapping `wide`

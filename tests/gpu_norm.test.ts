@@ -202,14 +202,15 @@ gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, 
   const sms = dev.info.multiprocessors, cc9 = dev.info.computeCapability[0] === 9;
   const reached = new Set<Mapping>();
   for (const [tin, tout] of [["f32", "f32"], ["bf16", "bf16"], ["f16", "f32"]] as [DType, DType][]) {
-    for (const [rows, d] of [[300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]]) {
+    // 1, 7 and 64 rows: the `latency` mapping (one pass there too since 2026-12-01); 270-300: rows and block; then clusters.
+    for (const [rows, d] of [[1, 4096], [7, 8192], [64, 2048], [300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]]) {
       reached.add(mappingOf(dev, "layer", rows, d, tin, tout, "f32"));
       // 300: far (the centred pass); 5.02 and 6.06 (x[0] at 2.9 and 3.5 std of the rest, std sqrt(3)): the one-pass
       // statistics kept and, past 3 std, not: rstd within 2e-6 on both sides of the threshold.
       for (const outlier of [300, 5.02, 6.06]) runCase(dev, { kind: "layer", rows, d, tin, tout, tw: "f32", outlier });
     }
   }
-  assert.deepEqual([...reached].sort(), cc9 ? ["block", "cluster", "rows"] : ["block", "rows", "wide"]);
+  assert.deepEqual([...reached].sort(), cc9 ? ["block", "cluster", "latency", "rows"] : ["block", "latency", "rows", "wide"]);
 });
 
 gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass sum of squares overflows, the centred one does not", () => {
@@ -219,7 +220,7 @@ gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass su
   using dev = Device.open({ backend: "cuda" });
   const sms = dev.info.multiprocessors;
   for (const tin of ["f32", "bf16"] as DType[]) {
-    for (const [rows, d] of [[300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]]) {
+    for (const [rows, d] of [[7, 8192], [300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]]) {
       runCase(dev, { kind: "layer", rows, d, tin, tout: "f32", tw: "f32", scale: 1e19, outlier: 0 });
     }
   }

@@ -1,7 +1,8 @@
 /**
  * Times the forward-kernel experiments of bench/kexp.cu (cubin from bench/kexp.sh) against the production kernel
- * on the production plan's geometry, the way bench/bench.ts times a case (256 MiB memset before each call, events,
- * median of 30, 1 GiB per case, copy ceiling in the same run), and checks every variant's output against the
+ * on the production plan's geometry and the grid the op launches (resident clusters for `cluster`), the way
+ * bench/bench.ts times a case (256 MiB memset before each call, events, median of 30, 1 GiB per case, copy
+ * ceiling in the same run), and checks every variant's output against the
  * production kernel's (bitwise for the same thread mapping, within 1e-5 / 1e-2 relative for the others).
  * Cluster cases also try persistent grids (as many clusters as the driver says fit at once, and twice that);
  * KX_STAGED=1 adds the cp.async `staged` kernels, KX_VARIANTS=0,3 limits the v-variants. --latency, --latency2 and
@@ -13,7 +14,7 @@
 import { Buffer } from "node:buffer";
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { Device, type DType, type Tensor } from "../mod.ts";
+import { Device, type DType } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { decode } from "../runtime/dtype.ts";
@@ -320,14 +321,19 @@ for (const d of DS) {
       const argsFor = (o: typeof y) => [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv, p.prefetch];
       const gbs = (ms: number) => (2 * rows * d * b) / (ms * 1e6);
       const prod = normKernel(dev, p.kernel, NORM_FWD_ARGS);
-      const cfg = new LaunchConfig(p);
+      // The grid the op launches (ops/plan_cache.ts): for `cluster`, as many clusters as are resident at once, not the
+      // plan's one cluster per row (timing the latter made "prod" read up to 13 points off the benchmark, 2026-12-01).
+      const prodGrid = p.mapping === "cluster"
+        ? Math.max(1, Math.min(p.grid[0] / p.cluster, prod.activeClusters(p.block[0], p.sharedBytes, p.cluster))) * p.cluster
+        : p.grid[0];
+      const cfg = new LaunchConfig({ ...p, grid: [prodGrid] });
       ref.buffer.fill(0xff);
       const prodMs = timeIt(() => prod.launch(dev.stream, cfg, argsFor(ref)));
       const refHead = new Uint8Array(2 ** 24), refTail = new Uint8Array(2 ** 24);
       ref.buffer.read(refHead);
       ref.buffer.read(refTail, { offset: ref.buffer.byteLength - 2 ** 24 });
       const line: string[] = [`${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padStart(6)} ${p.mapping}${p.cluster > 1 ? "x" + p.cluster : ""} t${p.tpr} nv${p.nv}: prod ${(100 * gbs(prodMs) / copyGBs).toFixed(1)}`];
-      const rec: Record<string, unknown> = { kind, dtype, d, rows, mapping: p.mapping, cluster: p.cluster, tpr: p.tpr, nv: p.nv, prod: gbs(prodMs) };
+      const rec: Record<string, unknown> = { kind, dtype, d, rows, mapping: p.mapping, cluster: p.cluster, tpr: p.tpr, nv: p.nv, prod: gbs(prodMs), prodGrid };
       const short = p.kernel.split("_")[0] + "_" + p.kernel.split("_")[1];
       for (const v of VARIANTS) {
         if (process.env.KX_VARIANTS && !process.env.KX_VARIANTS.split(",").includes(String(v))) continue;

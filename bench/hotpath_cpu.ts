@@ -145,13 +145,14 @@ if (import.meta.main) {
   const results: { op: string; rows: number; d: number; ns_per_call: number; rounds_ns: number[] }[] = [];
   for (const { rows, d, x, w, w2, b, y } of made.tensors) {
     let flip = false;
+    const toggle = (): boolean => (flip = !flip);
     const ops: [string, () => Tensor][] = [
       ["rmsNorm", () => rmsNorm(x, { weight: w, out: y, stream })],
       ["layerNorm", () => layerNorm(x, { weight: w, bias: b, out: y, stream })],
       // Two weights taking turns (two norms of a layer): every call differs from the previous one, so every
       // call is validated in full (the plan and kernel are still cached).
-      ["rmsNorm-alternating-weight", () => rmsNorm(x, { weight: (flip = !flip) ? w : w2, out: y, stream })],
-      ["layerNorm-alternating-weight", () => layerNorm(x, { weight: (flip = !flip) ? w : w2, bias: b, out: y, stream })],
+      ["rmsNorm-alternating-weight", () => rmsNorm(x, { weight: toggle() ? w : w2, out: y, stream })],
+      ["layerNorm-alternating-weight", () => layerNorm(x, { weight: toggle() ? w : w2, bias: b, out: y, stream })],
     ];
     for (const [name, op] of ops) {
       for (let i = 0; i < 20_000; i++) op(); // warm-up: kernel, plan, JIT

@@ -216,7 +216,8 @@ gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, 
 gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass sum of squares overflows, the centred one does not", () => {
   // t = x - x[0] ≈ 1e19, so the one-pass sum of t^2 (d · 1e38) overflows f32 while the centred sum (x[0]'s own 1e38,
   // the rest about 1e32 each) and var (≈ 1e38 / d) stay finite: these rows must take the centred pass (ONEPASS's
-  // finiteness test in kernels/norm_fwd.cuh); the other rows, all near 1e19, keep the one-pass statistics.
+  // finiteness test in kernels/norm_fwd.cuh); the other rows, all near 1e19, keep the one-pass statistics (in `rows`
+  // those sharing a warp with an overflowing row take the centred pass too: the choice is a warp vote). 7 rows: `latency`.
   using dev = Device.open({ backend: "cuda" });
   const sms = dev.info.multiprocessors;
   for (const tin of ["f32", "bf16"] as DType[]) {

@@ -3,6 +3,8 @@
 # that runtime (JSON into $OUT) and, with --torch, torch eager/compile on the same grid, then the report.
 # With --backward: the backward pass (bench.ts --backward, compare_torch_bwd.py), files suffixed -bwd.
 # Usage: bash scripts/gpu-bench.sh deno|bun [--torch] [--quick | --ds=32768,65536] [--backward]
+# Each pass writes 4 files (normkit JSON, torch JSON, report, chart) into $OUT; a device call returns at most 8 files,
+# so a call that runs both passes (or saves more beside them) should pack its outputs: tar czf $OUT/all.tgz -C <dir> .
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?deno or bun}; shift

@@ -264,12 +264,14 @@ gpuTest("in place (out: x) for every mapping", () => {
   using dev = Device.open({ backend: "cuda" });
   const reached = new Set<Mapping>();
   const sms = dev.info.multiprocessors;
-  // RMSNorm through every mapping; LayerNorm, with a row per SM, through 1024-thread blocks (sm_90, rows ≤ 128 KB) on
-  // their vector and masked paths, past 128 KB through a persistent cluster grid (sm_90) whose clusters loop over
-  // rows, and past a cluster of 8 through `wide`.
+  // RMSNorm through every mapping; LayerNorm through `latency` (4 rows; its one-pass statistics, vector and masked
+  // paths), with a row per SM through 1024-thread blocks (sm_90, rows ≤ 128 KB) on their vector and masked paths, past
+  // 128 KB through a persistent cluster grid (sm_90) whose clusters loop over rows, and past a cluster of 8 through `wide`.
   const cc9 = dev.info.computeCapability[0] === 9;
   const cases: [Kind, number, number, Mapping?][] = [
     ...[[4, 64], [300, 64], [4, 3000], [300, 3000], [4, 20000], [4, 50000], [4, 200000]].map(([r, d]): [Kind, number, number] => ["rms", r, d]),
+    ["layer", 4, 4096, "latency"],
+    ["layer", 4, 3001, "latency"],
     ["layer", sms, 32768, cc9 ? "block" : "wide"],
     ["layer", sms, 20001, cc9 ? "block" : "wide"],
     ["layer", 2 * sms + 5, 49152, cc9 ? "cluster" : "wide"],

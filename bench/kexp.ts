@@ -17,6 +17,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { Device, type DType } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
+import { PlannedLaunch } from "../ops/plan_cache.ts";
 import { decode } from "../runtime/dtype.ts";
 import { LaunchConfig, type Kernel } from "../runtime/module.ts";
 import { copyCeilingGBs, deviceTimer, median } from "./device_timer.ts";
@@ -320,13 +321,10 @@ for (const d of DS) {
       // their own; the other kx_ variants ignore it).
       const argsFor = (o: typeof y) => [x, o, w, kind === "layer" ? bias : null, null, null, rows, d, d, d, 1e-5, p.tpr, p.nv, p.prefetch];
       const gbs = (ms: number) => (2 * rows * d * b) / (ms * 1e6);
-      const prod = normKernel(dev, p.kernel, NORM_FWD_ARGS);
-      // The grid the op launches (ops/plan_cache.ts): for `cluster`, as many clusters as are resident at once, not the
-      // plan's one cluster per row (timing the latter made "prod" read up to 13 points off the benchmark, 2026-12-01).
-      const prodGrid = p.mapping === "cluster"
-        ? Math.max(1, Math.min(p.grid[0] / p.cluster, prod.activeClusters(p.block[0], p.sharedBytes, p.cluster))) * p.cluster
-        : p.grid[0];
-      const cfg = new LaunchConfig({ ...p, grid: [prodGrid] });
+      // The kernel and launch the op makes (PlannedLaunch): for `cluster`, as many clusters as are resident at once, not
+      // the plan's one cluster per row (timing the latter made "prod" read up to 14 points off the benchmark, 2026-12-01).
+      const planned = new PlannedLaunch(p);
+      const prod = planned.kernel(dev), cfg = planned.config, prodGrid = cfg.grid[0];
       ref.buffer.fill(0xff);
       const prodMs = timeIt(() => prod.launch(dev.stream, cfg, argsFor(ref)));
       const refHead = new Uint8Array(2 ** 24), refTail = new Uint8Array(2 ** 24);

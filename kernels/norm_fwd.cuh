@@ -247,7 +247,7 @@ struct nk_red_block {
 // At most NK_CLUSTER_SUM_RANKS CTAs per cluster (the portable limit is 8, the non-portable 16).
 struct nk_cluster_sum {
   unsigned bars;  // shared address of the two mbarriers
-  float* slots;   // [2][NK_CLUSTER_SUM_RANKS][N]
+  float* slots;   // [2][NK_CLUSTER_SUM_RANKS][2]: 2 values per rank whatever N is (see operator())
   unsigned csize, crank, n;
   NK_INLINE void setup(void* region) {
     bars = nk_smem_addr(region);
@@ -298,19 +298,22 @@ struct nk_red_cluster {
   unsigned nwarps;
   unsigned parity;
   nk_cluster_sum sum;
-  NK_INLINE float operator()(float v) {
-    float p[1] = {nk_block_sum(v, nk_fwd_smem + parity * nwarps)};
+  // This CTA's total of v (the buffer alternates, as in nk_red_block).
+  NK_INLINE float block(float v) {
+    const float r = nk_block_sum(v, nk_fwd_smem + parity * nwarps);
     parity ^= 1u;
+    return r;
+  }
+  NK_INLINE float operator()(float v) {
+    float p[1] = {block(v)};
     sum(p);
     return p[0];
   }
   // Two totals in one exchange (each the same bits as operator() gives: the same block sum, the same rank order).
   NK_INLINE void pair(float& a, float& b) {
     float p[2];
-    p[0] = nk_block_sum(a, nk_fwd_smem + parity * nwarps);
-    parity ^= 1u;
-    p[1] = nk_block_sum(b, nk_fwd_smem + parity * nwarps);
-    parity ^= 1u;
+    p[0] = block(a);
+    p[1] = block(b);
     sum(p);
     a = p[0], b = p[1];
   }
@@ -618,7 +621,7 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
 // t+tpr, ... (nv <= NK_MAXV_BLOCK, nv*tpr*VEC >= d). Grid: any; rows grid-strided.
 // Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
 template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV = NK_MAXV_BLOCK, bool EARLY = false,
-          bool ONEPASS = NK_ONEPASS && !EARLY>
+          bool ONEPASS = NK_ONEPASS>
 NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
@@ -646,7 +649,7 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
 // rows are few enough that one block per SM does not limit bandwidth.
 template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_latency(NK_FWD_PARAMS) {
-  nk_fwd_block<TI, TO, TW, LN, FULL, NK_MAXV_LATENCY, true, NK_ONEPASS>(NK_FWD_ARGS);
+  nk_fwd_block<TI, TO, TW, LN, FULL, NK_MAXV_LATENCY, true>(NK_FWD_ARGS);
 }
 
 // ---------------------------------------------------------------- mapping `cluster` (sm_90+)

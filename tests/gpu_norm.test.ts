@@ -192,6 +192,9 @@ gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 rela
   }
 });
 
+/** Rows × D that take `rows` (300 × 128, 768), `block` (270 × 4096) and, on sm_90, `cluster` (the rest; `wide` elsewhere). */
+const shiftShapes = (sms: number): [number, number][] => [[300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]];
+
 gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, beside ordinary rows: within tolerance", () => {
   // The one-pass statistics (ONEPASS, kernels/norm_fwd.cuh) hold only while the shift k = x[0] is near the mean;
   // these rows (x[0] = 300, the rest in [-3, 3): |mean - k| from about 11 std at d = 128 to 136 at d = 49152) must take the centred second pass,
@@ -203,7 +206,7 @@ gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, 
   const reached = new Set<Mapping>();
   for (const [tin, tout] of [["f32", "f32"], ["bf16", "bf16"], ["f16", "f32"]] as [DType, DType][]) {
     // 1, 7 and 64 rows: the `latency` mapping (one pass there too since 2026-12-01); 270-300: rows and block; then clusters.
-    for (const [rows, d] of [[1, 4096], [7, 8192], [64, 2048], [300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]]) {
+    for (const [rows, d] of [[1, 4096], [7, 8192], [64, 2048], ...shiftShapes(sms)]) {
       reached.add(mappingOf(dev, "layer", rows, d, tin, tout, "f32"));
       // 300: far (the centred pass); 5.02 and 6.06 (x[0] at 2.9 and 3.5 std of the rest, std sqrt(3)): the one-pass
       // statistics kept and, past 3 std, not: rstd within 2e-6 on both sides of the threshold.
@@ -221,7 +224,7 @@ gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass su
   using dev = Device.open({ backend: "cuda" });
   const sms = dev.info.multiprocessors;
   for (const tin of ["f32", "bf16"] as DType[]) {
-    for (const [rows, d] of [[7, 8192], [300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]]) {
+    for (const [rows, d] of [[7, 8192], ...shiftShapes(sms)]) {
       runCase(dev, { kind: "layer", rows, d, tin, tout: "f32", tw: "f32", scale: 1e19, outlier: 0 });
     }
   }

@@ -7,15 +7,15 @@
  * With --backward: the backward pass instead (dx, dweight, dbias from the forward's statistics), counting
  * 3·N·D·bytes (x and dy read, dx written) plus the statistics and parameters.
  *
- *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--pdl on|off] [--json out.json]      bun bench/bench.ts [...]
+ *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--pdl on|off] [--module x.cubin] [--json out.json]      bun bench/bench.ts [...]
  */
 import process from "node:process";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor } from "../mod.ts";
 import { fillFromTile, randomTile } from "./tile.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 import { planNormBackward } from "../ops/plan_bwd.ts";
-import { bwdPlanLimits } from "../ops/kernels.ts";
+import { bwdPlanLimits, replaceNormModule } from "../ops/kernels.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
@@ -38,6 +38,9 @@ using dev = Device.open({ backend: "cuda" });
 const pdlArg = args.includes("--pdl") ? args[args.indexOf("--pdl") + 1] : "on";
 if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pdlArg}`);
 const dependentLaunch = setDependentLaunch(dev, pdlArg === "on");
+// --module FILE: another build of kernels/norm.cu (a cubin or fatbin of an experiment) instead of the embedded one.
+const moduleArg = args.includes("--module") ? args[args.indexOf("--module") + 1] : undefined;
+if (moduleArg) replaceNormModule(dev, readFileSync(moduleArg));
 const info = dev.info;
 
 // Device time only: a memset before each call (bench/device_timer.ts).

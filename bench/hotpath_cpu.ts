@@ -36,6 +36,8 @@ export const FAKE_H200: DeviceInfo = {
 /** One recorded launch: the kernel handle, grid/block/shared, stream handle and the parameter-array address. */
 export interface FakeLaunch {
   fn: bigint;
+  /** The kernel's name (as given to moduleFunction). */
+  kernel: string;
   grid: [number, number, number];
   block: [number, number, number];
   shared: number;
@@ -64,13 +66,17 @@ export function fakeCudaDevice<T>(
   const launches: FakeLaunch[] = [];
   const record = opts.record ?? false, snapshot = opts.snapshot;
   let nextHandle = 0x1000n;
+  const kernelNames = new Map<bigint, string>();
   const fake: Partial<Driver> = {
     backend: "cuda",
     streamCreate: () => ++nextHandle, // e.g. a fresh default stream after the old one was closed
     streamDestroy: () => {},
     moduleLoad: () => ++nextHandle,
     moduleUnload: () => {},
-    moduleFunction: () => ++nextHandle,
+    moduleFunction: (_module, name) => {
+      kernelNames.set(++nextHandle, name);
+      return nextHandle;
+    },
     kernelAttribute: (_fn, a) => (a === "maxThreadsPerBlock" ? 1024 : a === "maxDynamicSharedBytes" ? 49152 : 0),
     setKernelMaxDynamicShared: () => {},
     // Resident clusters as if one CTA fitted per SM: what Kernel.activeClusters hands through.
@@ -79,7 +85,7 @@ export function fakeCudaDevice<T>(
       fake.launchEx!(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 1, false);
     },
     launchEx(fn, gx, gy, gz, bx, by, bz, shared, stream, params, cluster, dependent) {
-      if (record) launches.push({ fn, grid: [gx, gy, gz], block: [bx, by, bz], shared, stream, params, cluster, dependent, args: snapshot?.(params) });
+      if (record) launches.push({ fn, kernel: kernelNames.get(fn)!, grid: [gx, gy, gz], block: [bx, by, bz], shared, stream, params, cluster, dependent, args: snapshot?.(params) });
     },
   };
   // strict (default): any other driver call fails loudly; the benchmark uses the plain object (no Proxy trap per call).

@@ -6,7 +6,8 @@
 // Build: scripts/build-kernels.sh (writes precompiled/; never edit those files by hand).
 //
 // The fast forward kernels (templates in norm_fwd.cuh, contracts in kernels/README.md) are
-// instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw}.
+// instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw},
+// and nk_ln_{block|cluster}full_* (LayerNorm's FULL path alone).
 #include "portable.h"
 #include "norm_fwd.cuh"
 #include "diag.cuh"
@@ -61,14 +62,30 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
     else                                                                                                  \
       nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, false>(NK_FWD_ARGS);                                  \
   }
-#define NK_FWD_KIND(kind, isln, ti, to, tw)                                    \
-  NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)    \
-  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)         \
-  NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw) \
-  NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)     \
+// LayerNorm's FULL path alone, as a kernel of its own (nk_ln_{block|cluster}full_*): the plan's choice when the
+// call qualifies (ops/plan.ts, fwdFull mirrors nk_fwd_full; a call that does not traps). With the masked path
+// beside it in one kernel, ptxas sm_90 spills 16-32 bytes in LN's 16-bit clusters and 8 in LN's bf16-input
+// blocks with f32 weights (here: none, but 8 in the clusters of 16-bit x to f32 y with f32 weights), and a
+// FULL-only copy ran up to 12 points of copy faster (H200, LN bf16 D=131072: bench/RESULTS.md); as a call of
+// its own (NK_NOINLINE) it lost up to 23 points. RMSNorm's kernels have none: they spill nowhere, and the
+// fatbin must stay small (tests/precompiled.test.ts).
+#define NK_FWD_FULL_KERNEL(kind, isln, map, bounds, ti, to, tw)                                      \
+  extern "C" NK_GLOBAL void bounds nk_##kind##_##map##full_##ti##_##to##_##tw(NK_FWD_PARAMS) {        \
+    nk_pdl_enter();                                                                                   \
+    if (!nk_fwd_full<nk_##ti, nk_##to, nk_##tw, isln>(x, y, weight, bias, d, x_stride, y_stride))     \
+      nk_trap();                                                                                      \
+    nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, true>(NK_FWD_ARGS);                                 \
+  }
+#define NK_FWD_KIND(kind, isln, ti, to, tw)                                              \
+  NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)              \
+  NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)                   \
+  NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)           \
+  NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)                    \
   NK_FWD_KERNEL(kind, isln, latency, NK_LAUNCH_BOUNDS(512), ti, to, tw)
-#define NK_FWD_TRIPLE(ti, to, tw)   \
-  NK_FWD_KIND(ln, true, ti, to, tw) \
+#define NK_FWD_TRIPLE(ti, to, tw)                                                   \
+  NK_FWD_KIND(ln, true, ti, to, tw)                                                 \
+  NK_FWD_FULL_KERNEL(ln, true, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)           \
+  NK_FWD_FULL_KERNEL(ln, true, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)   \
   NK_FWD_KIND(rms, false, ti, to, tw)
 
 NK_FWD_DTYPES(NK_FWD_TRIPLE)

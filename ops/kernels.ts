@@ -88,6 +88,19 @@ export function normModule(device: Device): Module {
 const KERNEL_KEY = "normkit.norm.kernel.";
 const DEPENDENT_KEY = "normkit.norm.dependentLaunch";
 
+/**
+ * Kernel experiments (bench/): runs `device`'s norms from `image` (another build of kernels/norm.cu, e.g. a cubin
+ * with one change, whose kernels keep the names and arguments) instead of the precompiled module. Closes the
+ * module in use and forgets its prepared kernels; the replacement is closed with the device.
+ */
+export function replaceNormModule(device: Device, image: Uint8Array): void {
+  const old = device.cache.get("normkit.norm.module") as Module | undefined;
+  const mod = device.loadModule(image);
+  for (const key of [...device.cache.keys()]) if (key.startsWith(KERNEL_KEY)) device.cache.delete(key);
+  device.cache.set("normkit.norm.module", mod);
+  old?.close();
+}
+
 /** A prepared kernel of the norm module (one argument block per kernel name and device). */
 export function normKernel(device: Device, name: string, args: readonly ArgType[]): Kernel {
   const key = KERNEL_KEY + name;
@@ -108,7 +121,7 @@ export function normKernel(device: Device, name: string, args: readonly ArgType[
  * measured 1.6% slower (median of the grid, one run), so they launch plainly.
  */
 export function dependentLaunchByDefault(name: string): boolean {
-  return /^nk_(ln|rms)_(rows|block|cluster|wide|latency)_/.test(name);
+  return /^nk_(ln|rms)_(rows|block|cluster|wide|latency)_|^nk_ln_(blockfull|clusterfull)_/.test(name);
 }
 
 /**

@@ -9,7 +9,7 @@ import type { LaunchConfig, Kernel } from "../runtime/module.ts";
 import { releaseCount } from "../runtime/resource.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
-import type { LaunchPlan, NormKind } from "./plan.ts";
+import { fwdFull, type LaunchPlan, type NormKind } from "./plan.ts";
 import { lookupNormPlan } from "./plan_cache.ts";
 import { checkEps, checkInput, checkOut, checkOutDtype, checkParam, checkStream } from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
@@ -190,7 +190,11 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
     }
     if (x.rows > 0) {
       if (plan) {
-        const k = plan.kernel(device), config = plan.config, geometry = plan.plan;
+        // The vector-only kernel where every row qualifies (the same geometry; fewer registers spilled).
+        const full = plan.plan.fullKernel !== null && fwdFull(
+          x.d, x.dtype, y.dtype, x.ptr, x.rowStride, y.ptr, y.rowStride, weight?.ptr ?? 0n, bias?.ptr ?? 0n,
+        );
+        const k = plan.kernel(device, full), config = plan.configFor(full), geometry = plan.plan;
         k.checkLaunch(stream, config);
         k.writer = null; // the block no longer holds an earlier repeatable call's values, even if the launch fails
         writeNormArgs(k, x, y, weight, bias, mean, rstd, eps, geometry);

@@ -53,6 +53,13 @@ export interface LaunchPlan {
   nv: number;
   /** Rows ahead whose x the kernel asks L2 for (the kernel's `prefetch`; 0: none). See prefetchRows. */
   prefetch: number;
+  /**
+   * The kernel that holds only the vector path (LayerNorm's `block` and `cluster`: nk_ln_{block|cluster}full_*,
+   * the same geometry), for calls whose rows all qualify (fwdFull); null otherwise. Where `kernel` holds the
+   * masked path beside it, ptxas spills the vector path's registers in some of them (LN 16-bit clusters);
+   * RMSNorm's spill nowhere and have no such kernel (kernels/norm.cu).
+   */
+  fullKernel: string | null;
 }
 
 /** A plan, or why there is none (a sentence naming the unsupported part). */
@@ -144,6 +151,22 @@ export function prefetchRows(mapping: Mapping, rowBytes: number, ccMajor: number
   return Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes);
 }
 
+/**
+ * Whether every row of a call takes the vector path (FULL in kernels/norm_fwd.cuh, where nk_fwd_full is this
+ * test): D a multiple of the 16-byte chunk, x, weight and bias 16-byte aligned, y aligned to its chunk (16
+ * bytes, or 8 for f32 input to a 16-bit output), and the row strides keeping every row start so. Addresses in
+ * bytes (0n: no weight / bias); strides in elements. Decides between a plan's `kernel` and `fullKernel`.
+ */
+export function fwdFull(
+  d: number, inputDtype: DType, outputDtype: DType, x: bigint, xStride: number, y: bigint, yStride: number,
+  weight: bigint, bias: bigint,
+): boolean {
+  const xb = dtypeBytes(inputDtype), yb = dtypeBytes(outputDtype);
+  const vec = 16 / xb, ya = Math.min(vec * yb, 16);
+  return d % vec === 0 && (x & 15n) === 0n && (xStride * xb) % 16 === 0 && (y & BigInt(ya - 1)) === 0n &&
+    (yStride * yb) % ya === 0 && (weight & 15n) === 0n && (bias & 15n) === 0n;
+}
+
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
 
@@ -158,7 +181,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   const chunks = Math.ceil(p.d / vec);
   const warp = limits.warpSize;
   const maxThreads = limits.maxThreadsPerBlock;
-  const name = (m: Mapping): string => `nk_${p.kind === "layer" ? "ln" : "rms"}_${m}_${tin}_${tout}_${tw}`;
+  const name = (m: string): string => `nk_${p.kind === "layer" ? "ln" : "rms"}_${m}_${tin}_${tout}_${tw}`;
   const reduceShared = (threads: number): number => 2 * Math.ceil(threads / warp) * 4;
   const make = (mapping: Mapping, tpr: number, nv: number, blockThreads: number, gridX: number, cluster = 1): PlanResult => ({
     plan: {
@@ -171,6 +194,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       tpr,
       nv,
       prefetch: prefetchRows(mapping, rowBytes, limits.ccMajor, p.kind, blockThreads),
+      fullKernel: p.kind === "layer" && (mapping === "block" || mapping === "cluster") ? name(`${mapping}full`) : null,
     },
   });
 

@@ -13,41 +13,56 @@ import { type LaunchPlan, type NormKind, type PlanInput, type PlanLimits, planNo
 export const MAX_CACHED_PLANS = 1024;
 const CACHE_KEY = "normkit.norm.plans";
 
-/** A plan with its launch configuration and, once launched, its kernel. */
+/**
+ * A plan with its launch configurations and, once launched, its kernels: the plan's `kernel` and, for calls
+ * that qualify (fwdFull in ops/plan.ts), its `fullKernel`, each loaded on first use.
+ */
 export class PlannedLaunch {
   readonly plan: LaunchPlan;
-  #config: LaunchConfig;
-  #kernel: Kernel | undefined;
+  // Index 0: plan.kernel; 1: plan.fullKernel (where the plan has one).
+  readonly #configs: [LaunchConfig, LaunchConfig];
+  readonly #kernels: [Kernel | undefined, Kernel | undefined] = [undefined, undefined];
 
   constructor(plan: LaunchPlan) {
     this.plan = plan;
-    this.#config = new LaunchConfig(plan);
+    const c = new LaunchConfig(plan);
+    this.#configs = [c, c];
+  }
+
+  /** The launch configuration of kernel(device): see configFor. */
+  get config(): LaunchConfig {
+    return this.#configs[0];
   }
 
   /**
-   * The launch configuration: the plan's, except that a `cluster` plan launches at most as many clusters as
-   * are resident at once (known once kernel() has loaded the kernel). Its CTAs loop over the rows, so every
-   * cluster sets up its exchange once, not once per row: on the H200 the plan's grid of a cluster per row
-   * ran 3 to 16 points of copy below the persistent one (bench/kexp_cluster.ts, 2026-11-30).
+   * The launch configuration of kernel(device, full): the plan's, except that a `cluster` plan launches at most
+   * as many clusters as are resident at once (known once kernel() has loaded that kernel: the vector-only
+   * kernel's registers may differ). Its CTAs loop over the rows, so every cluster sets up its exchange once,
+   * not once per row: on the H200 the plan's grid of a cluster per row ran 3 to 16 points of copy below the
+   * persistent one (bench/kexp_cluster.ts, 2026-11-30).
    */
-  get config(): LaunchConfig {
-    return this.#config;
+  configFor(full: boolean): LaunchConfig {
+    return this.#configs[full && this.plan.fullKernel !== null ? 1 : 0];
   }
 
-  /** The prepared kernel on `device` (loaded on first use; again if its module was closed). */
-  kernel(device: Device): Kernel {
-    const k = this.#kernel;
+  /**
+   * The prepared kernel on `device` (loaded on first use; again if its module was closed): the plan's
+   * `fullKernel` when `full` (the caller checked fwdFull) and the plan has one, else its `kernel`.
+   */
+  kernel(device: Device, full = false): Kernel {
+    const i = full && this.plan.fullKernel !== null ? 1 : 0;
+    const k = this.#kernels[i];
     if (k && !k.module.closed) return k;
-    const loaded = normKernel(device, this.plan.kernel, NORM_FWD_ARGS);
     const p = this.plan;
+    const loaded = normKernel(device, i === 1 ? p.fullKernel! : p.kernel, NORM_FWD_ARGS);
     if (p.mapping === "cluster" && p.cluster > 1) {
       const resident = loaded.activeClusters(p.block[0], p.sharedBytes, p.cluster);
       // (0 resident: the kernel cannot run with this geometry; the launch of one cluster then fails in the driver
       // with its own error, as the plan's grid would.)
       const clusters = Math.max(1, Math.min(p.grid[0] / p.cluster, resident));
-      this.#config = new LaunchConfig({ grid: [clusters * p.cluster, 1, 1], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
+      this.#configs[i] = new LaunchConfig({ grid: [clusters * p.cluster, 1, 1], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
     }
-    return (this.#kernel = loaded);
+    return (this.#kernels[i] = loaded);
   }
 }
 

@@ -12,7 +12,7 @@
 #   precompiled/norm_cuda.ts the fatbin as a base64 string, the source hash, the kernel names
 #
 # Kernel names: the extern "C" NK_GLOBAL kernels written out in kernels/norm.cu, then the generated
-# fast forward kernels nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw}, one set per X(tin, tout, tw)
+# fast forward kernels nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw} and nk_ln_{blockfull|clusterfull}_*, one set per X(tin, tout, tw)
 # line of NK_FWD_DTYPES in kernels/norm.cu; the list must equal the PTX's .entry set exactly.
 # The PTX and fatbin compiles run concurrently (about 2 minutes on 2 cores for the 123 kernels).
 #
@@ -111,19 +111,19 @@ build() {
   [[ -n "$names" ]] || { echo "build-kernels: no extern \"C\" NK_GLOBAL kernels found in $SRC_REL" >&2; exit 1; }
   # Generated kernels, one set per dtype-triple line of norm.cu: X(tin, tout, tw) in NK_FWD_DTYPES gives
   # nk_{ln|rms}_{map}_{triple}, B(tx, tdy, tw) in NK_BWD_DTYPES gives nk_{ln|rms}_bwd_{map}_{triple}.
-  generated() { # LETTER PREFIX MAP...
-    local letter=$1 prefix=$2; shift 2
-    local triples t kind map
+  generated() { # LETTER PREFIX "LN MAPS" "RMS MAPS"
+    local letter=$1 prefix=$2 lnmaps=$3 rmsmaps=$4
+    local triples t map
     triples="$(sed -nE "s/^[[:space:]]*$letter\\([[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*,[[:space:]]*([a-z0-9]+)[[:space:]]*\\).*/\\1_\\2_\\3/p" "$ROOT/$SRC_REL")"
     [[ -n "$triples" ]] || { echo "build-kernels: no $letter(...) dtype lines in $SRC_REL" >&2; exit 1; }
     for t in $triples; do
-      for kind in ln rms; do
-        for map in "$@"; do names+=$'\n'"nk_${kind}_${prefix}${map}_${t}"; done
-      done
+      for map in $lnmaps; do names+=$'\n'"nk_ln_${prefix}${map}_${t}"; done
+      for map in $rmsmaps; do names+=$'\n'"nk_rms_${prefix}${map}_${t}"; done
     done
   }
-  generated X "" rows block cluster wide latency
-  generated B bwd_ cached wide rowsum tile cluster
+  # LayerNorm alone has the vector-only blockfull/clusterfull kernels (NK_FWD_TRIPLE in norm.cu).
+  generated X "" "rows block cluster wide latency blockfull clusterfull" "rows block cluster wide latency"
+  generated B bwd_ "cached wide rowsum tile cluster" "cached wide rowsum tile cluster"
   local entries
   entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/norm.ptx")"
   if [[ "$(sort <<<"$names")" != "$(sort <<<"$entries")" ]]; then

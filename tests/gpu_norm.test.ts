@@ -16,7 +16,7 @@ import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } f
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, type Mapping, planNorm, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
-import { roundTo, ulpOf } from "../runtime/dtype.ts";
+import { dtypeBytes, roundTo, ulpOf } from "../runtime/dtype.ts";
 import { gpuTest, randoms, roundedTo } from "./helpers.ts";
 
 const NAN_BITS = 0x7fc00000;
@@ -128,6 +128,9 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   using dev = Device.open({ backend: "cuda" });
   const worst: Record<string, number> = {};
   const reached = new Set<Mapping>();
+  // LayerNorm's block and cluster kernels with both paths, and the vector-only ones (fullKernel): fresh, unpadded
+  // tensors qualify exactly when D is a multiple of the 16-byte chunk (fwdFull in ops/plan.ts).
+  const lnKernels = new Set<string>();
   const lnWide = lnWideSizes(dev.info.multiprocessors);
   for (const [tin, tout, tw] of COMBOS) {
     for (const kind of ["layer", "rms"] as Kind[]) {
@@ -139,6 +142,9 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
           assert.equal(mapping, !cc9 ? "wide" : d * 4 <= WIDE_MAX_ROW_BYTES ? "block" : "cluster", `LayerNorm ${rows} x ${d}`);
         }
         reached.add(mapping);
+        if (kind === "layer" && (mapping === "block" || mapping === "cluster")) {
+          lnKernels.add(d % (16 / dtypeBytes(tin)) === 0 ? `${mapping}full` : mapping);
+        }
         const e = runCase(dev, { kind, rows, d, tin, tout, tw });
         const key = `${tin}->${tout} (w ${tw})`;
         worst[key] = Math.max(worst[key] ?? 0, e);
@@ -147,6 +153,8 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   }
   for (const [k, v] of Object.entries(worst)) console.log(`# worst error ${k}: ${v.toFixed(3)} × tolerance`);
   assert.deepEqual([...reached].sort(), allMappings(dev), "the sizes reach every mapping");
+  const cc9 = dev.info.computeCapability[0] >= 9;
+  assert.deepEqual([...lnKernels].sort(), cc9 ? ["block", "blockfull", "cluster", "clusterfull"] : ["block", "blockfull"], "LayerNorm's kernels with and without the masked path");
 });
 
 gpuTest("strided rows (random padding), no affine, huge D and many rows", () => {

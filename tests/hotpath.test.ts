@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { ArgumentError, Device, DisposedError, layerNorm, rmsNorm, Tensor } from "../mod.ts";
 import { LaunchConfig, type Stream } from "../gpu.ts";
 import { cachedNormPlan, cachedPlanCount, MAX_CACHED_PLANS, PlannedLaunch } from "../ops/plan_cache.ts";
-import { planLimits } from "../ops/kernels.ts";
+import { planLimits, replaceNormModule } from "../ops/kernels.ts";
+import type { Module } from "../runtime/module.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { fakeCudaDevice, type FakeLaunch } from "../bench/hotpath_cpu.ts";
 import { type PlanInput, type PlanLimits, planNorm } from "../ops/plan.ts";
@@ -187,6 +188,72 @@ test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), 
     const args = f.launches.map((l) => l.args as (bigint | number)[]);
     assert.equal(args.length, 3);
     for (const a of args) assert.deepEqual(a.slice(11), [p.plan.tpr, p.plan.nv, 256], "tpr, nv, prefetch");
+  } finally {
+    f.dev.close();
+  }
+});
+
+test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfull) exactly when every row qualifies", () => {
+  // CPU buffers start at address 0 in the fake: a view's address is its byte offset.
+  const f = fakeCudaDevice((d) => {
+    const buf = d.alloc(2 * (300 * 4104 + 16));
+    const t = (offset: number, shape: number[], rowStride?: number) => new Tensor(buf, shape, { dtype: "bf16", offset, rowStride });
+    return {
+      s: d.createStream(),
+      x: t(0, [300, 4096]), // block: 300 rows of 4096
+      xOdd: t(1, [300, 4096]), // 2-byte aligned
+      xPad: t(0, [300, 4096], 4100), // rows 8200 bytes apart: row 1 not 16-byte aligned
+      x4100: t(0, [300, 4100]), // D not a multiple of the 8-element chunk
+      w: d.empty([4096], { dtype: "bf16" }),
+      y: d.empty([300, 4096], { dtype: "bf16" }),
+      y4100: d.empty([300, 4100], { dtype: "bf16" }),
+      xc: d.empty([264, 131072], { dtype: "bf16" }), // cluster: rows past 128 KB
+      yc: d.empty([264, 131072], { dtype: "bf16" }),
+    };
+  }, { record: true });
+  try {
+    const m = f.made;
+    const last = () => f.launches[f.launches.length - 1];
+    layerNorm(m.x, { weight: m.w, bias: m.w, out: m.y, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_blockfull_bf16_bf16_bf16");
+    for (let i = 0; i < 3; i++) layerNorm(m.x, { weight: m.w, bias: m.w, out: m.y, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_blockfull_bf16_bf16_bf16", "the repeated call");
+    const full = last();
+    layerNorm(m.xOdd, { weight: m.w, out: m.y, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_block_bf16_bf16_bf16", "x at 2 bytes");
+    const masked = last();
+    assert.deepEqual([masked.grid, masked.block, masked.shared], [full.grid, full.block, full.shared], "the same geometry");
+    layerNorm(m.xPad, { weight: m.w, out: m.y, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_block_bf16_bf16_bf16", "x stride of 8200 bytes");
+    layerNorm(m.x4100, { out: m.y4100, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_block_bf16_bf16_f32", "D = 4100");
+    layerNorm(m.x, { weight: m.w, bias: new Tensor(m.x.buffer, [4096], { dtype: "bf16", offset: 4 }), out: m.y, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_block_bf16_bf16_bf16", "bias at 8 bytes");
+    layerNorm(m.x, { out: m.x, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_blockfull_bf16_bf16_f32", "in place, no parameters");
+    rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
+    assert.equal(last().kernel, "nk_rms_block_bf16_bf16_bf16", "RMSNorm has none");
+    layerNorm(m.xc, { out: m.yc, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_clusterfull_bf16_bf16_f32");
+    assert.equal(last().cluster, 8);
+    assert.equal(last().grid[0], 8 * Math.floor(132 / 8), "as many clusters as the fake says are resident");
+  } finally {
+    f.dev.close();
+  }
+});
+
+test("fake CUDA: replaceNormModule (kernel experiments) runs the next norms from the new module and closes the old one", () => {
+  const f = fakeCudaDevice((d) => ({ x: d.empty([300, 4096], { dtype: "bf16" }), y: d.empty([300, 4096], { dtype: "bf16" }) }), { record: true });
+  try {
+    const m = f.made;
+    layerNorm(m.x, { out: m.y });
+    const before = f.dev.cache.get("normkit.norm.module") as Module;
+    replaceNormModule(f.dev, new Uint8Array(16));
+    assert.ok(before.closed, "the replaced module is closed");
+    layerNorm(m.x, { out: m.y }); // the same call: its cached kernel belonged to the closed module
+    assert.equal(f.launches.length, 2);
+    assert.equal(f.launches[1].kernel, f.launches[0].kernel);
+    assert.notEqual(f.launches[1].fn, f.launches[0].fn, "a kernel of the new module");
   } finally {
     f.dev.close();
   }

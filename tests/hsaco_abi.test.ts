@@ -120,7 +120,7 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
       const mapping = name.split("_")[2];
       // The most threads and dynamic LDS the plan may launch this mapping with.
       const threads = mapping === "rows" ? ROWS_BLOCK : mapping === "wide" ? 1024 : MAX_BLOCK_THREADS;
-      const dynLds = mapping === "rows" ? 0 : 2 * Math.ceil(threads / WAVE[arch]) * 4 + (mapping === "cluster" ? 16 : 0);
+      const dynLds = mapping === "rows" ? 0 : 2 * Math.ceil(threads / WAVE[arch]) * 4 + (mapping.startsWith("cluster") ? 16 : 0);
       assert.ok(threads <= k[".max_flat_workgroup_size"], `${arch} ${name}: ${threads} threads > ${k[".max_flat_workgroup_size"]}`);
       assert.ok(k[".group_segment_fixed_size"] + dynLds <= LDS_BYTES, `${arch} ${name}: LDS`);
     }
@@ -158,6 +158,13 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
                 assert.notEqual(p.mapping, "cluster", "no clusters on AMD");
                 const k = byName.get(p.kernel);
                 assert.ok(k, `${at}: not in the code object`);
+                if (p.fullKernel !== null) {
+                  // The vector-only kernel launches with the same geometry: the same limits.
+                  const f = byName.get(p.fullKernel);
+                  assert.ok(f, `${at}: ${p.fullKernel} not in the code object`);
+                  assert.equal(f[".max_flat_workgroup_size"], k[".max_flat_workgroup_size"], `${at}: ${p.fullKernel} threads`);
+                  assert.ok(f[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: ${p.fullKernel} LDS`);
+                }
                 assert.ok(p.block[0] <= k[".max_flat_workgroup_size"], `${at}: block ${p.block[0]} > ${k[".max_flat_workgroup_size"]}`);
                 assert.equal(p.block[0] % WAVE[arch], 0, `${at}: block ${p.block[0]} not whole waves`);
                 assert.ok(k[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: LDS`);

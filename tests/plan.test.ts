@@ -3,7 +3,7 @@ import { test } from "node:test";
 import { readFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import {
-  CLUSTER_SUM_BYTES,
+  CLUSTER_SUM_BYTES, fwdFull,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
   PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
@@ -110,6 +110,9 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             !(p.mapping === "block" && b > 512 && kind === "rms");
           assert.equal(p.prefetch, prefetching ? Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes) : 0, `prefetch ${where}`);
           assert.ok(p.prefetch * rowBytes < PREFETCH_AHEAD_BYTES + rowBytes && Number.isInteger(p.prefetch), where);
+          // The vector-only kernel: LayerNorm's block and cluster, the plan's kernel name with `full` after the mapping.
+          const hasFull = kind === "layer" && (p.mapping === "block" || p.mapping === "cluster");
+          assert.equal(p.fullKernel, hasFull ? p.kernel.replace(`_${p.mapping}_`, `_${p.mapping}full_`) : null, `fullKernel ${where}`);
           if (p.mapping === "rows") {
             assert.ok(p.tpr >= 1 && p.tpr <= 32 && (p.tpr & (p.tpr - 1)) === 0 && p.nv <= MAXV_ROWS, where);
             assert.ok(p.tpr * p.nv >= chunks, `covers the row: ${where}`);
@@ -207,4 +210,23 @@ test("unsupported: weight/bias dtype other than f32 or the input dtype, no rows,
   assert.match(bad({ kind: "layer", rows: 2, d: 64, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "f16" }), /weight/);
   assert.match(bad({ kind: "layer", rows: 0, d: 64, inputDtype: "f32", outputDtype: "f32" }), /rows/);
   assert.match(bad({ kind: "rms", rows: 3, d: 0, inputDtype: "f32", outputDtype: "f32" }), /d must/);
+});
+
+test("fwdFull: the kernels' nk_fwd_full (D a multiple of the chunk, 16-byte x/w/b, y aligned to its chunk, strides keeping it)", () => {
+  const A = 0x7f0000000000n; // a cuMemAlloc-like base: 256-byte aligned
+  // d, input, output, x, xStride, y, yStride, weight, bias
+  assert.equal(fwdFull(4096, "bf16", "bf16", A, 4096, A + 1048576n, 4096, A + 256n, A + 512n), true);
+  assert.equal(fwdFull(4096, "bf16", "bf16", A, 4096, A, 4096, 0n, 0n), true, "no weight, no bias (in place)");
+  assert.equal(fwdFull(4100, "bf16", "bf16", A, 4100, A, 4100, 0n, 0n), false, "D not a multiple of 8 (16-bit chunk)");
+  assert.equal(fwdFull(4100, "f32", "f32", A, 4100, A, 4100, 0n, 0n), true, "D a multiple of 4 (f32 chunk)");
+  assert.equal(fwdFull(4096, "f32", "f32", A, 4098, A, 4096, 0n, 0n), false, "x stride of 8 bytes past 16");
+  assert.equal(fwdFull(4096, "f32", "f32", A + 4n, 4096, A, 4096, 0n, 0n), false, "x offset by one element");
+  assert.equal(fwdFull(4096, "f32", "f32", A, 4096, A, 4096, A + 8n, 0n), false, "weight 8-byte aligned");
+  assert.equal(fwdFull(4096, "f32", "f32", A, 4096, A, 4096, A, A + 24n), false, "bias 8-byte aligned");
+  assert.equal(fwdFull(4096, "bf16", "f32", A, 4096, A + 16n, 4100, 0n, 0n), true, "f32 y of 16-bit x: 16-byte chunks, stride 4100 x 4 bytes");
+  assert.equal(fwdFull(4096, "bf16", "f32", A, 4096, A + 8n, 4096, 0n, 0n), false, "f32 y of 16-bit x at 8 bytes");
+  // f32 input to a 16-bit output: a chunk of y is 4 x 2 = 8 bytes, so y needs only 8-byte alignment.
+  assert.equal(fwdFull(4096, "f32", "bf16", A, 4096, A + 8n, 4100, 0n, 0n), true, "16-bit y of f32 x: 8-byte chunks");
+  assert.equal(fwdFull(4096, "f32", "bf16", A, 4096, A + 4n, 4096, 0n, 0n), false, "16-bit y of f32 x at 4 bytes");
+  assert.equal(fwdFull(4096, "f32", "f16", A, 4096, A, 4098, 0n, 0n), false, "y stride of 4 bytes past 8");
 });

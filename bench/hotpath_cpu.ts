@@ -79,8 +79,10 @@ export function fakeCudaDevice<T>(
     },
     kernelAttribute: (_fn, a) => (a === "maxThreadsPerBlock" ? 1024 : a === "maxDynamicSharedBytes" ? 49152 : 0),
     setKernelMaxDynamicShared: () => {},
-    // Resident clusters as if one CTA fitted per SM: what Kernel.activeClusters hands through.
-    activeClusters: (_fn, _threads, _shared, cluster) => Math.floor((opts.info ?? FAKE_H200).multiprocessors / cluster),
+    // Resident clusters as if one CTA fitted per SM (one cluster fewer for a vector-only `*full` kernel, so that tests
+    // tell the two variants' grids apart): what Kernel.activeClusters hands through.
+    activeClusters: (fn, _threads, _shared, cluster) =>
+      Math.floor((opts.info ?? FAKE_H200).multiprocessors / cluster) - (kernelNames.get(fn)?.includes("full_") ? 1 : 0),
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
       fake.launchEx!(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 1, false);
     },

@@ -7,7 +7,7 @@
 //
 // The fast forward kernels (templates in norm_fwd.cuh, contracts in kernels/README.md) are
 // instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw},
-// and nk_ln_{block|cluster}full_* (LayerNorm's FULL path alone).
+// nk_ln_{block|cluster}full_* (LayerNorm's FULL path alone) and nk_ln_rowstwopass_* (short rows, two passes).
 #include "portable.h"
 #include "norm_fwd.cuh"
 #include "diag.cuh"
@@ -76,6 +76,18 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
       nk_trap();                                                                                      \
     nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, true>(NK_FWD_ARGS);                                 \
   }
+// LayerNorm's `rows` with the statistics in two passes (mean, then the centred variance; no ONEPASS), for rows of
+// 1 or 2 lanes (nk_ln_rowstwopass_*, the plan's choice there). With one pass compiled in, 16-bit rows of D = 128
+// (2 lanes) ran at 77-78% of copy even where every row took the centred pass, against 85 without it (H200,
+// bench/kexp.cu v10/v14): the kernel's code, not the work, slows them. Longer rows gain from one pass.
+#define NK_FWD_TWOPASS_KERNEL(ti, to, tw)                                                                   \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(256, 4) nk_ln_rowstwopass_##ti##_##to##_##tw(NK_FWD_PARAMS) { \
+    nk_pdl_enter();                                                                                         \
+    if (nk_fwd_full<nk_##ti, nk_##to, nk_##tw, true>(x, y, weight, bias, d, x_stride, y_stride))            \
+      nk_fwd_rows<nk_##ti, nk_##to, nk_##tw, true, true, false>(NK_FWD_ARGS);                                \
+    else                                                                                                    \
+      nk_fwd_rows<nk_##ti, nk_##to, nk_##tw, true, false, false>(NK_FWD_ARGS);                               \
+  }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                              \
   NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)              \
   NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)                   \
@@ -86,6 +98,7 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   NK_FWD_KIND(ln, true, ti, to, tw)                                                 \
   NK_FWD_FULL_KERNEL(ln, true, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)           \
   NK_FWD_FULL_KERNEL(ln, true, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)   \
+  NK_FWD_TWOPASS_KERNEL(ti, to, tw)                                                 \
   NK_FWD_KIND(rms, false, ti, to, tw)
 
 NK_FWD_DTYPES(NK_FWD_TRIPLE)

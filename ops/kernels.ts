@@ -90,8 +90,10 @@ const DEPENDENT_KEY = "normkit.norm.dependentLaunch";
 
 /**
  * Kernel experiments (bench/): runs `device`'s norms from `image` (another build of kernels/norm.cu, e.g. a cubin
- * with one change, whose kernels keep the names and arguments) instead of the precompiled module. Closes the
- * module in use and forgets its prepared kernels; the replacement is closed with the device.
+ * with one change, whose kernels keep the names and arguments) instead of the precompiled module. The image must
+ * hold every kernel the ops pick (a build of the current kernels/: an older one may lack LayerNorm's `*full` and
+ * `rowstwopass` kernels, and the op then fails to find them). Closes the module in use and forgets its prepared
+ * kernels; the replacement is closed with the device.
  */
 export function replaceNormModule(device: Device, image: Uint8Array): void {
   const old = device.cache.get("normkit.norm.module") as Module | undefined;
@@ -121,7 +123,7 @@ export function normKernel(device: Device, name: string, args: readonly ArgType[
  * measured 1.6% slower (median of the grid, one run), so they launch plainly.
  */
 export function dependentLaunchByDefault(name: string): boolean {
-  return /^nk_(ln|rms)_(rows|block|cluster|wide|latency)_|^nk_ln_(blockfull|clusterfull)_/.test(name);
+  return /^nk_(ln|rms)_(rows|block|cluster|wide|latency)_|^nk_ln_(blockfull|clusterfull|rowstwopass)_/.test(name);
 }
 
 /**

@@ -167,6 +167,14 @@ export function fwdFull(
     (yStride * yb) % ya === 0 && (weight & 15n) === 0n && (bias & 15n) === 0n;
 }
 
+/**
+ * LayerNorm rows of at most this many lanes (`rows` mapping) take nk_ln_rowstwopass_* (mean, then the centred
+ * variance) instead of the one-pass statistics of nk_ln_rows_*: H200, LN bf16 D = 128 (2 lanes per row) ran at
+ * 85.4–85.7% of copy without one pass compiled in, 76.8–78.2 with it, and 78.0–78.2 with it compiled in but skipped
+ * (bench/kexp.cu v10/v14, bench/RESULTS.md); from 4 lanes on (LN bf16 D = 512) one pass gained 1–7 points.
+ */
+export const TWO_PASS_MAX_TPR = 2;
+
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
 
@@ -185,7 +193,8 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   const reduceShared = (threads: number): number => 2 * Math.ceil(threads / warp) * 4;
   const make = (mapping: Mapping, tpr: number, nv: number, blockThreads: number, gridX: number, cluster = 1): PlanResult => ({
     plan: {
-      kernel: name(mapping),
+      // LayerNorm's rows of 1 or 2 lanes: the kernel with two-pass statistics (TWO_PASS_MAX_TPR).
+      kernel: name(mapping === "rows" && p.kind === "layer" && tpr <= TWO_PASS_MAX_TPR ? "rowstwopass" : mapping),
       mapping,
       grid: [gridX, 1, 1],
       block: [blockThreads, 1, 1],

@@ -46,13 +46,20 @@ export class PlannedLaunch {
   }
 
   /**
-   * The prepared kernel on `device` (loaded on first use; again if its module was closed): the plan's
-   * `fullKernel` when `full` (the caller checked fwdFull) and the plan has one, else its `kernel`.
+   * The prepared kernel on `device`: the plan's `fullKernel` when `full` (the caller checked fwdFull) and the
+   * plan has one, else its `kernel`. The first use loads both variants (again if their module was closed), so
+   * that a call during a graph capture, with buffers aligned unlike the call before it, loads nothing.
    */
   kernel(device: Device, full = false): Kernel {
     const i = full && this.plan.fullKernel !== null ? 1 : 0;
     const k = this.#kernels[i];
     if (k && !k.module.closed) return k;
+    this.#load(device, 0);
+    if (this.plan.fullKernel !== null) this.#load(device, 1);
+    return this.#kernels[i]!;
+  }
+
+  #load(device: Device, i: 0 | 1): void {
     const p = this.plan;
     const loaded = normKernel(device, i === 1 ? p.fullKernel! : p.kernel, NORM_FWD_ARGS);
     if (p.mapping === "cluster" && p.cluster > 1) {
@@ -62,7 +69,7 @@ export class PlannedLaunch {
       const clusters = Math.max(1, Math.min(p.grid[0] / p.cluster, resident));
       this.#configs[i] = new LaunchConfig({ grid: [clusters * p.cluster, 1, 1], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
     }
-    return (this.#kernels[i] = loaded);
+    this.#kernels[i] = loaded;
   }
 }
 

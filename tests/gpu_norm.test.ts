@@ -14,9 +14,9 @@
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
-import { type LaunchPlan, type Mapping, planNorm, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
+import { fwdFull, type LaunchPlan, type Mapping, planNorm, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
-import { dtypeBytes, roundTo, ulpOf } from "../runtime/dtype.ts";
+import { roundTo, ulpOf } from "../runtime/dtype.ts";
 import { gpuTest, randoms, roundedTo } from "./helpers.ts";
 
 const NAN_BITS = 0x7fc00000;
@@ -35,8 +35,12 @@ for (const tin of ["f32", "f16", "bf16"] as DType[]) {
  */
 interface Case { kind: Kind; rows: number; d: number; tin: DType; tout: DType; tw: DType; pad?: number; affine?: boolean; mean?: number; outlier?: number; scale?: number }
 
-/** Runs one case; returns the worst error in units of the tolerance (≤ 1 passes). */
-function runCase(dev: Device, c: Case): number {
+/**
+ * Runs one case; returns the worst error in units of the tolerance (≤ 1 passes). `kernels` gets the name of the
+ * kernel the op launches for it: the plan's, or its fullKernel where fwdFull holds for these very tensors (the
+ * op's own test; tests/hotpath.test.ts checks on a fake driver that the op launches that one).
+ */
+function runCase(dev: Device, c: Case, kernels?: Set<string>): number {
   const { kind, rows, d, tin, tout, tw } = c;
   const seed = rows * 7919 + d * 31 + tin.length * 3 + tout.length;
   const xs = randoms(rows * d, seed, -3, 3);
@@ -53,6 +57,12 @@ function runCase(dev: Device, c: Case): number {
   using b = bv ? dev.tensor(bv, [d], { dtype: tw }) : undefined;
   using y = dev.empty([rows, d], { dtype: tout, rowStride: d + ((c.pad ?? 0) > 0 ? 3 : 0) });
   y.buffer.fill(0xff); // NaN in every dtype
+  if (kernels) {
+    const r = planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: w?.dtype ?? b?.dtype }, planLimits(dev));
+    if (!("plan" in r)) throw new Error(r.unsupported);
+    const full = r.plan.fullKernel !== null && fwdFull(d, tin, tout, x.ptr, x.rowStride, y.ptr, y.rowStride, w?.ptr ?? 0n, b?.ptr ?? 0n);
+    kernels.add(full ? r.plan.fullKernel! : r.plan.kernel);
+  }
   const eps = kind === "layer" ? 1e-5 : 1e-6;
   const r = kind === "layer"
     ? layerNorm(x, { weight: w, bias: b, eps, out: y, stats: true })
@@ -128,9 +138,9 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   using dev = Device.open({ backend: "cuda" });
   const worst: Record<string, number> = {};
   const reached = new Set<Mapping>();
-  // LayerNorm's block and cluster kernels with both paths, and the vector-only ones (fullKernel): fresh, unpadded
-  // tensors qualify exactly when D is a multiple of the 16-byte chunk (fwdFull in ops/plan.ts).
-  const lnKernels = new Set<string>();
+  // The kernels the cases launch (runCase): LayerNorm's block and cluster with both paths and the vector-only ones,
+  // and its two-pass rows kernel (rows of 1–2 lanes).
+  const kernels = new Set<string>();
   const lnWide = lnWideSizes(dev.info.multiprocessors);
   for (const [tin, tout, tw] of COMBOS) {
     for (const kind of ["layer", "rms"] as Kind[]) {
@@ -142,10 +152,7 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
           assert.equal(mapping, !cc9 ? "wide" : d * 4 <= WIDE_MAX_ROW_BYTES ? "block" : "cluster", `LayerNorm ${rows} x ${d}`);
         }
         reached.add(mapping);
-        if (kind === "layer" && (mapping === "block" || mapping === "cluster")) {
-          lnKernels.add(d % (16 / dtypeBytes(tin)) === 0 ? `${mapping}full` : mapping);
-        }
-        const e = runCase(dev, { kind, rows, d, tin, tout, tw });
+        const e = runCase(dev, { kind, rows, d, tin, tout, tw }, kernels);
         const key = `${tin}->${tout} (w ${tw})`;
         worst[key] = Math.max(worst[key] ?? 0, e);
       }
@@ -154,7 +161,9 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   for (const [k, v] of Object.entries(worst)) console.log(`# worst error ${k}: ${v.toFixed(3)} × tolerance`);
   assert.deepEqual([...reached].sort(), allMappings(dev), "the sizes reach every mapping");
   const cc9 = dev.info.computeCapability[0] >= 9;
-  assert.deepEqual([...lnKernels].sort(), cc9 ? ["block", "blockfull", "cluster", "clusterfull"] : ["block", "blockfull"], "LayerNorm's kernels with and without the masked path");
+  const lnKernels = new Set([...kernels].filter((k) => k.startsWith("nk_ln_")).map((k) => k.split("_")[2]));
+  const lnWant = ["block", "blockfull", ...(cc9 ? ["cluster", "clusterfull"] : []), "latency", "rows", "rowstwopass", "wide"];
+  assert.deepEqual([...lnKernels].sort(), lnWant, "LayerNorm's kernels: with and without the masked path, and two-pass rows");
 });
 
 gpuTest("strided rows (random padding), no affine, huge D and many rows", () => {

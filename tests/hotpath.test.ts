@@ -209,6 +209,7 @@ test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfu
       y4100: d.empty([300, 4100], { dtype: "bf16" }),
       xc: d.empty([264, 131072], { dtype: "bf16" }), // cluster: rows past 128 KB
       yc: d.empty([264, 131072], { dtype: "bf16" }),
+      xcOdd: new Tensor(d.alloc(2 * (264 * 131072 + 8)), [264, 131072], { dtype: "bf16", offset: 1 }),
     };
   }, { record: true });
   try {
@@ -216,6 +217,10 @@ test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfu
     const last = () => f.launches[f.launches.length - 1];
     layerNorm(m.x, { weight: m.w, bias: m.w, out: m.y, stream: m.s });
     assert.equal(last().kernel, "nk_ln_blockfull_bf16_bf16_bf16");
+    // The first use loads both variants: a later call with other alignments (e.g. inside a graph capture) loads nothing.
+    for (const name of ["nk_ln_block_bf16_bf16_bf16", "nk_ln_blockfull_bf16_bf16_bf16"]) {
+      assert.ok(f.dev.cache.has(`normkit.norm.kernel.${name}`), `${name} loaded`);
+    }
     for (let i = 0; i < 3; i++) layerNorm(m.x, { weight: m.w, bias: m.w, out: m.y, stream: m.s });
     assert.equal(last().kernel, "nk_ln_blockfull_bf16_bf16_bf16", "the repeated call");
     const full = last();
@@ -233,10 +238,15 @@ test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfu
     assert.equal(last().kernel, "nk_ln_blockfull_bf16_bf16_f32", "in place, no parameters");
     rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
     assert.equal(last().kernel, "nk_rms_block_bf16_bf16_bf16", "RMSNorm has none");
+    // Each variant's grid: as many clusters as the fake says are resident for it (one fewer for `*full` kernels).
     layerNorm(m.xc, { out: m.yc, stream: m.s });
     assert.equal(last().kernel, "nk_ln_clusterfull_bf16_bf16_f32");
-    assert.equal(last().cluster, 8);
-    assert.equal(last().grid[0], 8 * Math.floor(132 / 8), "as many clusters as the fake says are resident");
+    assert.deepEqual([last().cluster, last().grid[0]], [8, 8 * (Math.floor(132 / 8) - 1)]);
+    layerNorm(m.xcOdd, { out: m.yc, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_cluster_bf16_bf16_f32");
+    assert.deepEqual([last().cluster, last().grid[0]], [8, 8 * Math.floor(132 / 8)]);
+    layerNorm(m.xc, { out: m.yc, stream: m.s });
+    assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_clusterfull_bf16_bf16_f32", 8 * (Math.floor(132 / 8) - 1)]);
   } finally {
     f.dev.close();
   }

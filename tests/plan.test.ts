@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import {
   CLUSTER_SUM_BYTES, fwdFull,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
-  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, WIDE_MAX_ROW_BYTES,
+  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
@@ -24,6 +24,11 @@ test("kernel names encode kind, mapping and the dtype triple (weight dtype defau
   assert.equal(plan(8192, "bf16", 1000, H200, "rms").kernel, "nk_rms_block_bf16_bf16_f32");
   const p = planOf(planNorm({ kind: "layer", rows: 3, d: 4096, inputDtype: "f16", outputDtype: "f32", paramDtype: "f16" }, H200));
   assert.equal(p.kernel, "nk_ln_latency_f16_f32_f16");
+  // LayerNorm rows of 1–2 lanes: the two-pass kernel (TWO_PASS_MAX_TPR); RMSNorm has none.
+  assert.deepEqual([plan(128, "bf16").kernel, plan(128, "bf16").tpr], ["nk_ln_rowstwopass_bf16_bf16_f32", 2]);
+  assert.equal(plan(3, "f32").kernel, "nk_ln_rowstwopass_f32_f32_f32");
+  assert.deepEqual([plan(128, "f32").kernel, plan(128, "f32").tpr], ["nk_ln_rows_f32_f32_f32", 4]);
+  assert.equal(plan(128, "bf16", 1000, H200, "rms").kernel, "nk_rms_rows_bf16_bf16_f32");
 });
 
 test("the mapping follows D: rows for small, block for mid, cluster for huge (Hopper), wide without clusters", () => {
@@ -114,6 +119,8 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
           const hasFull = kind === "layer" && (p.mapping === "block" || p.mapping === "cluster");
           assert.equal(p.fullKernel, hasFull ? p.kernel.replace(`_${p.mapping}_`, `_${p.mapping}full_`) : null, `fullKernel ${where}`);
           if (p.mapping === "rows") {
+            const twoPass = kind === "layer" && p.tpr <= TWO_PASS_MAX_TPR;
+            assert.equal(p.kernel.split("_")[2], twoPass ? "rowstwopass" : "rows", `two-pass rows kernel: ${where}`);
             assert.ok(p.tpr >= 1 && p.tpr <= 32 && (p.tpr & (p.tpr - 1)) === 0 && p.nv <= MAXV_ROWS, where);
             assert.ok(p.tpr * p.nv >= chunks, `covers the row: ${where}`);
             assert.ok(g * (b / p.tpr) >= Math.min(rows, 1), where);

@@ -64,9 +64,10 @@ test("Kernel.activeClusters: refused with UnsupportedError before compute capabi
 });
 
 test("forward `cluster` plans launch min(plan clusters, resident clusters) × C CTAs (fake H200)", () => {
-  // LayerNorm bf16 D = 131072 (256 KB rows): a cluster of 8 CTAs per row. The fake driver says 132 / 8 = 16
-  // clusters are resident: 2048 rows launch 16 clusters (each loops over rows), 5 rows launch 5.
-  for (const [rows, clusters] of [[2048, 16], [5, 5]]) {
+  // LayerNorm bf16 D = 131072 (256 KB rows): a cluster of 8 CTAs per row, its vector-only kernel here (aligned
+  // rows). The fake driver says 132 / 8 - 1 = 15 clusters of that kernel are resident: 2048 rows launch 15 clusters
+  // (each loops over rows), 5 rows launch 5.
+  for (const [rows, clusters] of [[2048, 15], [5, 5]]) {
     const { dev, made, launches } = fakeCudaDevice((d) => ({
       x: d.empty([rows, 131072], { dtype: "bf16" }),
       y: d.empty([rows, 131072], { dtype: "bf16" }),
@@ -75,7 +76,9 @@ test("forward `cluster` plans launch min(plan clusters, resident clusters) × C 
       layerNorm(made.x, { out: made.y });
       layerNorm(made.x, { out: made.y }); // a cached plan: the same grid
       assert.equal(launches.length, 2);
-      for (const l of launches) assert.deepEqual([l.grid[0], l.cluster, l.block[0]], [clusters * 8, 8, 256], `rows ${rows}`);
+      for (const l of launches) {
+        assert.deepEqual([l.kernel, l.grid[0], l.cluster, l.block[0]], ["nk_ln_clusterfull_bf16_bf16_f32", clusters * 8, 8, 256], `rows ${rows}`);
+      }
       const p = planNorm({ kind: "layer", rows, d: 131072, inputDtype: "bf16", outputDtype: "bf16" }, planLimits(dev));
       assert.ok("plan" in p && p.plan.mapping === "cluster" && p.plan.grid[0] === rows * 8, "the plan: a cluster per row");
     } finally {

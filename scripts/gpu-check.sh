@@ -2,6 +2,9 @@
 # On the GPU host (see ../shared/gpu/README.md): unpack the runtime that travelled in .rt/, then run the
 # whole test suite, the quickstart and the launch-overhead benchmarks (TS and C) under it.
 # Usage (one runtime per call, it must be carried as .rt/<runtime>.xz):  bash scripts/gpu-check.sh deno|bun
+# Size: a call carries at most 64 MiB. With Bun (.rt/bun.xz, 37.3 MiB) and the npm packages the tests import (mitata,
+# fast-check, pure-rand, @msgpack: 2.4 MiB) the tracked files may take about 24 MiB: move bench/results (3.8 MiB) out of
+# the tree for the call (2026-12-01: 63.2 MiB in all without it). Deno's runtime is 29.3 MiB.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?deno or bun}

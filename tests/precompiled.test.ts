@@ -173,7 +173,9 @@ test("fatbin: magic 0xBA55ED50 (LE), SASS sm_80 + sm_90, PTX compute_90", () => 
 
 test("the committed precompiled/ files stay within their share of a GPU-host call (64 MiB with the runtime)", () => {
   // norm_cuda.ts (the fatbin as base64), norm.ptx.gz and norm_hip.ts travel in every call; the fatbin file does not.
+  // The budget (2026-12-01): 64 MiB − Bun's runtime (37.3 MiB as .rt/bun.xz) − the npm packages the GPU tests import
+  // (2.4 MiB) − the other tracked files without bench/results (1.2 MiB) leaves about 23 MiB; at 22.4 MiB now.
   const committed = ["precompiled/norm_cuda.ts", "precompiled/norm.ptx.gz", "precompiled/norm_hip.ts"];
   const total = committed.reduce((n, f) => n + read(f).length, 0);
-  assert.ok(total < 24 * 2 ** 20, `precompiled/ is ${(total / 2 ** 20).toFixed(1)} MiB`);
+  assert.ok(total < 23 * 2 ** 20, `precompiled/ is ${(total / 2 ** 20).toFixed(1)} MiB`);
 });

@@ -8,13 +8,14 @@
 import { type Device, setSanityCheck } from "../runtime/device.ts";
 import { SanityCheckError } from "../runtime/errors.ts";
 import { layerNorm, rmsNorm } from "./norm.ts";
+import { MODULE_KEY } from "./kernels.ts";
 
 const ROWS = 3, D = 1000; // D = 1000: not a multiple of the vector width, so the masked tail runs too
 const RMS_EPS = 1e-6;
 
 /** Runs the check on `device`; throws SanityCheckError naming the first wrong element. */
 export function sanityCheck(device: Device): void {
-  if (device.backend === "hip" && !device.cache.has("normkit.norm.module")) {
+  if (device.backend === "hip" && !device.cache.has(MODULE_KEY)) {
     // HIP kernels need an async loadKernels() first; the check cannot load them synchronously here.
     return;
   }

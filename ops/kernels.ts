@@ -75,12 +75,15 @@ export function bwdPlanLimits(device: { readonly backend: string; readonly info:
   };
 }
 
+/** The device-cache key of the norm module (normModule). */
+export const MODULE_KEY = "normkit.norm.module";
+
 /** The norm module of `device`, loaded on first use and closed with the device. */
 export function normModule(device: Device): Module {
-  let mod = device.cache.get("normkit.norm.module") as Module | undefined;
+  let mod = device.cache.get(MODULE_KEY) as Module | undefined;
   if (!mod || mod.closed) {
     mod = device.loadModule(moduleImage(device));
-    device.cache.set("normkit.norm.module", mod);
+    device.cache.set(MODULE_KEY, mod);
   }
   return mod;
 }
@@ -92,14 +95,12 @@ const DEPENDENT_KEY = "normkit.norm.dependentLaunch";
  * Kernel experiments (bench/): runs `device`'s norms from `image` (another build of kernels/norm.cu, e.g. a cubin
  * with one change, whose kernels keep the names and arguments) instead of the precompiled module. The image must
  * hold every kernel the ops pick (a build of the current kernels/: an older one may lack LayerNorm's `*full` and
- * `rowstwopass` kernels, and the op then fails to find them). Closes the module in use and forgets its prepared
- * kernels; the replacement is closed with the device.
+ * `rowstwopass` kernels, and the op then fails to find them). Closes the module in use, so that normKernel and
+ * the cached plans load their kernels again, from the replacement; that one is closed with the device.
  */
 export function replaceNormModule(device: Device, image: Uint8Array): void {
-  const old = device.cache.get("normkit.norm.module") as Module | undefined;
-  const mod = device.loadModule(image);
-  for (const key of [...device.cache.keys()]) if (key.startsWith(KERNEL_KEY)) device.cache.delete(key);
-  device.cache.set("normkit.norm.module", mod);
+  const old = device.cache.get(MODULE_KEY) as Module | undefined;
+  device.cache.set(MODULE_KEY, device.loadModule(image));
   old?.close();
 }
 
@@ -123,7 +124,7 @@ export function normKernel(device: Device, name: string, args: readonly ArgType[
  * measured 1.6% slower (median of the grid, one run), so they launch plainly.
  */
 export function dependentLaunchByDefault(name: string): boolean {
-  return /^nk_(ln|rms)_(rows|block|cluster|wide|latency)_|^nk_ln_(blockfull|clusterfull|rowstwopass)_/.test(name);
+  return /^nk_(ln|rms)_(?!bwd_)/.test(name); // every nk_{ln|rms}_* kernel but the backward nk_{ln|rms}_bwd_*
 }
 
 /**

@@ -42,7 +42,12 @@ export class PlannedLaunch {
    * persistent one (bench/kexp_cluster.ts, 2026-11-30).
    */
   configFor(full: boolean): LaunchConfig {
-    return this.#configs[full && this.plan.fullKernel !== null ? 1 : 0];
+    return this.#configs[this.#variant(full)];
+  }
+
+  /** The index of kernel(device, full) and configFor(full): 1 for the plan's fullKernel, where it has one. */
+  #variant(full: boolean): 0 | 1 {
+    return full && this.plan.fullKernel !== null ? 1 : 0;
   }
 
   /**
@@ -51,7 +56,7 @@ export class PlannedLaunch {
    * that a call during a graph capture, with buffers aligned unlike the call before it, loads nothing.
    */
   kernel(device: Device, full = false): Kernel {
-    const i = full && this.plan.fullKernel !== null ? 1 : 0;
+    const i = this.#variant(full);
     const k = this.#kernels[i];
     if (k && !k.module.closed) return k;
     this.#load(device, 0);

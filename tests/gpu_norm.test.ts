@@ -58,10 +58,9 @@ function runCase(dev: Device, c: Case, kernels?: Set<string>): number {
   using y = dev.empty([rows, d], { dtype: tout, rowStride: d + ((c.pad ?? 0) > 0 ? 3 : 0) });
   y.buffer.fill(0xff); // NaN in every dtype
   if (kernels) {
-    const r = planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: w?.dtype ?? b?.dtype }, planLimits(dev));
-    if (!("plan" in r)) throw new Error(r.unsupported);
-    const full = r.plan.fullKernel !== null && fwdFull(d, tin, tout, x.ptr, x.rowStride, y.ptr, y.rowStride, w?.ptr ?? 0n, b?.ptr ?? 0n);
-    kernels.add(full ? r.plan.fullKernel! : r.plan.kernel);
+    const p = planOf(dev, kind, rows, d, tin, tout, w?.dtype ?? b?.dtype);
+    const full = p.fullKernel !== null && fwdFull(d, tin, tout, x.ptr, x.rowStride, y.ptr, y.rowStride, w?.ptr ?? 0n, b?.ptr ?? 0n);
+    kernels.add(full ? p.fullKernel! : p.kernel);
   }
   const eps = kind === "layer" ? 1e-5 : 1e-6;
   const r = kind === "layer"
@@ -126,9 +125,13 @@ const lnWideSizes = (sms: number): [number, number][] => [[sms + 8, 20001], [sms
 
 /** The mapping ops/plan.ts gives a case on `dev` (what the op launches). */
 function mappingOf(dev: Device, kind: Kind, rows: number, d: number, tin: DType, tout: DType, tw: DType): Mapping {
+  return planOf(dev, kind, rows, d, tin, tout, tw).mapping;
+}
+/** The plan ops/plan.ts makes for a case on `dev` (tw undefined: no weight or bias). */
+function planOf(dev: Device, kind: Kind, rows: number, d: number, tin: DType, tout: DType, tw: DType | undefined): LaunchPlan {
   const r = planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, planLimits(dev));
   if (!("plan" in r)) throw new Error(r.unsupported);
-  return r.plan.mapping;
+  return r.plan;
 }
 /** Every forward mapping this device has: `cluster` needs sm_90. */
 const allMappings = (dev: Device): Mapping[] =>

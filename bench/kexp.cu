@@ -17,7 +17,9 @@
 // The production mappings themselves, compiled here (FULL path only: the fatbin's kernels also hold the masked path,
 // and ran up to 12 points slower on long rows): v10 / v14 `rows` without / with ONEPASS; v16 / v17 `block` with /
 // without; v18 / v19 `cluster` with / without; v12 / v13 a transposed warp tile for rows of <= 32 chunks (bench/RESULTS.md,
-// "LayerNorm's statistics in one pass; a transposed tile for short rows").
+// "LayerNorm's statistics in one pass; a transposed tile for short rows"); v20-v27 the tile without the shift, at
+// several register budgets and with the corrected two-pass; v28-v30 the production tile (nk_fwd_rowstile) against v24
+// (bench/RESULTS.md, "What torch.compile does at LN bf16 D = 128").
 // FULL path only (aligned rows, d a multiple of the chunk); anything else traps.
 #include "../kernels/norm_fwd.cuh"
 
@@ -844,7 +846,7 @@ KX_PROD(NK_LAUNCH_BOUNDS_MIN(256, 4), ln, true, bf16, rows, 10, false)
 // instruction in pieces of tpr * 16 bytes), and a lane's weight/bias chunk is the same for every row: loaded once,
 // held in registers. The row sums are M shuffle trees over n lanes. v12: M = 8 (3 CTAs of 256 per SM: 80 registers),
 // v13: M = 4 (4 CTAs, 64 registers).
-template <class TI, class TO, class TW, bool LN, int M>
+template <class TI, class TO, class TW, bool LN, int M, bool SHIFT = true, bool CORR = false>
 __device__ __forceinline__ void kx_tile(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   constexpr int WV = VEC * TW::SIZE / 4;
@@ -877,7 +879,7 @@ __device__ __forceinline__ void kx_tile(NK_FWD_PARAMS) {
     for (int j = 0; j < WV; ++j) nk_opaque(ew[j]), nk_opaque(eb[j]);  // unpacked per use, not held as floats
 #pragma unroll
     for (int i = 0; i < M; ++i) {
-      k[i] = LN ? nk_shfl_idx(nk_get<TI>(raw[i].w, 0), lane & ~(n - 1)) : 0.0f;
+      k[i] = LN && SHIFT ? nk_shfl_idx(nk_get<TI>(raw[i].w, 0), lane & ~(n - 1)) : 0.0f;
       float s = 0.0f;
       if (LN) {
         s = nk_get<TI>(raw[i].w, 0) - k[i];
@@ -896,21 +898,35 @@ __device__ __forceinline__ void kx_tile(NK_FWD_PARAMS) {
       for (int i = 0; i < M; ++i) dm[i] /= fd;
     }
     nk_row_opaque<M>(raw);
+    float cs[M];
 #pragma unroll
     for (int i = 0; i < M; ++i) {
-      float q = 0.0f;
+      float q = 0.0f, c1 = 0.0f;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float v = LN ? (nk_get<TI>(raw[i].w, e) - k[i]) - dm[i] : nk_get<TI>(raw[i].w, e);
         q += v * v;
+        if (CORR) c1 += v;
       }
       rs[i] = q;
+      cs[i] = c1;
     }
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1)
       if (m < n)
 #pragma unroll
-        for (int i = 0; i < M; ++i) rs[i] += nk_shfl_xor(rs[i], m);
+        for (int i = 0; i < M; ++i) {
+          rs[i] += nk_shfl_xor(rs[i], m);
+          if (CORR) cs[i] += nk_shfl_xor(cs[i], m);
+        }
+    if (CORR) {  // the corrected two-pass: dm refined by the mean deviation, the variance less its square
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        const float e1 = cs[i] / fd;
+        dm[i] += e1;
+        rs[i] = fmaxf(rs[i] - cs[i] * e1, 0.0f);
+      }
+    }
     nk_row_opaque<M>(raw);
 #pragma unroll
     for (int i = 0; i < M; ++i) {
@@ -937,6 +953,50 @@ __device__ __forceinline__ void kx_tile(NK_FWD_PARAMS) {
   }
 KX_TILE(ln, true, f32)
 KX_TILE(ln, true, bf16)
+// v20-v24 (rows, LayerNorm): the v12/v13 tile nearer to torch.compile's Triton kernel for LN bf16 D=128 (2 rows per
+// thread, 32 registers, 92% occupancy), and without the shift k (plain mean, then the centred sum): v20 M = 2 with k,
+// v21 M = 2 without (both 40 registers, 6 CTAs per SM: at 32 they spill), v22 M = 4 without (4 CTAs), v23 M = 1
+// without (32 registers, 8 CTAs), v24 M = 4 without at 48 registers (5 CTAs).
+#define KX_TILE2(ti)                                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 6) kx_ln_rows_##ti##_v20(NK_FWD_PARAMS) {        \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, true, 2, true>(NK_FWD_ARGS);                                      \
+  }                                                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 6) kx_ln_rows_##ti##_v21(NK_FWD_PARAMS) {        \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, true, 2, false>(NK_FWD_ARGS);                                     \
+  }                                                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_ln_rows_##ti##_v22(NK_FWD_PARAMS) {        \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, true, 4, false>(NK_FWD_ARGS);                                     \
+  }                                                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 8) kx_ln_rows_##ti##_v23(NK_FWD_PARAMS) {        \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, true, 1, false>(NK_FWD_ARGS);                                     \
+  }                                                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_##ti##_v24(NK_FWD_PARAMS) {        \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, true, 4, false>(NK_FWD_ARGS);                                     \
+  }                                                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_##ti##_v25(NK_FWD_PARAMS) {        \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, true, 4, false, true>(NK_FWD_ARGS);                               \
+  }                                                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 6) kx_ln_rows_##ti##_v26(NK_FWD_PARAMS) {        \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, true, 2, false, true>(NK_FWD_ARGS);                               \
+  }                                                                                                        \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 4) kx_ln_rows_##ti##_v27(NK_FWD_PARAMS) {        \
+    kx_tile<nk_##ti, nk_##ti, nk_##ti, true, 4, false, true>(NK_FWD_ARGS);                               \
+  }
+KX_TILE2(f32)
+KX_TILE2(bf16)
+// v28 / v29 (rows, LayerNorm, 16-bit x): the production tile nk_fwd_rowstile (nk_ln_rowstile_*) compiled here, with and
+// without nk_pdl_enter(); v30: v24 with nk_pdl_enter() (where do v24's 94.7 and the op's 93.0 part?).
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v28(NK_FWD_PARAMS) {
+  nk_pdl_enter();
+  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16>(NK_FWD_ARGS);
+}
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v29(NK_FWD_PARAMS) {
+  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16>(NK_FWD_ARGS);
+}
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v30(NK_FWD_PARAMS) {
+  nk_pdl_enter();
+  kx_tile<nk_bf16, nk_bf16, nk_bf16, true, 4, false>(NK_FWD_ARGS);
+}
 KX_TILE(rms, false, f32)
 KX_TILE(rms, false, bf16)
 

@@ -28,7 +28,7 @@ const cubinPath = args[0];
 const dsArg = args.includes("--ds") ? args[args.indexOf("--ds") + 1] : undefined;
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
 const DS = dsArg ? dsArg.split(",").map(Number) : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
-const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19];
+const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30];
 
 using dev = Device.open({ backend: "cuda" });
 using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
@@ -349,6 +349,7 @@ for (const d of DS) {
           ? [p.grid[0], ...[1, 2].map((m) => m * residency(name, p.block[0], p.sharedBytes, p.cluster).clusters * p.cluster)]
           : v === 6
           ? [...new Set([p.grid[0], Math.min(p.grid[0], k.occupancy(p.block[0], smem) * dev.info.multiprocessors)])]
+          : v >= 20 ? [p.grid[0], 4 * p.grid[0]] // the tile (v20-v24): also about a CTA per 32 rows, as Triton launches
           : [p.grid[0]];
         for (const g of grids) {
           y.buffer.fill(0xff);

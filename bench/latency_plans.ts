@@ -49,6 +49,7 @@ function variants(kind: "layer" | "rms", rows: number, d: number): { label: stri
         grid: [rows * cl, 1, 1], block: [t, 1, 1], sharedBytes: shared(t, cl), cluster: cl, tpr: t,
         nv: Math.ceil(chunks / cl / t), prefetch: 0, // a few rows: nothing ahead to fetch
         fullKernel: null, // launched directly: the kernel with both paths
+        fullGridX: rows * cl,
       };
       if (!out.some((o) => tag(o.plan) === tag(plan))) out.push({ label: tag(plan), plan });
     }

@@ -7,6 +7,7 @@
 //   LN : mean = sum(x)/d; var from the values held in registers about a shift k (the row's first element), never
 //        as E[x^2]-E[x]^2 of x itself: E[t^2]-E[t]^2 of t = x-k where k lies within 3 std of the mean, else the
 //        centred sum of squares (ONEPASS in nk_row_cached); rstd = rsqrt(var+eps); y = (x-mean)*rstd*w + b.
+//        (The `rows` tile, nk_fwd_rowstile, takes 16-bit rows without the shift: see there.)
 //   RMS: rstd = rsqrt(sum(x^2)/d + eps); y = x*rstd*w. `bias` is ignored, `mean` never written.
 // Deterministic: every sum has a fixed order (per-thread in chunk order, then a fixed shuffle tree /
 // warp tree / cluster rank order); no atomics. In place (y == x with the same stride) is correct:
@@ -613,6 +614,109 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
     nk_row_cached<TI, TO, TW, LN, NK_MAXV_ROWS, FULL, nk_red_lanes, 1, false, ONEPASS>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, active ? nchunks : 0, nv, (float)d, eps, k, red,
         (writer && LN && mean) ? mean + row : nullptr, (writer && rstd) ? rstd + row : nullptr);
+  }
+}
+
+// ---------------------------------------------------------------- `rows`, vector-only: a transposed warp tile
+// LayerNorm rows of n = d / VEC chunks with n a power of two <= 32 (16-bit d = 8..256, f32 d = 4..128), FULL path
+// only (nk_fwd_full; anything else traps): nk_ln_rowstile_*, the `rows` plan's kernel for calls that qualify, on
+// the `rows` plan's grid and 256-thread blocks (tpr and nv are the plan's `rows` values and are not used here).
+// Each 32-lane group holds NK_TILE_M loads of 32 / n back-to-back rows: lane l reads chunk l % n of row
+// i * (32 / n) + l / n, so one warp load covers 512 contiguous bytes of rows that are back to back (the `rows`
+// kernel's loads touch 32 / tpr rows in pieces of tpr * 16 bytes), and a lane's weight/bias chunk is the same for
+// every row it holds: loaded once per thread, kept packed. Row sums: xor trees over the n lanes of a row, in a fixed
+// order (deterministic). Statistics in two passes over the registers (mean, then the centred sum of squares). f32
+// input keeps the shift k (the row's first element, by shuffle, as nk_row_cached); 16-bit input sums x itself:
+// its mean's rounding error δ (a few f32 ulps of |mean|) enters var only as δ² and y as δ·rstd, and a 16-bit row
+// cannot have |mean| / std much above its 2^8 (bf16) or 2^11 (f16) steps, so both stay far below an output ulp.
+// H200, LN bf16 D=128 (2^21 rows): 83.7% of copy for nk_ln_rowstwopass_*, 94.7 for this tile; with the shift 86.0
+// (bench/kexp.cu v13/v24, bench/RESULTS.md).
+#define NK_TILE_M 4
+template <class TI, class TO, class TW>
+NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
+  constexpr bool SHIFT = TI::SIZE == 4;
+  nk_check_wave();
+  constexpr bool LN = true;  // (NK_FWD_TYPED_PTRS)
+  const int n = d / VEC;
+  if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride) || n < 1 || n > 32 ||
+      (n & (n - 1)) || (nk_block_dim_x() & 31u))
+    nk_trap();
+  NK_FWD_TYPED_PTRS;
+  const int lg = nk_log2_pow2(n);
+  const int lane = (int)(nk_thread_x() & 31u), c = lane & (n - 1), sub = lane >> lg;
+  const int rpi = 32 >> lg;                     // rows per load of a 32-lane group
+  const long long rpg = (long long)rpi * NK_TILE_M;  // rows per group and step
+  const long long groups = nk_block_dim_x() >> 5, group = nk_thread_x() >> 5;
+  unsigned ew[WV] = {}, eb[WV] = {};
+  if (Wt) nk_load_words<TW, VEC>(Wt + c * VEC, true, VEC, ew);
+  if (Bs) nk_load_words<TW, VEC>(Bs + c * VEC, true, VEC, eb);
+  const float fd = (float)d;
+  const bool contiguous = x_stride == d;
+  for (long long base = ((long long)nk_block_x() * groups + group) * rpg; base < rows;
+       base += (long long)nk_grid_dim_x() * groups * rpg) {
+    if (prefetch > 0 && contiguous && lane == 0) nk_prefetch_ahead<TI>(X, base + prefetch, (int)rpg, rows, d, x_stride);
+    nk_v4 raw[NK_TILE_M];
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) {
+      const long long row = base + i * rpi + sub;
+      nk_load_words<TI, VEC>(X + row * x_stride + c * VEC, true, row < rows ? VEC : 0, raw[i].w);
+    }
+#pragma unroll
+    for (int j = 0; j < WV; ++j) {  // unpacked per use, not held as floats across the rows
+      nk_opaque(ew[j]);
+      nk_opaque(eb[j]);
+    }
+    float k[NK_TILE_M], dm[NK_TILE_M], rs[NK_TILE_M];
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) {
+      k[i] = SHIFT ? nk_shfl_idx(nk_get<TI>(raw[i].w, 0), (int)(nk_lane() & ~(unsigned)(n - 1))) : 0.0f;
+      float s = nk_get<TI>(raw[i].w, 0) - k[i];
+#pragma unroll
+      for (int e = 1; e < VEC; ++e) s += nk_get<TI>(raw[i].w, e) - k[i];
+      dm[i] = s;
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+      if (m < n)
+#pragma unroll
+        for (int i = 0; i < NK_TILE_M; ++i) dm[i] += nk_shfl_xor(dm[i], m);
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) dm[i] /= fd;
+    nk_row_opaque<NK_TILE_M>(raw);
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) {
+      float q = 0.0f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float v = (nk_get<TI>(raw[i].w, e) - k[i]) - dm[i];
+        q += v * v;
+      }
+      rs[i] = q;
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+      if (m < n)
+#pragma unroll
+        for (int i = 0; i < NK_TILE_M; ++i) rs[i] += nk_shfl_xor(rs[i], m);
+    nk_row_opaque<NK_TILE_M>(raw);
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) {
+      rs[i] = nk_rsqrt(rs[i] / fd + eps);
+      const long long row = base + i * rpi + sub;
+      if (row < rows) {
+        if (c == 0) {
+          if (mean) mean[row] = k[i] + dm[i];
+          if (rstd) rstd[row] = rs[i];
+        }
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
+        nk_apply_words<TW, true, VEC>(f, Wt != nullptr, ew, Bs != nullptr, eb, k[i], dm[i], rs[i]);
+        nk_store_f<TO, VEC>(Y + row * y_stride + c * VEC, true, VEC, f);
+      }
+    }
   }
 }
 

@@ -10,7 +10,8 @@
  * blocks are not used. Longer rows get a thread-block cluster per row (Hopper), and `wide` again where clusters
  * are not available or too small. Launches of a few
  * rows (decoding: latency, not bandwidth) take the `latency` mapping first: one row per block, few chunks per
- * thread, weight/bias loaded with x.
+ * thread, weight/bias loaded with x. LayerNorm's `block`, `cluster` and (aligned rows of 1–32 whole chunks) `rows` plans
+ * also name a vector-only kernel (`fullKernel`) that the op launches when every row of a call qualifies (fwdFull).
  */
 import { type DType, dtypeBytes } from "../runtime/dtype.ts";
 
@@ -54,12 +55,15 @@ export interface LaunchPlan {
   /** Rows ahead whose x the kernel asks L2 for (the kernel's `prefetch`; 0: none). See prefetchRows. */
   prefetch: number;
   /**
-   * The kernel that holds only the vector path (LayerNorm's `block` and `cluster`: nk_ln_{block|cluster}full_*,
-   * the same geometry), for calls whose rows all qualify (fwdFull); null otherwise. Where `kernel` holds the
-   * masked path beside it, ptxas spills the vector path's registers in some of them (LN 16-bit clusters);
-   * RMSNorm's spill nowhere and have no such kernel (kernels/norm.cu).
+   * The kernel that holds only the vector path, for calls whose rows all qualify (fwdFull), on the same geometry;
+   * null otherwise. LayerNorm's `block` and `cluster`: nk_ln_{block|cluster}full_* (where `kernel` holds the masked
+   * path beside it, ptxas spills the vector path's registers in some of them: LN 16-bit clusters); LayerNorm's
+   * `rows` where tileRows holds: nk_ln_rowstile_*, a transposed warp tile (its own thread mapping; it ignores
+   * tpr and nv). RMSNorm's spill nowhere and have none (kernels/norm.cu).
    */
   fullKernel: string | null;
+  /** grid.x of fullKernel: `grid[0]`, except for the `rows` tile (tileGrid). A cluster plan's op grid: PlannedLaunch. */
+  fullGridX: number;
 }
 
 /** A plan, or why there is none (a sentence naming the unsupported part). */
@@ -172,8 +176,38 @@ export function fwdFull(
  * variance) instead of the one-pass statistics of nk_ln_rows_*: H200, LN bf16 D = 128 (2 lanes per row) ran at
  * 85.4–85.7% of copy without one pass compiled in, 76.8–78.2 with it, and 78.0–78.2 with it compiled in but skipped
  * (bench/kexp.cu v10/v14, bench/RESULTS.md); from 4 lanes on (LN bf16 D = 512) one pass gained 1–7 points.
+ * Calls whose rows qualify for the tile (tileRows and fwdFull, e.g. aligned 16-bit D = 128) take nk_ln_rowstile_* instead.
  */
 export const TWO_PASS_MAX_TPR = 2;
+
+/**
+ * Whether LayerNorm's `rows` plan has the vector-only tile kernel nk_ln_rowstile_* (kernels/norm_fwd.cuh,
+ * nk_fwd_rowstile) as its fullKernel: D of at most 128 elements, a power-of-two count n = D / VEC of whole 16-byte
+ * chunks (16-bit D = 8, 16, 32, 64, 128; f32 D = 4, ..., 128). A 32-lane group loads 32 / n back-to-back rows at once
+ * (512 contiguous bytes) and holds its weight/bias chunk for all of them. H200, % of copy (bench/RESULTS.md): LN bf16
+ * D = 128 83.7 → 93.0, LN f32 D = 128 95.2 → 98.5; at 16-bit D = 256 (n = 32) the tile lost (91.4–91.7 against the
+ * `rows` kernel's 94.7), so 16-bit rows stop at 16 chunks.
+ */
+export function tileRows(d: number, inputDtype: DType): boolean {
+  const vec = 16 / dtypeBytes(inputDtype), n = d / vec;
+  return d <= 128 && Number.isInteger(n) && n >= 1 && (n & (n - 1)) === 0;
+}
+/** Rows per 32-lane group and load step of the tile: 32 / n rows per load, TILE_LOADS loads (NK_TILE_M in the kernel). */
+export const TILE_LOADS = 4;
+/**
+ * Steps each CTA of the tile takes, about (its grid: rows / (steps × rows per CTA step)). H200, % of copy against the
+ * `rows` plan's grid, whose CTAs take n / (4 × tpr) steps (bench/results/kexp/2026-12-01-run27-*): LN bf16 D = 8
+ * (n = 1) 64.2 → 95.8, D = 16 80.5 → 95.3, LN f32 D = 8 85.2 → 97.8, D = 16 97.0 → 98.0; where the plan's grid already
+ * gave 2 steps (n ≥ 8) it stays; 4 steps gained up to 1 point at 16-bit D = 64 and 128, lost 0.5 at f32 D = 64 and 11
+ * at f32 D = 128.
+ */
+export const TILE_STEPS = 2;
+/** The tile's grid for `rows` rows of D (tileRows holds), 256-thread CTAs: TILE_STEPS steps each. */
+export function tileGrid(rows: number, d: number, inputDtype: DType, block: number, maxGridX: number): number {
+  const n = d / (16 / dtypeBytes(inputDtype));
+  const rowsPerStep = (block / 32) * (32 / n) * TILE_LOADS;
+  return Math.max(1, Math.min(maxGridX, Math.ceil(rows / (rowsPerStep * TILE_STEPS))));
+}
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
@@ -191,8 +225,9 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   const maxThreads = limits.maxThreadsPerBlock;
   const name = (m: string): string => `nk_${p.kind === "layer" ? "ln" : "rms"}_${m}_${tin}_${tout}_${tw}`;
   const reduceShared = (threads: number): number => 2 * Math.ceil(threads / warp) * 4;
-  const make = (mapping: Mapping, tpr: number, nv: number, blockThreads: number, gridX: number, cluster = 1): PlanResult => ({
-    plan: {
+  const make = (mapping: Mapping, tpr: number, nv: number, blockThreads: number, gridX: number, cluster = 1): PlanResult => {
+    const tile = p.kind === "layer" && mapping === "rows" && tileRows(p.d, tin);
+    return { plan: {
       // LayerNorm's rows of 1 or 2 lanes: the kernel with two-pass statistics (TWO_PASS_MAX_TPR).
       kernel: name(mapping === "rows" && p.kind === "layer" && tpr <= TWO_PASS_MAX_TPR ? "rowstwopass" : mapping),
       mapping,
@@ -203,9 +238,13 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       tpr,
       nv,
       prefetch: prefetchRows(mapping, rowBytes, limits.ccMajor, p.kind, blockThreads),
-      fullKernel: p.kind === "layer" && (mapping === "block" || mapping === "cluster") ? name(`${mapping}full`) : null,
-    },
-  });
+      fullKernel: p.kind !== "layer" ? null
+        : mapping === "block" || mapping === "cluster" ? name(`${mapping}full`)
+        : tile ? name("rowstile")
+        : null,
+      fullGridX: tile ? tileGrid(p.rows, p.d, tin, blockThreads, limits.maxGridX) : gridX,
+    } };
+  };
 
   const cta = Math.min(MAX_BLOCK_THREADS, maxThreads);
   const roundWarp = (n: number): number => Math.ceil(n / warp) * warp;

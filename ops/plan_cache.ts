@@ -26,7 +26,8 @@ export class PlannedLaunch {
   constructor(plan: LaunchPlan) {
     this.plan = plan;
     const c = new LaunchConfig(plan);
-    this.#configs = [c, c];
+    // The `rows` tile takes its own grid (tileGrid in ops/plan.ts); the others share the plan's.
+    this.#configs = [c, plan.fullGridX === plan.grid[0] ? c : new LaunchConfig({ ...plan, grid: [plan.fullGridX, 1, 1] })];
   }
 
   /** The launch configuration of kernel(device): see configFor. */
@@ -35,7 +36,7 @@ export class PlannedLaunch {
   }
 
   /**
-   * The launch configuration of kernel(device, full): the plan's, except that a `cluster` plan launches at most
+   * The launch configuration of kernel(device, full): the plan's (the `rows` tile: with its fullGridX), except that a `cluster` plan launches at most
    * as many clusters as are resident at once (known once kernel() has loaded that kernel: the vector-only
    * kernel's registers may differ). Its CTAs loop over the rows, so every cluster sets up its exchange once,
    * not once per row: on the H200 the plan's grid of a cluster per row ran 3 to 16 points of copy below the

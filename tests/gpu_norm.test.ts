@@ -110,6 +110,9 @@ const SIZES: [number, number][] = [
   [1, 1], [37, 3], [9, 127], [64, 128], [11, 1000], [40, 1024], [5, 4097], [6, 5120], [4, 8192], [3, 12288], [2, 65537],
   // Past 2 rows per SM (264 on the H200): the bandwidth mappings `rows` and `block` for the same kinds of D.
   [300, 3], [280, 127], [270, 1000], [270, 4097], [270, 5120],
+  // LayerNorm's tile for rows of 1-32 whole chunks (nk_ln_rowstile_*, 16-bit D = 8 to 256, f32 4 to 128): 1, 2, 16 and
+  // 32 chunks of 16-bit x (f32: 2, 4, 32 and 64, the last past the tile), with rows left over in the last step.
+  [1100, 8], [300, 16], [300, 128], [270, 256],
   // rows of 64–128 KB (f32 20000 and 32768, 16-bit 40001), masked and vector paths: on sm_90 RMSNorm's blocks of up
   // to 1024 threads and LayerNorm's clusters (fewer rows than SMs), `wide` elsewhere; f32 140000 (past a cluster of
   // 8's registers): `wide` everywhere.
@@ -165,8 +168,8 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   assert.deepEqual([...reached].sort(), allMappings(dev), "the sizes reach every mapping");
   const cc9 = dev.info.computeCapability[0] >= 9;
   const lnKernels = new Set([...kernels].filter((k) => k.startsWith("nk_ln_")).map((k) => k.split("_")[2]));
-  const lnWant = ["block", "blockfull", ...(cc9 ? ["cluster", "clusterfull"] : []), "latency", "rows", "rowstwopass", "wide"];
-  assert.deepEqual([...lnKernels].sort(), lnWant, "LayerNorm's kernels: with and without the masked path, and two-pass rows");
+  const lnWant = ["block", "blockfull", ...(cc9 ? ["cluster", "clusterfull"] : []), "latency", "rows", "rowstile", "rowstwopass", "wide"];
+  assert.deepEqual([...lnKernels].sort(), lnWant, "LayerNorm's kernels: with and without the masked path, two-pass rows, the tile");
 });
 
 gpuTest("strided rows (random padding), no affine, huge D and many rows", () => {
@@ -288,13 +291,14 @@ gpuTest("in place (out: x) for every mapping", () => {
   const reached = new Set<Mapping>();
   const sms = dev.info.multiprocessors;
   // RMSNorm through every mapping; LayerNorm through `latency` (4 rows; its one-pass statistics, vector and masked
-  // paths), with a row per SM through 1024-thread blocks (sm_90, rows ≤ 128 KB) on their vector and masked paths, past
+  // paths), through the `rows` tile, with a row per SM through 1024-thread blocks (sm_90, rows ≤ 128 KB) on their vector and masked paths, past
   // 128 KB through a persistent cluster grid (sm_90) whose clusters loop over rows, and past a cluster of 8 through `wide`.
   const cc9 = dev.info.computeCapability[0] === 9;
   const cases: [Kind, number, number, Mapping?][] = [
     ...[[4, 64], [300, 64], [4, 3000], [300, 3000], [4, 20000], [4, 50000], [4, 200000]].map(([r, d]): [Kind, number, number] => ["rms", r, d]),
     ["layer", 4, 4096, "latency"],
     ["layer", 4, 3001, "latency"],
+    ["layer", 3000, 128, "rows"], // the tile (nk_ln_rowstile_f32_f32_f32): aligned rows of 32 chunks
     ["layer", sms, 32768, cc9 ? "block" : "wide"],
     ["layer", sms, 20001, cc9 ? "block" : "wide"],
     ["layer", 2 * sms + 5, 49152, cc9 ? "cluster" : "wide"],

@@ -193,7 +193,7 @@ test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), 
   }
 });
 
-test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfull) exactly when every row qualifies", () => {
+test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfull, rowstile) exactly when every row qualifies", () => {
   // CPU buffers start at address 0 in the fake: a view's address is its byte offset.
   const f = fakeCudaDevice((d) => {
     const buf = d.alloc(2 * (300 * 4104 + 16));
@@ -210,6 +210,12 @@ test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfu
       xc: d.empty([264, 131072], { dtype: "bf16" }), // cluster: rows past 128 KB
       yc: d.empty([264, 131072], { dtype: "bf16" }),
       xcOdd: new Tensor(d.alloc(2 * (264 * 131072 + 8)), [264, 131072], { dtype: "bf16", offset: 1 }),
+      xr: d.empty([3000, 128], { dtype: "bf16" }), // rows: the tile where aligned
+      yr: d.empty([3000, 128], { dtype: "bf16" }),
+      xrOdd: new Tensor(d.alloc(2 * (3000 * 128 + 8)), [3000, 128], { dtype: "bf16", offset: 1 }),
+      x8: d.empty([3000, 8], { dtype: "bf16" }),
+      y8: d.empty([3000, 8], { dtype: "bf16" }),
+      x8Odd: new Tensor(d.alloc(2 * (3000 * 8 + 8)), [3000, 8], { dtype: "bf16", offset: 1 }),
     };
   }, { record: true });
   try {
@@ -247,6 +253,21 @@ test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfu
     assert.deepEqual([last().cluster, last().grid[0]], [8, 8 * Math.floor(132 / 8)]);
     layerNorm(m.xc, { out: m.yc, stream: m.s });
     assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_clusterfull_bf16_bf16_f32", 8 * (Math.floor(132 / 8) - 1)]);
+    // `rows`: the tile for aligned rows of 16 chunks on its own grid (2 steps of 64 rows per CTA: 3000 / 128 -> 24 CTAs),
+    // the two-pass rows kernel otherwise (128 rows per CTA: 24 as well at this D), with the same blocks.
+    layerNorm(m.xr, { out: m.yr, stream: m.s });
+    const tile = last();
+    assert.equal(tile.kernel, "nk_ln_rowstile_bf16_bf16_f32");
+    assert.deepEqual([tile.grid[0], tile.block[0], tile.shared], [24, 256, 0]);
+    layerNorm(m.xrOdd, { out: m.yr, stream: m.s });
+    assert.equal(last().kernel, "nk_ln_rowstwopass_bf16_bf16_f32", "x at 2 bytes");
+    assert.deepEqual([last().grid[0], last().block[0], last().shared], [24, 256, 0]);
+    layerNorm(m.x8, { out: m.y8, stream: m.s });
+    assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_rowstile_bf16_bf16_f32", 2], "D = 8: 3000 / 2048 rows per CTA");
+    layerNorm(m.x8Odd, { out: m.y8, stream: m.s });
+    assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_rowstwopass_bf16_bf16_f32", 12], "the plan's grid: 3000 / 256");
+    rmsNorm(m.xr, { out: m.yr, stream: m.s });
+    assert.equal(last().kernel, "nk_rms_rows_bf16_bf16_f32", "RMSNorm has none");
   } finally {
     f.dev.close();
   }

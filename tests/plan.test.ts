@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import {
   CLUSTER_SUM_BYTES, fwdFull,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
-  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
+  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
@@ -115,9 +115,20 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
             !(p.mapping === "block" && b > 512 && kind === "rms");
           assert.equal(p.prefetch, prefetching ? Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes) : 0, `prefetch ${where}`);
           assert.ok(p.prefetch * rowBytes < PREFETCH_AHEAD_BYTES + rowBytes && Number.isInteger(p.prefetch), where);
-          // The vector-only kernel: LayerNorm's block and cluster, the plan's kernel name with `full` after the mapping.
+          // The vector-only kernel: LayerNorm's block and cluster, the plan's kernel name with `full` after the mapping;
+          // LayerNorm's rows of D ≤ 128 in a power-of-two count of whole chunks, the tile (`rowstile`), on its own grid.
           const hasFull = kind === "layer" && (p.mapping === "block" || p.mapping === "cluster");
-          assert.equal(p.fullKernel, hasFull ? p.kernel.replace(`_${p.mapping}_`, `_${p.mapping}full_`) : null, `fullKernel ${where}`);
+          const tile = kind === "layer" && p.mapping === "rows" && d <= 128 && d % vec === 0 && [1, 2, 4, 8, 16, 32].includes(d / vec);
+          const wantFull = hasFull ? p.kernel.replace(`_${p.mapping}_`, `_${p.mapping}full_`)
+            : tile ? p.kernel.replace(/_rows(twopass)?_/, "_rowstile_") : null;
+          assert.equal(p.fullKernel, wantFull, `fullKernel ${where}`);
+          if (tile) {
+            // 8 groups of 32 lanes, each 4 loads of 32 / n rows per step: about 2 steps per CTA, every row covered.
+            const perStep = 8 * (32 / (d / vec)) * 4;
+            assert.ok(p.fullGridX * perStep * 2 >= rows && (p.fullGridX - 1) * perStep * 2 < rows, `tile grid ${where}`);
+          } else {
+            assert.equal(p.fullGridX, g, `fullGridX ${where}`);
+          }
           if (p.mapping === "rows") {
             const twoPass = kind === "layer" && p.tpr <= TWO_PASS_MAX_TPR;
             assert.equal(p.kernel.split("_")[2], twoPass ? "rowstwopass" : "rows", `two-pass rows kernel: ${where}`);
@@ -217,6 +228,25 @@ test("unsupported: weight/bias dtype other than f32 or the input dtype, no rows,
   assert.match(bad({ kind: "layer", rows: 2, d: 64, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "f16" }), /weight/);
   assert.match(bad({ kind: "layer", rows: 0, d: 64, inputDtype: "f32", outputDtype: "f32" }), /rows/);
   assert.match(bad({ kind: "rms", rows: 3, d: 0, inputDtype: "f32", outputDtype: "f32" }), /d must/);
+});
+
+test("tileRows: LayerNorm's rows of D ≤ 128 in 1, 2, 4, ... whole 16-byte chunks (the nk_ln_rowstile_* kernels' domain)", () => {
+  for (const d of [8, 16, 32, 64, 128]) assert.equal(tileRows(d, "bf16"), true, `bf16 ${d}`);
+  for (const d of [4, 8, 16, 32, 64, 128]) assert.equal(tileRows(d, "f32"), true, `f32 ${d}`);
+  assert.equal(tileRows(128, "f16"), true);
+  // not whole chunks, not a power of two, past 128 (16-bit D = 256 is 32 chunks, where the tile lost)
+  for (const d of [1, 4, 100, 127, 96, 24, 256, 512, 264]) assert.equal(tileRows(d, "bf16"), false, `bf16 ${d}`);
+  for (const d of [1, 2, 3, 12, 127, 256, 129]) assert.equal(tileRows(d, "f32"), false, `f32 ${d}`);
+  // On the grid's D = 128 (2^21 or 2^20 rows): the `rows` plan with the tile as its fullKernel; RMSNorm has none.
+  assert.equal(plan(128, "bf16", 2 ** 21).fullKernel, "nk_ln_rowstile_bf16_bf16_f32");
+  assert.equal(plan(128, "f32", 2 ** 20).fullKernel, "nk_ln_rowstile_f32_f32_f32");
+  assert.equal(plan(128, "bf16", 2 ** 21, H200, "rms").fullKernel, null);
+  assert.equal(plan(127, "bf16", 2 ** 21).fullKernel, null);
+  // The tile's own grid: 2 steps of 8 × (32 / n) × 4 rows per CTA. 16-bit D = 8 (n = 1): 2^25 rows / 2048 = 16384 CTAs,
+  // where the `rows` plan has 2^25 / 256 = 131072; D = 128 (n = 16): 2^21 / 128 = 16384, as the plan.
+  assert.deepEqual([plan(8, "bf16", 2 ** 25).grid[0], plan(8, "bf16", 2 ** 25).fullGridX], [131072, 16384]);
+  assert.deepEqual([plan(128, "bf16", 2 ** 21).grid[0], plan(128, "bf16", 2 ** 21).fullGridX], [16384, 16384]);
+  assert.equal(plan(128, "f32", 300).fullGridX, 5, "300 rows of 32 chunks: 32 rows per CTA step, 2 steps: 64 per CTA");
 });
 
 test("fwdFull: the kernels' nk_fwd_full (D a multiple of the chunk, 16-byte x/w/b, y aligned to its chunk, strides keeping it)", () => {

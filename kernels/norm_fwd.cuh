@@ -619,19 +619,30 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
 
 // ---------------------------------------------------------------- `rows`, vector-only: a transposed warp tile
 // LayerNorm rows of n = d / VEC chunks with n a power of two <= 32 (16-bit d = 8..256, f32 d = 4..128), FULL path
-// only (nk_fwd_full; anything else traps): nk_ln_rowstile_*, the `rows` plan's kernel for calls that qualify, on
-// the `rows` plan's grid and 256-thread blocks (tpr and nv are the plan's `rows` values and are not used here).
+// only (nk_fwd_full; anything else traps): nk_ln_rowstile_*, the `rows` plan's vector-only kernel for calls that
+// qualify (ops/plan.ts: tileRows, d <= 128), on 256-thread blocks and its own grid (tileGrid; tpr and nv are unused).
 // Each 32-lane group holds NK_TILE_M loads of 32 / n back-to-back rows: lane l reads chunk l % n of row
 // i * (32 / n) + l / n, so one warp load covers 512 contiguous bytes of rows that are back to back (the `rows`
 // kernel's loads touch 32 / tpr rows in pieces of tpr * 16 bytes), and a lane's weight/bias chunk is the same for
 // every row it holds: loaded once per thread, kept packed. Row sums: xor trees over the n lanes of a row, in a fixed
 // order (deterministic). Statistics in two passes over the registers (mean, then the centred sum of squares). f32
-// input keeps the shift k (the row's first element, by shuffle, as nk_row_cached); 16-bit input sums x itself:
-// its mean's rounding error δ (a few f32 ulps of |mean|) enters var only as δ² and y as δ·rstd, and a 16-bit row
-// cannot have |mean| / std much above its 2^8 (bf16) or 2^11 (f16) steps, so both stay far below an output ulp.
+// input keeps the shift k (the row's first element, by shuffle, as nk_row_cached); 16-bit input sums x itself: the
+// mean's rounding error δ enters var only as δ² and y as δ·rstd, and where a shift would matter (|mean| >> std) the
+// values share a few binades, so the f32 sum of at most 128 values of 8 or 11 significand bits is exact, as is the
+// division by d when d is a power of two (the plan launches no other); spread-out rows have δ small against std.
 // H200, LN bf16 D=128 (2^21 rows): 83.7% of copy for nk_ln_rowstwopass_*, 94.7 for this tile; with the shift 86.0
 // (bench/kexp.cu v13/v24, bench/RESULTS.md).
 #define NK_TILE_M 4
+// Each v[i] summed over the n lanes of its row, returned to all of them (xor tree in a fixed order; n a power of two
+// <= 32, the same in every lane).
+template <int M>
+NK_INLINE void nk_tile_sum(float (&v)[M], int n) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1)
+    if (m < n)
+#pragma unroll
+      for (int i = 0; i < M; ++i) v[i] += nk_shfl_xor(v[i], m);
+}
 template <class TI, class TO, class TW>
 NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
@@ -677,11 +688,7 @@ NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
       for (int e = 1; e < VEC; ++e) s += nk_get<TI>(raw[i].w, e) - k[i];
       dm[i] = s;
     }
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1)
-      if (m < n)
-#pragma unroll
-        for (int i = 0; i < NK_TILE_M; ++i) dm[i] += nk_shfl_xor(dm[i], m);
+    nk_tile_sum(dm, n);
 #pragma unroll
     for (int i = 0; i < NK_TILE_M; ++i) dm[i] /= fd;
     nk_row_opaque<NK_TILE_M>(raw);
@@ -695,11 +702,7 @@ NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
       }
       rs[i] = q;
     }
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1)
-      if (m < n)
-#pragma unroll
-        for (int i = 0; i < NK_TILE_M; ++i) rs[i] += nk_shfl_xor(rs[i], m);
+    nk_tile_sum(rs, n);
     nk_row_opaque<NK_TILE_M>(raw);
 #pragma unroll
     for (int i = 0; i < NK_TILE_M; ++i) {

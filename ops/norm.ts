@@ -190,7 +190,8 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
     }
     if (x.rows > 0) {
       if (plan) {
-        // The vector-only kernel where every row qualifies (the same geometry; fewer registers spilled).
+        // The vector-only kernel where every row qualifies (fewer registers spilled; the `rows` tile: its own thread
+        // mapping and grid, plan.configFor(true)).
         const full = plan.plan.fullKernel !== null && fwdFull(
           x.d, x.dtype, y.dtype, x.ptr, x.rowStride, y.ptr, y.rowStride, weight?.ptr ?? 0n, bias?.ptr ?? 0n,
         );

@@ -55,8 +55,8 @@ export interface LaunchPlan {
   /** Rows ahead whose x the kernel asks L2 for (the kernel's `prefetch`; 0: none). See prefetchRows. */
   prefetch: number;
   /**
-   * The kernel that holds only the vector path, for calls whose rows all qualify (fwdFull), on the same geometry;
-   * null otherwise. LayerNorm's `block` and `cluster`: nk_ln_{block|cluster}full_* (where `kernel` holds the masked
+   * The kernel that holds only the vector path, for calls whose rows all qualify (fwdFull); null otherwise. The same
+   * block and shared memory as `kernel`, and the grid `fullGridX`. LayerNorm's `block` and `cluster`: nk_ln_{block|cluster}full_* (where `kernel` holds the masked
    * path beside it, ptxas spills the vector path's registers in some of them: LN 16-bit clusters); LayerNorm's
    * `rows` where tileRows holds: nk_ln_rowstile_*, a transposed warp tile (its own thread mapping; it ignores
    * tpr and nv). RMSNorm's spill nowhere and have none (kernels/norm.cu).
@@ -184,9 +184,11 @@ export const TWO_PASS_MAX_TPR = 2;
  * Whether LayerNorm's `rows` plan has the vector-only tile kernel nk_ln_rowstile_* (kernels/norm_fwd.cuh,
  * nk_fwd_rowstile) as its fullKernel: D of at most 128 elements, a power-of-two count n = D / VEC of whole 16-byte
  * chunks (16-bit D = 8, 16, 32, 64, 128; f32 D = 4, ..., 128). A 32-lane group loads 32 / n back-to-back rows at once
- * (512 contiguous bytes) and holds its weight/bias chunk for all of them. H200, % of copy (bench/RESULTS.md): LN bf16
- * D = 128 83.7 → 93.0, LN f32 D = 128 95.2 → 98.5; at 16-bit D = 256 (n = 32) the tile lost (91.4–91.7 against the
- * `rows` kernel's 94.7), so 16-bit rows stop at 16 chunks.
+ * (512 contiguous bytes where the rows are back to back) and holds its weight/bias chunk for all of them. H200, % of
+ * copy, the op's forward benchmark before → after (bench/RESULTS.md, "Latest run"): LN bf16 D = 128 83.7 → 93.2, LN f32
+ * D = 128 95.2 → 98.4; at 16-bit D = 256 (n = 32) the tile lost (bench/kexp.ts: 91.4–91.7 against the `rows` kernel's
+ * 94.7), so 16-bit rows stop at 16 chunks. Non-power-of-two D would need the shift back for 16-bit x (nk_fwd_rowstile's
+ * numerics rely on D being a power of two).
  */
 export function tileRows(d: number, inputDtype: DType): boolean {
   const vec = 16 / dtypeBytes(inputDtype), n = d / vec;

@@ -72,7 +72,7 @@ export class PlannedLaunch {
       const resident = loaded.activeClusters(p.block[0], p.sharedBytes, p.cluster);
       // (0 resident: the kernel cannot run with this geometry; the launch of one cluster then fails in the driver
       // with its own error, as the plan's grid would.)
-      const clusters = Math.max(1, Math.min(p.grid[0] / p.cluster, resident));
+      const clusters = Math.max(1, Math.min((i === 1 ? p.fullGridX : p.grid[0]) / p.cluster, resident));
       this.#configs[i] = new LaunchConfig({ grid: [clusters * p.cluster, 1, 1], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
     }
     this.#kernels[i] = loaded;

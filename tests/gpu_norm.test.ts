@@ -110,9 +110,10 @@ const SIZES: [number, number][] = [
   [1, 1], [37, 3], [9, 127], [64, 128], [11, 1000], [40, 1024], [5, 4097], [6, 5120], [4, 8192], [3, 12288], [2, 65537],
   // Past 2 rows per SM (264 on the H200): the bandwidth mappings `rows` and `block` for the same kinds of D.
   [300, 3], [280, 127], [270, 1000], [270, 4097], [270, 5120],
-  // LayerNorm's tile for rows of 1-32 whole chunks (nk_ln_rowstile_*, 16-bit D = 8 to 256, f32 4 to 128): 1, 2, 16 and
-  // 32 chunks of 16-bit x (f32: 2, 4, 32 and 64, the last past the tile), with rows left over in the last step.
-  [1100, 8], [300, 16], [300, 128], [270, 256],
+  // LayerNorm's tile for aligned rows of D ≤ 128 in 1, 2, 4, ..., 32 whole chunks (nk_ln_rowstile_*; tileRows): 16-bit x
+  // in 1, 2, 4, 8 and 16 chunks (f32: 2, 4, 8, 16 and 32), with rows left over in the last step; D = 256 (16-bit: 32
+  // chunks, f32: 64) past it, in the `rows` kernel.
+  [1100, 8], [300, 16], [300, 32], [300, 64], [300, 128], [270, 256],
   // rows of 64–128 KB (f32 20000 and 32768, 16-bit 40001), masked and vector paths: on sm_90 RMSNorm's blocks of up
   // to 1024 threads and LayerNorm's clusters (fewer rows than SMs), `wide` elsewhere; f32 140000 (past a cluster of
   // 8's registers): `wide` everywhere.
@@ -256,9 +257,10 @@ gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass su
 gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (every mapping)", () => {
   using dev = Device.open({ backend: "cuda" });
   const reached = new Set<Mapping>();
-  // A few rows (latency), then 300 rows (rows, block) at the same D; clusters and wide (f32) for long rows.
+  // A few rows (latency), then 300 rows (rows, block) at the same D; clusters and wide (f32) for long rows; the `rows`
+  // tile, whose warps hold 32 / n rows (n = 2, 16 chunks per row), where a row's NaN must not reach its neighbours.
   const cases: [number, number, DType][] = [
-    [64, 100, "bf16"], [300, 100, "bf16"], [64, 1024, "bf16"], [300, 1024, "bf16"], [64, 12288, "bf16"], [300, 12288, "bf16"],
+    [64, 100, "bf16"], [300, 100, "bf16"], [1100, 16, "bf16"], [300, 128, "bf16"], [64, 1024, "bf16"], [300, 1024, "bf16"], [64, 12288, "bf16"], [300, 12288, "bf16"],
     [20, 50000, "bf16"], [4, 262144, "bf16"], [2, 262144, "f32"],
   ];
   for (const [rows, d, dtype] of cases) {
@@ -298,7 +300,7 @@ gpuTest("in place (out: x) for every mapping", () => {
     ...[[4, 64], [300, 64], [4, 3000], [300, 3000], [4, 20000], [4, 50000], [4, 200000]].map(([r, d]): [Kind, number, number] => ["rms", r, d]),
     ["layer", 4, 4096, "latency"],
     ["layer", 4, 3001, "latency"],
-    ["layer", 3000, 128, "rows"], // the tile (nk_ln_rowstile_f32_f32_f32): aligned rows of 32 chunks
+    ["layer", 3000, 128, "rows"], // the tile (nk_ln_rowstile_f32_f32_f32, asserted below): aligned rows of 32 chunks
     ["layer", sms, 32768, cc9 ? "block" : "wide"],
     ["layer", sms, 20001, cc9 ? "block" : "wide"],
     ["layer", 2 * sms + 5, 49152, cc9 ? "cluster" : "wide"],
@@ -308,6 +310,7 @@ gpuTest("in place (out: x) for every mapping", () => {
   for (const [kind, rows, d, want] of cases) {
     const mapping = mappingOf(dev, kind, rows, d, "f32", "f32", "f32");
     if (want) assert.equal(mapping, want, `LayerNorm ${rows} x ${d}`);
+    if (kind === "layer" && d === 128) assert.equal(planOf(dev, kind, rows, d, "f32", "f32", undefined).fullKernel, "nk_ln_rowstile_f32_f32_f32");
     reached.add(mapping);
     const xs = randoms(rows * d, d);
     using x: Tensor = dev.tensor(xs, [rows, d]);

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import {
   CLUSTER_SUM_BYTES, fwdFull,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
-  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
+  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, TILE_LOADS, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
@@ -247,6 +247,46 @@ test("tileRows: LayerNorm's rows of D ≤ 128 in 1, 2, 4, ... whole 16-byte chun
   assert.deepEqual([plan(8, "bf16", 2 ** 25).grid[0], plan(8, "bf16", 2 ** 25).fullGridX], [131072, 16384]);
   assert.deepEqual([plan(128, "bf16", 2 ** 21).grid[0], plan(128, "bf16", 2 ** 21).fullGridX], [16384, 16384]);
   assert.equal(plan(128, "f32", 300).fullGridX, 5, "300 rows of 32 chunks: 32 rows per CTA step, 2 steps: 64 per CTA");
+});
+
+/**
+ * The rows nk_fwd_rowstile (kernels/norm_fwd.cuh) writes, launched with `grid` CTAs of `block` threads: its loops
+ * written out (32-lane groups; group g of CTA b starts at row (b · groups + g) · rpg and strides by grid · groups ·
+ * rpg; load i of lane l holds row base + i · (32 / n) + l / n). Counts per row.
+ */
+function tileWrites(rows: number, n: number, block: number, grid: number): Uint8Array {
+  const seen = new Uint8Array(rows), groups = block / 32, rpi = 32 / n, rpg = rpi * TILE_LOADS;
+  for (let b = 0; b < grid; b++) {
+    for (let g = 0; g < groups; g++) {
+      for (let base = (b * groups + g) * rpg; base < rows; base += grid * groups * rpg) {
+        for (let i = 0; i < TILE_LOADS; i++) {
+          for (let lane = 0; lane < 32; lane += n) { // one lane per row: the row's chunk-0 lane (c = lane % n = 0)
+            const row = base + i * rpi + lane / n;
+            if (row < rows) seen[row]++;
+          }
+        }
+      }
+    }
+  }
+  return seen;
+}
+
+test("tileGrid: with the kernel's loops, every row once, for any n, on the plan's grid, a clamped one and one CTA", () => {
+  for (const n of [1, 2, 4, 8, 16, 32]) {
+    for (const rows of [1, 31, 300, 1100, 4097]) {
+      // n chunks: 16-bit D = 8n up to 16 chunks, f32 D = 128 for 32 (the plan's tile stops at D = 128)
+      const [d, dtype]: [number, DType] = n <= 16 ? [8 * n, "bf16"] : [128, "f32"];
+      assert.equal(tileRows(d, dtype), true);
+      for (const grid of [tileGrid(rows, d, dtype, 256, 2147483647), tileGrid(rows, d, dtype, 256, 3), 1]) {
+        const seen = tileWrites(rows, n, 256, grid);
+        assert.ok(seen.every((c) => c === 1), `n=${n} rows=${rows} grid=${grid}`);
+      }
+    }
+  }
+  assert.equal(tileGrid(100_000, 8, "bf16", 256, 3), 3, "the device's grid limit");
+  assert.equal(tileGrid(1, 8, "bf16", 256, 2147483647), 1);
+  assert.equal(tileGrid(2048, 8, "bf16", 256, 2147483647), 1, "n = 1: 1024 rows per CTA step, 2 steps");
+  assert.equal(tileGrid(2049, 8, "bf16", 256, 2147483647), 2);
 });
 
 test("fwdFull: the kernels' nk_fwd_full (D a multiple of the chunk, 16-byte x/w/b, y aligned to its chunk, strides keeping it)", () => {

@@ -55,14 +55,17 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
 // threads, at least 2 blocks of them per SM (64 registers); wide: up to 1024; latency: up to 512 threads, one
 // block per SM (x, weight and bias for 4 chunks in registers). The mapping order here is the order of NORM_KERNELS (scripts/build-kernels.sh).
 // The register-caching mappings pick their FULL (mask-free, vector-only) path once per launch.
-#define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw)                                              \
-  extern "C" NK_GLOBAL void bounds nk_##kind##_##map##_##ti##_##to##_##tw(NK_FWD_PARAMS) {                \
+// NK_FWD_KERNEL_AS: the same under another name (nk_<kind>_<name>_*), with template arguments after FULL (`...`,
+// written with a leading comma; empty for none).
+#define NK_FWD_KERNEL_AS(kind, isln, name, map, bounds, ti, to, tw, ...)                                 \
+  extern "C" NK_GLOBAL void bounds nk_##kind##_##name##_##ti##_##to##_##tw(NK_FWD_PARAMS) {               \
     nk_pdl_enter();                                                                                       \
     if (nk_fwd_full<nk_##ti, nk_##to, nk_##tw, isln>(x, y, weight, bias, d, x_stride, y_stride))          \
-      nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, true>(NK_FWD_ARGS);                                   \
+      nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, true __VA_ARGS__>(NK_FWD_ARGS);                       \
     else                                                                                                  \
-      nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, false>(NK_FWD_ARGS);                                  \
+      nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, false __VA_ARGS__>(NK_FWD_ARGS);                      \
   }
+#define NK_FWD_KERNEL(kind, isln, map, bounds, ti, to, tw) NK_FWD_KERNEL_AS(kind, isln, map, map, bounds, ti, to, tw, )
 // LayerNorm's FULL path alone, as a kernel of its own (nk_ln_{block|cluster}full_*): the plan's choice when the
 // call qualifies (ops/plan.ts, fwdFull mirrors nk_fwd_full; a call that does not traps). With the masked path
 // beside it in one kernel, ptxas sm_90 spills 16-32 bytes in LN's 16-bit clusters and 8 in LN's bf16-input
@@ -81,14 +84,8 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
 // 1 or 2 lanes (nk_ln_rowstwopass_*, the plan's choice there). With one pass compiled in, 16-bit rows of D = 128
 // (2 lanes) ran at 77-78% of copy even where every row took the centred pass, against 85 without it (H200,
 // bench/kexp.cu v10/v14): the kernel's code, not the work, slows them. Longer rows gain from one pass.
-#define NK_FWD_TWOPASS_KERNEL(ti, to, tw)                                                                   \
-  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(256, 4) nk_ln_rowstwopass_##ti##_##to##_##tw(NK_FWD_PARAMS) { \
-    nk_pdl_enter();                                                                                         \
-    if (nk_fwd_full<nk_##ti, nk_##to, nk_##tw, true>(x, y, weight, bias, d, x_stride, y_stride))            \
-      nk_fwd_rows<nk_##ti, nk_##to, nk_##tw, true, true, false>(NK_FWD_ARGS);                                \
-    else                                                                                                    \
-      nk_fwd_rows<nk_##ti, nk_##to, nk_##tw, true, false, false>(NK_FWD_ARGS);                               \
-  }
+#define NK_FWD_TWOPASS_KERNEL(ti, to, tw) \
+  NK_FWD_KERNEL_AS(ln, true, rowstwopass, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw, , false)
 // LayerNorm's `rows` vector-only kernel, a transposed warp tile (nk_ln_rowstile_*, nk_fwd_rowstile in norm_fwd.cuh): the
 // plan's choice for calls that qualify (ops/plan.ts: tileRows and fwdFull). Launch bounds by x and weight dtype: 16-bit
 // x with 16-bit weights (no shift k, 4 words per weight chunk) at 48 registers, 5 CTAs of 256 per SM (H200, LN bf16

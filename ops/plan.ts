@@ -10,7 +10,7 @@
  * blocks are not used. Longer rows get a thread-block cluster per row (Hopper), and `wide` again where clusters
  * are not available or too small. Launches of a few
  * rows (decoding: latency, not bandwidth) take the `latency` mapping first: one row per block, few chunks per
- * thread, weight/bias loaded with x. LayerNorm's `block`, `cluster` and (aligned rows of 1–32 whole chunks) `rows` plans
+ * thread, weight/bias loaded with x. LayerNorm's `block`, `cluster` and (D ≤ 128, see tileRows) `rows` plans
  * also name a vector-only kernel (`fullKernel`) that the op launches when every row of a call qualifies (fwdFull).
  */
 import { type DType, dtypeBytes } from "../runtime/dtype.ts";

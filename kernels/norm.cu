@@ -8,7 +8,7 @@
 // The fast forward kernels (templates in norm_fwd.cuh, contracts in kernels/README.md) are
 // instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw},
 // nk_ln_{block|cluster}full_* (LayerNorm's FULL path alone), nk_ln_rowstwopass_* (short rows, two passes) and
-// nk_ln_rowstile_* (short rows, FULL path alone, a transposed warp tile).
+// nk_{ln|rms}_rowstile_* (short rows, FULL path alone, a transposed warp tile).
 #include "portable.h"
 #include "norm_fwd.cuh"
 #include "diag.cuh"
@@ -86,7 +86,7 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
 // bench/kexp.cu v10/v14): the kernel's code, not the work, slows them. Longer rows gain from one pass.
 #define NK_FWD_TWOPASS_KERNEL(ti, to, tw) \
   NK_FWD_KERNEL_AS(ln, true, rowstwopass, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw, , false)
-// LayerNorm's `rows` vector-only kernel, a transposed warp tile (nk_ln_rowstile_*, nk_fwd_rowstile in norm_fwd.cuh): the
+// The `rows` vector-only kernel, a transposed warp tile (nk_{ln|rms}_rowstile_*, nk_fwd_rowstile in norm_fwd.cuh): the
 // plan's choice for calls that qualify (ops/plan.ts: tileRows and fwdFull). Launch bounds by x and weight dtype: 16-bit
 // x with 16-bit weights (no shift k, 4 words per weight chunk) at 48 registers, 5 CTAs of 256 per SM (H200, LN bf16
 // D=128: 94.7% of copy, against 91.7 at 64 registers; ptxas sm_90 spills 4 bytes, sm_80 28); f32 weights (8 words
@@ -96,10 +96,10 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
 #define NK_TILE_BOUNDS_bf16_f32 NK_LAUNCH_BOUNDS_MIN(256, 4)
 #define NK_TILE_BOUNDS_f16_f16 NK_LAUNCH_BOUNDS_MIN(256, 5)
 #define NK_TILE_BOUNDS_bf16_bf16 NK_LAUNCH_BOUNDS_MIN(256, 5)
-#define NK_FWD_TILE_KERNEL(ti, to, tw)                                                                      \
-  extern "C" NK_GLOBAL void NK_TILE_BOUNDS_##ti##_##tw nk_ln_rowstile_##ti##_##to##_##tw(NK_FWD_PARAMS) {   \
-    nk_pdl_enter();                                                                                         \
-    nk_fwd_rowstile<nk_##ti, nk_##to, nk_##tw>(NK_FWD_ARGS);                                                \
+#define NK_FWD_TILE_KERNEL(kind, isln, ti, to, tw)                                                            \
+  extern "C" NK_GLOBAL void NK_TILE_BOUNDS_##ti##_##tw nk_##kind##_rowstile_##ti##_##to##_##tw(NK_FWD_PARAMS) {  \
+    nk_pdl_enter();                                                                                              \
+    nk_fwd_rowstile<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                               \
   }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                              \
   NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)              \
@@ -112,8 +112,9 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   NK_FWD_FULL_KERNEL(ln, true, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)           \
   NK_FWD_FULL_KERNEL(ln, true, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)   \
   NK_FWD_TWOPASS_KERNEL(ti, to, tw)                                                 \
-  NK_FWD_TILE_KERNEL(ti, to, tw)                                                    \
-  NK_FWD_KIND(rms, false, ti, to, tw)
+  NK_FWD_TILE_KERNEL(ln, true, ti, to, tw)                                          \
+  NK_FWD_KIND(rms, false, ti, to, tw)                                               \
+  NK_FWD_TILE_KERNEL(rms, false, ti, to, tw)
 
 NK_FWD_DTYPES(NK_FWD_TRIPLE)
 

@@ -618,18 +618,20 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
 }
 
 // ---------------------------------------------------------------- `rows`, vector-only: a transposed warp tile
-// LayerNorm rows of n = d / VEC chunks with n a power of two <= 32 (16-bit d = 8..256, f32 d = 4..128), FULL path
-// only (nk_fwd_full; anything else traps): nk_ln_rowstile_*, the `rows` plan's vector-only kernel for calls that
-// qualify (ops/plan.ts: tileRows, d <= 128), on 256-thread blocks and its own grid (tileGrid; tpr and nv are unused).
+// Rows of n = d / VEC chunks with n a power of two <= 32 (16-bit d = 8..256, f32 d = 4..128), FULL path only
+// (nk_fwd_full; anything else traps): nk_{ln|rms}_rowstile_*, the `rows` plan's vector-only kernel for calls that
+// qualify (ops/plan.ts: tileRows), on 256-thread blocks and its own grid (tileGrid; tpr and nv are unused).
 // Each 32-lane group holds NK_TILE_M loads of 32 / n back-to-back rows: lane l reads chunk l % n of row
 // i * (32 / n) + l / n, so one warp load covers 512 contiguous bytes of rows that are back to back (the `rows`
 // kernel's loads touch 32 / tpr rows in pieces of tpr * 16 bytes), and a lane's weight/bias chunk is the same for
 // every row it holds: loaded once per thread, kept packed. Row sums: xor trees over the n lanes of a row, in a fixed
-// order (deterministic). Statistics in two passes over the registers (mean, then the centred sum of squares). f32
-// input keeps the shift k (the row's first element, by shuffle, as nk_row_cached); 16-bit input sums x itself: the
-// mean's rounding error δ enters var only as δ² and y as δ·rstd, and where a shift would matter (|mean| >> std) the
-// values share a few binades, so the f32 sum of at most 128 values of 8 or 11 significand bits is exact, as is the
-// division by d when d is a power of two (the plan launches no other); spread-out rows have δ small against std.
+// order (deterministic). LayerNorm: statistics in two passes over the registers (mean, then the centred sum of
+// squares). f32 input keeps the shift k (the row's first element, by shuffle, as nk_row_cached); 16-bit input sums x
+// itself: the mean's rounding error δ enters var only as δ² and y as δ·rstd, and where a shift would matter
+// (|mean| >> std) the values share a few binades, so the f32 sum of at most 128 values of 8 or 11 significand bits is
+// exact, as is the division by d, a power of two; spread-out rows have δ small against std. RMSNorm: one sum of
+// squares. The divisions by d stay divisions: as products with the exact 1/d (bitwise the same result) ptxas sm_90
+// spilled 88-168 bytes at the 48-register bound where `/` (IEEE, a slow-path call per row) spills 0-4.
 // H200, LN bf16 D=128 (2^21 rows): 83.7% of copy for nk_ln_rowstwopass_*, 94.7 for this tile; with the shift 86.0
 // (bench/kexp.cu v13/v24, bench/RESULTS.md).
 #define NK_TILE_M 4
@@ -643,13 +645,12 @@ NK_INLINE void nk_tile_sum(float (&v)[M], int n) {
 #pragma unroll
       for (int i = 0; i < M; ++i) v[i] += nk_shfl_xor(v[i], m);
 }
-template <class TI, class TO, class TW>
+template <class TI, class TO, class TW, bool LN>
 NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
-  constexpr bool SHIFT = TI::SIZE == 4;
+  constexpr bool SHIFT = LN && TI::SIZE == 4;
   nk_check_wave();
-  constexpr bool LN = true;  // (NK_FWD_TYPED_PTRS)
   const int n = d / VEC;
   if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride) || n < 1 || n > 32 ||
       (n & (n - 1)) || (nk_block_dim_x() & 31u))
@@ -679,25 +680,27 @@ NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
       nk_opaque(ew[j]);
       nk_opaque(eb[j]);
     }
-    float k[NK_TILE_M], dm[NK_TILE_M], rs[NK_TILE_M];
+    float k[NK_TILE_M], dm[NK_TILE_M], rs[NK_TILE_M];  // k, dm: LayerNorm only
+    if (LN) {
 #pragma unroll
-    for (int i = 0; i < NK_TILE_M; ++i) {
-      k[i] = SHIFT ? nk_shfl_idx(nk_get<TI>(raw[i].w, 0), (int)(nk_lane() & ~(unsigned)(n - 1))) : 0.0f;
-      float s = nk_get<TI>(raw[i].w, 0) - k[i];
+      for (int i = 0; i < NK_TILE_M; ++i) {
+        k[i] = SHIFT ? nk_shfl_idx(nk_get<TI>(raw[i].w, 0), (int)(nk_lane() & ~(unsigned)(n - 1))) : 0.0f;
+        float s = nk_get<TI>(raw[i].w, 0) - k[i];
 #pragma unroll
-      for (int e = 1; e < VEC; ++e) s += nk_get<TI>(raw[i].w, e) - k[i];
-      dm[i] = s;
+        for (int e = 1; e < VEC; ++e) s += nk_get<TI>(raw[i].w, e) - k[i];
+        dm[i] = s;
+      }
+      nk_tile_sum(dm, n);
+#pragma unroll
+      for (int i = 0; i < NK_TILE_M; ++i) dm[i] /= fd;
+      nk_row_opaque<NK_TILE_M>(raw);
     }
-    nk_tile_sum(dm, n);
-#pragma unroll
-    for (int i = 0; i < NK_TILE_M; ++i) dm[i] /= fd;
-    nk_row_opaque<NK_TILE_M>(raw);
 #pragma unroll
     for (int i = 0; i < NK_TILE_M; ++i) {
       float q = 0.0f;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const float v = (nk_get<TI>(raw[i].w, e) - k[i]) - dm[i];
+        const float v = LN ? (nk_get<TI>(raw[i].w, e) - k[i]) - dm[i] : nk_get<TI>(raw[i].w, e);
         q += v * v;
       }
       rs[i] = q;
@@ -710,13 +713,13 @@ NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
       const long long row = base + i * rpi + sub;
       if (row < rows) {
         if (c == 0) {
-          if (mean) mean[row] = k[i] + dm[i];
+          if (LN && mean) mean[row] = k[i] + dm[i];
           if (rstd) rstd[row] = rs[i];
         }
         float f[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
-        nk_apply_words<TW, true, VEC>(f, Wt != nullptr, ew, Bs != nullptr, eb, k[i], dm[i], rs[i]);
+        nk_apply_words<TW, LN, VEC>(f, Wt != nullptr, ew, Bs != nullptr, eb, k[i], dm[i], rs[i]);
         nk_store_f<TO, VEC>(Y + row * y_stride + c * VEC, true, VEC, f);
       }
     }

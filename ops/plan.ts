@@ -10,8 +10,9 @@
  * blocks are not used. Longer rows get a thread-block cluster per row (Hopper), and `wide` again where clusters
  * are not available or too small. Launches of a few
  * rows (decoding: latency, not bandwidth) take the `latency` mapping first: one row per block, few chunks per
- * thread, weight/bias loaded with x. LayerNorm's `block`, `cluster` and (D ≤ 128, see tileRows) `rows` plans
- * also name a vector-only kernel (`fullKernel`) that the op launches when every row of a call qualifies (fwdFull).
+ * thread, weight/bias loaded with x. LayerNorm's `block` and `cluster` plans, and both kinds' `rows` plans for
+ * short rows (tileRows: LayerNorm D ≤ 128, RMSNorm D ≤ 64), also name a vector-only kernel (`fullKernel`) that the
+ * op launches when every row of a call qualifies (fwdFull).
  */
 import { type DType, dtypeBytes } from "../runtime/dtype.ts";
 
@@ -58,8 +59,8 @@ export interface LaunchPlan {
    * The kernel that holds only the vector path, for calls whose rows all qualify (fwdFull); null otherwise. The same
    * block and shared memory as `kernel`, and the grid `fullGridX`. LayerNorm's `block` and `cluster`: nk_ln_{block|cluster}full_* (where `kernel` holds the masked
    * path beside it, ptxas spills the vector path's registers in some of them: LN 16-bit clusters); LayerNorm's
-   * `rows` where tileRows holds: nk_ln_rowstile_*, a transposed warp tile (its own thread mapping; it ignores
-   * tpr and nv). RMSNorm's spill nowhere and have none (kernels/norm.cu).
+   * `rows` where tileRows holds, either kind: nk_{ln|rms}_rowstile_*, a transposed warp tile (its own thread mapping;
+   * it ignores tpr and nv). RMSNorm's other kernels spill nowhere and have none (kernels/norm.cu).
    */
   fullKernel: string | null;
   /** grid.x of fullKernel: `grid[0]`, except for the `rows` tile (tileGrid). A cluster plan's op grid: PlannedLaunch. */
@@ -181,19 +182,25 @@ export function fwdFull(
 export const TWO_PASS_MAX_TPR = 2;
 
 /**
- * Whether LayerNorm's `rows` plan has the vector-only tile kernel nk_ln_rowstile_* (kernels/norm_fwd.cuh,
- * nk_fwd_rowstile) as its fullKernel: D of at most 128 elements, a power-of-two count n = D / VEC of whole 16-byte
- * chunks (16-bit D = 8, 16, 32, 64, 128; f32 D = 4, ..., 128). A 32-lane group loads 32 / n back-to-back rows at once
- * (512 contiguous bytes where the rows are back to back) and holds its weight/bias chunk for all of them. H200, % of
- * copy, the op's forward benchmark before → after (bench/RESULTS.md, "Latest run"): LN bf16 D = 128 83.7 → 93.2, LN f32
- * D = 128 95.2 → 98.4; at 16-bit D = 256 (n = 32) the tile lost (bench/kexp.ts: 91.4–91.7 against the `rows` kernel's
- * 94.7), so 16-bit rows stop at 16 chunks. Non-power-of-two D would need the shift back for 16-bit x (nk_fwd_rowstile's
- * numerics rely on D being a power of two).
+ * Whether the `rows` plan has the vector-only tile kernel nk_{ln|rms}_rowstile_* (kernels/norm_fwd.cuh,
+ * nk_fwd_rowstile) as its fullKernel: a power-of-two count n = D / VEC of whole 16-byte chunks (16-bit D = 8, 16, 32,
+ * ...; f32 D = 4, 8, ...), D of at most TILE_MAX_D[kind]. A 32-lane group loads 32 / n back-to-back rows at once (512
+ * contiguous bytes where the rows are back to back) and holds its weight/bias chunk for all of them. Non-power-of-two D
+ * would need the shift back for 16-bit x (nk_fwd_rowstile's LayerNorm numerics rely on D being a power of two).
  */
-export function tileRows(d: number, inputDtype: DType): boolean {
+export function tileRows(kind: NormKind, d: number, inputDtype: DType): boolean {
   const vec = 16 / dtypeBytes(inputDtype), n = d / vec;
-  return d <= 128 && Number.isInteger(n) && n >= 1 && (n & (n - 1)) === 0;
+  return d <= TILE_MAX_D[kind] && Number.isInteger(n) && n >= 1 && (n & (n - 1)) === 0;
 }
+/**
+ * The longest rows of the tile, per kind. H200, % of copy, the op's forward benchmark (bench/RESULTS.md):
+ * - LayerNorm, the `rows` kernel before → the tile: bf16 D = 128 83.7 → 93.2, f32 D = 128 95.2 → 98.4; at 16-bit
+ *   D = 256 (n = 32) the tile lost (bench/kexp.ts: 91.4–91.7 against the `rows` kernel's 94.7).
+ * - RMSNorm (2026-12-01, one process each): bf16 D = 8 / 16 / 32 / 64 45.8 / 69.4 / 65.4 / 78.6 → 96.9 / 97.3 / 96.9 /
+ *   97.2, f32 D = 8 / 16 / 32 / 64 73.8 / 65.4 / 79.2 / 96.4 → 97.3 / 96.8 / 97.3 / 96.8; at D = 128 the tile lost (bf16
+ *   97.4 → 97.1, f16 97.9 → 97.0, f32 98.8 → 97.0): the `rows` kernel keeps D = 128.
+ */
+export const TILE_MAX_D: Record<NormKind, number> = { layer: 128, rms: 64 };
 /** Rows per 32-lane group and load step of the tile: 32 / n rows per load, TILE_LOADS loads (NK_TILE_M in the kernel). */
 export const TILE_LOADS = 4;
 /**
@@ -228,7 +235,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   const name = (m: string): string => `nk_${p.kind === "layer" ? "ln" : "rms"}_${m}_${tin}_${tout}_${tw}`;
   const reduceShared = (threads: number): number => 2 * Math.ceil(threads / warp) * 4;
   const make = (mapping: Mapping, tpr: number, nv: number, blockThreads: number, gridX: number, cluster = 1): PlanResult => {
-    const tile = p.kind === "layer" && mapping === "rows" && tileRows(p.d, tin);
+    const tile = mapping === "rows" && tileRows(p.kind, p.d, tin);
     return { plan: {
       // LayerNorm's rows of 1 or 2 lanes: the kernel with two-pass statistics (TWO_PASS_MAX_TPR).
       kernel: name(mapping === "rows" && p.kind === "layer" && tpr <= TWO_PASS_MAX_TPR ? "rowstwopass" : mapping),
@@ -240,9 +247,8 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       tpr,
       nv,
       prefetch: prefetchRows(mapping, rowBytes, limits.ccMajor, p.kind, blockThreads),
-      fullKernel: p.kind !== "layer" ? null
-        : mapping === "block" || mapping === "cluster" ? name(`${mapping}full`)
-        : tile ? name("rowstile")
+      fullKernel: tile ? name("rowstile")
+        : p.kind === "layer" && (mapping === "block" || mapping === "cluster") ? name(`${mapping}full`)
         : null,
       fullGridX: tile ? tileGrid(p.rows, p.d, tin, blockThreads, limits.maxGridX) : gridX,
     } };

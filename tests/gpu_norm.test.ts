@@ -110,7 +110,7 @@ const SIZES: [number, number][] = [
   [1, 1], [37, 3], [9, 127], [64, 128], [11, 1000], [40, 1024], [5, 4097], [6, 5120], [4, 8192], [3, 12288], [2, 65537],
   // Past 2 rows per SM (264 on the H200): the bandwidth mappings `rows` and `block` for the same kinds of D.
   [300, 3], [280, 127], [270, 1000], [270, 4097], [270, 5120],
-  // LayerNorm's tile for aligned rows of D ≤ 128 in 1, 2, 4, ..., 32 whole chunks (nk_ln_rowstile_*; tileRows): 16-bit x
+  // The tile for aligned rows of 1, 2, 4, ..., 32 whole chunks (nk_{ln|rms}_rowstile_*; tileRows: D ≤ 128, RMSNorm ≤ 64): 16-bit x
   // in 1, 2, 4, 8 and 16 chunks (f32: 2, 4, 8, 16 and 32), with rows left over in the last step; D = 256 (16-bit: 32
   // chunks, f32: 64) past it, in the `rows` kernel.
   [1100, 8], [300, 16], [300, 32], [300, 64], [300, 128], [270, 256],
@@ -146,7 +146,7 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   const worst: Record<string, number> = {};
   const reached = new Set<Mapping>();
   // The kernels the cases launch (runCase): LayerNorm's block and cluster with both paths and the vector-only ones,
-  // and its two-pass rows kernel (rows of 1–2 lanes).
+  // its two-pass rows kernel (rows of 1–2 lanes); both kinds' tile.
   const kernels = new Set<string>();
   const lnWide = lnWideSizes(dev.info.multiprocessors);
   for (const [tin, tout, tw] of COMBOS) {
@@ -171,6 +171,9 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   const lnKernels = new Set([...kernels].filter((k) => k.startsWith("nk_ln_")).map((k) => k.split("_")[2]));
   const lnWant = ["block", "blockfull", ...(cc9 ? ["cluster", "clusterfull"] : []), "latency", "rows", "rowstile", "rowstwopass", "wide"];
   assert.deepEqual([...lnKernels].sort(), lnWant, "LayerNorm's kernels: with and without the masked path, two-pass rows, the tile");
+  const rmsKernels = new Set([...kernels].filter((k) => k.startsWith("nk_rms_")).map((k) => k.split("_")[2]));
+  const rmsWant = ["block", ...(cc9 ? ["cluster"] : []), "latency", "rows", "rowstile", "wide"];
+  assert.deepEqual([...rmsKernels].sort(), rmsWant, "RMSNorm's kernels, the tile among them");
 });
 
 gpuTest("strided rows (random padding), no affine, huge D and many rows", () => {
@@ -292,7 +295,7 @@ gpuTest("in place (out: x) for every mapping", () => {
   using dev = Device.open({ backend: "cuda" });
   const reached = new Set<Mapping>();
   const sms = dev.info.multiprocessors;
-  // RMSNorm through every mapping; LayerNorm through `latency` (4 rows; its one-pass statistics, vector and masked
+  // RMSNorm through every mapping (300 x 64: its tile, asserted below); LayerNorm through `latency` (4 rows; its one-pass statistics, vector and masked
   // paths), through the `rows` tile, with a row per SM through 1024-thread blocks (sm_90, rows ≤ 128 KB) on their vector and masked paths, past
   // 128 KB through a persistent cluster grid (sm_90) whose clusters loop over rows, and past a cluster of 8 through `wide`.
   const cc9 = dev.info.computeCapability[0] === 9;
@@ -311,6 +314,7 @@ gpuTest("in place (out: x) for every mapping", () => {
     const mapping = mappingOf(dev, kind, rows, d, "f32", "f32", "f32");
     if (want) assert.equal(mapping, want, `LayerNorm ${rows} x ${d}`);
     if (kind === "layer" && d === 128) assert.equal(planOf(dev, kind, rows, d, "f32", "f32", undefined).fullKernel, "nk_ln_rowstile_f32_f32_f32");
+    if (kind === "rms" && rows === 300 && d === 64) assert.equal(planOf(dev, kind, rows, d, "f32", "f32", undefined).fullKernel, "nk_rms_rowstile_f32_f32_f32");
     reached.add(mapping);
     const xs = randoms(rows * d, d);
     using x: Tensor = dev.tensor(xs, [rows, d]);

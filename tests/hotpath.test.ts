@@ -193,7 +193,7 @@ test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), 
   }
 });
 
-test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfull, rowstile) exactly when every row qualifies", () => {
+test("fake CUDA: the op launches the vector-only kernel (LN blockfull, clusterfull; LN and RMS rowstile) exactly when every row qualifies", () => {
   // CPU buffers start at address 0 in the fake: a view's address is its byte offset.
   const f = fakeCudaDevice((d) => {
     const buf = d.alloc(2 * (300 * 4104 + 16));
@@ -243,7 +243,7 @@ test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfu
     layerNorm(m.x, { out: m.x, stream: m.s });
     assert.equal(last().kernel, "nk_ln_blockfull_bf16_bf16_f32", "in place, no parameters");
     rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
-    assert.equal(last().kernel, "nk_rms_block_bf16_bf16_bf16", "RMSNorm has none");
+    assert.equal(last().kernel, "nk_rms_block_bf16_bf16_bf16", "RMSNorm's block has none");
     // Each variant's grid: as many clusters as the fake says are resident for it (one fewer for `*full` kernels).
     layerNorm(m.xc, { out: m.yc, stream: m.s });
     assert.equal(last().kernel, "nk_ln_clusterfull_bf16_bf16_f32");
@@ -266,8 +266,13 @@ test("fake CUDA: LayerNorm launches its vector-only kernel (blockfull, clusterfu
     assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_rowstile_bf16_bf16_f32", 2], "D = 8: 3000 / 2048 rows per CTA");
     layerNorm(m.x8Odd, { out: m.y8, stream: m.s });
     assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_rowstwopass_bf16_bf16_f32", 12], "the plan's grid: 3000 / 256");
+    // RMSNorm's rows have the tile up to D = 64 (TILE_MAX_D), on the same grid; its `rows` kernel otherwise.
+    rmsNorm(m.x8, { weight: new Tensor(m.w.buffer, [8], { dtype: "bf16" }), out: m.y8, stream: m.s });
+    assert.deepEqual([last().kernel, last().grid[0], last().block[0]], ["nk_rms_rowstile_bf16_bf16_bf16", 2, 256], "RMSNorm D = 8");
+    rmsNorm(m.x8Odd, { out: m.y8, stream: m.s });
+    assert.deepEqual([last().kernel, last().grid[0]], ["nk_rms_rows_bf16_bf16_f32", 12], "RMSNorm D = 8, x at 2 bytes: 3000 / 256");
     rmsNorm(m.xr, { out: m.yr, stream: m.s });
-    assert.equal(last().kernel, "nk_rms_rows_bf16_bf16_f32", "RMSNorm has none");
+    assert.deepEqual([last().kernel, last().grid[0]], ["nk_rms_rows_bf16_bf16_f32", 47], "RMSNorm D = 128: its rows plan, 4 lanes a row, 3000 / 64");
   } finally {
     f.dev.close();
   }

@@ -117,7 +117,7 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
         assert.ok(k[".max_flat_workgroup_size"] >= 256, `${arch} ${name}: launched with 256 threads`);
         continue;
       }
-      // (LayerNorm's blockfull/clusterfull/rowstwopass/rowstile: the limits of block/cluster/rows.)
+      // (LayerNorm's blockfull/clusterfull/rowstwopass and both kinds' rowstile: the limits of block/cluster/rows.)
       const mapping = name.split("_")[2].replace(/(full|twopass|tile)$/, "");
       // The most threads and dynamic LDS the plan may launch this mapping with.
       const threads = mapping === "rows" ? ROWS_BLOCK : mapping === "wide" ? 1024 : MAX_BLOCK_THREADS;

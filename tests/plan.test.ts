@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import {
   CLUSTER_SUM_BYTES, fwdFull,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
-  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, TILE_LOADS, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
+  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, TILE_LOADS, TILE_MAX_D, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
@@ -116,9 +116,9 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
           assert.equal(p.prefetch, prefetching ? Math.ceil(PREFETCH_AHEAD_BYTES / rowBytes) : 0, `prefetch ${where}`);
           assert.ok(p.prefetch * rowBytes < PREFETCH_AHEAD_BYTES + rowBytes && Number.isInteger(p.prefetch), where);
           // The vector-only kernel: LayerNorm's block and cluster, the plan's kernel name with `full` after the mapping;
-          // LayerNorm's rows of D ≤ 128 in a power-of-two count of whole chunks, the tile (`rowstile`), on its own grid.
+          // either kind's rows of D ≤ 128 in a power-of-two count of whole chunks, the tile (`rowstile`), on its own grid.
           const hasFull = kind === "layer" && (p.mapping === "block" || p.mapping === "cluster");
-          const tile = kind === "layer" && p.mapping === "rows" && d <= 128 && d % vec === 0 && [1, 2, 4, 8, 16, 32].includes(d / vec);
+          const tile = p.mapping === "rows" && d <= (kind === "layer" ? 128 : 64) && d % vec === 0 && [1, 2, 4, 8, 16, 32].includes(d / vec);
           const wantFull = hasFull ? p.kernel.replace(`_${p.mapping}_`, `_${p.mapping}full_`)
             : tile ? p.kernel.replace(/_rows(twopass)?_/, "_rowstile_") : null;
           assert.equal(p.fullKernel, wantFull, `fullKernel ${where}`);
@@ -230,17 +230,26 @@ test("unsupported: weight/bias dtype other than f32 or the input dtype, no rows,
   assert.match(bad({ kind: "rms", rows: 3, d: 0, inputDtype: "f32", outputDtype: "f32" }), /d must/);
 });
 
-test("tileRows: LayerNorm's rows of D ≤ 128 in 1, 2, 4, ... whole 16-byte chunks (the nk_ln_rowstile_* kernels' domain)", () => {
-  for (const d of [8, 16, 32, 64, 128]) assert.equal(tileRows(d, "bf16"), true, `bf16 ${d}`);
-  for (const d of [4, 8, 16, 32, 64, 128]) assert.equal(tileRows(d, "f32"), true, `f32 ${d}`);
-  assert.equal(tileRows(128, "f16"), true);
-  // not whole chunks, not a power of two, past 128 (16-bit D = 256 is 32 chunks, where the tile lost)
-  for (const d of [1, 4, 100, 127, 96, 24, 256, 512, 264]) assert.equal(tileRows(d, "bf16"), false, `bf16 ${d}`);
-  for (const d of [1, 2, 3, 12, 127, 256, 129]) assert.equal(tileRows(d, "f32"), false, `f32 ${d}`);
-  // On the grid's D = 128 (2^21 or 2^20 rows): the `rows` plan with the tile as its fullKernel; RMSNorm has none.
+test("tileRows: rows of 1, 2, 4, ... whole 16-byte chunks, LayerNorm D ≤ 128, RMSNorm D ≤ 64 (the nk_{ln|rms}_rowstile_* kernels' domain)", () => {
+  assert.deepEqual(TILE_MAX_D, { layer: 128, rms: 64 });
+  for (const d of [8, 16, 32, 64, 128]) assert.equal(tileRows("layer", d, "bf16"), true, `bf16 ${d}`);
+  for (const d of [4, 8, 16, 32, 64, 128]) assert.equal(tileRows("layer", d, "f32"), true, `f32 ${d}`);
+  assert.equal(tileRows("layer", 128, "f16"), true);
+  for (const d of [8, 16, 32, 64]) assert.equal(tileRows("rms", d, "bf16"), true, `RMSNorm bf16 ${d}`);
+  for (const d of [4, 8, 16, 32, 64]) assert.equal(tileRows("rms", d, "f32"), true, `RMSNorm f32 ${d}`);
+  // not whole chunks, not a power of two, past 128 (16-bit D = 256 is 32 chunks, where the tile lost); RMSNorm past 64
+  for (const d of [1, 4, 100, 127, 96, 24, 256, 512, 264]) assert.equal(tileRows("layer", d, "bf16"), false, `bf16 ${d}`);
+  for (const d of [1, 2, 3, 12, 127, 256, 129]) assert.equal(tileRows("layer", d, "f32"), false, `f32 ${d}`);
+  for (const [d, t] of [[128, "bf16"], [128, "f32"], [128, "f16"], [24, "bf16"], [12, "f32"], [1, "f32"]] as [number, DType][]) {
+    assert.equal(tileRows("rms", d, t), false, `RMSNorm ${t} ${d}`);
+  }
+  // On the grid's D = 128 (2^21 or 2^20 rows): LayerNorm's `rows` plan with the tile as its fullKernel, RMSNorm's
+  // `rows` kernel alone; below it RMSNorm's tile.
   assert.equal(plan(128, "bf16", 2 ** 21).fullKernel, "nk_ln_rowstile_bf16_bf16_f32");
   assert.equal(plan(128, "f32", 2 ** 20).fullKernel, "nk_ln_rowstile_f32_f32_f32");
   assert.equal(plan(128, "bf16", 2 ** 21, H200, "rms").fullKernel, null);
+  assert.equal(plan(64, "f16", 2 ** 22, H200, "rms").fullKernel, "nk_rms_rowstile_f16_f16_f32");
+  assert.equal(plan(8, "f32", 2 ** 22, H200, "rms").fullKernel, "nk_rms_rowstile_f32_f32_f32");
   assert.equal(plan(127, "bf16", 2 ** 21).fullKernel, null);
   // The tile's own grid: 2 steps of 8 × (32 / n) × 4 rows per CTA. 16-bit D = 8 (n = 1): 2^25 rows / 2048 = 16384 CTAs,
   // where the `rows` plan has 2^25 / 256 = 131072; D = 128 (n = 16): 2^21 / 128 = 16384, as the plan.
@@ -276,7 +285,7 @@ test("tileGrid: with the kernel's loops, every row once, for any n, on the plan'
     for (const rows of [1, 31, 300, 1100, 4097]) {
       // n chunks: 16-bit D = 8n up to 16 chunks, f32 D = 128 for 32 (the plan's tile stops at D = 128)
       const [d, dtype]: [number, DType] = n <= 16 ? [8 * n, "bf16"] : [128, "f32"];
-      assert.equal(tileRows(d, dtype), true);
+      assert.equal(tileRows("layer", d, dtype), true);
       for (const grid of [tileGrid(rows, d, dtype, 256, 2147483647), tileGrid(rows, d, dtype, 256, 3), 1]) {
         const seen = tileWrites(rows, n, 256, grid);
         assert.ok(seen.every((c) => c === 1), `n=${n} rows=${rows} grid=${grid}`);

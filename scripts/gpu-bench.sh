@@ -12,6 +12,8 @@ OUT=${OUT:-/tmp/gpu-bench}; mkdir -p "$OUT"
 quick=""; ds=(); torch=""; bwd=""; sfx=""; pass=forward; torchpy=bench/compare_torch.py
 for a in "$@"; do case "$a" in --quick) quick=--quick ;; --ds=*) ds=(--ds "${a#--ds=}") ;; --torch) torch=1 ;; --backward) bwd=--backward; sfx=-bwd; pass=backward; torchpy=bench/compare_torch_bwd.py ;; esac; done
 echo "== normkit $pass benchmark ($rt)"
+# Which card: device calls may land on different machines, and the long rows have read 10 points apart between calls.
+nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader 2>/dev/null || true
 if [ "$rt" = deno ]; then deno run -A bench/bench.ts $quick ${ds[@]+"${ds[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; else bun bench/bench.ts $quick ${ds[@]+"${ds[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; fi
 if [ -n "$torch" ]; then
   echo "== torch eager / torch.compile ($pass)"

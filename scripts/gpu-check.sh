@@ -12,7 +12,7 @@ rt=${1:?deno or bun}
 OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
 for f in .rt/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "/usr/local/bin/$n"; chmod +x "/usr/local/bin/$n"; done
 mkdir -p node_modules/.bin && ln -sf "/usr/local/bin/$rt" "node_modules/.bin/$rt"
-"$rt" --version | head -1; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+"$rt" --version | head -1; nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem --format=csv,noheader  # uuid: which card (calls may land on different machines)
 
 echo "== tests ($rt)"; bash scripts/test.sh "$rt" 2>&1 | tee "$OUT/tests-$rt.txt" | grep -vE '^\(pass\)| \.\.\. .*ok' 
 echo "== quickstart ($rt)"

@@ -18,7 +18,7 @@
 // and ran up to 12 points slower on long rows): v10 / v14 `rows` without / with ONEPASS; v16 / v17 `block` with /
 // without; v18 / v19 `cluster` with / without; v12 / v13 a transposed warp tile for rows of <= 32 chunks (bench/RESULTS.md,
 // "LayerNorm's statistics in one pass; a transposed tile for short rows"); v20-v27 the tile without the shift, at
-// several register budgets and with the corrected two-pass; v28-v30 the production tile (nk_fwd_rowstile) against v24
+// several register budgets and with the corrected two-pass; v28-v30 the production tile (nk_fwd_rowstile) against v24, v31-v33 parts of it left out
 // (bench/RESULTS.md, "What torch.compile does at LN bf16 D = 128").
 // FULL path only (aligned rows, d a multiple of the chunk); anything else traps.
 #include "../kernels/norm_fwd.cuh"
@@ -988,14 +988,141 @@ KX_TILE2(bf16)
 // without nk_pdl_enter(); v30: v24 with nk_pdl_enter() (where do v24's 94.7 and the op's 93.0 part?).
 extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v28(NK_FWD_PARAMS) {
   nk_pdl_enter();
-  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16>(NK_FWD_ARGS);
+  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16, true>(NK_FWD_ARGS);
 }
 extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v29(NK_FWD_PARAMS) {
-  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16>(NK_FWD_ARGS);
+  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16, true>(NK_FWD_ARGS);
 }
 extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v30(NK_FWD_PARAMS) {
   nk_pdl_enter();
   kx_tile<nk_bf16, nk_bf16, nk_bf16, true, 4, false>(NK_FWD_ARGS);
+}
+// v31-v33 (rows, LayerNorm, 16-bit x): a copy of the production tile (nk_fwd_rowstile, LayerNorm, 16-bit x: no
+// shift) without its per-row statistics stores (v31), without its entry checks (v32), without both (v33), with the stores after y's behind one uniform test (v34), in place behind it (v35), both loops in one kernel (v36): which part
+// of it costs the 1.3-1.6 points between the op (v28) and v24?
+template <class TI, class TO, class TW, int STATS, bool CHECK>  // STATS 0: none, 1: as production, 2: after the y stores, 3: a uniform test first
+__device__ __forceinline__ void kx_prodtile(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr int WV = VEC * TW::SIZE / 4;
+  constexpr bool LN = true;
+  const int n = d / VEC;
+  if (CHECK) {
+    nk_check_wave();
+    if (!nk_fwd_full<TI, TO, TW, LN>(x, y, weight, bias, d, x_stride, y_stride) || n < 1 || n > 32 ||
+        (n & (n - 1)) || (nk_block_dim_x() & 31u))
+      nk_trap();
+  }
+  NK_FWD_TYPED_PTRS;
+  const int lg = nk_log2_pow2(n);
+  const int lane = (int)(nk_thread_x() & 31u), c = lane & (n - 1), sub = lane >> lg;
+  const int rpi = 32 >> lg;
+  const long long rpg = (long long)rpi * NK_TILE_M;
+  const long long groups = nk_block_dim_x() >> 5, group = nk_thread_x() >> 5;
+  unsigned ew[WV] = {}, eb[WV] = {};
+  if (Wt) nk_load_words<TW, VEC>(Wt + c * VEC, true, VEC, ew);
+  if (Bs) nk_load_words<TW, VEC>(Bs + c * VEC, true, VEC, eb);
+  const float fd = (float)d;
+  const bool contiguous = x_stride == d, stats = mean != nullptr || rstd != nullptr;
+  for (long long base = ((long long)nk_block_x() * groups + group) * rpg; base < rows;
+       base += (long long)nk_grid_dim_x() * groups * rpg) {
+    if (prefetch > 0 && contiguous && lane == 0) nk_prefetch_ahead<TI>(X, base + prefetch, (int)rpg, rows, d, x_stride);
+    nk_v4 raw[NK_TILE_M];
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) {
+      const long long row = base + i * rpi + sub;
+      nk_load_words<TI, VEC>(X + row * x_stride + c * VEC, true, row < rows ? VEC : 0, raw[i].w);
+    }
+#pragma unroll
+    for (int j = 0; j < WV; ++j) {
+      nk_opaque(ew[j]);
+      nk_opaque(eb[j]);
+    }
+    float dm[NK_TILE_M], rs[NK_TILE_M];
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) {
+      float s = nk_get<TI>(raw[i].w, 0);
+#pragma unroll
+      for (int e = 1; e < VEC; ++e) s += nk_get<TI>(raw[i].w, e);
+      dm[i] = s;
+    }
+    nk_tile_sum(dm, n);
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) dm[i] /= fd;
+    nk_row_opaque<NK_TILE_M>(raw);
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) {
+      float q = 0.0f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float v = nk_get<TI>(raw[i].w, e) - dm[i];
+        q += v * v;
+      }
+      rs[i] = q;
+    }
+    nk_tile_sum(rs, n);
+    nk_row_opaque<NK_TILE_M>(raw);
+#pragma unroll
+    for (int i = 0; i < NK_TILE_M; ++i) {
+      rs[i] = nk_rsqrt(rs[i] / fd + eps);
+      const long long row = base + i * rpi + sub;
+      if (row < rows) {
+        if (STATS == 1 && c == 0) {
+          if (mean) mean[row] = dm[i];
+          if (rstd) rstd[row] = rs[i];
+        }
+        if (STATS == 3 && stats) {
+          if (c == 0 && mean) mean[row] = dm[i];
+          if (c == 0 && rstd) rstd[row] = rs[i];
+        }
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
+        nk_apply_words<TW, true, VEC>(f, Wt != nullptr, ew, Bs != nullptr, eb, 0.0f, dm[i], rs[i]);
+        nk_store_f<TO, VEC>(Y + row * y_stride + c * VEC, true, VEC, f);
+      }
+    }
+    if (STATS == 2 && stats && c == 0) {
+#pragma unroll
+      for (int i = 0; i < NK_TILE_M; ++i) {
+        const long long row = base + i * rpi + sub;
+        if (row < rows) {
+          if (mean) mean[row] = dm[i];
+          if (rstd) rstd[row] = rs[i];
+        }
+      }
+    }
+  }
+}
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v31(NK_FWD_PARAMS) {
+  nk_pdl_enter();
+  kx_prodtile<nk_bf16, nk_bf16, nk_bf16, 0, true>(NK_FWD_ARGS);
+}
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v32(NK_FWD_PARAMS) {
+  nk_pdl_enter();
+  kx_prodtile<nk_bf16, nk_bf16, nk_bf16, 1, false>(NK_FWD_ARGS);
+}
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v33(NK_FWD_PARAMS) {
+  nk_pdl_enter();
+  kx_prodtile<nk_bf16, nk_bf16, nk_bf16, 0, false>(NK_FWD_ARGS);
+}
+// v34: the statistics stored after the row's y stores, behind one uniform test (mean or rstd given), entry checks kept.
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v34(NK_FWD_PARAMS) {
+  nk_pdl_enter();
+  kx_prodtile<nk_bf16, nk_bf16, nk_bf16, 2, true>(NK_FWD_ARGS);
+}
+// v36: one kernel, two copies of the loop: with the statistics (as production) where mean or rstd is given, without
+// (v31) otherwise.
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v36(NK_FWD_PARAMS) {
+  nk_pdl_enter();
+  if (mean != nullptr || rstd != nullptr)
+    kx_prodtile<nk_bf16, nk_bf16, nk_bf16, 1, true>(NK_FWD_ARGS);
+  else
+    kx_prodtile<nk_bf16, nk_bf16, nk_bf16, 0, true>(NK_FWD_ARGS);
+}
+// v35: the statistics stored where production stores them, behind the uniform test first (then c == 0).
+extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v35(NK_FWD_PARAMS) {
+  nk_pdl_enter();
+  kx_prodtile<nk_bf16, nk_bf16, nk_bf16, 3, true>(NK_FWD_ARGS);
 }
 KX_TILE(rms, false, f32)
 KX_TILE(rms, false, bf16)

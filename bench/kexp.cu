@@ -988,10 +988,10 @@ KX_TILE2(bf16)
 // without nk_pdl_enter(); v30: v24 with nk_pdl_enter() (where do v24's 94.7 and the op's 93.0 part?).
 extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v28(NK_FWD_PARAMS) {
   nk_pdl_enter();
-  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16, true>(NK_FWD_ARGS);
+  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16, true, true>(NK_FWD_ARGS);
 }
 extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v29(NK_FWD_PARAMS) {
-  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16, true>(NK_FWD_ARGS);
+  nk_fwd_rowstile<nk_bf16, nk_bf16, nk_bf16, true, true>(NK_FWD_ARGS);
 }
 extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(256, 5) kx_ln_rows_bf16_v30(NK_FWD_PARAMS) {
   nk_pdl_enter();

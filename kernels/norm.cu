@@ -99,7 +99,7 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
 #define NK_FWD_TILE_KERNEL(kind, isln, ti, to, tw)                                                            \
   extern "C" NK_GLOBAL void NK_TILE_BOUNDS_##ti##_##tw nk_##kind##_rowstile_##ti##_##to##_##tw(NK_FWD_PARAMS) {  \
     nk_pdl_enter();                                                                                              \
-    nk_fwd_rowstile<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                               \
+    nk_fwd_rowstile_entry<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                         \
   }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                              \
   NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)              \

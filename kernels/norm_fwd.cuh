@@ -632,6 +632,9 @@ NK_INLINE void nk_fwd_rows(NK_FWD_PARAMS) {
 // exact, as is the division by d, a power of two; spread-out rows have δ small against std. RMSNorm: one sum of
 // squares. The divisions by d stay divisions: as products with the exact 1/d (bitwise the same result) ptxas sm_90
 // spilled 88-168 bytes at the 48-register bound where `/` (IEEE, a slow-path call per row) spills 0-4.
+// STATS: the loop with the per-row mean/rstd stores; the kernels (sm_90 and HIP: nk_fwd_rowstile_entry) compile both
+// loops and take this one only where mean or rstd is given: in the loop, the stores' code cost LN bf16 D=128 2 points even with null pointers (dm and rs
+// stay live: 93.0% of copy; one kernel with both loops 95.4-95.5, bench/kexp.cu v31-v36).
 // H200, LN bf16 D=128 (2^21 rows): 83.7% of copy for nk_ln_rowstwopass_*, 94.7 for this tile; with the shift 86.0
 // (bench/kexp.cu v13/v24, bench/RESULTS.md).
 #define NK_TILE_M 4
@@ -645,7 +648,7 @@ NK_INLINE void nk_tile_sum(float (&v)[M], int n) {
 #pragma unroll
       for (int i = 0; i < M; ++i) v[i] += nk_shfl_xor(v[i], m);
 }
-template <class TI, class TO, class TW, bool LN>
+template <class TI, class TO, class TW, bool LN, bool STATS>
 NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   constexpr int WV = VEC * TW::SIZE / 4;  // 32-bit words of one weight/bias chunk
@@ -712,7 +715,7 @@ NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
       rs[i] = nk_rsqrt(rs[i] / fd + eps);
       const long long row = base + i * rpi + sub;
       if (row < rows) {
-        if (c == 0) {
+        if (STATS && c == 0) {
           if (LN && mean) mean[row] = k[i] + dm[i];
           if (rstd) rstd[row] = rs[i];
         }
@@ -724,6 +727,21 @@ NK_INLINE void nk_fwd_rowstile(NK_FWD_PARAMS) {
       }
     }
   }
+}
+// The tile's entry: the statistics loop where mean or rstd is given, the store-free one otherwise. sm_80 keeps one
+// loop (the STATS one: the stores stay behind their null tests): with both, ptxas sm_80 spilled 52-72 bytes in the LN
+// 16-bit tiles with 16-bit weights at their 48-register bound (28-32 with one loop) and 16-20 in RMSNorm's (0-4), and
+// there is no A100 here to weigh that against the gain. sm_90 with both: 0-8 bytes (one loop: 0-4).
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE void nk_fwd_rowstile_entry(NK_FWD_PARAMS) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  nk_fwd_rowstile<TI, TO, TW, LN, true>(NK_FWD_ARGS);
+#else
+  if (mean != nullptr || rstd != nullptr)
+    nk_fwd_rowstile<TI, TO, TW, LN, true>(NK_FWD_ARGS);
+  else
+    nk_fwd_rowstile<TI, TO, TW, LN, false>(NK_FWD_ARGS);
+#endif
 }
 
 // ---------------------------------------------------------------- mapping `block`

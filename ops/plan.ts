@@ -198,7 +198,9 @@ export function tileRows(kind: NormKind, d: number, inputDtype: DType): boolean 
  *   D = 256 (n = 32) the tile lost (bench/kexp.ts: 91.4–91.7 against the `rows` kernel's 94.7).
  * - RMSNorm (2026-12-01, one process each): bf16 D = 8 / 16 / 32 / 64 45.8 / 69.4 / 65.4 / 78.6 → 96.9 / 97.3 / 96.9 /
  *   97.2, f32 D = 8 / 16 / 32 / 64 73.8 / 65.4 / 79.2 / 96.4 → 97.3 / 96.8 / 97.3 / 96.8; at D = 128 the tile lost (bf16
- *   97.4 → 97.1, f16 97.9 → 97.0, f32 98.8 → 97.0): the `rows` kernel keeps D = 128.
+ *   97.4 → 97.1, f16 97.9 → 97.0, f32 98.8 → 97.0): the `rows` kernel keeps D = 128. Again with the tile's store-free
+ *   loop (2026-12-02, Deno, two processes): `rows` 98.2 / 98.0 / 96.8 against the tile's 97.5 / 96.8 / 97.1 (f32 /
+ *   bf16 / f16).
  */
 export const TILE_MAX_D: Record<NormKind, number> = { layer: 128, rms: 64 };
 /** Rows per 32-lane group and load step of the tile: 32 / n rows per load, TILE_LOADS loads (NK_TILE_M in the kernel). */

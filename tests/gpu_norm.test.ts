@@ -36,7 +36,7 @@ for (const tin of ["f32", "f16", "bf16"] as DType[]) {
 interface Case { kind: Kind; rows: number; d: number; tin: DType; tout: DType; tw: DType; pad?: number; affine?: boolean; mean?: number; outlier?: number; scale?: number }
 
 /**
- * Runs one case; returns the worst error in units of the tolerance (≤ 1 passes). `kernels` gets the name of the
+ * Runs one case (with stats, then without: the same y required); returns the worst error in units of the tolerance (≤ 1 passes). `kernels` gets the name of the
  * kernel the op launches for it: the plan's, or its fullKernel where fwdFull holds for these very tensors (the
  * op's own test; tests/hotpath.test.ts checks on a fake driver that the op launches that one).
  */
@@ -69,6 +69,15 @@ function runCase(dev: Device, c: Case, kernels?: Set<string>): number {
   const got = y.readSync(), rstd = r.rstd.readSync(), mean = r.mean.readSync();
   r.mean.close();
   r.rstd.close();
+  // Without stats the kernels run their store-free loop (the tile compiles it apart: STATS in kernels/norm_fwd.cuh) and
+  // the op its prepared hot path: y must be the same values, element for element (checked against float64 below).
+  y.buffer.fill(0xff);
+  if (kind === "layer") layerNorm(x, { weight: w, bias: b, eps, out: y });
+  else rmsNorm(x, { weight: w, eps, out: y });
+  const gotNoStats = y.readSync();
+  for (let i = 0; i < rows * d; i++) {
+    if (!Object.is(gotNoStats[i], got[i])) assert.fail(`${JSON.stringify(c)}: without stats y[${(i / d) | 0}][${i % d}] = ${gotNoStats[i]}, with stats ${got[i]}`);
+  }
   const ref = cpuNormForward({ kind, rows, d, x: xin, xStride: d, weight: wv, bias: bv, eps });
   let worst = 0;
   // `outlier` rows: y = ((x - k) - dm)·rstd·w + b with k = x[0], the kernels' shift, and dm the mean of x - k: dm's

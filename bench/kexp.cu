@@ -19,7 +19,10 @@
 // without; v18 / v19 `cluster` with / without; v12 / v13 a transposed warp tile for rows of <= 32 chunks (bench/RESULTS.md,
 // "LayerNorm's statistics in one pass; a transposed tile for short rows"); v20-v27 the tile without the shift, at
 // several register budgets and with the corrected two-pass; v28-v30 the production tile (nk_fwd_rowstile) against v24, v31-v33 parts of it left out
-// (bench/RESULTS.md, "What torch.compile does at LN bf16 D = 128").
+// (bench/RESULTS.md, "What torch.compile does at LN bf16 D = 128"), v34-v36 where the tile's statistics stores go;
+// v37-v43 LayerNorm's 128 KB rows in a 1024-thread block: weight/bias loads grouped (v37-v39), the row split between
+// registers and shared memory at two 512-thread blocks per SM (v40, v41), weight/bias staged in shared memory (v42,
+// v43) (bench/RESULTS.md, "LayerNorm's 1024-thread blocks").
 // FULL path only (aligned rows, d a multiple of the chunk); anything else traps.
 #include "../kernels/norm_fwd.cuh"
 
@@ -1145,3 +1148,286 @@ KX_PROD(NK_LAUNCH_BOUNDS_MIN(512, 2), ln, true, f32, cluster, 18, true)
 KX_PROD(NK_LAUNCH_BOUNDS_MIN(512, 2), ln, true, f32, cluster, 19, false)
 KX_PROD(NK_LAUNCH_BOUNDS_MIN(512, 2), ln, true, bf16, cluster, 18, true)
 KX_PROD(NK_LAUNCH_BOUNDS_MIN(512, 2), ln, true, bf16, cluster, 19, false)
+
+// v37 / v38 / v39 (block): the production `block` kernel (FULL, ONEPASS) with LayerNorm's weight/bias loaded in groups
+// of G = 2 / 4 / 8 chunks in the output loop (nk_row_cached's G; production LayerNorm has G = 1: a chunk's weight/bias
+// load waits for the previous chunk's y store, so a row pays NK_MAXV_BLOCK serial L2 round trips, which one 1024-thread
+// block per SM (f32 D = 32768, 16-bit D = 65536) cannot hide behind another block; RMSNorm has G = 4 there and runs at
+// 95 where LayerNorm runs at 87). Same sums in the same order as production: the same bits.
+template <class TI, bool LN, int G>
+NK_INLINE void kx_fwd_block_g(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  typedef TI TO;
+  typedef TI TW;
+  if ((unsigned)tpr != nk_block_dim_x() || nv < 1 || nv > NK_MAXV_BLOCK || (long long)nv * tpr * VEC < d) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  const int t = (int)nk_thread_x();
+  const int nchunks = (d - 1) / VEC + 1;
+  nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
+    const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
+    nk_row_cached<TI, TO, TW, LN, NK_MAXV_BLOCK, true, nk_red_block, G, false, NK_ONEPASS>(
+        X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, k, red,
+        (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr);
+  }
+}
+#define KX_BLOCK_G(ti, v, g)                                                                     \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_ln_block_##ti##_v##v(NK_FWD_PARAMS) {  \
+    nk_pdl_enter();                                                                              \
+    kx_fwd_block_g<nk_##ti, true, g>(NK_FWD_ARGS);                                              \
+  }
+KX_BLOCK_G(f32, 37, 2)
+KX_BLOCK_G(f32, 38, 4)
+KX_BLOCK_G(f32, 39, 8)
+KX_BLOCK_G(bf16, 37, 2)
+KX_BLOCK_G(bf16, 38, 4)
+KX_BLOCK_G(bf16, 39, 8)
+
+// v40 / v41 (block, rows of 128 KB: 8 < nv <= 16 chunks per thread at 512 threads): LayerNorm's and RMSNorm's row split
+// between registers and shared memory so that two 512-thread blocks fit an SM (64 registers; 64 KB of shared memory
+// each), where the production kernel runs one 1024-thread block per SM (LN f32 D = 32768 89%, RMS 95%). Thread t owns
+// chunks t + i * 512: i < 8 in registers (ld.global), i >= 8 in its own shared-memory slots, copied there by cp.async
+// (no registers, no barrier: a thread reads only what it copied). Statistics as production's ONEPASS (the centred pass
+// where |mean| > 3 std); weight/bias loaded G chunks at a time (v40: G = 1, as production LayerNorm; v41: G = 2).
+// Launch: block 512, tpr 512, nv = D / VEC / 512, dynamic shared memory 256 + 512 * 8 * 16 bytes. Not the production
+// reduction tree (512 threads, not 1024): the output differs from production's in the last bits; kexp.ts reports the
+// largest relative difference.
+NK_INLINE void kx_cp_async16(void* smem, const void* g) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(nk_smem_addr(smem)), "l"(g) : "memory");
+}
+template <class TI, bool LN, int G>
+NK_INLINE void kx_fwd_block_smem(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE, NR = 8, NS = 8, WV = VEC * TI::SIZE / 4;
+  typedef TI TO;
+  typedef TI TW;
+  const int T = (int)nk_block_dim_x();
+  if (tpr != T || nv <= NR || nv > NR + NS || (long long)nv * T * VEC != d) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  int t = (int)nk_thread_x();
+  const int ns = nv - NR;
+  const float fd = (float)d;
+  nk_red_block red{(unsigned)T / NK_WARP_SIZE, 0u};
+  nk_v4* stage = (nk_v4*)(nk_fwd_smem + 64);  // after nk_red_block's two buffers of up to 32 floats
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    const typename TI::S* xr = X + row * x_stride;
+    typename TO::S* yr = Y + row * y_stride;
+    if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+      if (j < ns) kx_cp_async16(&stage[j * T + t], xr + (long long)(t + (NR + j) * T) * VEC);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    nk_v4 raw[NR];
+#pragma unroll
+    for (int i = 0; i < NR; ++i) nk_load_words<TI, VEC>(xr + (long long)(t + i * T) * VEC, true, VEC, raw[i].w);
+    const float k = LN ? TI::to_f(xr[0]) : 0.0f;
+    float s = 0.0f, q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NR; ++i)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float te = nk_get<TI>(raw[i].w, e) - k;
+        s += te;
+        q = nk_fma(te, te, q);
+      }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+      if (j < ns) {
+        const nk_v4 v = stage[j * T + t];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float te = nk_get<TI>(v.w, e) - k;
+          s += te;
+          q = nk_fma(te, te, q);
+        }
+      }
+    float dm = 0.0f, rs;
+    if (LN) {
+      red.pair(s, q);
+      dm = s / fd;
+      const float v1 = q / fd - dm * dm;
+      rs = nk_rsqrt(v1 + eps);
+      if (!(dm * dm <= 9.0f * v1 && q <= 3.4028235e38f)) {  // the same totals in every thread: uniform
+        float c2 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NR; ++i)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+            c2 += c * c;
+          }
+#pragma unroll
+        for (int j = 0; j < NS; ++j)
+          if (j < ns) {
+            const nk_v4 v = stage[j * T + t];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              const float c = (nk_get<TI>(v.w, e) - k) - dm;
+              c2 += c * c;
+            }
+          }
+        rs = nk_rsqrt(red(c2) / fd + eps);
+      }
+    } else {
+      rs = nk_rsqrt(red(q) / fd + eps);
+    }
+    if (t == 0 && LN && mean) mean[row] = k + dm;
+    if (t == 0 && rstd) rstd[row] = rs;
+    nk_opaque(t);
+#pragma unroll
+    for (int g = 0; g < NR + NS; g += G) {
+      unsigned gw[G][WV], bw[G][WV];
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        const long long off = (long long)(t + (g + u) * T) * VEC;
+        const bool on = g + u < NR + ns;
+        if (Wt) nk_load_words<TW, VEC>(Wt + off, true, on ? VEC : 0, gw[u]);
+        if (LN && Bs) nk_load_words<TW, VEC>(Bs + off, true, on ? VEC : 0, bw[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        const int i = g + u;
+        if (i < NR + ns) {
+          const long long off = (long long)(t + i * T) * VEC;
+          float f[VEC];
+          if (i < NR) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i < NR ? i : 0].w, e);
+          } else {
+            const nk_v4 v = stage[(i - NR) * T + t];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(v.w, e);
+          }
+          nk_apply_words<TW, LN, VEC>(f, Wt != nullptr, gw[u], LN && Bs != nullptr, bw[u], k, dm, rs);
+          nk_store_f<TO, VEC>(yr + off, true, VEC, f);
+        }
+      }
+    }
+  }
+}
+#define KX_BLOCK_SMEM(kind, isln, ti, v, g)                                                          \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS_MIN(512, 2) kx_##kind##_block_##ti##_v##v(NK_FWD_PARAMS) { \
+    nk_pdl_enter();                                                                                    \
+    kx_fwd_block_smem<nk_##ti, isln, g>(NK_FWD_ARGS);                                                 \
+  }
+KX_BLOCK_SMEM(ln, true, f32, 40, 1)
+KX_BLOCK_SMEM(ln, true, f32, 41, 2)
+KX_BLOCK_SMEM(ln, true, bf16, 40, 1)
+KX_BLOCK_SMEM(ln, true, bf16, 41, 2)
+KX_BLOCK_SMEM(rms, false, f32, 40, 1)
+KX_BLOCK_SMEM(rms, false, f32, 41, 2)
+KX_BLOCK_SMEM(rms, false, bf16, 40, 1)
+KX_BLOCK_SMEM(rms, false, bf16, 41, 2)
+
+// v42 / v43 (block, 1024 threads, rows of 128 KB): the production geometry, with the weight/bias chunks of a thread's
+// first NW chunks copied into its own shared-memory slots by cp.async at the start of each row (before the x loads: no
+// registers, the copies overlap the x loads and the reductions); its other chunks' weight/bias loaded from L2 two
+// chunks at a time. The output loop then pays 8 - NW L2 round trips in groups of 2 instead of production's 8 (G = 1).
+// v42: NW = 6 (192 KB of shared memory), v43: NW = 4 (128 KB). Statistics as v40 (ONEPASS with the centred fallback).
+// Launch: the plan's (block 1024, tpr 1024, nv 8), dynamic shared memory 256 + 1024 * NW * 32 bytes.
+template <class TI, bool LN, int NW>
+NK_INLINE void kx_fwd_block_wsmem(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE, NR = 8, WV = VEC * TI::SIZE / 4;
+  typedef TI TO;
+  typedef TI TW;
+  const int T = (int)nk_block_dim_x();
+  if (tpr != T || nv != NR || (long long)nv * T * VEC != d || !weight || (LN && !bias)) nk_trap();
+  NK_FWD_TYPED_PTRS;
+  int t = (int)nk_thread_x();
+  const float fd = (float)d;
+  nk_red_block red{(unsigned)T / NK_WARP_SIZE, 0u};
+  nk_v4* stage = (nk_v4*)(nk_fwd_smem + 64);  // [NW][2][T]: weight, bias
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    const typename TI::S* xr = X + row * x_stride;
+    typename TO::S* yr = Y + row * y_stride;
+    if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      kx_cp_async16(&stage[(2 * j) * T + t], Wt + (long long)(t + j * T) * VEC);
+      if (LN) kx_cp_async16(&stage[(2 * j + 1) * T + t], Bs + (long long)(t + j * T) * VEC);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    nk_v4 raw[NR];
+#pragma unroll
+    for (int i = 0; i < NR; ++i) nk_load_words<TI, VEC>(xr + (long long)(t + i * T) * VEC, true, VEC, raw[i].w);
+    const float k = LN ? TI::to_f(xr[0]) : 0.0f;
+    float s = 0.0f, q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NR; ++i)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float te = nk_get<TI>(raw[i].w, e) - k;
+        s += te;
+        q = nk_fma(te, te, q);
+      }
+    float dm = 0.0f, rs;
+    if (LN) {
+      red.pair(s, q);
+      dm = s / fd;
+      const float v1 = q / fd - dm * dm;
+      rs = nk_rsqrt(v1 + eps);
+      if (!(dm * dm <= 9.0f * v1 && q <= 3.4028235e38f)) {
+        float c2 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NR; ++i)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+            c2 += c * c;
+          }
+        rs = nk_rsqrt(red(c2) / fd + eps);
+      }
+    } else {
+      rs = nk_rsqrt(red(q) / fd + eps);
+    }
+    if (t == 0 && LN && mean) mean[row] = k + dm;
+    if (t == 0 && rstd) rstd[row] = rs;
+    nk_opaque(t);
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < NW; ++i) {
+      const nk_v4 gw = stage[(2 * i) * T + t];
+      nk_v4 bw;
+      if (LN) bw = stage[(2 * i + 1) * T + t];
+      float f[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[i].w, e);
+      nk_apply_words<TW, LN, VEC>(f, true, gw.w, LN, LN ? bw.w : gw.w, k, dm, rs);
+      nk_store_f<TO, VEC>(yr + (long long)(t + i * T) * VEC, true, VEC, f);
+    }
+#pragma unroll
+    for (int g = NW; g < NR; g += 2) {
+      unsigned gw[2][WV], bw[2][WV];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const long long off = (long long)(t + (g + u) * T) * VEC;
+        nk_load_words<TW, VEC>(Wt + off, true, VEC, gw[u]);
+        if (LN) nk_load_words<TW, VEC>(Bs + off, true, VEC, bw[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const long long off = (long long)(t + (g + u) * T) * VEC;
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[g + u].w, e);
+        nk_apply_words<TW, LN, VEC>(f, true, gw[u], LN, bw[u], k, dm, rs);
+        nk_store_f<TO, VEC>(yr + off, true, VEC, f);
+      }
+    }
+    __syncthreads();  // not needed for the slots (each thread reads only its own); keeps rows in step as production
+  }
+}
+#define KX_BLOCK_WSMEM(kind, isln, ti, v, nw)                                                     \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_block_##ti##_v##v(NK_FWD_PARAMS) { \
+    nk_pdl_enter();                                                                                \
+    kx_fwd_block_wsmem<nk_##ti, isln, nw>(NK_FWD_ARGS);                                           \
+  }
+KX_BLOCK_WSMEM(ln, true, f32, 42, 6)
+KX_BLOCK_WSMEM(ln, true, f32, 43, 4)
+KX_BLOCK_WSMEM(ln, true, bf16, 42, 6)
+KX_BLOCK_WSMEM(ln, true, bf16, 43, 4)
+KX_BLOCK_WSMEM(rms, false, f32, 42, 6)
+KX_BLOCK_WSMEM(rms, false, f32, 43, 4)
+KX_BLOCK_WSMEM(rms, false, bf16, 42, 6)
+KX_BLOCK_WSMEM(rms, false, bf16, 43, 4)

@@ -1326,8 +1326,9 @@ KX_BLOCK_SMEM(rms, false, bf16, 41, 2)
 // chunks at a time. The output loop then pays 8 - NW L2 round trips in groups of 2 instead of production's 8 (G = 1).
 // v42: NW = 6 (192 KB of shared memory), v43: NW = 4 (128 KB). Statistics as v40 (ONEPASS with the centred fallback).
 // Launch: the plan's (block 1024, tpr 1024, nv 8), dynamic shared memory 256 + 1024 * NW * 32 bytes.
-template <class TI, bool LN, int NW>
+template <class TI, bool LN, int NW, int G = 2, bool OPQ = false>
 NK_INLINE void kx_fwd_block_wsmem(NK_FWD_PARAMS) {
+  static_assert((8 - NW) % G == 0, "the tail's groups must tile the chunks left in L2");
   constexpr int VEC = 16 / TI::SIZE, NR = 8, WV = VEC * TI::SIZE / 4;
   typedef TI TO;
   typedef TI TW;
@@ -1367,6 +1368,7 @@ NK_INLINE void kx_fwd_block_wsmem(NK_FWD_PARAMS) {
       dm = s / fd;
       const float v1 = q / fd - dm * dm;
       rs = nk_rsqrt(v1 + eps);
+      if (OPQ) nk_row_opaque<NR>(raw);  // as production: raw stays packed (no 64 unpacked floats held)
       if (!(dm * dm <= 9.0f * v1 && q <= 3.4028235e38f)) {
         float c2 = 0.0f;
 #pragma unroll
@@ -1381,6 +1383,7 @@ NK_INLINE void kx_fwd_block_wsmem(NK_FWD_PARAMS) {
     } else {
       rs = nk_rsqrt(red(q) / fd + eps);
     }
+    if (OPQ) nk_row_opaque<NR>(raw);
     if (t == 0 && LN && mean) mean[row] = k + dm;
     if (t == 0 && rstd) rstd[row] = rs;
     nk_opaque(t);
@@ -1397,16 +1400,16 @@ NK_INLINE void kx_fwd_block_wsmem(NK_FWD_PARAMS) {
       nk_store_f<TO, VEC>(yr + (long long)(t + i * T) * VEC, true, VEC, f);
     }
 #pragma unroll
-    for (int g = NW; g < NR; g += 2) {
-      unsigned gw[2][WV], bw[2][WV];
+    for (int g = NW; g < NR; g += G) {
+      unsigned gw[G][WV], bw[G][WV];
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < G; ++u) {
         const long long off = (long long)(t + (g + u) * T) * VEC;
         nk_load_words<TW, VEC>(Wt + off, true, VEC, gw[u]);
         if (LN) nk_load_words<TW, VEC>(Bs + off, true, VEC, bw[u]);
       }
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < G; ++u) {
         const long long off = (long long)(t + (g + u) * T) * VEC;
         float f[VEC];
 #pragma unroll
@@ -1418,10 +1421,10 @@ NK_INLINE void kx_fwd_block_wsmem(NK_FWD_PARAMS) {
     __syncthreads();  // not needed for the slots (each thread reads only its own); keeps rows in step as production
   }
 }
-#define KX_BLOCK_WSMEM(kind, isln, ti, v, nw)                                                     \
+#define KX_BLOCK_WSMEM(kind, isln, ti, v, nw, ...)                                                \
   extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_block_##ti##_v##v(NK_FWD_PARAMS) { \
     nk_pdl_enter();                                                                                \
-    kx_fwd_block_wsmem<nk_##ti, isln, nw>(NK_FWD_ARGS);                                           \
+    kx_fwd_block_wsmem<nk_##ti, isln, nw __VA_ARGS__>(NK_FWD_ARGS);                               \
   }
 KX_BLOCK_WSMEM(ln, true, f32, 42, 6)
 KX_BLOCK_WSMEM(ln, true, f32, 43, 4)
@@ -1431,3 +1434,28 @@ KX_BLOCK_WSMEM(rms, false, f32, 42, 6)
 KX_BLOCK_WSMEM(rms, false, f32, 43, 4)
 KX_BLOCK_WSMEM(rms, false, bf16, 42, 6)
 KX_BLOCK_WSMEM(rms, false, bf16, 43, 4)
+// v44-v47: the tail one chunk at a time (G = 1: fewer registers; v42/v43's LN bf16 spilled 108-112 bytes), with
+// NW = 4 (v44, v46) or 7 (v45, v47: 224 KB of slots + 256 bytes, under the 227 KB an sm_90 CTA may have).
+KX_BLOCK_WSMEM(ln, true, f32, 44, 4, , 1)
+KX_BLOCK_WSMEM(ln, true, f32, 45, 7, , 1)
+KX_BLOCK_WSMEM(ln, true, bf16, 44, 4, , 1)
+KX_BLOCK_WSMEM(ln, true, bf16, 45, 7, , 1)
+KX_BLOCK_WSMEM(ln, true, f32, 46, 6, , 1)
+KX_BLOCK_WSMEM(ln, true, bf16, 46, 6, , 1)
+// v47-v49: v43, v44, v45 with production's nk_row_opaque after the statistics (raw stays packed in registers).
+KX_BLOCK_WSMEM(ln, true, f32, 47, 4, , 2, true)
+KX_BLOCK_WSMEM(ln, true, bf16, 47, 4, , 2, true)
+KX_BLOCK_WSMEM(ln, true, f32, 48, 4, , 1, true)
+KX_BLOCK_WSMEM(ln, true, bf16, 48, 4, , 1, true)
+KX_BLOCK_WSMEM(ln, true, f32, 49, 7, , 1, true)
+KX_BLOCK_WSMEM(ln, true, bf16, 49, 7, , 1, true)
+// v50: the production `block` kernel for FULL LayerNorm calls (nk_fwd_block_full, kernels/norm_fwd.cuh) with its
+// weight/bias staging slots (NK_STAGE_*: 4 chunks of weight and bias per thread in shared memory, the other chunks
+// loaded two at a time), launched with 256 + 128 x 1024 bytes: the port of v47 as the fatbin will run it.
+#define KX_BLOCK_PROD_STAGED(ti, v)                                                                \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_ln_block_##ti##_v##v(NK_FWD_PARAMS) {        \
+    nk_pdl_enter();                                                                                 \
+    nk_fwd_block_full<nk_##ti, nk_##ti, nk_##ti, true, true>(NK_FWD_ARGS);                          \
+  }
+KX_BLOCK_PROD_STAGED(f32, 50)
+KX_BLOCK_PROD_STAGED(bf16, 50)

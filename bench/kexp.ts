@@ -28,7 +28,7 @@ const cubinPath = args[0];
 const dsArg = args.includes("--ds") ? args[args.indexOf("--ds") + 1] : undefined;
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
 const DS = dsArg ? dsArg.split(",").map(Number) : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
-const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43];
+const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50];
 
 using dev = Device.open({ backend: "cuda" });
 using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
@@ -343,12 +343,14 @@ for (const d of DS) {
         } catch {
           continue; // no such variant (wide mapping)
         }
-        // v40/v41 split 128 KB rows between registers and shared memory at 512 threads, v42/v43 stage weight/bias in
-        // shared memory (bench/kexp.cu): only where the plan gives such a row one 1024-thread block.
-        const split = v === 40 || v === 41, wsmem = v === 42 || v === 43;
+        // v40/v41 split 128 KB rows between registers and shared memory at 512 threads, v42-v46 stage weight/bias in
+        // shared memory (bench/kexp.cu, staged chunks per thread WSMEM_NW): only where the plan gives such a row one
+        // 1024-thread block.
+        const WSMEM_NW: Record<number, number> = { 42: 6, 43: 4, 44: 4, 45: 7, 46: 6, 47: 4, 48: 4, 49: 7, 50: 4 };
+        const split = v === 40 || v === 41, wsmem = v in WSMEM_NW;
         if ((split || wsmem) && !(p.mapping === "block" && p.block[0] === 1024)) continue;
         // v6 stages weight/bias in shared memory once per CTA: its own shared size, and a persistent grid too.
-        const smem = split ? 256 + 512 * 8 * 16 : wsmem ? 256 + 1024 * (v === 42 ? 6 : 4) * 32 : v === 6 ? v6Shared(p.sharedBytes, kind, d, b) : p.sharedBytes;
+        const smem = split ? 256 + 512 * 8 * 16 : wsmem ? 256 + 1024 * WSMEM_NW[v] * 32 : v === 6 ? v6Shared(p.sharedBytes, kind, d, b) : p.sharedBytes;
         const grids = p.mapping === "cluster"
           ? [p.grid[0], ...[1, 2].map((m) => m * residency(name, p.block[0], p.sharedBytes, p.cluster).clusters * p.cluster)]
           : v === 6

@@ -78,7 +78,7 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
     nk_pdl_enter();                                                                                   \
     if (!nk_fwd_full<nk_##ti, nk_##to, nk_##tw, isln>(x, y, weight, bias, d, x_stride, y_stride))     \
       nk_trap();                                                                                      \
-    nk_fwd_##map<nk_##ti, nk_##to, nk_##tw, isln, true>(NK_FWD_ARGS);                                 \
+    nk_fwd_##map##_full<nk_##ti, nk_##to, nk_##tw, isln, true>(NK_FWD_ARGS);                          \
   }
 // LayerNorm's `rows` with the statistics in two passes (mean, then the centred variance; no ONEPASS), for rows of
 // 1 or 2 lanes (nk_ln_rowstwopass_*, the plan's choice there). With one pass compiled in, 16-bit rows of D = 128

@@ -367,6 +367,57 @@ struct nk_param_group {
 // way. The decision is the same in every warp and CTA of a row: they all hold the same totals, bit for bit. H200 (bench/kexp.cu v14/v16/v18, bench/RESULTS.md): LN bf16 D=768 92.7 -> 97.5% of copy,
 // D=5120 95.1 -> 97.5, a cluster row of 131072 bf16 70.6 -> 76.1; f32 rows within a point; LN 16-bit D=128 (2 lanes
 // per row) lost: 83.5 -> 77.
+// Weight/bias staged in shared memory (the `block` mapping's FULL LayerNorm kernels, sm_90, rows of up to 1024
+// threads x 8 chunks). Production's output loop pays an L2 round trip per chunk for weight and bias after the row's
+// statistics; a thread's first NS chunks instead come from shared-memory slots that cp.async filled while its x loads
+// were in flight. NS: NK_STAGE_THREAD_BYTES of weight+bias per thread (4 chunks of f32 x, or of 16-bit x with 16-bit
+// weights; none for 16-bit x with f32 weights, below); the other chunks' weight/bias load from L2 NK_STAGE_GROUP
+// chunks at a time. H200, % of copy (bench/kexp.cu v43/v47, bench/RESULTS.md): LN f32 D=32768 (1024 x 8 chunks)
+// 88.8 -> 96.1-96.5, LN bf16 D=65536 84.7-84.9 -> 95.6-95.8 (v47: with nk_row_opaque, as here; without it bf16 spilled
+// and ran at 67). The other chunks one at a time (G = 1): 92.1-92.8 and 89.9-90.2; 6 chunks staged: 94.6 (f32).
+// Slots after the block reduction's buffers (<= 2 x 32 floats): nk_v4 planes, plane ((2 * i + wb) * P + p) holding
+// 16 bytes of chunk i's weight (wb 0) or bias (wb 1) for every thread (P = 16-byte pieces per chunk): a thread reads
+// and writes only its own 16 bytes of each plane (no bank conflicts, no barrier).
+#define NK_STAGE_OFFSET_BYTES 256
+#define NK_STAGE_THREAD_BYTES 128
+#define NK_STAGE_GROUP 2
+template <class TI, class TW>
+struct nk_stage {
+  // 16-bit x with f32 weights (P = 2): none (with 2 chunks staged ptxas sm_90 spilled 24 bytes there, and it is
+  // not measured).
+  enum { P = (16 / TI::SIZE) * TW::SIZE / 16, NS = P == 1 ? NK_STAGE_THREAD_BYTES / (2 * 16 * P) : 0 };
+};
+template <class TI, class TW>
+NK_INLINE void nk_staged_words(const nk_v4* stage, int plane, int nthreads, int t, unsigned* words) {
+  constexpr int P = nk_stage<TI, TW>::P;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const nk_v4 v = stage[(plane * P + p) * nthreads + t];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) words[4 * p + j] = v.w[j];
+  }
+}
+#if NK_HAS_CP_ASYNC
+// Issues the copies of thread t's first NS chunks (t + i * nthreads < nchunks) of weight and bias (each when given).
+template <class TI, class TW, bool LN, int NS>
+NK_INLINE void nk_stage_params(nk_v4* stage, const typename TW::S* w, const typename TW::S* b, int t, int nthreads,
+                               int nchunks) {
+  constexpr int VEC = 16 / TI::SIZE, P = nk_stage<TI, TW>::P, PE = 16 / TW::SIZE;  // PE: elements per piece
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    const int c = t + i * nthreads;
+    if (c < nchunks) {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        if (w) nk_cp_async16(&stage[((2 * i) * P + p) * nthreads + t], w + (long long)c * VEC + p * PE);
+        if (LN && b) nk_cp_async16(&stage[((2 * i + 1) * P + p) * nthreads + t], b + (long long)c * VEC + p * PE);
+      }
+    }
+  }
+  nk_cp_async_commit();
+}
+#endif
+
 // NK_ONEPASS: the mappings' default. Off on AMD: not measured there, and with it gfx90a/gfx942's 1024-thread LN `block`
 // kernels needed scratch (spills; tests/hsaco_abi.test.ts allows none).
 #if defined(__HIP__)
@@ -375,11 +426,13 @@ struct nk_param_group {
 #define NK_ONEPASS true
 #endif
 template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED, int G = 1, bool EARLY = false,
-          bool ONEPASS = false>
+          bool ONEPASS = false, int NS = 0>
 NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
                              const typename TW::S* b, int d, int c_first, int c_step, int c_end,
-                             int nv, float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p) {
+                             int nv, float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p,
+                             const nk_v4* stage = nullptr) {
   constexpr int VEC = 16 / TI::SIZE;
+  static_assert(NS == 0 || (FULL && G > 1 && !EARLY && NS <= MAXV), "staged weight/bias: FULL, grouped, not EARLY");
   const bool xvec = FULL || nk_aligned(xr, 16);
   // Valid elements of this thread's i-th chunk (recomputed where needed: cheaper than registers).
 #define NK_NVAL(i)                                                                  \
@@ -514,6 +567,7 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       }
     }
   } else {
+    if (NS > 0) nk_cp_async_wait_all();  // this thread's staged chunks (nk_stage_params) have landed
 #pragma unroll
     for (int g = 0; g < MAXV; g += G) {
       unsigned gw[G][WV], bw[G][WV];
@@ -521,14 +575,20 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       for (int j = 0; j < G; ++j) {
         const long long off = (long long)(c_first + (g + j) * c_step) * VEC;
         const int nvalid = NK_NVAL(g + j);  // <= 0: nothing loaded
-        if (w) nk_load_words<TW, VEC>(w + off, pvec, nvalid, gw[j]);
-        if (LN && b) nk_load_words<TW, VEC>(b + off, pvec, nvalid, bw[j]);
+        if (g + j >= NS) {  // (staged chunks: read below, where they are used)
+          if (w) nk_load_words<TW, VEC>(w + off, pvec, nvalid, gw[j]);
+          if (LN && b) nk_load_words<TW, VEC>(b + off, pvec, nvalid, bw[j]);
+        }
       }
 #pragma unroll
       for (int j = 0; j < G; ++j) {
         const int nvalid = NK_NVAL(g + j);
         if (nvalid > 0) {
           const long long off = (long long)(c_first + (g + j) * c_step) * VEC;
+          if (g + j < NS) {  // from this thread's shared-memory slots (filled where the chunk is valid): no L2 trip
+            if (w) nk_staged_words<TI, TW>(stage, 2 * (g + j), c_step, c_first, gw[j]);
+            if (LN && b) nk_staged_words<TI, TW>(stage, 2 * (g + j) + 1, c_step, c_first, bw[j]);
+          }
           float f[VEC];
 #pragma unroll
           for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[g + j].w, e);
@@ -749,7 +809,7 @@ NK_INLINE void nk_fwd_rowstile_entry(NK_FWD_PARAMS) {
 // t+tpr, ... (nv <= NK_MAXV_BLOCK, nv*tpr*VEC >= d). Grid: any; rows grid-strided.
 // Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
 template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV = NK_MAXV_BLOCK, bool EARLY = false,
-          bool ONEPASS = NK_ONEPASS>
+          bool ONEPASS = NK_ONEPASS, int NS = 0>
 NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
@@ -760,15 +820,37 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   const int t = (int)nk_thread_x();
   const int nchunks = (d - 1) / VEC + 1;
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
+  nk_v4* const stage = (nk_v4*)((unsigned char*)nk_fwd_smem + NK_STAGE_OFFSET_BYTES);
+#if NK_HAS_CP_ASYNC
+  // Weight/bias do not depend on the row: staged once, for every row this block takes (each thread its own slots).
+  if (NS > 0) nk_stage_params<TI, TW, LN, NS>(stage, Wt, Bs, t, tpr, nchunks);
+#endif
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    nk_row_cached<TI, TO, TW, LN, MAXV, FULL, nk_red_block, EARLY ? 1 : nk_param_group<TI, TW, LN, FULL>::G, EARLY,
-                  ONEPASS>(
+    nk_row_cached<TI, TO, TW, LN, MAXV, FULL, nk_red_block,
+                  (NS > 0 ? NK_STAGE_GROUP : EARLY ? 1 : nk_param_group<TI, TW, LN, FULL>::G), EARLY, ONEPASS, NS>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, k, red,
-        (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr);
+        (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr, stage);
   }
 }
+
+// LayerNorm's `block` kernel for FULL calls (nk_ln_blockfull_*). On sm_90, where the launch's dynamic shared memory
+// holds the slots (NK_STAGE_OFFSET_BYTES + NK_STAGE_THREAD_BYTES per thread: the plan gives them to blocks of more
+// than 512 threads, ops/plan.ts STAGED_MIN_THREADS), the staged variant (nk_stage_params); else the plain one.
+template <class TI, class TO, class TW, bool LN, bool FULL>
+NK_INLINE void nk_fwd_block_full(NK_FWD_PARAMS) {
+#if NK_HAS_CP_ASYNC
+  if constexpr (nk_stage<TI, TW>::NS > 0) {
+    if (nk_dynamic_smem_bytes() >= NK_STAGE_OFFSET_BYTES + NK_STAGE_THREAD_BYTES * nk_block_dim_x()) {
+      nk_fwd_block<TI, TO, TW, LN, FULL, NK_MAXV_BLOCK, false, NK_ONEPASS, nk_stage<TI, TW>::NS>(NK_FWD_ARGS);
+      return;
+    }
+  }
+#endif
+  nk_fwd_block<TI, TO, TW, LN, FULL>(NK_FWD_ARGS);
+}
+
 
 // ---------------------------------------------------------------- mapping `latency`
 // The `block` mapping for launches whose time is latency, not bandwidth (a few rows: decoding): the same
@@ -826,6 +908,12 @@ NK_INLINE void nk_fwd_cluster(NK_FWD_PARAMS) {
   (void)x_stride, (void)y_stride, (void)eps, (void)tpr, (void)nv, (void)prefetch;
   nk_trap();
 #endif
+}
+
+// LayerNorm's `cluster` kernel for FULL calls (nk_ln_clusterfull_*).
+template <class TI, class TO, class TW, bool LN, bool FULL>
+NK_INLINE void nk_fwd_cluster_full(NK_FWD_PARAMS) {
+  nk_fwd_cluster<TI, TO, TW, LN, FULL>(NK_FWD_ARGS);
 }
 
 // ---------------------------------------------------------------- mapping `wide`

@@ -195,6 +195,22 @@ NK_INLINE void nk_st_async(unsigned remote, float v0, float v1, unsigned remote_
                : "memory");
 }
 
+// Asynchronous 16-byte copies global -> shared (cp.async, sm_80+; compiled for sm_90, where the `block` mapping's
+// 1024-thread rows use them): the data goes to shared memory without passing through registers, so the copies of a
+// row's weight/bias run beside its x loads. Both addresses 16-byte aligned. wait_all: this thread's copies landed.
+#define NK_HAS_CP_ASYNC 1
+NK_INLINE void nk_cp_async16(void* smem, const void* g) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(nk_smem_addr(smem)), "l"(g) : "memory");
+}
+NK_INLINE void nk_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+NK_INLINE void nk_cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Dynamic shared memory of this launch, in bytes.
+NK_INLINE unsigned nk_dynamic_smem_bytes() {
+  unsigned r;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+  return r;
+}
+
 // Ask L2 to fetch [p, p + bytes) ahead of use (sm_90 bulk prefetch: one instruction for a whole row, no
 // registers, no completion to wait for). p is rounded down and the end up to 16 bytes, as the instruction
 // requires; the few bytes past either end stay inside the allocation's 256-byte granule. A hint only.
@@ -222,6 +238,11 @@ NK_INLINE void nk_pdl_enter() {
 #error "normkit kernels: compile with nvcc or clang -x hip"
 #endif
 
+#ifndef NK_HAS_CP_ASYNC
+#define NK_HAS_CP_ASYNC 0
+// sm_80 SASS, compute_80 PTX, HIP: nothing is staged (nk_fwd_block_full), so there is nothing to wait for.
+NK_INLINE void nk_cp_async_wait_all() {}
+#endif
 #ifndef NK_HAS_CLUSTER
 #define NK_HAS_CLUSTER 0
 #endif

@@ -98,6 +98,25 @@ export const MAX_BLOCK_THREADS = 512;
  * blocks with 8 chunks each stay faster (LN f32 D=16384: 1024 × 4 ran at 74–86 against 96).
  */
 export const BIG_BLOCK_THREADS = 1024;
+/**
+ * LayerNorm's `block` kernel for FULL calls (nk_ln_blockfull_*, sm_90) copies each thread's weight/bias for its first
+ * chunks into shared memory with cp.async while the row's x loads are in flight, where the launch gives it the slots:
+ * STAGE_OFFSET_BYTES + STAGE_THREAD_BYTES per thread (kernels/norm_fwd.cuh, NK_STAGE_*; 128 KB at 1024 threads, under
+ * the 227 KB an sm_90 block may opt in to). The plan gives them to its blocks of more than MAX_BLOCK_THREADS, for the
+ * dtypes it is compiled for (stagesParams). H200, % of copy (bench/kexp.cu v47, its experiment): LN f32 D=32768
+ * (1024 × 8 chunks) 88.8 → 96.1–96.2, LN bf16 D=65536 84.7–84.9 → 95.6–95.8. A launch without them (the masked
+ * kernel, or less shared memory) runs unstaged.
+ */
+export const STAGE_OFFSET_BYTES = 256;
+export const STAGE_THREAD_BYTES = 128;
+export const stagedShared = (threads: number): number => STAGE_OFFSET_BYTES + STAGE_THREAD_BYTES * threads;
+/**
+ * Whether LayerNorm's 1024-thread-class blocks get the staging slots for these x and weight dtypes (see above): weights
+ * as wide as x (16 bytes of weight per chunk). 16-bit x with f32 weights has no staged variant (ptxas spilled it).
+ */
+export function stagesParams(inputDtype: DType, paramDtype: DType): boolean {
+  return paramDtype === inputDtype;
+}
 /** Threads per block of the rows mapping, and at most threads per row there. */
 export const ROWS_BLOCK = 256;
 export const ROWS_MAX_TPR = 32;
@@ -236,7 +255,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   const maxThreads = limits.maxThreadsPerBlock;
   const name = (m: string): string => `nk_${p.kind === "layer" ? "ln" : "rms"}_${m}_${tin}_${tout}_${tw}`;
   const reduceShared = (threads: number): number => 2 * Math.ceil(threads / warp) * 4;
-  const make = (mapping: Mapping, tpr: number, nv: number, blockThreads: number, gridX: number, cluster = 1): PlanResult => {
+  const make = (mapping: Mapping, tpr: number, nv: number, blockThreads: number, gridX: number, cluster = 1, staged = false): PlanResult => {
     const tile = mapping === "rows" && tileRows(p.kind, p.d, tin);
     return { plan: {
       // LayerNorm's rows of 1 or 2 lanes: the kernel with two-pass statistics (TWO_PASS_MAX_TPR).
@@ -244,7 +263,9 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       mapping,
       grid: [gridX, 1, 1],
       block: [blockThreads, 1, 1],
-      sharedBytes: mapping === "rows" ? 0 : reduceShared(blockThreads) + (mapping === "cluster" ? CLUSTER_SUM_BYTES : 0),
+      sharedBytes: mapping === "rows" ? 0
+        : staged ? stagedShared(blockThreads)
+        : reduceShared(blockThreads) + (mapping === "cluster" ? CLUSTER_SUM_BYTES : 0),
       cluster,
       tpr,
       nv,
@@ -292,7 +313,8 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   if (limits.ccMajor === 9 && chunks <= big * MAXV_BLOCK &&
     (p.kind === "rms" || p.rows >= LN_WIDE_MIN_ROWS_PER_SM * limits.multiprocessors)) {
     const t = clamp(roundWarp(Math.ceil(chunks / TARGET_NV)), warp, big);
-    return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX));
+    const staged = p.kind === "layer" && t > MAX_BLOCK_THREADS && stagesParams(tin, tw);
+    return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX), 1, staged);
   }
   // Very large rows: re-read from L2 by one block per SM (`wide`, maxThreads threads: 64 registers each,
   // so one block fills an SM): rows up to WIDE_MAX_ROW_BYTES that the big blocks above did not take (before

@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
-import { fwdFull, type LaunchPlan, type Mapping, planNorm, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
+import { fwdFull, type LaunchPlan, type Mapping, planNorm, stagedShared, stagesParams, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
 import { gpuTest, randoms, roundedTo } from "./helpers.ts";
@@ -33,7 +33,11 @@ for (const tin of ["f32", "f16", "bf16"] as DType[]) {
  * outlier: the first element of every even row set to this value (far from the rest of its row). scale: x = scale ·
  * (1 + v / 1000) for the random v in [-3, 3) (huge values with a spread f32 keeps).
  */
-interface Case { kind: Kind; rows: number; d: number; tin: DType; tout: DType; tw: DType; pad?: number; affine?: boolean; mean?: number; outlier?: number; scale?: number }
+interface Case {
+  kind: Kind; rows: number; d: number; tin: DType; tout: DType; tw: DType; pad?: number; affine?: boolean; mean?: number; outlier?: number; scale?: number;
+  /** With affine (the default): LayerNorm without its weight, or without its bias. */
+  noWeight?: boolean; noBias?: boolean;
+}
 
 /**
  * Runs one case (with stats, then without: the same y required); returns the worst error in units of the tolerance (≤ 1 passes). `kernels` gets the name of the
@@ -49,8 +53,8 @@ function runCase(dev: Device, c: Case, kernels?: Set<string>): number {
   if (c.outlier !== undefined) for (let r = 0; r < rows; r += 2) xs[r * d] = c.outlier;
   const xin = roundedTo(xs, tin); // what the device actually holds
   const affine = c.affine ?? true;
-  const wv = affine ? roundedTo(randoms(d, seed + 1, 0.5, 1.5), tw) : undefined;
-  const bv = affine && kind === "layer" ? roundedTo(randoms(d, seed + 2, -1, 1), tw) : undefined;
+  const wv = affine && !c.noWeight ? roundedTo(randoms(d, seed + 1, 0.5, 1.5), tw) : undefined;
+  const bv = affine && kind === "layer" && !c.noBias ? roundedTo(randoms(d, seed + 2, -1, 1), tw) : undefined;
   const xStride = d + (c.pad ?? 0);
   using x = dev.tensor(xs, [rows, d], { dtype: tin, rowStride: xStride });
   using w = wv ? dev.tensor(wv, [d], { dtype: tw }) : undefined;
@@ -298,6 +302,36 @@ gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (ev
     }
   }
   assert.deepEqual([...reached].sort(), allMappings(dev), "every mapping ran");
+});
+
+gpuTest("LayerNorm's 1024-thread-class blocks with weight/bias staged in shared memory (sm_90): whole and partial rows, weight or bias alone, neither", () => {
+  using dev = Device.open({ backend: "cuda" });
+  const sms = dev.info.multiprocessors;
+  const cc9 = dev.info.computeCapability[0] === 9;
+  let staged = 0;
+  // 32768 f32 / 65536 16-bit: 1024 threads x 8 chunks, every chunk valid; 20000 f32 / 40000 16-bit: 640 x 8 for 5000
+  // chunks, the last threads' eighth chunk past the row (the kernel's masks on its staged path).
+  const cases: [number, DType][] = [[32768, "f32"], [20000, "f32"], [65536, "bf16"], [40000, "f16"]];
+  for (const [d, tin] of cases) {
+    const rows = sms + 3;
+    for (const tout of [tin, "f32"] as DType[]) {
+      const p = planOf(dev, "layer", rows, d, tin, tout, tin);
+      if (cc9) {
+        assert.equal(p.mapping, "block", `${tin} D=${d}`);
+        assert.ok(p.block[0] > 512, `${tin} D=${d}: ${p.block[0]} threads`);
+        const wantShared = stagesParams(tin, tin) ? stagedShared(p.block[0]) : 2 * (p.block[0] / 32) * 4;
+        assert.equal(p.sharedBytes, wantShared, `${tin} D=${d}: the staging slots where stagesParams holds`);
+        if (p.sharedBytes === stagedShared(p.block[0])) staged++;
+      }
+      for (const [noWeight, noBias] of [[false, false], [true, false], [false, true]]) {
+        const kernels = new Set<string>();
+        runCase(dev, { kind: "layer", rows, d, tin, tout, tw: tin, noWeight, noBias }, kernels);
+        if (cc9) assert.deepEqual([...kernels], [`nk_ln_blockfull_${tin}_${tout}_${tin}`], "the vector-only block kernel");
+      }
+      runCase(dev, { kind: "layer", rows, d, tin, tout, tw: tin, affine: false });
+    }
+  }
+  if (cc9) assert.ok(staged >= 4, `the f32 cases ran staged (${staged})`);
 });
 
 gpuTest("in place (out: x) for every mapping", () => {

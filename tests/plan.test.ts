@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import {
   CLUSTER_SUM_BYTES, fwdFull,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
-  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, TILE_LOADS, TILE_MAX_D, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
+  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, STAGE_OFFSET_BYTES, STAGE_THREAD_BYTES, stagedShared, stagesParams, TILE_LOADS, TILE_MAX_D, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
@@ -151,6 +151,12 @@ test("invariants over every D from 1 to 262144 (sampled), every dtype, both devi
               const rowBytes = d * (dtype === "f32" ? 4 : 2);
               assert.ok(rowBytes > WIDE_MAX_ROW_BYTES || (kind === "layer" && rows < limits.multiprocessors), `cluster, not wide: ${where}`);
               assert.equal(p.sharedBytes, 2 * (b / 32) * 4 + CLUSTER_SUM_BYTES, `reductions, then the cluster exchange: ${where}`);
+            } else {
+              // LayerNorm's f32 blocks of more than 512 threads (f32 weights: the default here): the reductions' 256
+              // bytes, then 128 bytes of weight/bias slots per thread (stagedShared); every other block, the reductions.
+              const staged = kind === "layer" && dtype === "f32" && b > 512; // (16-bit x here: f32 weights, none)
+              assert.equal(p.sharedBytes, staged ? 256 + 128 * b : 2 * (b / 32) * 4, `shared memory: ${where}`);
+              assert.ok(p.sharedBytes <= 227 * 1024, `within an sm_90 block's opt-in: ${where}`);
             }
           } else {
             assert.equal(p.mapping, "wide");
@@ -180,6 +186,26 @@ test("L2 prefetch distance: 2 MiB of x ahead for rows and block on cc 9.x, none 
   assert.equal(plan(262144, "f32", 4096).prefetch, 0, "wide re-reads x from L2");
   assert.deepEqual([plan(32768, "f32", 4096).mapping, plan(32768, "f32", 4096).tpr, plan(32768, "f32", 4096).prefetch], ["block", 1024, 16]);
   assert.equal(plan(32768, "f32", 4096, H200, "rms").prefetch, 0, "RMSNorm's 1024-thread blocks: none (lost up to 8 points)");
+});
+
+test("LayerNorm's big blocks get the weight/bias staging slots where weights have x's dtype; RMSNorm and 512-thread blocks none", () => {
+  const ln = (d: number, tin: DType, tw: DType, rows = 4096, limits = H200, kind: "layer" | "rms" = "layer") =>
+    planOf(planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tin, paramDtype: tw }, limits));
+  assert.equal(STAGE_OFFSET_BYTES + STAGE_THREAD_BYTES * 1024, 131_328);
+  const big = ln(32768, "f32", "f32");
+  assert.deepEqual([big.mapping, big.block[0], big.sharedBytes, big.fullKernel], ["block", 1024, stagedShared(1024), "nk_ln_blockfull_f32_f32_f32"]);
+  assert.equal(ln(20000, "f32", "f32").sharedBytes, stagedShared(640), "640 threads x 8 chunks");
+  assert.equal(planOf(planNorm({ kind: "layer", rows: 4096, d: 32768, inputDtype: "f32", outputDtype: "bf16" }, H200)).sharedBytes, stagedShared(1024), "any output dtype");
+  assert.equal(ln(16384, "f32", "f32").sharedBytes, 2 * 16 * 4, "512-thread blocks: none");
+  assert.equal(ln(32768, "f32", "f32", 4096, H200, "rms").sharedBytes, 2 * 32 * 4, "RMSNorm: none (v42/v43 lost 1-5 points)");
+  for (const tin of ["bf16", "f16"] as DType[]) {
+    assert.equal(stagesParams(tin, tin), true);
+    assert.equal(ln(65536, tin, tin).sharedBytes, stagedShared(1024), `${tin} x and weights: staged`);
+    assert.equal(ln(40000, tin, tin).sharedBytes, stagedShared(640), `${tin} x and weights, 640 threads: staged`);
+    assert.equal(stagesParams(tin, "f32"), false);
+    assert.equal(ln(65536, tin, "f32").sharedBytes, 2 * 32 * 4, `${tin} x, f32 weights: none (no staged variant)`);
+  }
+  assert.equal(ln(32768, "f32", "f32", 64).mapping, "cluster", "fewer rows than SMs: the cluster, no slots");
   assert.equal(plan(4096, "bf16", 8).mapping, "latency");
   assert.equal(plan(4096, "bf16", 8).prefetch, 0, "latency: a few rows");
   assert.equal(prefetchRows("block", PREFETCH_MIN_ROW_BYTES - 2, 9), 0);
@@ -315,4 +341,14 @@ test("fwdFull: the kernels' nk_fwd_full (D a multiple of the chunk, 16-byte x/w/
   assert.equal(fwdFull(4096, "f32", "bf16", A, 4096, A + 8n, 4100, 0n, 0n), true, "16-bit y of f32 x: 8-byte chunks");
   assert.equal(fwdFull(4096, "f32", "bf16", A, 4096, A + 4n, 4096, 0n, 0n), false, "16-bit y of f32 x at 4 bytes");
   assert.equal(fwdFull(4096, "f32", "f16", A, 4096, A, 4098, 0n, 0n), false, "y stride of 4 bytes past 8");
+});
+
+test("the weight/bias staging slots mirror the kernels' (kernels/norm_fwd.cuh, NK_STAGE_*)", () => {
+  const src = readFileSync(new URL("../kernels/norm_fwd.cuh", import.meta.url), "utf8");
+  assert.equal(Number(src.match(/#define NK_STAGE_OFFSET_BYTES (\d+)/)?.[1]), STAGE_OFFSET_BYTES);
+  assert.equal(Number(src.match(/#define NK_STAGE_THREAD_BYTES (\d+)/)?.[1]), STAGE_THREAD_BYTES);
+  // The offset holds the block reduction's two buffers of one float per warp (at most 32 warps), 16-byte aligned.
+  assert.ok(STAGE_OFFSET_BYTES >= 2 * 32 * 4 && STAGE_OFFSET_BYTES % 16 === 0);
+  // The kernel stages iff the launch's dynamic shared memory holds offset + 128 bytes per thread.
+  assert.match(src, /nk_dynamic_smem_bytes\(\) >= NK_STAGE_OFFSET_BYTES \+ NK_STAGE_THREAD_BYTES \* nk_block_dim_x\(\)/);
 });

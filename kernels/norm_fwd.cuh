@@ -426,13 +426,11 @@ NK_INLINE void nk_stage_params(nk_v4* stage, const typename TW::S* w, const type
 #define NK_ONEPASS true
 #endif
 template <class TI, class TO, class TW, bool LN, int MAXV, bool FULL, class RED, int G = 1, bool EARLY = false,
-          bool ONEPASS = false, int NS = 0>
+          bool ONEPASS = false>
 NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const typename TW::S* w,
                              const typename TW::S* b, int d, int c_first, int c_step, int c_end,
-                             int nv, float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p,
-                             const nk_v4* stage = nullptr) {
+                             int nv, float fd, float eps, float k, RED& red, float* mean_p, float* rstd_p) {
   constexpr int VEC = 16 / TI::SIZE;
-  static_assert(NS == 0 || (FULL && G > 1 && !EARLY && NS <= MAXV), "staged weight/bias: FULL, grouped, not EARLY");
   const bool xvec = FULL || nk_aligned(xr, 16);
   // Valid elements of this thread's i-th chunk (recomputed where needed: cheaper than registers).
 #define NK_NVAL(i)                                                                  \
@@ -567,7 +565,6 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       }
     }
   } else {
-    if (NS > 0) nk_cp_async_wait_all();  // this thread's staged chunks (nk_stage_params) have landed
 #pragma unroll
     for (int g = 0; g < MAXV; g += G) {
       unsigned gw[G][WV], bw[G][WV];
@@ -575,20 +572,14 @@ NK_INLINE void nk_row_cached(const typename TI::S* xr, typename TO::S* yr, const
       for (int j = 0; j < G; ++j) {
         const long long off = (long long)(c_first + (g + j) * c_step) * VEC;
         const int nvalid = NK_NVAL(g + j);  // <= 0: nothing loaded
-        if (g + j >= NS) {  // (staged chunks: read below, where they are used)
-          if (w) nk_load_words<TW, VEC>(w + off, pvec, nvalid, gw[j]);
-          if (LN && b) nk_load_words<TW, VEC>(b + off, pvec, nvalid, bw[j]);
-        }
+        if (w) nk_load_words<TW, VEC>(w + off, pvec, nvalid, gw[j]);
+        if (LN && b) nk_load_words<TW, VEC>(b + off, pvec, nvalid, bw[j]);
       }
 #pragma unroll
       for (int j = 0; j < G; ++j) {
         const int nvalid = NK_NVAL(g + j);
         if (nvalid > 0) {
           const long long off = (long long)(c_first + (g + j) * c_step) * VEC;
-          if (g + j < NS) {  // from this thread's shared-memory slots (filled where the chunk is valid): no L2 trip
-            if (w) nk_staged_words<TI, TW>(stage, 2 * (g + j), c_step, c_first, gw[j]);
-            if (LN && b) nk_staged_words<TI, TW>(stage, 2 * (g + j) + 1, c_step, c_first, bw[j]);
-          }
           float f[VEC];
 #pragma unroll
           for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[g + j].w, e);
@@ -809,7 +800,7 @@ NK_INLINE void nk_fwd_rowstile_entry(NK_FWD_PARAMS) {
 // t+tpr, ... (nv <= NK_MAXV_BLOCK, nv*tpr*VEC >= d). Grid: any; rows grid-strided.
 // Dynamic smem: 2 * (blockDim.x/32) * 4 bytes.
 template <class TI, class TO, class TW, bool LN, bool FULL, int MAXV = NK_MAXV_BLOCK, bool EARLY = false,
-          bool ONEPASS = NK_ONEPASS, int NS = 0>
+          bool ONEPASS = NK_ONEPASS>
 NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   nk_check_wave();
@@ -820,20 +811,110 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   const int t = (int)nk_thread_x();
   const int nchunks = (d - 1) / VEC + 1;
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
-  nk_v4* const stage = (nk_v4*)((unsigned char*)nk_fwd_smem + NK_STAGE_OFFSET_BYTES);
-#if NK_HAS_CP_ASYNC
-  // Weight/bias do not depend on the row: staged once, for every row this block takes (each thread its own slots).
-  if (NS > 0) nk_stage_params<TI, TW, LN, NS>(stage, Wt, Bs, t, tpr, nchunks);
-#endif
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
     if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
     const float k = LN ? TI::to_f(X[row * x_stride]) : 0.0f;
-    nk_row_cached<TI, TO, TW, LN, MAXV, FULL, nk_red_block,
-                  (NS > 0 ? NK_STAGE_GROUP : EARLY ? 1 : nk_param_group<TI, TW, LN, FULL>::G), EARLY, ONEPASS, NS>(
+    nk_row_cached<TI, TO, TW, LN, MAXV, FULL, nk_red_block, EARLY ? 1 : nk_param_group<TI, TW, LN, FULL>::G, EARLY,
+                  ONEPASS>(
         X + row * x_stride, Y + row * y_stride, Wt, Bs, d, t, tpr, nchunks, nv, (float)d, eps, k, red,
-        (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr, stage);
+        (t == 0 && LN && mean) ? mean + row : nullptr, (t == 0 && rstd) ? rstd + row : nullptr);
   }
 }
+
+#if NK_HAS_CP_ASYNC
+// The staged `block` row loop (see nk_stage_params): LayerNorm with weight and bias, FULL, every thread holding
+// NK_MAXV_BLOCK whole chunks (nv * tpr * VEC == d). Written apart from nk_row_cached, with its FULL ONEPASS arithmetic in the
+// same order: in nk_row_cached's general form, with its masks and per-row pointers,
+// ptxas sm_90 spilled 24-28 bytes and the H200 ran LN f32 D=32768 at 86.7% of copy and LN 16-bit D=65536 at 80-81,
+// where this form (kexp v47) spills nothing.
+template <class TI, class TO, class TW>
+NK_INLINE void nk_fwd_block_staged(NK_FWD_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE, NR = NK_MAXV_BLOCK, NS = nk_stage<TI, TW>::NS, G = NK_STAGE_GROUP;
+  constexpr int WV = VEC * TW::SIZE / 4;
+  static_assert(NS > 0 && NS % G == 0 && (NR - NS) % G == 0, "staged chunks and groups must tile the row cache");
+  constexpr bool LN = true;  // (NK_FWD_TYPED_PTRS)
+  NK_FWD_TYPED_PTRS;
+  const int T = (int)nk_block_dim_x();
+  int t = (int)nk_thread_x();
+  const float fd = (float)d;
+  nk_red_block red{(unsigned)T / NK_WARP_SIZE, 0u};
+  nk_v4* const stage = (nk_v4*)((unsigned char*)nk_fwd_smem + NK_STAGE_OFFSET_BYTES);
+  // Weight/bias do not depend on the row: staged once, for every row this block takes (each thread its own slots).
+  nk_stage_params<TI, TW, true, NS>(stage, Wt, Bs, t, T, NR * T);
+  for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
+    const typename TI::S* xr = X + row * x_stride;
+    typename TO::S* yr = Y + row * y_stride;
+    if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
+    const float k = TI::to_f(xr[0]);
+    nk_v4 raw[NR];
+#pragma unroll
+    for (int i = 0; i < NR; ++i) nk_load_words<TI, VEC>(xr + (long long)(t + i * T) * VEC, true, VEC, raw[i].w);
+    // Statistics as nk_row_cached's FULL ONEPASS path (comments there).
+    float s = 0.0f, q1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      const float t0 = nk_get<TI>(raw[i].w, 0) - k;
+      float si = t0, qi = t0 * t0;
+#pragma unroll
+      for (int e = 1; e < VEC; ++e) {
+        const float te = nk_get<TI>(raw[i].w, e) - k;
+        si += te;
+        qi = nk_fma(te, te, qi);
+      }
+      s += si;
+      q1 += qi;
+    }
+    red.pair(s, q1);
+    const float dm = s / fd, v1 = q1 / fd - dm * dm;
+    const bool centred = nk_any(!(dm * dm <= 9.0f * v1 && q1 <= 3.4028235e38f));
+    float rs = nk_rsqrt(v1 + eps);
+    nk_row_opaque<NR>(raw);
+    if (centred) {
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NR; ++i) {
+        const float c0 = (nk_get<TI>(raw[i].w, 0) - k) - dm;
+        float qi = c0 * c0;
+#pragma unroll
+        for (int e = 1; e < VEC; ++e) {
+          const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+          qi += c * c;
+        }
+        q += qi;
+      }
+      rs = nk_rsqrt(red(q) / fd + eps);
+    }
+    if (t == 0 && mean) mean[row] = k + dm;
+    if (t == 0 && rstd) rstd[row] = rs;
+    nk_row_opaque<NR>(raw);
+    nk_opaque(t);  // the weight/bias addresses below: not hoisted above the statistics
+    nk_cp_async_wait_all();  // this thread's staged chunks have landed (a no-op after the first row)
+#pragma unroll
+    for (int g = 0; g < NR; g += G) {
+      unsigned gw[G][WV], bw[G][WV];
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        if (g + j < NS) {
+          nk_staged_words<TI, TW>(stage, 2 * (g + j), T, t, gw[j]);
+          nk_staged_words<TI, TW>(stage, 2 * (g + j) + 1, T, t, bw[j]);
+        } else {
+          const long long off = (long long)(t + (g + j) * T) * VEC;
+          nk_load_words<TW, VEC>(Wt + off, true, VEC, gw[j]);
+          nk_load_words<TW, VEC>(Bs + off, true, VEC, bw[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        float f[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) f[e] = nk_get<TI>(raw[g + j].w, e);
+        nk_apply_words<TW, true, VEC>(f, true, gw[j], true, bw[j], k, dm, rs);
+        nk_store_f<TO, VEC>(yr + (long long)(t + (g + j) * T) * VEC, true, VEC, f);
+      }
+    }
+  }
+}
+#endif
 
 // LayerNorm's `block` kernel for FULL calls (nk_ln_blockfull_*). On sm_90, where the launch's dynamic shared memory
 // holds the slots (NK_STAGE_OFFSET_BYTES + NK_STAGE_THREAD_BYTES per thread: the plan gives them to blocks of more
@@ -841,9 +922,11 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
 template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_block_full(NK_FWD_PARAMS) {
 #if NK_HAS_CP_ASYNC
-  if constexpr (nk_stage<TI, TW>::NS > 0) {
-    if (nk_dynamic_smem_bytes() >= NK_STAGE_OFFSET_BYTES + NK_STAGE_THREAD_BYTES * nk_block_dim_x()) {
-      nk_fwd_block<TI, TO, TW, LN, FULL, NK_MAXV_BLOCK, false, NK_ONEPASS, nk_stage<TI, TW>::NS>(NK_FWD_ARGS);
+  if constexpr (LN && FULL && NK_ONEPASS && nk_stage<TI, TW>::NS > 0) {
+    if (nk_dynamic_smem_bytes() >= NK_STAGE_OFFSET_BYTES + NK_STAGE_THREAD_BYTES * nk_block_dim_x() &&
+        weight != nullptr && bias != nullptr && nv == NK_MAXV_BLOCK && (long long)nv * tpr * (16 / TI::SIZE) == d &&
+        (unsigned)tpr == nk_block_dim_x()) {
+      nk_fwd_block_staged<TI, TO, TW>(NK_FWD_ARGS);
       return;
     }
   }

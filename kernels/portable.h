@@ -239,9 +239,7 @@ NK_INLINE void nk_pdl_enter() {
 #endif
 
 #ifndef NK_HAS_CP_ASYNC
-#define NK_HAS_CP_ASYNC 0
-// sm_80 SASS, compute_80 PTX, HIP: nothing is staged (nk_fwd_block_full), so there is nothing to wait for.
-NK_INLINE void nk_cp_async_wait_all() {}
+#define NK_HAS_CP_ASYNC 0  // sm_80 SASS, compute_80 PTX, HIP: nothing is staged (nk_fwd_block_full)
 #endif
 #ifndef NK_HAS_CLUSTER
 #define NK_HAS_CLUSTER 0

@@ -100,12 +100,14 @@ export const MAX_BLOCK_THREADS = 512;
 export const BIG_BLOCK_THREADS = 1024;
 /**
  * LayerNorm's `block` kernel for FULL calls (nk_ln_blockfull_*, sm_90) copies each thread's weight/bias for its first
- * chunks into shared memory with cp.async while the row's x loads are in flight, where the launch gives it the slots:
+ * 4 chunks into shared memory with cp.async while the row's x loads are in flight, where the launch gives it the slots:
  * STAGE_OFFSET_BYTES + STAGE_THREAD_BYTES per thread (kernels/norm_fwd.cuh, NK_STAGE_*; 128 KB at 1024 threads, under
- * the 227 KB an sm_90 block may opt in to). The plan gives them to its blocks of more than MAX_BLOCK_THREADS, for the
- * dtypes it is compiled for (stagesParams). H200, % of copy (bench/kexp.cu v47, its experiment): LN f32 D=32768
- * (1024 × 8 chunks) 88.8 → 96.1–96.2, LN bf16 D=65536 84.7–84.9 → 95.6–95.8. A launch without them (the masked
- * kernel, or less shared memory) runs unstaged.
+ * the 227 KB an sm_90 block may opt in to), and the call has weight and bias and 8 whole chunks per thread (else it runs
+ * its plain loop). The plan gives the slots to its blocks of more than MAX_BLOCK_THREADS, for the dtypes it is compiled
+ * for (stagesParams); they cost those blocks nothing (one block per SM already: 64 registers × ≥ 544 threads).
+ * H200, % of copy (Deno, 2026-12-03, bench/RESULTS.md): in the same processes the plain loop 89.4–90.1 and 84.9–85.5,
+ * the staged one 94.5–94.9 and 92.1–92.4 (LN f32 D=32768 / LN bf16 D=65536, bench/kexp.cu v16 / v50); the grid 87.4 →
+ * 94.2, 83.0 → 92.1, LN f16 D=65536 86.9 → 90.4.
  */
 export const STAGE_OFFSET_BYTES = 256;
 export const STAGE_THREAD_BYTES = 128;

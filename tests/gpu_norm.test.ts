@@ -305,12 +305,16 @@ gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (ev
 });
 
 gpuTest("LayerNorm's 1024-thread-class blocks with weight/bias staged in shared memory (sm_90): whole and partial rows, weight or bias alone, neither", () => {
+  // The plan gives these launches the staging slots (stagedShared). The kernel (nk_fwd_block_full) stages where the
+  // launch also has weight and bias and every thread holds 8 whole chunks (D = 32768 f32, 65536 16-bit: the staged loop,
+  // nk_fwd_block_staged); the other cases here (partial rows, weight or bias alone, neither) take its plain loop with
+  // the slots given: both sides of that dispatch, against float64.
   using dev = Device.open({ backend: "cuda" });
   const sms = dev.info.multiprocessors;
   const cc9 = dev.info.computeCapability[0] === 9;
   let staged = 0;
   // 32768 f32 / 65536 16-bit: 1024 threads x 8 chunks, every chunk valid; 20000 f32 / 40000 16-bit: 640 x 8 for 5000
-  // chunks, the last threads' eighth chunk past the row (the kernel's masks on its staged path).
+  // chunks, the last threads' eighth chunk past the row.
   const cases: [number, DType][] = [[32768, "f32"], [20000, "f32"], [65536, "bf16"], [40000, "f16"]];
   for (const [d, tin] of cases) {
     const rows = sms + 3;

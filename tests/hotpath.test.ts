@@ -14,7 +14,7 @@ import { planLimits, replaceNormModule } from "../ops/kernels.ts";
 import type { Module } from "../runtime/module.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { fakeCudaDevice, type FakeLaunch } from "../bench/hotpath_cpu.ts";
-import { type PlanInput, type PlanLimits, planNorm } from "../ops/plan.ts";
+import { type PlanInput, type PlanLimits, planNorm, stagedShared } from "../ops/plan.ts";
 import type { Driver } from "../runtime/driver.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -188,6 +188,33 @@ test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), 
     const args = f.launches.map((l) => l.args as (bigint | number)[]);
     assert.equal(args.length, 3);
     for (const a of args) assert.deepEqual(a.slice(11), [p.plan.tpr, p.plan.nv, 256], "tpr, nv, prefetch");
+  } finally {
+    f.dev.close();
+  }
+});
+
+test("fake CUDA: LayerNorm's 128 KB rows launch blockfull with the weight/bias staging slots, opted in once; RMSNorm's without", () => {
+  // 140 rows (past one per SM on the fake H200) of 32768 f32: one 1024-thread block per row (ops/plan.ts).
+  const f = fakeCudaDevice((d) => ({
+    s: d.createStream(),
+    x: d.empty([140, 32768]),
+    y: d.empty([140, 32768]),
+    w: d.empty([32768]),
+    b: d.empty([32768]),
+  }), { record: true });
+  const optIns: number[] = [];
+  f.driver.setKernelMaxDynamicShared = (_fn, bytes) => void optIns.push(bytes);
+  try {
+    const m = f.made;
+    for (let i = 0; i < 3; i++) layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s });
+    for (const l of f.launches) {
+      assert.deepEqual([l.kernel, l.block[0], l.shared], ["nk_ln_blockfull_f32_f32_f32", 1024, stagedShared(1024)]);
+    }
+    assert.equal(f.launches.length, 3);
+    // Above the kernel's 48 KiB default the Kernel opts in before its first launch, and only then.
+    assert.deepEqual(optIns, [stagedShared(1024)]);
+    rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
+    assert.deepEqual([f.launches[3].kernel, f.launches[3].shared], ["nk_rms_block_f32_f32_f32", 2 * 32 * 4]);
   } finally {
     f.dev.close();
   }

@@ -375,43 +375,36 @@ struct nk_param_group {
 // chunks at a time. H200, % of copy (bench/kexp.cu v43/v47, bench/RESULTS.md): LN f32 D=32768 (1024 x 8 chunks)
 // 88.8 -> 96.1-96.5, LN bf16 D=65536 84.7-84.9 -> 95.6-95.8 (v47: with nk_row_opaque, as here; without it bf16 spilled
 // and ran at 67). The other chunks one at a time (G = 1): 92.1-92.8 and 89.9-90.2; 6 chunks staged: 94.6 (f32).
-// Slots after the block reduction's buffers (<= 2 x 32 floats): nk_v4 planes, plane ((2 * i + wb) * P + p) holding
-// 16 bytes of chunk i's weight (wb 0) or bias (wb 1) for every thread (P = 16-byte pieces per chunk): a thread reads
-// and writes only its own 16 bytes of each plane (no bank conflicts, no barrier).
+// Slots after the block reduction's buffers (<= 2 x 32 floats): nk_v4 planes, plane 2 * i + wb holding the 16 bytes
+// of chunk i's weight (wb 0) or bias (wb 1) for every thread: a thread reads and writes only its own 16 bytes of each
+// plane (no bank conflicts, no barrier).
 #define NK_STAGE_OFFSET_BYTES 256
 #define NK_STAGE_THREAD_BYTES 128
 #define NK_STAGE_GROUP 2
 template <class TI, class TW>
 struct nk_stage {
-  // 16-bit x with f32 weights (P = 2): none (with 2 chunks staged ptxas sm_90 spilled 24 bytes there, and it is
-  // not measured).
-  enum { P = (16 / TI::SIZE) * TW::SIZE / 16, NS = P == 1 ? NK_STAGE_THREAD_BYTES / (2 * 16 * P) : 0 };
+  // Weights as wide as x (a chunk's weight is 16 bytes). 16-bit x with f32 weights (32 bytes): none (with 2 chunks
+  // staged ptxas sm_90 spilled 24 bytes there, and it is not measured).
+  enum { NS = TW::SIZE == TI::SIZE ? NK_STAGE_THREAD_BYTES / (2 * 16) : 0 };
 };
-template <class TI, class TW>
 NK_INLINE void nk_staged_words(const nk_v4* stage, int plane, int nthreads, int t, unsigned* words) {
-  constexpr int P = nk_stage<TI, TW>::P;
+  const nk_v4 v = stage[plane * nthreads + t];
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    const nk_v4 v = stage[(plane * P + p) * nthreads + t];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) words[4 * p + j] = v.w[j];
-  }
+  for (int j = 0; j < 4; ++j) words[j] = v.w[j];
 }
 #if NK_HAS_CP_ASYNC
 // Issues the copies of thread t's first NS chunks (t + i * nthreads < nchunks) of weight and bias (each when given).
 template <class TI, class TW, bool LN, int NS>
 NK_INLINE void nk_stage_params(nk_v4* stage, const typename TW::S* w, const typename TW::S* b, int t, int nthreads,
                                int nchunks) {
-  constexpr int VEC = 16 / TI::SIZE, P = nk_stage<TI, TW>::P, PE = 16 / TW::SIZE;  // PE: elements per piece
+  constexpr int VEC = 16 / TI::SIZE;
+  static_assert(VEC * TW::SIZE == 16, "a chunk's weight is one 16-byte piece");
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const int c = t + i * nthreads;
     if (c < nchunks) {
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        if (w) nk_cp_async16(&stage[((2 * i) * P + p) * nthreads + t], w + (long long)c * VEC + p * PE);
-        if (LN && b) nk_cp_async16(&stage[((2 * i + 1) * P + p) * nthreads + t], b + (long long)c * VEC + p * PE);
-      }
+      if (w) nk_cp_async16(&stage[(2 * i) * nthreads + t], w + (long long)c * VEC);
+      if (LN && b) nk_cp_async16(&stage[(2 * i + 1) * nthreads + t], b + (long long)c * VEC);
     }
   }
   nk_cp_async_commit();
@@ -895,8 +888,8 @@ NK_INLINE void nk_fwd_block_staged(NK_FWD_PARAMS) {
 #pragma unroll
       for (int j = 0; j < G; ++j) {
         if (g + j < NS) {
-          nk_staged_words<TI, TW>(stage, 2 * (g + j), T, t, gw[j]);
-          nk_staged_words<TI, TW>(stage, 2 * (g + j) + 1, T, t, bw[j]);
+          nk_staged_words(stage, 2 * (g + j), T, t, gw[j]);
+          nk_staged_words(stage, 2 * (g + j) + 1, T, t, bw[j]);
         } else {
           const long long off = (long long)(t + (g + j) * T) * VEC;
           nk_load_words<TW, VEC>(Wt + off, true, VEC, gw[j]);
@@ -918,7 +911,7 @@ NK_INLINE void nk_fwd_block_staged(NK_FWD_PARAMS) {
 
 // LayerNorm's `block` kernel for FULL calls (nk_ln_blockfull_*). On sm_90, where the launch's dynamic shared memory
 // holds the slots (NK_STAGE_OFFSET_BYTES + NK_STAGE_THREAD_BYTES per thread: the plan gives them to blocks of more
-// than 512 threads, ops/plan.ts STAGED_MIN_THREADS), the staged variant (nk_stage_params); else the plain one.
+// than 512 threads, ops/plan.ts stagesParams) and the call fits nk_fwd_block_staged, that loop; else the plain one.
 template <class TI, class TO, class TW, bool LN, bool FULL>
 NK_INLINE void nk_fwd_block_full(NK_FWD_PARAMS) {
 #if NK_HAS_CP_ASYNC

@@ -1196,9 +1196,9 @@ KX_BLOCK_G(bf16, 39, 8)
 NK_INLINE void kx_cp_async16(void* smem, const void* g) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(nk_smem_addr(smem)), "l"(g) : "memory");
 }
-template <class TI, bool LN, int G>
+template <class TI, bool LN, int G, int NR = 8, int NS = 8>
 NK_INLINE void kx_fwd_block_smem(NK_FWD_PARAMS) {
-  constexpr int VEC = 16 / TI::SIZE, NR = 8, NS = 8, WV = VEC * TI::SIZE / 4;
+  constexpr int VEC = 16 / TI::SIZE, WV = VEC * TI::SIZE / 4;
   typedef TI TO;
   typedef TI TW;
   const int T = (int)nk_block_dim_x();
@@ -1319,6 +1319,50 @@ KX_BLOCK_SMEM(rms, false, f32, 40, 1)
 KX_BLOCK_SMEM(rms, false, f32, 41, 2)
 KX_BLOCK_SMEM(rms, false, bf16, 40, 1)
 KX_BLOCK_SMEM(rms, false, bf16, 41, 2)
+
+// v51 / v52: v40 / v41 at 1024 threads, one block per SM, for the rows of 256 KB (f32 D = 65536, 16-bit D = 131072)
+// that the plan sends to a cluster of 8 CTAs (66-81% of copy): 8 chunks per thread in registers, up to 8 in its own
+// shared-memory slots (128 KB), no cluster exchange. RMSNorm in this split at 128 KB rows ran within 1 point of the
+// register-only block (v41 94.6 against 95.4). Launch: block 1024, tpr 1024, nv = D / VEC / 1024, grid = rows or a
+// persistent grid, dynamic shared memory 256 + 1024 * (nv - 8) * 16 bytes.
+// v53 / v54: G = 2 with fewer chunks in registers (6 / 4) and the rest (10 / 12: 160 / 192 KB) in shared memory, so that
+// LayerNorm's 16-bit row (v51/v52 spill 144-204 bytes) has registers to spare. Shared memory 256 + 1024 * (nv - NR) * 16.
+#define KX_BLOCK_SMEM1024(kind, isln, ti, v, g, nr)                                                   \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_cluster_##ti##_v##v(NK_FWD_PARAMS) {   \
+    nk_pdl_enter();                                                                                    \
+    kx_fwd_block_smem<nk_##ti, isln, g, nr, 16 - nr>(NK_FWD_ARGS);                                    \
+  }
+KX_BLOCK_SMEM1024(ln, true, f32, 51, 1, 8)
+KX_BLOCK_SMEM1024(ln, true, f32, 52, 2, 8)
+KX_BLOCK_SMEM1024(ln, true, f32, 53, 2, 6)
+KX_BLOCK_SMEM1024(ln, true, f32, 54, 2, 4)
+KX_BLOCK_SMEM1024(ln, true, bf16, 51, 1, 8)
+KX_BLOCK_SMEM1024(ln, true, bf16, 52, 2, 8)
+KX_BLOCK_SMEM1024(ln, true, bf16, 53, 2, 6)
+KX_BLOCK_SMEM1024(ln, true, bf16, 54, 2, 4)
+KX_BLOCK_SMEM1024(rms, false, f32, 51, 1, 8)
+KX_BLOCK_SMEM1024(rms, false, f32, 52, 2, 8)
+KX_BLOCK_SMEM1024(rms, false, f32, 53, 2, 6)
+KX_BLOCK_SMEM1024(rms, false, f32, 54, 2, 4)
+KX_BLOCK_SMEM1024(rms, false, bf16, 51, 1, 8)
+KX_BLOCK_SMEM1024(rms, false, bf16, 52, 2, 8)
+KX_BLOCK_SMEM1024(rms, false, bf16, 53, 2, 6)
+KX_BLOCK_SMEM1024(rms, false, bf16, 54, 2, 4)
+// v55: the production candidate, kernels/norm_fwd.cuh nk_fwd_split (v52's split with the staged chunks in rolled loops,
+// the statistics as nk_fwd_block_staged), same launch as v51.
+// v56: v55 without nk_row_opaque before the centred pass and nk_opaque(t) before the output (ptxas: LayerNorm's spills
+// 16 -> 4 bytes).
+#define KX_SPLIT(kind, isln, ti, v, opq)                                                              \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_cluster_##ti##_v##v(NK_FWD_PARAMS) {  \
+    nk_pdl_enter();                                                                                   \
+    nk_fwd_stash<nk_##ti, nk_##ti, nk_##ti, isln, opq>(NK_FWD_ARGS);                                  \
+  }
+KX_SPLIT(ln, true, f32, 55, 3)
+KX_SPLIT(ln, true, bf16, 55, 3)
+KX_SPLIT(rms, false, f32, 55, 3)
+KX_SPLIT(rms, false, bf16, 55, 3)
+KX_SPLIT(ln, true, f32, 56, 0)
+KX_SPLIT(ln, true, bf16, 56, 0)
 
 // v42 / v43 (block, 1024 threads, rows of 128 KB): the production geometry, with the weight/bias chunks of a thread's
 // first NW chunks copied into its own shared-memory slots by cp.async at the start of each row (before the x loads: no

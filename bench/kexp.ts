@@ -28,7 +28,7 @@ const cubinPath = args[0];
 const dsArg = args.includes("--ds") ? args[args.indexOf("--ds") + 1] : undefined;
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
 const DS = dsArg ? dsArg.split(",").map(Number) : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
-const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50];
+const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56];
 
 using dev = Device.open({ backend: "cuda" });
 using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
@@ -349,9 +349,13 @@ for (const d of DS) {
         const WSMEM_NW: Record<number, number> = { 42: 6, 43: 4, 44: 4, 45: 7, 46: 6, 47: 4, 48: 4, 49: 7, 50: 4 };
         const split = v === 40 || v === 41, wsmem = v in WSMEM_NW;
         if ((split || wsmem) && !(p.mapping === "block" && p.block[0] === 1024)) continue;
+        // v51/v52: the split at 1024 threads, one block per SM, for cluster rows of 1024 x 9..16 chunks.
+        const HYBRID_NR: Record<number, number> = { 51: 8, 52: 8, 53: 6, 54: 4, 55: 8, 56: 8 };
+        const hnv = d / (16 / b) / 1024, hybrid = v in HYBRID_NR;
+        if (hybrid && !(p.mapping === "cluster" && Number.isInteger(hnv) && hnv > 8 && hnv <= 16)) continue;
         // v6 stages weight/bias in shared memory once per CTA: its own shared size, and a persistent grid too.
-        const smem = split ? 256 + 512 * 8 * 16 : wsmem ? 256 + 1024 * WSMEM_NW[v] * 32 : v === 6 ? v6Shared(p.sharedBytes, kind, d, b) : p.sharedBytes;
-        const grids = p.mapping === "cluster"
+        const smem = hybrid ? 256 + 1024 * (hnv - HYBRID_NR[v]) * 16 : split ? 256 + 512 * 8 * 16 : wsmem ? 256 + 1024 * WSMEM_NW[v] * 32 : v === 6 ? v6Shared(p.sharedBytes, kind, d, b) : p.sharedBytes;
+        const grids = hybrid ? [rows, dev.info.multiprocessors] : p.mapping === "cluster"
           ? [p.grid[0], ...[1, 2].map((m) => m * residency(name, p.block[0], p.sharedBytes, p.cluster).clusters * p.cluster)]
           : v === 6
           ? [...new Set([p.grid[0], Math.min(p.grid[0], k.occupancy(p.block[0], smem) * dev.info.multiprocessors)])]
@@ -360,15 +364,18 @@ for (const d of DS) {
           : [p.grid[0]];
         for (const g of grids) {
           y.buffer.fill(0xff);
-          const c = new LaunchConfig({ grid: [g], block: split ? [512, 1, 1] : p.block, sharedBytes: smem, cluster: p.cluster });
+          const c = hybrid
+            ? new LaunchConfig({ grid: [g], block: [1024, 1, 1], sharedBytes: smem })
+            : new LaunchConfig({ grid: [g], block: split ? [512, 1, 1] : p.block, sharedBytes: smem, cluster: p.cluster });
           const args = argsFor(y);
           if (split) args[11] = 512, args[12] = (p.nv * p.block[0]) / 512;
+          if (hybrid) args[11] = 1024, args[12] = hnv, args[13] = 0;
           const ms = timeIt(() => k.launch(dev.stream, c, args));
           const head = new Uint8Array(2 ** 24), tail = new Uint8Array(2 ** 24);
           y.buffer.read(head);
           y.buffer.read(tail, { offset: y.buffer.byteLength - 2 ** 24 });
           const same = Buffer.compare(head, refHead) === 0 && Buffer.compare(tail, refTail) === 0;
-          const tag = `v${v}${g === p.grid[0] && grids.indexOf(g) === 0 ? "" : "@" + g / p.cluster}`;
+          const tag = hybrid ? `v${v}@${g}` : `v${v}${g === p.grid[0] && grids.indexOf(g) === 0 ? "" : "@" + g / p.cluster}`;
           // Where the bits differ: the largest |y - prod| / (1 + |prod|) over the first and last 16 MiB.
           const err = same ? 0 : maxRelDiff(y, ref, dtype);
           line.push(`${tag} ${(100 * gbs(ms) / copyGBs).toFixed(1)}${same ? "" : `(DIFF ${err.toExponential(1)})`}`);

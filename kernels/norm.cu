@@ -6,7 +6,7 @@
 // Build: scripts/build-kernels.sh (writes precompiled/; never edit those files by hand).
 //
 // The fast forward kernels (templates in norm_fwd.cuh, contracts in kernels/README.md) are
-// instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw},
+// instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide|latency|stash}_{tin}_{tout}_{tw},
 // nk_ln_{block|cluster}full_* (LayerNorm's FULL path alone), nk_ln_rowstwopass_* (short rows, two passes) and
 // nk_{ln|rms}_rowstile_* (short rows, FULL path alone, a transposed warp tile).
 #include "portable.h"
@@ -101,12 +101,20 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
     nk_pdl_enter();                                                                                              \
     nk_fwd_rowstile_entry<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                         \
   }
+// The `stash` kernels (nk_{ln|rms}_stash_*, nk_fwd_stash_entry): rows of up to 1024 x 16 chunks in one 1024-thread block,
+// half of each row in shared memory (sm_90; ops/plan.ts stashGeometry).
+#define NK_FWD_STASH_KERNEL(kind, isln, ti, to, tw)                                                       \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(1024) nk_##kind##_stash_##ti##_##to##_##tw(NK_FWD_PARAMS) {  \
+    nk_pdl_enter();                                                                                       \
+    nk_fwd_stash_entry<nk_##ti, nk_##to, nk_##tw, isln>(NK_FWD_ARGS);                                     \
+  }
 #define NK_FWD_KIND(kind, isln, ti, to, tw)                                              \
   NK_FWD_KERNEL(kind, isln, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw)              \
   NK_FWD_KERNEL(kind, isln, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)                   \
   NK_FWD_KERNEL(kind, isln, cluster, NK_LAUNCH_BOUNDS_MIN(512, 2), ti, to, tw)           \
   NK_FWD_KERNEL(kind, isln, wide, NK_LAUNCH_BOUNDS(1024), ti, to, tw)                    \
-  NK_FWD_KERNEL(kind, isln, latency, NK_LAUNCH_BOUNDS(512), ti, to, tw)
+  NK_FWD_KERNEL(kind, isln, latency, NK_LAUNCH_BOUNDS(512), ti, to, tw)                 \
+  NK_FWD_STASH_KERNEL(kind, isln, ti, to, tw)
 #define NK_FWD_TRIPLE(ti, to, tw)                                                   \
   NK_FWD_KIND(ln, true, ti, to, tw)                                                 \
   NK_FWD_FULL_KERNEL(ln, true, block, NK_LAUNCH_BOUNDS(1024), ti, to, tw)           \

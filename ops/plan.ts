@@ -17,7 +17,7 @@
 import { type DType, dtypeBytes } from "../runtime/dtype.ts";
 
 export type NormKind = "layer" | "rms";
-export type Mapping = "rows" | "block" | "cluster" | "wide" | "latency";
+export type Mapping = "rows" | "block" | "cluster" | "wide" | "latency" | "stash";
 
 export interface PlanInput {
   kind: NormKind;
@@ -118,6 +118,40 @@ export const stagedShared = (threads: number): number => STAGE_OFFSET_BYTES + ST
  */
 export function stagesParams(inputDtype: DType, paramDtype: DType): boolean {
   return paramDtype === inputDtype;
+}
+/**
+ * Rows of more than 1024 × 8 and up to 1024 × 16 whole chunks (f32 D ≤ 65536, 16-bit D ≤ 131072: 256 KB) on compute
+ * capability 9.x, from a row per SM on: one block of up to 1024 threads per row (`stash`, nk_fwd_stash in
+ * kernels/norm_fwd.cuh), each thread holding STASH_REG_CHUNKS chunks in registers and the rest (nv − 8, an even count)
+ * in its own shared-memory slots, filled by cp.async: read from HBM once, no cluster exchange. Built for the triples of
+ * stashBuilt: the others keep the cluster. H200 (bench/kexp.cu v55):
+ * see bench/RESULTS.md.
+ */
+export const STASH_REG_CHUNKS = 8;
+export const STASH_MAX_CHUNKS = 16;
+/** Dynamic shared memory of a `stash` launch: the block reduction's buffers, then (nv − 8) × threads 16-byte slots. */
+export const stashShared = (threads: number, nv: number): number => STAGE_OFFSET_BYTES + (nv - STASH_REG_CHUNKS) * threads * 16;
+/**
+ * The dtype triples whose `stash` kernel holds the loop (nk_stash_built in kernels/norm_fwd.cuh; the others trap):
+ * weights of x's dtype, y in x's dtype or f32. precompiled/ has no room for all 15 (tests/precompiled.test.ts).
+ */
+export function stashBuilt(inputDtype: DType, outputDtype: DType, paramDtype: DType): boolean {
+  return paramDtype === inputDtype && (outputDtype === inputDtype || outputDtype === "f32");
+}
+/**
+ * The `stash` geometry for a row of d elements, or null where it does not apply: whole chunks, weights of x's dtype,
+ * and nv chunks per thread (8 < nv ≤ 16, nv − 8 even) times a whole number of warps, at most maxThreads, equal to the
+ * row's chunks. The smallest such nv: the most threads, the least shared memory.
+ */
+export function stashGeometry(d: number, inputDtype: DType, outputDtype: DType, paramDtype: DType, maxThreads: number, warp: number): { threads: number; nv: number } | null {
+  const vec = 16 / dtypeBytes(inputDtype);
+  if (!stashBuilt(inputDtype, outputDtype, paramDtype) || d % vec !== 0) return null;
+  const chunks = d / vec;
+  for (let nv = STASH_REG_CHUNKS + 2; nv <= STASH_MAX_CHUNKS; nv += 2) {
+    const threads = chunks / nv;
+    if (Number.isInteger(threads) && threads % warp === 0 && threads <= maxThreads) return { threads, nv };
+  }
+  return null;
 }
 /** Threads per block of the rows mapping, and at most threads per row there. */
 export const ROWS_BLOCK = 256;
@@ -266,6 +300,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
       grid: [gridX, 1, 1],
       block: [blockThreads, 1, 1],
       sharedBytes: mapping === "rows" ? 0
+        : mapping === "stash" ? stashShared(blockThreads, nv)
         : staged ? stagedShared(blockThreads)
         : reduceShared(blockThreads) + (mapping === "cluster" ? CLUSTER_SUM_BYTES : 0),
       cluster,
@@ -317,6 +352,12 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     const t = clamp(roundWarp(Math.ceil(chunks / TARGET_NV)), warp, big);
     const staged = p.kind === "layer" && t > MAX_BLOCK_THREADS && stagesParams(tin, tw);
     return make("block", t, Math.ceil(chunks / t), t, Math.min(p.rows, limits.maxGridX), 1, staged);
+  }
+  // Rows of up to 1024 × 16 chunks on Hopper, from a row per SM: one block per row, part of it in shared memory
+  // (fewer rows keep the cluster, which spreads a row over several SMs).
+  const stash = limits.ccMajor === 9 && p.rows >= limits.multiprocessors ? stashGeometry(p.d, tin, tout, tw, big, warp) : null;
+  if (stash && chunks > big * MAXV_BLOCK) {
+    return make("stash", stash.threads, stash.nv, stash.threads, Math.min(p.rows, limits.maxGridX));
   }
   // Very large rows: re-read from L2 by one block per SM (`wide`, maxThreads threads: 64 registers each,
   // so one block fills an SM): rows up to WIDE_MAX_ROW_BYTES that the big blocks above did not take (before

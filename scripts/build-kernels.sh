@@ -12,7 +12,7 @@
 #   precompiled/norm_cuda.ts the fatbin as a base64 string, the source hash, the kernel names
 #
 # Kernel names: the extern "C" NK_GLOBAL kernels written out in kernels/norm.cu, then the generated
-# fast forward kernels nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw} and nk_ln_{blockfull|clusterfull|rowstwopass}_*, nk_{ln|rms}_rowstile_*, one set per X(tin, tout, tw)
+# fast forward kernels nk_{ln|rms}_{rows|block|cluster|wide|latency|stash}_{tin}_{tout}_{tw} and nk_ln_{blockfull|clusterfull|rowstwopass}_*, nk_{ln|rms}_rowstile_*, one set per X(tin, tout, tw)
 # line of NK_FWD_DTYPES in kernels/norm.cu; the list must equal the PTX's .entry set exactly.
 # The PTX and fatbin compiles run concurrently (about 8 minutes on 2 cores for the 368 kernels; twice, with the
 # reproducibility check below).
@@ -123,7 +123,7 @@ build() {
     done
   }
   # LayerNorm alone has the vector-only blockfull/clusterfull kernels and rowstwopass; both have rowstile (NK_FWD_TRIPLE in norm.cu).
-  generated X "" "rows block cluster wide latency blockfull clusterfull rowstwopass rowstile" "rows block cluster wide latency rowstile"
+  generated X "" "rows block cluster wide latency stash blockfull clusterfull rowstwopass rowstile" "rows block cluster wide latency stash rowstile"
   generated B bwd_ "cached wide rowsum tile cluster" "cached wide rowsum tile cluster"
   local entries
   entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/norm.ptx")"

@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
-import { fwdFull, type LaunchPlan, type Mapping, planNorm, stagedShared, stagesParams, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
+import { fwdFull, type LaunchPlan, type Mapping, planNorm, stagedShared, stagesParams, stashBuilt, stashShared, WIDE_MAX_ROW_BYTES } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
 import { roundTo, ulpOf } from "../runtime/dtype.ts";
 import { gpuTest, randoms, roundedTo } from "./helpers.ts";
@@ -150,9 +150,9 @@ function planOf(dev: Device, kind: Kind, rows: number, d: number, tin: DType, to
   if (!("plan" in r)) throw new Error(r.unsupported);
   return r.plan;
 }
-/** Every forward mapping this device has: `cluster` needs sm_90. */
+/** Every forward mapping this device has: `cluster` and `stash` need sm_90 (`stash`: compute capability 9 only). */
 const allMappings = (dev: Device): Mapping[] =>
-  dev.info.computeCapability[0] >= 9 ? ["block", "cluster", "latency", "rows", "wide"] : ["block", "latency", "rows", "wide"];
+  dev.info.computeCapability[0] === 9 ? ["block", "cluster", "latency", "rows", "stash", "wide"] : ["block", "latency", "rows", "wide"];
 
 gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance of float64", () => {
   using dev = Device.open({ backend: "cuda" });
@@ -169,7 +169,8 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
         const mapping = mappingOf(dev, kind, rows, d, tin, tout, tw);
         if (kind === "layer" && tin === "f32" && lnWide.includes(size)) {
           const cc9 = dev.info.computeCapability[0] === 9;
-          assert.equal(mapping, !cc9 ? "wide" : d * 4 <= WIDE_MAX_ROW_BYTES ? "block" : "cluster", `LayerNorm ${rows} x ${d}`);
+          const stash = d % 4 === 0 && stashBuilt(tin, tout, tw);
+          assert.equal(mapping, !cc9 ? "wide" : d * 4 <= WIDE_MAX_ROW_BYTES ? "block" : stash ? "stash" : "cluster", `LayerNorm ${rows} x ${d}`);
         }
         reached.add(mapping);
         const e = runCase(dev, { kind, rows, d, tin, tout, tw }, kernels);
@@ -180,12 +181,12 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   }
   for (const [k, v] of Object.entries(worst)) console.log(`# worst error ${k}: ${v.toFixed(3)} × tolerance`);
   assert.deepEqual([...reached].sort(), allMappings(dev), "the sizes reach every mapping");
-  const cc9 = dev.info.computeCapability[0] >= 9;
+  const cc9 = dev.info.computeCapability[0] === 9;
   const lnKernels = new Set([...kernels].filter((k) => k.startsWith("nk_ln_")).map((k) => k.split("_")[2]));
-  const lnWant = ["block", "blockfull", ...(cc9 ? ["cluster", "clusterfull"] : []), "latency", "rows", "rowstile", "rowstwopass", "wide"];
+  const lnWant = ["block", "blockfull", ...(cc9 ? ["cluster", "clusterfull"] : []), "latency", "rows", "rowstile", "rowstwopass", ...(cc9 ? ["stash"] : []), "wide"];
   assert.deepEqual([...lnKernels].sort(), lnWant, "LayerNorm's kernels: with and without the masked path, two-pass rows, the tile");
   const rmsKernels = new Set([...kernels].filter((k) => k.startsWith("nk_rms_")).map((k) => k.split("_")[2]));
-  const rmsWant = ["block", ...(cc9 ? ["cluster"] : []), "latency", "rows", "rowstile", "wide"];
+  const rmsWant = ["block", ...(cc9 ? ["cluster"] : []), "latency", "rows", "rowstile", ...(cc9 ? ["stash"] : []), "wide"];
   assert.deepEqual([...rmsKernels].sort(), rmsWant, "RMSNorm's kernels, the tile among them");
 });
 
@@ -253,7 +254,7 @@ gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, 
       for (const outlier of [300, 5.02, 6.06]) runCase(dev, { kind: "layer", rows, d, tin, tout, tw: "f32", outlier });
     }
   }
-  assert.deepEqual([...reached].sort(), cc9 ? ["block", "cluster", "latency", "rows"] : ["block", "latency", "rows", "wide"]);
+  assert.deepEqual([...reached].sort(), cc9 ? ["block", "cluster", "latency", "rows", "stash"] : ["block", "latency", "rows", "wide"]);
 });
 
 gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass sum of squares overflows, the centred one does not", () => {
@@ -277,7 +278,7 @@ gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (ev
   // tile, whose warps hold 32 / n rows (n = 2, 16 chunks per row), where a row's NaN must not reach its neighbours.
   const cases: [number, number, DType][] = [
     [64, 100, "bf16"], [300, 100, "bf16"], [1100, 16, "bf16"], [300, 128, "bf16"], [64, 1024, "bf16"], [300, 1024, "bf16"], [64, 12288, "bf16"], [300, 12288, "bf16"],
-    [20, 50000, "bf16"], [4, 262144, "bf16"], [2, 262144, "f32"],
+    [20, 50000, "bf16"], [4, 262144, "bf16"], [2, 262144, "f32"], [dev.info.multiprocessors + 1, 65536, "f32"],
   ];
   for (const [rows, d, dtype] of cases) {
     reached.add(mappingOf(dev, "layer", rows, d, dtype, dtype, "f32"));
@@ -338,6 +339,45 @@ gpuTest("LayerNorm's 1024-thread-class blocks with weight/bias staged in shared 
   if (cc9) assert.ok(staged >= 4, `the f32 cases ran staged (${staged})`);
 });
 
+gpuTest("rows of 1024 × 9–16 chunks in one block, part in shared memory (`stash`, sm_90): geometries, dtypes, weight/bias or none, unaligned rows", () => {
+  // nk_fwd_stash (kernels/norm_fwd.cuh): 8 chunks per thread in registers, the rest (2, 4 or 8 here) in shared memory.
+  // Unaligned rows (pad 1 f32 / 3 16-bit elements) are not FULL: the same kernel runs `wide`'s masked loop. Every case
+  // against float64 (runCase: y, mean, rstd; with and without stats), with more rows than SMs (a block per row).
+  using dev = Device.open({ backend: "cuda" });
+  const sms = dev.info.multiprocessors;
+  const cc9 = dev.info.computeCapability[0] === 9;
+  let ran = 0;
+  // [D, x dtype, y dtype, threads, nv]: 1024 × 16 (f32 65536, bf16 131072), 1024 × 10, 1024 × 12, 768 × 12.
+  const cases: [number, DType, DType, number, number][] = [
+    [65536, "f32", "f32", 1024, 16], [131072, "bf16", "bf16", 1024, 16], [131072, "f16", "f32", 1024, 16],
+    [40960, "f32", "f32", 1024, 10], [98304, "bf16", "f32", 1024, 12], [36864, "f32", "f32", 768, 12],
+  ];
+  for (const [d, tin, tout, threads, nv] of cases) {
+    const rows = sms + 5;
+    for (const kind of ["layer", "rms"] as Kind[]) {
+      const p = planOf(dev, kind, rows, d, tin, tout, tin);
+      if (cc9) {
+        assert.deepEqual([p.mapping, p.block[0], p.nv, p.sharedBytes], ["stash", threads, nv, stashShared(threads, nv)], `${kind} ${tin} D=${d}`);
+        ran++;
+      }
+      const kernels = new Set<string>();
+      runCase(dev, { kind, rows, d, tin, tout, tw: tin }, kernels);
+      if (cc9) assert.deepEqual([...kernels], [`nk_${kind === "layer" ? "ln" : "rms"}_stash_${tin}_${tout}_${tin}`]);
+      runCase(dev, { kind, rows, d, tin, tout, tw: tin, pad: tin === "f32" ? 1 : 3 }); // not FULL: wide's loop
+      if (kind === "layer") {
+        runCase(dev, { kind, rows, d, tin, tout, tw: tin, noWeight: true });
+        runCase(dev, { kind, rows, d, tin, tout, tw: tin, noBias: true });
+        runCase(dev, { kind, rows, d, tin, tout, tw: tin, outlier: 300 }); // the centred pass over registers and slots
+      } else {
+        runCase(dev, { kind, rows, d, tin, tout, tw: tin, affine: false });
+      }
+    }
+  }
+  // f32 rows with no weight or bias (the op's default weight dtype is f32): the stash too.
+  runCase(dev, { kind: "layer", rows: sms + 1, d: 65536, tin: "f32", tout: "f32", tw: "f32", affine: false });
+  if (cc9) assert.equal(ran, 2 * cases.length);
+});
+
 gpuTest("in place (out: x) for every mapping", () => {
   using dev = Device.open({ backend: "cuda" });
   const reached = new Set<Mapping>();
@@ -353,7 +393,7 @@ gpuTest("in place (out: x) for every mapping", () => {
     ["layer", 3000, 128, "rows"], // the tile (nk_ln_rowstile_f32_f32_f32, asserted below): aligned rows of 32 chunks
     ["layer", sms, 32768, cc9 ? "block" : "wide"],
     ["layer", sms, 20001, cc9 ? "block" : "wide"],
-    ["layer", 2 * sms + 5, 49152, cc9 ? "cluster" : "wide"],
+    ["layer", 2 * sms + 5, 49152, cc9 ? "stash" : "wide"],
     ["layer", sms, 70001, cc9 ? "cluster" : "wide"],
     ["layer", sms, 140000, "wide"],
   ];

@@ -14,7 +14,7 @@ import { planLimits, replaceNormModule } from "../ops/kernels.ts";
 import type { Module } from "../runtime/module.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { fakeCudaDevice, type FakeLaunch } from "../bench/hotpath_cpu.ts";
-import { type PlanInput, type PlanLimits, planNorm, stagedShared } from "../ops/plan.ts";
+import { type PlanInput, type PlanLimits, planNorm, stagedShared, stashShared } from "../ops/plan.ts";
 import type { Driver } from "../runtime/driver.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -215,6 +215,44 @@ test("fake CUDA: LayerNorm's 128 KB rows launch blockfull with the weight/bias s
     assert.deepEqual(optIns, [stagedShared(1024)]);
     rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
     assert.deepEqual([f.launches[3].kernel, f.launches[3].shared], ["nk_rms_block_f32_f32_f32", 2 * 32 * 4]);
+  } finally {
+    f.dev.close();
+  }
+});
+
+test("fake CUDA: 256 KB rows launch the stash kernel (one 1024-thread block per row, 8 chunks' slots per thread), opted in once", () => {
+  // 140 rows (past one per SM on the fake H200) of 65536 f32 (16 chunks per thread at 1024 threads; ops/plan.ts), and of
+  // 131072 bf16 with bf16 weights; bf16 with f32 weights keeps the cluster (no stash kernel built for it).
+  const f = fakeCudaDevice((d) => ({
+    s: d.createStream(),
+    x: d.empty([140, 65536]),
+    y: d.empty([140, 65536]),
+    w: d.empty([65536]),
+    b: d.empty([65536]),
+    xh: d.empty([140, 131072], { dtype: "bf16" }),
+    yh: d.empty([140, 131072], { dtype: "bf16" }),
+    wh: d.empty([131072], { dtype: "bf16" }),
+    wf: d.empty([131072]),
+  }), { record: true });
+  const optIns: number[] = [];
+  f.driver.setKernelMaxDynamicShared = (_fn, bytes) => void optIns.push(bytes);
+  try {
+    const m = f.made;
+    const slots = stashShared(1024, 16);
+    assert.equal(slots, 256 + 8 * 1024 * 16);
+    for (let i = 0; i < 2; i++) layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s });
+    rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
+    rmsNorm(m.xh, { weight: m.wh, out: m.yh, stream: m.s });
+    const got = f.launches.map((l) => [l.kernel, l.grid[0], l.block[0], l.shared, l.cluster]);
+    assert.deepEqual(got, [
+      ["nk_ln_stash_f32_f32_f32", 140, 1024, slots, 1],
+      ["nk_ln_stash_f32_f32_f32", 140, 1024, slots, 1],
+      ["nk_rms_stash_f32_f32_f32", 140, 1024, slots, 1],
+      ["nk_rms_stash_bf16_bf16_bf16", 140, 1024, slots, 1],
+    ]);
+    assert.deepEqual(optIns, [slots, slots, slots], "each kernel opts in before its first launch, and only then");
+    rmsNorm(m.xh, { weight: m.wf, out: m.yh, stream: m.s });
+    assert.deepEqual([f.launches[4].kernel, f.launches[4].cluster], ["nk_rms_cluster_bf16_bf16_f32", 8]);
   } finally {
     f.dev.close();
   }

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import {
   CLUSTER_SUM_BYTES, fwdFull,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
-  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, STAGE_OFFSET_BYTES, STAGE_THREAD_BYTES, stagedShared, stagesParams, TILE_LOADS, TILE_MAX_D, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
+  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, STAGE_OFFSET_BYTES, STASH_REG_CHUNKS, stashShared, STAGE_THREAD_BYTES, stagedShared, stagesParams, TILE_LOADS, TILE_MAX_D, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
@@ -55,7 +55,29 @@ test("the mapping follows D: rows for small, block for mid, cluster for huge (Ho
   assert.deepEqual([plan(65536, "bf16", 132).mapping, plan(65536, "f16", 132).mapping], ["block", "block"], "from a row per SM");
   assert.deepEqual([plan(32768, "f32", 1000, A100).mapping, plan(32768, "f32", 1000, A100).grid[0]], ["wide", 108]);
   assert.deepEqual([plan(32769).mapping, plan(65537, "bf16").mapping, plan(131072).mapping], ["cluster", "cluster", "cluster"], "past 128 KB: a cluster");
-  assert.deepEqual([plan(65536).cluster, plan(65536).tpr, plan(131072).cluster, plan(131072).tpr], [8, 256, 8, 512]);
+  assert.deepEqual([plan(131072).cluster, plan(131072).tpr], [8, 512]);
+  // Rows of 1024 × 9–16 whole chunks with weights of x's dtype, from a row per SM: one block, part of the row in shared
+  // memory (`stash`); f32 weights on 16-bit x, and rows that are not whole chunks or not whole warps, keep the cluster.
+  const stash = (d: number, dtype: DType, rows = 1000, kind: "layer" | "rms" = "layer", limits = H200) =>
+    planOf(planNorm({ kind, rows, d, inputDtype: dtype, outputDtype: dtype, paramDtype: dtype }, limits));
+  for (const [d, dtype, threads, nv] of [[65536, "f32", 1024, 16], [131072, "bf16", 1024, 16], [40960, "f32", 1024, 10], [98304, "f16", 1024, 12], [36864, "f32", 768, 12]] as const) {
+    for (const kind of ["layer", "rms"] as const) {
+      const p = stash(d, dtype, 1000, kind);
+      assert.deepEqual([p.mapping, p.kernel, p.block[0], p.tpr, p.nv, p.grid[0], p.cluster, p.prefetch, p.fullKernel], ["stash", `nk_${kind === "layer" ? "ln" : "rms"}_stash_${dtype}_${dtype}_${dtype}`, threads, threads, nv, 1000, 1, 0, null], `${kind} ${dtype} D=${d}`);
+      assert.equal(p.sharedBytes, stashShared(threads, nv));
+      assert.equal(p.sharedBytes, STAGE_OFFSET_BYTES + (nv - STASH_REG_CHUNKS) * threads * 16);
+      assert.ok(p.sharedBytes <= 227 * 1024, "within what an sm_90 block may opt in to");
+      assert.equal(p.nv * p.tpr * (16 / (dtype === "f32" ? 4 : 2)), d, "whole chunks, every thread full");
+    }
+  }
+  assert.deepEqual([plan(65536).mapping, plan(65536).cluster, plan(65536).tpr], ["stash", 1, 1024], "f32 x, f32 weights (the default)");
+  assert.deepEqual([plan(131072, "bf16").mapping, plan(131072, "bf16").cluster], ["cluster", 8], "16-bit x with f32 weights: no stash");
+  assert.equal(stash(65536, "f32", 131).mapping, "cluster", "fewer rows than SMs: the cluster spreads a row over SMs");
+  assert.equal(stash(65536, "f32", 1000, "layer", A100).mapping, "wide", "compute capability 9 only");
+  assert.equal(stash(65540, "f32").mapping, "cluster", "16385 chunks: no whole-warp geometry");
+  assert.equal(stash(65537, "bf16").mapping, "cluster", "not whole chunks");
+  assert.equal(stash(32768, "f32").mapping, "block", "1024 × 8 chunks fit a block's registers");
+  assert.equal(stash(131072, "f32").mapping, "cluster", "1024 × 32 chunks: past the stash");
   assert.deepEqual([plan(262144, "bf16", 132).mapping, plan(262144, "bf16", 132).cluster], ["cluster", 8]);
   assert.deepEqual([plan(262144, "f32", 132).mapping, plan(262144, "f32", 132).grid[0]], ["wide", 132], "no cluster of 8 holds it");
   const few = (d: number, dtype: DType = "f32") => plan(d, dtype, 131);
@@ -180,8 +202,10 @@ test("L2 prefetch distance: 2 MiB of x ahead for rows and block on cc 9.x, none 
   assert.equal(plan(4096, "bf16", 65_536).prefetch, 256);
   assert.equal(plan(16384, "f32", 8192).prefetch, 32);
   assert.equal(plan(4096, "bf16", 65_536, A100).prefetch, 0, "no bulk prefetch before sm_90");
-  assert.equal(plan(65536, "f32", 2048, H200, "rms").mapping, "cluster");
-  assert.equal(plan(65536, "f32", 2048, H200, "rms").prefetch, 0, "clusters: no gain measured");
+  assert.equal(plan(131072, "bf16", 2048, H200, "rms").mapping, "cluster");
+  assert.equal(plan(131072, "bf16", 2048, H200, "rms").prefetch, 0, "clusters: no gain measured");
+  assert.equal(plan(65536, "f32", 2048, H200, "rms").mapping, "stash");
+  assert.equal(plan(65536, "f32", 2048, H200, "rms").prefetch, 0, "stash: none measured");
   assert.equal(plan(262144, "f32", 4096).mapping, "wide");
   assert.equal(plan(262144, "f32", 4096).prefetch, 0, "wide re-reads x from L2");
   assert.deepEqual([plan(32768, "f32", 4096).mapping, plan(32768, "f32", 4096).tpr, plan(32768, "f32", 4096).prefetch], ["block", 1024, 16]);

@@ -352,7 +352,7 @@ for (const d of DS) {
         // v51/v52: the split at 1024 threads, one block per SM, for cluster rows of 1024 x 9..16 chunks.
         const HYBRID_NR: Record<number, number> = { 51: 8, 52: 8, 53: 6, 54: 4, 55: 8, 56: 8 };
         const hnv = d / (16 / b) / 1024, hybrid = v in HYBRID_NR;
-        if (hybrid && !(p.mapping === "cluster" && Number.isInteger(hnv) && hnv > 8 && hnv <= 16)) continue;
+        if (hybrid && !((p.mapping === "cluster" || p.mapping === "stash") && Number.isInteger(hnv) && hnv > 8 && hnv <= 16)) continue;
         // v6 stages weight/bias in shared memory once per CTA: its own shared size, and a persistent grid too.
         const smem = hybrid ? 256 + 1024 * (hnv - HYBRID_NR[v]) * 16 : split ? 256 + 512 * 8 * 16 : wsmem ? 256 + 1024 * WSMEM_NW[v] * 32 : v === 6 ? v6Shared(p.sharedBytes, kind, d, b) : p.sharedBytes;
         const grids = hybrid ? [rows, dev.info.multiprocessors] : p.mapping === "cluster"

@@ -234,7 +234,8 @@ gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 rela
 });
 
 /** Rows × D that take `rows` (300 × 128, 768), `block` (270 × 4096) and, on sm_90, `cluster` (the rest; `wide` elsewhere). */
-const shiftShapes = (sms: number): [number, number][] => [[300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152]];
+// f32 49152 from a row per SM: `stash`; on fewer rows than SMs: the cluster (16-bit 49152: a 768-thread block).
+const shiftShapes = (sms: number): [number, number][] => [[300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152], [sms - 1, 49152]];
 
 gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, beside ordinary rows: within tolerance", () => {
   // The one-pass statistics (ONEPASS, kernels/norm_fwd.cuh) hold only while the shift k = x[0] is near the mean;

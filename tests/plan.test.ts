@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import {
   CLUSTER_SUM_BYTES, fwdFull,
   LATENCY_ROWS_PER_SM, type LaunchPlan, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, type PlanInput, type PlanLimits, planNorm, type PlanResult,
-  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, STAGE_OFFSET_BYTES, STASH_REG_CHUNKS, stashShared, STAGE_THREAD_BYTES, stagedShared, stagesParams, TILE_LOADS, TILE_MAX_D, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
+  PREFETCH_AHEAD_BYTES, PREFETCH_MIN_ROW_BYTES, prefetchRows, STAGE_OFFSET_BYTES, STASH_MAX_CHUNKS, STASH_REG_CHUNKS, stashBuilt, stashGeometry, stashShared, STAGE_THREAD_BYTES, stagedShared, stagesParams, TILE_LOADS, TILE_MAX_D, tileGrid, tileRows, TWO_PASS_MAX_TPR, WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
 import type { DType } from "../runtime/dtype.ts";
 
@@ -375,4 +375,29 @@ test("the weight/bias staging slots mirror the kernels' (kernels/norm_fwd.cuh, N
   assert.ok(STAGE_OFFSET_BYTES >= 2 * 32 * 4 && STAGE_OFFSET_BYTES % 16 === 0);
   // The kernel stages iff the launch's dynamic shared memory holds offset + 128 bytes per thread.
   assert.match(src, /nk_dynamic_smem_bytes\(\) >= NK_STAGE_OFFSET_BYTES \+ NK_STAGE_THREAD_BYTES \* nk_block_dim_x\(\)/);
+});
+
+test("the stash geometry mirrors the kernel's (kernels/norm_fwd.cuh, NK_STASH_*, nk_stash_built)", () => {
+  const src = readFileSync(new URL("../kernels/norm_fwd.cuh", import.meta.url), "utf8");
+  const nr = Number(src.match(/#define NK_STASH_NR (\d+)/)?.[1]), maxs = Number(src.match(/#define NK_STASH_MAXS (\d+)/)?.[1]);
+  assert.deepEqual([nr, nr + maxs], [STASH_REG_CHUNKS, STASH_MAX_CHUNKS]);
+  // Slots after the block reduction's buffers, 16 bytes per stashed chunk per thread; the stashed chunks go out in pairs.
+  assert.match(src, /nk_dynamic_smem_bytes\(\) < NK_STAGE_OFFSET_BYTES \+ \(unsigned\)\(nv - NK_STASH_NR\) \* T \* 16u/);
+  assert.match(src, /\(nv - NK_STASH_NR\) % NK_STAGE_GROUP/);
+  // Built for weights of x's dtype with y in x's dtype or f32: the same rule as stashBuilt.
+  assert.match(src, /YES = nk_same<TW, TI>::YES && \(nk_same<TO, TI>::YES \|\| nk_same<TO, nk_f32>::YES\)/);
+  const built = (["f32", "f16", "bf16"] as DType[]).flatMap((tin) =>
+    (["f32", "f16", "bf16"] as DType[]).flatMap((tout) => (["f32", tin] as DType[]).filter((tw, i, a) => a.indexOf(tw) === i && stashBuilt(tin, tout, tw)).map((tw) => `${tin}_${tout}_${tw}`))
+  );
+  assert.deepEqual(built, ["f32_f32_f32", "f16_f32_f16", "f16_f16_f16", "bf16_f32_bf16", "bf16_bf16_bf16"]);
+  // Every geometry the plan makes fits an sm_90 block's opt-in shared memory and the kernel's contract.
+  for (let nv = STASH_REG_CHUNKS + 2; nv <= STASH_MAX_CHUNKS; nv += 2) {
+    for (const threads of [32, 512, 768, 1024]) {
+      const g = stashGeometry(threads * nv * 4, "f32", "f32", "f32", 1024, 32);
+      assert.ok(g !== null && g.nv <= nv && g.nv * g.threads === threads * nv && (g.nv - STASH_REG_CHUNKS) % 2 === 0);
+      assert.ok(stashShared(g.threads, g.nv) <= 227 * 1024);
+    }
+  }
+  assert.equal(stashGeometry(65536, "bf16", "bf16", "f32", 1024, 32), null, "16-bit x with f32 weights");
+  assert.equal(stashGeometry(65536, "bf16", "f16", "bf16", 1024, 32), null, "bf16 to f16: not built");
 });

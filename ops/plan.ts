@@ -124,9 +124,10 @@ export function stagesParams(inputDtype: DType, paramDtype: DType): boolean {
  * capability 9.x, from a row per SM on: one block of up to 1024 threads per row (`stash`, nk_fwd_stash in
  * kernels/norm_fwd.cuh), each thread holding STASH_REG_CHUNKS chunks in registers and the rest (nv − 8, an even count)
  * in its own shared-memory slots, filled by cp.async: read from HBM once, no cluster exchange. Built for the triples of
- * stashBuilt: the others keep the cluster. H200, % of copy (Deno grid, 2026-12-03, bench/RESULTS.md), against the cluster
- * of 8 CTAs it replaces (76.9 / 79.7 / 75.1 / 80.1 / 76.5 / 80.3 on 2026-12-02): LN / RMS f32 D=65536 81.5 / 86.8, LN / RMS
- * bf16 D=131072 81.8 / 89.9, f16 83.3 / 89.7. Fewer rows than SMs keep the cluster, which spreads a row over SMs.
+ * stashBuilt: the others keep the cluster. H200, % of copy, against the cluster of 8 CTAs it replaces in the same process
+ * (bench/stash_ab.ts, 2026-12-03, bench/RESULTS.md): LN / RMS f32 D=65536 82.0–82.4 / 87.0–87.9 (cluster 76.7–77.8 /
+ * 80.3–80.9), LN / RMS bf16 D=131072 82.4–82.8 / 90.3–91.0 (74.9–75.2 / 79.5–80.4), f16 82.8–83.2 / 89.7–90.2 (76.2–76.4 /
+ * 79.5–80.6). Fewer rows than SMs keep the cluster, which spreads a row over SMs.
  */
 export const STASH_REG_CHUNKS = 8;
 export const STASH_MAX_CHUNKS = 16;

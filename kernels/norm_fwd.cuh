@@ -1131,13 +1131,14 @@ NK_NOINLINE void nk_fwd_wide(NK_FWD_PARAMS) {
 }
 
 // ---------------------------------------------------------------- mapping `stash` (sm_90)
-// Rows of 1024 x 9..16 whole chunks (f32 D <= 65536, 16-bit D <= 131072: up to 256 KB), which no block holds in
-// registers, in one block of up to 1024 threads, one row per SM, without a cluster: thread t owns chunks t + i * T,
-// the first NK_STASH_NR (i < 8) in registers, the others (nv - 8 <= 8) in its own shared-memory slots, copied there
-// by cp.async (no registers; a thread reads back only what it copied itself, so no barrier). Launch: grid <= rows,
-// block T = tpr <= 1024 (whole warps), nv * T * VEC == d with nv - 8 even (the stashed chunks go out in pairs), FULL, dynamic shared memory NK_STAGE_OFFSET_BYTES + (nv - 8) * T * 16
-// (the block reduction's buffers first, as in nk_fwd_block_staged). The cluster of 8 CTAs it replaces waits on the
-// other CTAs' partial sums twice per row. H200, % of copy (bench/kexp.cu v51-v54, bench/RESULTS.md): see ops/plan.ts.
+// Rows of more than 1024 x 8 and up to 1024 x 16 whole chunks (f32 D <= 65536, 16-bit D <= 131072: up to 256 KB), which
+// no block holds in registers, in one block per row, one row per SM, without a cluster: thread t of T owns chunks
+// t + i * T, the first NK_STASH_NR (i < 8) in registers, the others (nv - 8 <= 8) in its own shared-memory slots, copied
+// there by cp.async (no registers; a thread reads back only what it copied itself, so no barrier).
+// Launch: grid <= rows; block T = tpr <= 1024, whole warps; nv * T * VEC == d with nv - 8 even (the stashed chunks go
+// out in pairs); FULL; dynamic shared memory NK_STAGE_OFFSET_BYTES + (nv - 8) * T * 16 (the block reduction's buffers
+// first, as in nk_fwd_block_staged). The cluster of 8 CTAs it replaces waits on the other CTAs' partial sums once per
+// row or more. H200 figures: ops/plan.ts (stashGeometry) and bench/RESULTS.md.
 // Statistics as nk_fwd_block_staged (nk_row_cached's FULL ONEPASS arithmetic); weight/bias loaded two chunks at a time.
 #define NK_STASH_NR 8
 #define NK_STASH_MAXS 8
@@ -1264,9 +1265,9 @@ struct nk_same<A, A> {
   enum { YES = 1 };
 };
 // Which dtype triples have the stash loop (ops/plan.ts stashBuilt): weights of x's dtype, y in x's dtype or f32. Their
-// sm_90 SASS is 12-41 KB per kernel; all 30 took 266 KB more of norm_cuda.ts, past precompiled/'s budget
-// (tests/precompiled.test.ts), and 16-bit x with f32 weights spilled 156-224 bytes. The others trap (the plan sends
-// those rows to a cluster).
+// sm_90 SASS is 12-41 KB per kernel; built for the 18 kernels with weights of x's dtype it took 266 KB more of
+// norm_cuda.ts, past precompiled/'s budget (tests/precompiled.test.ts), and 16-bit x with f32 weights spilled 156-224
+// bytes. The others trap (the plan sends those rows to a cluster).
 template <class TI, class TO, class TW>
 struct nk_stash_built {
   enum { YES = nk_same<TW, TI>::YES && (nk_same<TO, TI>::YES || nk_same<TO, nk_f32>::YES) };

@@ -357,8 +357,10 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   }
   // Rows of up to 1024 × 16 chunks on Hopper, from a row per SM: one block per row, part of it in shared memory
   // (fewer rows keep the cluster, which spreads a row over several SMs).
-  const stash = limits.ccMajor === 9 && p.rows >= limits.multiprocessors ? stashGeometry(p.d, tin, tout, tw, big, warp) : null;
-  if (stash && chunks > big * MAXV_BLOCK) {
+  const stash = limits.ccMajor === 9 && chunks > big * MAXV_BLOCK && p.rows >= limits.multiprocessors
+    ? stashGeometry(p.d, tin, tout, tw, big, warp)
+    : null;
+  if (stash) {
     return make("stash", stash.threads, stash.nv, stash.threads, Math.min(p.rows, limits.maxGridX));
   }
   // Very large rows: re-read from L2 by one block per SM (`wide`, maxThreads threads: 64 registers each,

@@ -1348,21 +1348,18 @@ KX_BLOCK_SMEM1024(rms, false, bf16, 51, 1, 8)
 KX_BLOCK_SMEM1024(rms, false, bf16, 52, 2, 8)
 KX_BLOCK_SMEM1024(rms, false, bf16, 53, 2, 6)
 KX_BLOCK_SMEM1024(rms, false, bf16, 54, 2, 4)
-// v55: the production candidate, kernels/norm_fwd.cuh nk_fwd_split (v52's split with the staged chunks in rolled loops,
-// the statistics as nk_fwd_block_staged), same launch as v51.
-// v56: v55 without nk_row_opaque before the centred pass and nk_opaque(t) before the output (ptxas: LayerNorm's spills
-// 16 -> 4 bytes).
-#define KX_SPLIT(kind, isln, ti, v, opq)                                                              \
-  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_cluster_##ti##_v##v(NK_FWD_PARAMS) {  \
+// v55: the production code, kernels/norm_fwd.cuh nk_fwd_stash (v52's split with the stashed chunks in rolled loops, the
+// statistics as nk_fwd_block_staged), the same launch as v51. (A v56 without two of its nk_opaque calls spilled less,
+// 4 against 16 bytes, and never ran: the parameter was dropped from the product.)
+#define KX_SPLIT(kind, isln, ti)                                                                      \
+  extern "C" __global__ void NK_LAUNCH_BOUNDS(1024) kx_##kind##_cluster_##ti##_v55(NK_FWD_PARAMS) {  \
     nk_pdl_enter();                                                                                   \
-    nk_fwd_stash<nk_##ti, nk_##ti, nk_##ti, isln, opq>(NK_FWD_ARGS);                                  \
+    nk_fwd_stash<nk_##ti, nk_##ti, nk_##ti, isln>(NK_FWD_ARGS);                                       \
   }
-KX_SPLIT(ln, true, f32, 55, 3)
-KX_SPLIT(ln, true, bf16, 55, 3)
-KX_SPLIT(rms, false, f32, 55, 3)
-KX_SPLIT(rms, false, bf16, 55, 3)
-KX_SPLIT(ln, true, f32, 56, 0)
-KX_SPLIT(ln, true, bf16, 56, 0)
+KX_SPLIT(ln, true, f32)
+KX_SPLIT(ln, true, bf16)
+KX_SPLIT(rms, false, f32)
+KX_SPLIT(rms, false, bf16)
 
 // v42 / v43 (block, 1024 threads, rows of 128 KB): the production geometry, with the weight/bias chunks of a thread's
 // first NW chunks copied into its own shared-memory slots by cp.async at the start of each row (before the x loads: no

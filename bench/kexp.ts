@@ -28,7 +28,7 @@ const cubinPath = args[0];
 const dsArg = args.includes("--ds") ? args[args.indexOf("--ds") + 1] : undefined;
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
 const DS = dsArg ? dsArg.split(",").map(Number) : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
-const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56];
+const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55];
 
 using dev = Device.open({ backend: "cuda" });
 using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
@@ -350,7 +350,7 @@ for (const d of DS) {
         const split = v === 40 || v === 41, wsmem = v in WSMEM_NW;
         if ((split || wsmem) && !(p.mapping === "block" && p.block[0] === 1024)) continue;
         // v51/v52: the split at 1024 threads, one block per SM, for cluster rows of 1024 x 9..16 chunks.
-        const HYBRID_NR: Record<number, number> = { 51: 8, 52: 8, 53: 6, 54: 4, 55: 8, 56: 8 };
+        const HYBRID_NR: Record<number, number> = { 51: 8, 52: 8, 53: 6, 54: 4, 55: 8 };
         const hnv = d / (16 / b) / 1024, hybrid = v in HYBRID_NR;
         if (hybrid && !((p.mapping === "cluster" || p.mapping === "stash") && Number.isInteger(hnv) && hnv > 8 && hnv <= 16)) continue;
         // v6 stages weight/bias in shared memory once per CTA: its own shared size, and a persistent grid too.

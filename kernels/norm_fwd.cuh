@@ -814,6 +814,34 @@ NK_INLINE void nk_fwd_block(NK_FWD_PARAMS) {
   }
 }
 
+// One chunk's sums of x - k and (x - k)^2, in nk_row_cached's FULL ONEPASS order.
+template <class TI>
+NK_INLINE void nk_chunk_sums(const nk_v4& v, float k, float& s, float& q) {
+  constexpr int VEC = 16 / TI::SIZE;
+  const float t0 = nk_get<TI>(v.w, 0) - k;
+  float si = t0, qi = t0 * t0;
+#pragma unroll
+  for (int e = 1; e < VEC; ++e) {
+    const float te = nk_get<TI>(v.w, e) - k;
+    si += te;
+    qi = nk_fma(te, te, qi);
+  }
+  s += si;
+  q += qi;
+}
+// One chunk's centred sum of squares, in nk_row_cached's order.
+template <class TI>
+NK_INLINE float nk_chunk_centred(const nk_v4& v, float k, float dm) {
+  constexpr int VEC = 16 / TI::SIZE;
+  const float c0 = (nk_get<TI>(v.w, 0) - k) - dm;
+  float qi = c0 * c0;
+#pragma unroll
+  for (int e = 1; e < VEC; ++e) {
+    const float c = (nk_get<TI>(v.w, e) - k) - dm;
+    qi += c * c;
+  }
+  return qi;
+}
 #if NK_HAS_CP_ASYNC
 // The staged `block` row loop (see nk_stage_params): LayerNorm with weight and bias, FULL, every thread holding
 // NK_MAXV_BLOCK whole chunks (nv * tpr * VEC == d). Written apart from nk_row_cached, with its FULL ONEPASS arithmetic in the
@@ -845,18 +873,7 @@ NK_INLINE void nk_fwd_block_staged(NK_FWD_PARAMS) {
     // Statistics as nk_row_cached's FULL ONEPASS path (comments there).
     float s = 0.0f, q1 = 0.0f;
 #pragma unroll
-    for (int i = 0; i < NR; ++i) {
-      const float t0 = nk_get<TI>(raw[i].w, 0) - k;
-      float si = t0, qi = t0 * t0;
-#pragma unroll
-      for (int e = 1; e < VEC; ++e) {
-        const float te = nk_get<TI>(raw[i].w, e) - k;
-        si += te;
-        qi = nk_fma(te, te, qi);
-      }
-      s += si;
-      q1 += qi;
-    }
+    for (int i = 0; i < NR; ++i) nk_chunk_sums<TI>(raw[i], k, s, q1);
     red.pair(s, q1);
     const float dm = s / fd, v1 = q1 / fd - dm * dm;
     const bool centred = nk_any(!(dm * dm <= 9.0f * v1 && q1 <= 3.4028235e38f));
@@ -865,16 +882,7 @@ NK_INLINE void nk_fwd_block_staged(NK_FWD_PARAMS) {
     if (centred) {
       float q = 0.0f;
 #pragma unroll
-      for (int i = 0; i < NR; ++i) {
-        const float c0 = (nk_get<TI>(raw[i].w, 0) - k) - dm;
-        float qi = c0 * c0;
-#pragma unroll
-        for (int e = 1; e < VEC; ++e) {
-          const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
-          qi += c * c;
-        }
-        q += qi;
-      }
+      for (int i = 0; i < NR; ++i) q += nk_chunk_centred<TI>(raw[i], k, dm);
       rs = nk_rsqrt(red(q) / fd + eps);
     }
     if (t == 0 && mean) mean[row] = k + dm;
@@ -1143,34 +1151,6 @@ NK_NOINLINE void nk_fwd_wide(NK_FWD_PARAMS) {
 #define NK_STASH_NR 8
 #define NK_STASH_MAXS 8
 #if NK_HAS_CP_ASYNC
-// One chunk's sums of x - k and (x - k)^2, in nk_row_cached's FULL ONEPASS order.
-template <class TI>
-NK_INLINE void nk_stash_sums(const nk_v4& v, float k, float& s, float& q) {
-  constexpr int VEC = 16 / TI::SIZE;
-  const float t0 = nk_get<TI>(v.w, 0) - k;
-  float si = t0, qi = t0 * t0;
-#pragma unroll
-  for (int e = 1; e < VEC; ++e) {
-    const float te = nk_get<TI>(v.w, e) - k;
-    si += te;
-    qi = nk_fma(te, te, qi);
-  }
-  s += si;
-  q += qi;
-}
-// One chunk's centred sum of squares, in nk_row_cached's order.
-template <class TI>
-NK_INLINE float nk_stash_centred(const nk_v4& v, float k, float dm) {
-  constexpr int VEC = 16 / TI::SIZE;
-  const float c0 = (nk_get<TI>(v.w, 0) - k) - dm;
-  float qi = c0 * c0;
-#pragma unroll
-  for (int e = 1; e < VEC; ++e) {
-    const float c = (nk_get<TI>(v.w, e) - k) - dm;
-    qi += c * c;
-  }
-  return qi;
-}
 // Chunks i0 .. i0 + G - 1 of the row (values v): their weight/bias loaded together, then normalized and stored.
 template <class TI, class TO, class TW, bool LN, int G>
 NK_INLINE void nk_stash_out(const nk_v4* v, int i0, int T, int t, const typename TW::S* Wt, const typename TW::S* Bs,
@@ -1192,7 +1172,7 @@ NK_INLINE void nk_stash_out(const nk_v4* v, int i0, int T, int t, const typename
     nk_store_f<TO, VEC>(yr + (long long)(t + (i0 + j) * T) * VEC, true, VEC, f);
   }
 }
-template <class TI, class TO, class TW, bool LN, int OPQ = 3>
+template <class TI, class TO, class TW, bool LN>
 NK_INLINE void nk_fwd_stash_loop(NK_FWD_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE, NR = NK_STASH_NR, NS = NK_STASH_MAXS, G = NK_STAGE_GROUP;
   NK_FWD_TYPED_PTRS;
@@ -1217,10 +1197,10 @@ NK_INLINE void nk_fwd_stash_loop(NK_FWD_PARAMS) {
     // registers per chunk, and unrolled the kernels took 28-66 KB of SASS each).
     float s = 0.0f, q1 = 0.0f;
 #pragma unroll
-    for (int i = 0; i < NR; ++i) nk_stash_sums<TI>(raw[i], k, s, q1);
+    for (int i = 0; i < NR; ++i) nk_chunk_sums<TI>(raw[i], k, s, q1);
     nk_cp_async_wait_all();
 #pragma unroll 1
-    for (int j = 0; j < ns; ++j) nk_stash_sums<TI>(stage[j * T + t], k, s, q1);
+    for (int j = 0; j < ns; ++j) nk_chunk_sums<TI>(stage[j * T + t], k, s, q1);
     float dm = 0.0f, rs;
     if (LN) {
       red.pair(s, q1);
@@ -1228,13 +1208,13 @@ NK_INLINE void nk_fwd_stash_loop(NK_FWD_PARAMS) {
       const float v1 = q1 / fd - dm * dm;
       const bool centred = nk_any(!(dm * dm <= 9.0f * v1 && q1 <= 3.4028235e38f));
       rs = nk_rsqrt(v1 + eps);
-      if (OPQ & 1) nk_row_opaque<NR>(raw);
+      nk_row_opaque<NR>(raw);
       if (centred) {
         float q = 0.0f;
 #pragma unroll
-        for (int i = 0; i < NR; ++i) q += nk_stash_centred<TI>(raw[i], k, dm);
+        for (int i = 0; i < NR; ++i) q += nk_chunk_centred<TI>(raw[i], k, dm);
 #pragma unroll 1
-        for (int j = 0; j < ns; ++j) q += nk_stash_centred<TI>(stage[j * T + t], k, dm);
+        for (int j = 0; j < ns; ++j) q += nk_chunk_centred<TI>(stage[j * T + t], k, dm);
         rs = nk_rsqrt(red(q) / fd + eps);
       }
     } else {
@@ -1243,7 +1223,7 @@ NK_INLINE void nk_fwd_stash_loop(NK_FWD_PARAMS) {
     if (t == 0 && LN && mean) mean[row] = k + dm;
     if (t == 0 && rstd) rstd[row] = rs;
     nk_row_opaque<NR>(raw);
-    if (OPQ & 2) nk_opaque(t);  // the weight/bias addresses below: not hoisted above the statistics
+    nk_opaque(t);  // the weight/bias addresses below: not hoisted above the statistics
 #pragma unroll
     for (int g = 0; g < NR; g += G) nk_stash_out<TI, TO, TW, LN, G>(raw + g, g, T, t, Wt, Bs, yr, k, dm, rs);
 #pragma unroll 1
@@ -1272,7 +1252,7 @@ template <class TI, class TO, class TW>
 struct nk_stash_built {
   enum { YES = nk_same<TW, TI>::YES && (nk_same<TO, TI>::YES || nk_same<TO, nk_f32>::YES) };
 };
-template <class TI, class TO, class TW, bool LN, int OPQ = 3>
+template <class TI, class TO, class TW, bool LN>
 NK_INLINE void nk_fwd_stash(NK_FWD_PARAMS) {
 #if NK_HAS_CP_ASYNC
   constexpr int VEC = 16 / TI::SIZE;
@@ -1281,7 +1261,7 @@ NK_INLINE void nk_fwd_stash(NK_FWD_PARAMS) {
       (long long)nv * tpr * VEC != d ||
       nk_dynamic_smem_bytes() < NK_STAGE_OFFSET_BYTES + (unsigned)(nv - NK_STASH_NR) * T * 16u)
     nk_trap();
-  nk_fwd_stash_loop<TI, TO, TW, LN, OPQ>(NK_FWD_ARGS);
+  nk_fwd_stash_loop<TI, TO, TW, LN>(NK_FWD_ARGS);
 #else
   (void)x, (void)y, (void)weight, (void)bias, (void)mean, (void)rstd, (void)rows, (void)d;
   (void)x_stride, (void)y_stride, (void)eps, (void)tpr, (void)nv, (void)prefetch;

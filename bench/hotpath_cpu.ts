@@ -79,6 +79,7 @@ export function fakeCudaDevice<T>(
     },
     kernelAttribute: (_fn, a) => (a === "maxThreadsPerBlock" ? 1024 : a === "maxDynamicSharedBytes" ? 49152 : 0),
     setKernelMaxDynamicShared: () => {},
+    allowNonPortableClusters: () => {},
     // Resident clusters as if one CTA fitted per SM (one cluster fewer for a vector-only `*full` kernel, so that tests
     // tell the two variants' grids apart): what Kernel.activeClusters hands through.
     activeClusters: (fn, _threads, _shared, cluster) =>

@@ -7,13 +7,13 @@ import type { Device } from "../runtime/device.ts";
 import { decode, type DType, encode } from "../runtime/dtype.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import type { DeviceBuffer } from "../runtime/memory.ts";
-import { LaunchConfig } from "../runtime/module.ts";
+import { LaunchConfig, MAX_PORTABLE_CLUSTER } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
-import { type BwdPlan, planNormBackward } from "./plan_bwd.ts";
+import { type BwdPlan, type BwdPlanInput, type BwdPlanResult, planNormBackward } from "./plan_bwd.ts";
 import { checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 
@@ -116,10 +116,9 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
   if (accumulate && ((weight && !dwGiven) || (bias && !dbGiven))) {
     throw new ArgumentError("accumulate", "dweight (and dbias with a bias) to add into", "no tensor to accumulate into");
   }
-  const plan = device.backend === "cpu" ? undefined : planNormBackward(
-    { kind, d: x.d, xDtype: x.dtype, dyDtype: dy.dtype, weightDtype: weight?.dtype, paramGrads: !!(weight || bias) },
-    bwdPlanLimits(device),
-  );
+  const plan = device.backend === "cpu" ? undefined : devicePlanBackward(device, {
+    kind, d: x.d, xDtype: x.dtype, dyDtype: dy.dtype, weightDtype: weight?.dtype, paramGrads: !!(weight || bias),
+  });
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}NormBackward: ${plan.unsupported}`);
   // Allocating while a stream captures breaks the capture (global mode): say so before the driver does.
   if (deviceCapturing(device)) {
@@ -149,6 +148,19 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
     throw e;
   }
   return { dx, ...(dweight ? { dweight } : {}), ...(dbias ? { dbias } : {}) };
+}
+
+/**
+ * planNormBackward with the device's limits; a plan of non-portable clusters (16 CTAs) that the GPU cannot hold
+ * (the driver counts 0 resident, e.g. a MIG slice with too few SMs per GPC) is replaced by the portable plan.
+ * @internal Exported for tests/clusters_cpu.test.ts.
+ */
+export function devicePlanBackward(device: Device, input: BwdPlanInput): BwdPlanResult {
+  const plan = planNormBackward(input, bwdPlanLimits(device));
+  if (!("plan" in plan) || plan.plan.cluster <= MAX_PORTABLE_CLUSTER) return plan;
+  const p = plan.plan;
+  if (normKernel(device, p.kernel, NORM_BWD_ARGS).activeClusters(p.block, p.sharedBytes, p.cluster) > 0) return plan;
+  return planNormBackward(input, { ...bwdPlanLimits(device), maxCluster: MAX_PORTABLE_CLUSTER });
 }
 
 /** @internal */

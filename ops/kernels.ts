@@ -72,6 +72,8 @@ export function bwdPlanLimits(device: { readonly backend: string; readonly info:
     warpSize: i.warpSize,
     maxSharedPerBlockOptin: i.maxSharedPerBlockOptin,
     ccMajor: device.backend === "cuda" ? i.computeCapability[0] : 0,
+    // Non-portable clusters of 16 CTAs: Hopper has them (and they were measured there); portable 8 elsewhere.
+    maxCluster: device.backend === "cuda" && i.computeCapability[0] === 9 ? 16 : 8,
   };
 }
 

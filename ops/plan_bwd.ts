@@ -21,8 +21,13 @@ export const BWD_MAX_THREADS = 512;
 export const TILE_THREADS = 256;
 /** Block size of the several-rows-per-block layout. */
 export const BWD_ROWS_BLOCK = 256;
-/** Cluster sizes tried, smallest first (8 is the portable maximum). */
-const CLUSTER_SIZES = [2, 4, 8];
+/**
+ * Cluster sizes tried, smallest first, up to BwdLimits.maxCluster. 8 is the portable maximum; 16 (non-portable:
+ * the kernel opts in at launch, runtime/module.ts) takes rows past 8 CTAs' registers, f32 D ≤ 131072 and 16-bit
+ * D ≤ 262144, which otherwise take `split` (5 row-sized transfers: H200, LN / RMS f32 D=131072 32.4 / 41.5% of
+ * copy, bench/RESULTS.md 2026-11-30) or `wide`.
+ */
+const CLUSTER_SIZES = [2, 4, 8, 16];
 /**
  * Chunks per thread at most in the several-rows layout: at more, one row per block with fewer chunks per
  * thread measured faster (H200, bench/bwd_plans.ts: RMS f32 D=768 rows of 32 lanes × 6 chunks 78.9% of copy,
@@ -41,7 +46,8 @@ const SMALL_ROW_NV = 3;
  *   RMSNorm blocks of ≤ 256 threads on rows of ≥ 512 chunks: off there (D = 4096: 90.9 off vs 83.2 on, 8192:
  *   88.7 vs 85.5, bf16; 5120 within a point), while RMS D = 2048 (96 threads, 92.5 vs 81.3) and 12288–16384
  *   (384–512 threads, +5 to +10) keep it.
- * - clusters of 2 and 4: on (+1 to +11). Clusters of 8: off (f32 D=65536: LN 56.4 off vs 45.0 on).
+ * - clusters of 2 and 4: on (+1 to +11). Clusters of 8: off (f32 D=65536: LN 56.4 off vs 45.0 on); of 16 too
+ *   (not measured).
  * - f32 x, one row per block: on for rows under 512 chunks (D = 768, 1024: +5 to +12) and for LayerNorm
  *   blocks above 256 threads (D = 5120 +13, 8192 +5); off otherwise (D = 2048 −8, LN 4096 −4.5,
  *   RMS 5120 −9, RMS 12288 −11; it would gain at RMS 4096 +2 and 8192 +7, which the rule gives up).
@@ -115,6 +121,8 @@ export interface BwdLimits {
   maxSharedPerBlockOptin: number;
   /** Compute capability major on CUDA (thread-block clusters need 9+), 0 elsewhere; absent: 0. */
   ccMajor?: number;
+  /** CTAs per cluster at most: 8 (portable; the default) or 16 (sm_90's non-portable clusters). */
+  maxCluster?: number;
 }
 
 export interface BwdPlan {
@@ -189,7 +197,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   // measured faster at every size tried (bench/bwd_plans.ts, H200: LN f32 D=32768 4 × 512 threads 63.5% of
   // copy, 8 × 256 46.7%; RMS bf16 D=65536 4 × 512 60.5%, 8 × 256 46.0%).
   if ((limits.ccMajor ?? 0) >= 9) {
-    for (const c of CLUSTER_SIZES) {
+    for (const c of CLUSTER_SIZES.filter((c) => c <= (limits.maxCluster ?? 8))) {
       const per = Math.ceil(chunks / c);
       if (per <= maxThreads * maxv) {
         const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);

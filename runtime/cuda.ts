@@ -199,6 +199,8 @@ export function openCudaDriver(): Driver {
     kernelAttribute: (fn, a) => i32("cuFuncGetAttribute", s.cuFuncGetAttribute(i32Out, FUNC_ATTR[a], fn)),
     setKernelMaxDynamicShared: (fn, bytes) =>
       check("cuFuncSetAttribute", s.cuFuncSetAttribute(fn, F.MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)),
+    allowNonPortableClusters: (fn) =>
+      check("cuFuncSetAttribute", s.cuFuncSetAttribute(fn, F.NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)),
     occupancy: (fn, threads, shared) =>
       i32(
         "cuOccupancyMaxActiveBlocksPerMultiprocessor",

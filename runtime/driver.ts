@@ -114,6 +114,11 @@ export interface Driver {
   moduleFunction(module: bigint, name: string): bigint;
   kernelAttribute(fn: bigint, attr: KernelAttribute): number;
   setKernelMaxDynamicShared(fn: bigint, bytes: number): void;
+  /**
+   * Lets the kernel launch clusters above the portable 8 CTAs (CUDA: 16 on sm_90), for launches and for
+   * activeClusters, which otherwise answer with an error (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
+   */
+  allowNonPortableClusters(fn: bigint): void;
   occupancy(fn: bigint, blockThreads: number, dynamicShared: number): number;
   /** Clusters of `cluster` blocks that can be resident on the whole device at once (CUDA sm_90+ only). */
   activeClusters(fn: bigint, blockThreads: number, dynamicShared: number, cluster: number): number;

@@ -242,6 +242,9 @@ export function openHipDriver(): Driver {
     activeClusters() {
       throw new UnsupportedError("thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none");
     },
+    allowNonPortableClusters() {
+      throw new UnsupportedError("thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none");
+    },
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
       const code = s.hipModuleLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0n);
       if (code !== 0) fail("hipModuleLaunchKernel", code);

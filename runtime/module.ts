@@ -31,12 +31,19 @@ function dim3(name: string, v: number | readonly number[]): Dim3 {
   return [a[0], a[1] ?? 1, a[2] ?? 1];
 }
 
+/** Portable thread-block clusters have up to 8 CTAs; sm_90 also runs 16 once a kernel opts in. */
+export const MAX_PORTABLE_CLUSTER = 8;
+export const MAX_CLUSTER = 16;
+
 /** Grid, block and dynamic shared memory of a launch, validated against the device at launch. */
 export class LaunchConfig {
   readonly grid: Dim3;
   readonly block: Dim3;
   readonly sharedBytes: number;
-  /** Thread-block cluster size along x (1 = no cluster; 2–8 need compute capability 9.0+). */
+  /**
+   * Thread-block cluster size along x (1 = no cluster; 2–8 need compute capability 9.0+; 9–16 are
+   * non-portable: the kernel opts in at launch, and the driver refuses them where the GPU has no such clusters).
+   */
   readonly cluster: number;
   #validFor: Device | null = null;
 
@@ -53,7 +60,7 @@ export class LaunchConfig {
     if (!Number.isInteger(shared) || shared < 0) throw new ArgumentError("sharedBytes", "an integer ≥ 0", shared);
     this.sharedBytes = shared;
     const cluster = opts.cluster ?? 1;
-    if (!Number.isInteger(cluster) || cluster < 1 || cluster > 8) throw new ArgumentError("cluster", "an integer 1–8", cluster);
+    if (!Number.isInteger(cluster) || cluster < 1 || cluster > MAX_CLUSTER) throw new ArgumentError("cluster", `an integer 1–${MAX_CLUSTER}`, cluster);
     if (this.grid[0] % cluster !== 0) throw new ArgumentError("grid[0]", `a multiple of the cluster size ${cluster}`, this.grid[0]);
     this.cluster = cluster;
   }
@@ -142,6 +149,8 @@ export class Kernel {
   readonly #params: BigUint64Array;
   readonly #paramsAddress: bigint;
   #dynamicSharedLimit: number;
+  /** Whether the kernel was let launch clusters above MAX_PORTABLE_CLUSTER (once, on first need). */
+  #nonPortableClusters = false;
   #dependentLaunch = false;
   readonly maxThreadsPerBlock: number;
   /**
@@ -219,25 +228,30 @@ export class Kernel {
    * occupancy query, whose answer would otherwise be that of a launch that cannot run (0 blocks, and so
    * a different persistent grid on the first call than on the next).
    */
-  #optIn(bytes: number): void {
+  #optIn(bytes: number, cluster = 1): void {
     if (bytes > this.#dynamicSharedLimit) {
       this.module.device.activeDriver!.setKernelMaxDynamicShared(this.#fn, bytes);
       this.#dynamicSharedLimit = bytes;
     }
+    if (cluster > MAX_PORTABLE_CLUSTER && !this.#nonPortableClusters) {
+      this.module.device.activeDriver!.allowNonPortableClusters(this.#fn);
+      this.#nonPortableClusters = true;
+    }
   }
 
   /**
-   * Clusters of `cluster` blocks (2–8) resident on the whole device at once, for a block size and dynamic
-   * shared memory (cuOccupancyMaxActiveClusters: what a persistent cluster grid should launch). CUDA, 9.0+.
+   * Clusters of `cluster` blocks (2–16; above 8 the kernel first opts in to non-portable sizes) resident on the
+   * whole device at once, for a block size and dynamic shared memory (cuOccupancyMaxActiveClusters: what a
+   * persistent cluster grid should launch). CUDA, 9.0+.
    */
   activeClusters(blockThreads: number, dynamicSharedBytes: number, cluster: number): number {
     if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
-    if (!Number.isInteger(cluster) || cluster < 2 || cluster > 8) throw new ArgumentError("cluster", "an integer 2–8", cluster);
+    if (!Number.isInteger(cluster) || cluster < 2 || cluster > MAX_CLUSTER) throw new ArgumentError("cluster", `an integer 2–${MAX_CLUSTER}`, cluster);
     const d = this.module.device;
     if (d.backend !== "cuda" || d.info.computeCapability[0] < 9) {
       throw new UnsupportedError(`thread-block clusters need a CUDA device of compute capability 9.0+, not ${d.info.name}`);
     }
-    this.#optIn(dynamicSharedBytes);
+    this.#optIn(dynamicSharedBytes, cluster);
     return d.activeDriver!.activeClusters(this.#fn, blockThreads, dynamicSharedBytes, cluster);
   }
 
@@ -333,7 +347,7 @@ export class Kernel {
   launchWritten(stream: Stream, config: LaunchConfig): void {
     const d = this.module.device.activeDriver;
     if (!d) throw new UnsupportedError("kernels cannot run on the CPU backend");
-    this.#optIn(config.sharedBytes);
+    this.#optIn(config.sharedBytes, config.cluster);
     const g = config.grid, b = config.block;
     if (config.cluster > 1 || this.#dependentLaunch) {
       d.launchEx(

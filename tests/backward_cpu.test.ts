@@ -11,6 +11,7 @@ import { cpuNormBackward, cpuNormForward } from "../mod.ts";
 import { readFileSync } from "node:fs";
 import { BWD_REG_BUDGET, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow, smemDbias } from "../ops/plan_bwd.ts";
 import { CLUSTER_SUM_BYTES } from "../ops/plan.ts";
+import { bwdPlanLimits } from "../ops/kernels.ts";
 import { runBwdCase } from "./backward_cases.ts";
 import { randoms } from "./random.ts";
 
@@ -164,7 +165,7 @@ test("RMSNorm module: int8 weights (per-tensor and per-channel scale) and a zero
 
 test("backward plan: mappings, geometry and kernel contracts over D", () => {
   for (const ccMajor of [8, 9]) {
-    const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, ccMajor };
+    const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, ccMajor, maxCluster: ccMajor === 9 ? 16 : 8 };
     for (const kind of ["layer", "rms"] as const) {
       for (const [tx, tdy] of [["f32", "f32"], ["bf16", "bf16"], ["bf16", "f32"]] as [DType, DType][]) {
         for (let d = 1; d <= 262144; d = d < 64 ? d + 1 : Math.ceil(d * 1.37)) {
@@ -189,7 +190,7 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             if (p.mapping === "cluster") {
               // Hopper only, and only past one 512-thread block's registers; each CTA caches its slice.
               assert.ok(ccMajor >= 9 && chunks > 512 * maxv, `cluster at d ${d}`);
-              assert.ok([2, 4, 8].includes(p.cluster), `cluster size ${p.cluster}`);
+              assert.ok([2, 4, 8, 16].includes(p.cluster), `cluster size ${p.cluster}`);
               assert.equal(p.tpr, p.block);
               assert.ok(p.nv >= 1 && p.nv <= maxv && p.nv * p.block >= Math.ceil(chunks / p.cluster), `d ${d}: c ${p.cluster} nv ${p.nv} block ${p.block}`);
               // Block reductions, the cluster exchange (kernels/norm_fwd.cuh: 2 mbarriers, 2 × 16 ranks × 2 floats), and
@@ -201,8 +202,8 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
               if (p.cluster > 2) assert.ok(Math.ceil(chunks / (p.cluster / 2)) > 512 * maxv);
               continue;
             }
-            // Past the cluster's reach (8 CTAs of 512 threads) or off Hopper: wide or split.
-            if (ccMajor >= 9 && (p.mapping === "wide" || p.mapping === "split")) assert.ok(chunks > 8 * 512 * maxv, `d ${d}: ${p.mapping}`);
+            // Past the cluster's reach (16 CTAs of 512 threads) or off Hopper: wide or split.
+            if (ccMajor >= 9 && (p.mapping === "wide" || p.mapping === "split")) assert.ok(chunks > 16 * 512 * maxv, `d ${d}: ${p.mapping}`);
             if (p.mapping === "split") {
               // Only where the sums fit neither in registers nor in shared memory.
               assert.ok(nacc > 0 && 64 + nacc * d * 4 > limits.maxSharedPerBlockOptin, `split at d ${d}`);
@@ -234,6 +235,37 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
   }
   const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448 };
   assert.ok("unsupported" in planNormBackward({ kind: "rms", d: 8, xDtype: "f16", dyDtype: "f16", weightDtype: "bf16", paramGrads: true }, limits));
+});
+
+test("backward plan: clusters of 16 CTAs (sm_90's non-portable size) only past 8 CTAs' registers, only where allowed", () => {
+  const h200 = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, ccMajor: 9 };
+  const plan = (kind: "layer" | "rms", d: number, x: DType, maxCluster?: number, paramGrads = true) => {
+    const r = planNormBackward({ kind, d, xDtype: x, dyDtype: x, paramGrads }, { ...h200, maxCluster });
+    assert.ok("plan" in r);
+    return r.plan;
+  };
+  // f32 D = 131072: 32768 chunks, 2048 per CTA of 16: LN 512 threads × 4, RMS (6 chunks per thread) 352 × 6.
+  for (const kind of ["layer", "rms"] as const) {
+    const p = plan(kind, 131072, "f32", 16);
+    const geometry = kind === "layer" ? [512, 4] : [352, 6];
+    assert.deepEqual([p.mapping, p.cluster, p.block, p.nv, p.prefetch], ["cluster", 16, ...geometry, false], kind);
+    assert.equal(p.kernel, `nk_${kind === "layer" ? "ln" : "rms"}_bwd_cluster_f32_f32_f32`);
+    // Portable limit (the default): `split`, as before.
+    assert.equal(plan(kind, 131072, "f32").mapping, "split");
+    assert.equal(plan(kind, 131072, "f32", 8).mapping, "split");
+    // Rows 8 CTAs hold keep 8 (the smallest cluster that holds the row).
+    assert.equal(plan(kind, 65536, "f32", 16).cluster, 8);
+  }
+  // 16-bit D = 262144 (32768 chunks of 8) fits 16 CTAs; f32 D = 262144 does not: split with weights, else wide.
+  assert.equal(plan("layer", 262144, "bf16", 16).cluster, 16);
+  assert.equal(plan("layer", 262144, "f32", 16).mapping, "split");
+  assert.equal(plan("layer", 262144, "f32", 16, false).mapping, "wide");
+  // bwdPlanLimits: 16 on CUDA compute capability 9 only.
+  const info = (cc: [number, number]) => ({ maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, computeCapability: cc });
+  assert.equal(bwdPlanLimits({ backend: "cuda", info: info([9, 0]) } as never).maxCluster, 16);
+  assert.equal(bwdPlanLimits({ backend: "cuda", info: info([10, 0]) } as never).maxCluster, 8);
+  assert.equal(bwdPlanLimits({ backend: "cuda", info: info([8, 0]) } as never).maxCluster, 8);
+  assert.equal(bwdPlanLimits({ backend: "hip", info: info([9, 0]) } as never).maxCluster, 8);
 });
 
 test("backward plan: the chunks per thread mirror the kernel's register budget (kernels/norm_bwd.cuh)", () => {

@@ -7,21 +7,23 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { FAKE_H200, fakeCudaDevice } from "../bench/hotpath_cpu.ts";
-import { NORM_BWD_ARGS } from "../ops/backward.ts";
+import { devicePlanBackward, NORM_BWD_ARGS } from "../ops/backward.ts";
 import { normKernel, planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";
 import { layerNorm } from "../mod.ts";
+import { LaunchConfig } from "../runtime/module.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
 
 const NAME = "nk_ln_bwd_cluster_bf16_bf16_bf16";
 
-test("Kernel.activeClusters: the driver's count for 2–8 CTAs; other sizes are an ArgumentError naming cluster", () => {
+test("Kernel.activeClusters: the driver's count for 2–16 CTAs; other sizes are an ArgumentError naming cluster", () => {
   const { dev } = fakeCudaDevice(() => null);
   try {
     const k = normKernel(dev, NAME, NORM_BWD_ARGS);
     assert.equal(k.activeClusters(512, 48, 2), 66);
     assert.equal(k.activeClusters(512, 48, 8), 16);
-    for (const bad of [1, 9, 2.5, 0]) {
+    assert.equal(k.activeClusters(512, 48, 16), 8);
+    for (const bad of [1, 17, 2.5, 0]) {
       assert.throws(() => k.activeClusters(512, 48, bad), (e: unknown) => e instanceof ArgumentError && /cluster/.test(e.message));
     }
   } finally {
@@ -47,6 +49,49 @@ test("Kernel.activeClusters and occupancy opt in to more than 48 KiB of dynamic 
     assert.deepEqual(calls, ["clusters 1000", "optin 100000", "clusters 100000", "clusters 90000", "optin 150000", "occupancy 150000"]);
   } finally {
     dev.close();
+  }
+});
+
+test("clusters above 8 CTAs: the kernel opts in to non-portable sizes once, before the query or launch that needs it", () => {
+  const calls: string[] = [];
+  const { dev, driver, made } = fakeCudaDevice((d) => d.stream, { record: true });
+  const raw = driver as unknown as Record<string, unknown>;
+  raw.allowNonPortableClusters = () => calls.push("non-portable");
+  raw.activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => (calls.push(`clusters ${c}`), 1);
+  const launchEx = raw.launchEx as (...a: unknown[]) => void;
+  raw.launchEx = (...a: unknown[]) => (calls.push(`launch ${a[10]}`), launchEx(...a));
+  try {
+    const k = normKernel(dev, NAME, NORM_BWD_ARGS);
+    k.activeClusters(512, 48, 8); // portable: no opt-in
+    k.activeClusters(512, 48, 16);
+    k.activeClusters(512, 48, 16);
+    assert.deepEqual(calls, ["clusters 8", "non-portable", "clusters 16", "clusters 16"]);
+    const k2 = normKernel(dev, "nk_rms_bwd_cluster_f32_f32_f32", NORM_BWD_ARGS);
+    calls.length = 0;
+    const zeros = Array.from({ length: NORM_BWD_ARGS.length }, (_, i) => (NORM_BWD_ARGS[i] === "ptr" ? null : 0));
+    k2.launch(made, new LaunchConfig({ grid: [32, 1, 1], block: [352, 1, 1], cluster: 16 }), zeros as never);
+    k2.launch(made, new LaunchConfig({ grid: [32, 1, 1], block: [352, 1, 1], cluster: 16 }), zeros as never);
+    assert.deepEqual(calls, ["non-portable", "launch 16", "launch 16"]);
+  } finally {
+    dev.close();
+  }
+  assert.throws(() => new LaunchConfig({ grid: 17, block: 32, cluster: 17 }), (e: unknown) => e instanceof ArgumentError && /1–16/.test(e.message));
+});
+
+test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls back to the portable plan", () => {
+  // LayerNorm f32 D = 131072: 16 CTAs on the fake H200; with the driver answering 0 clusters of 16, `split`.
+  const input = { kind: "layer", d: 131072, xDtype: "f32", dyDtype: "f32", weightDtype: "f32", paramGrads: true } as const;
+  for (const [resident16, mapping, cluster] of [[8, "cluster", 16], [0, "split", 1]] as const) {
+    const { dev, driver } = fakeCudaDevice(() => null);
+    const raw = driver as unknown as Record<string, unknown>;
+    raw.activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => (c === 16 ? resident16 : 4);
+    try {
+      const r = devicePlanBackward(dev, input);
+      assert.ok("plan" in r);
+      assert.deepEqual([r.plan.mapping, r.plan.cluster], [mapping, cluster], `resident ${resident16}`);
+    } finally {
+      dev.close();
+    }
   }
 });
 

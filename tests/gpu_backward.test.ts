@@ -27,6 +27,15 @@ function mapping(dev: Device, c: BwdCase): string {
   return "plan" in r ? r.plan.mapping : "unsupported";
 }
 
+/** CTAs per cluster of the device's plan for a case (1: no cluster). */
+function clusterSize(dev: Device, c: BwdCase): number {
+  const r = planNormBackward(
+    { kind: c.kind, d: c.d, xDtype: c.tx, dyDtype: c.tdy, weightDtype: c.affine === false ? undefined : c.tw, paramGrads: c.affine !== false },
+    bwdPlanLimits(dev),
+  );
+  return "plan" in r ? r.plan.cluster : 0;
+}
+
 function check(dev: Device, c: BwdCase, seen?: Set<string>): void {
   seen?.add(mapping(dev, c));
   const r = runBwdCase(dev, c);
@@ -59,6 +68,20 @@ for (const kind of ["layer", "rms"] as const) {
       check(dev, { kind, rows: 300, d: 4096, tx, tdy, tw, affine: false }, seen);
       check(dev, { kind, rows: 40, d: 50000, tx, tdy, tw, affine: false }, seen);
     }
+    // sm_90's non-portable clusters of 16 CTAs (f32 rows of 64–128 K elements): vector and masked, with and
+    // without a weight, and more rows than resident clusters.
+    if (dev.info.computeCapability[0] === 9) {
+      const c16: BwdCase[] = [
+        { kind, rows: 5, d: 131072, tx: "f32", tdy: "f32", tw: "f32" },
+        { kind, rows: 4, d: 120001, tx: "f32", tdy: "f32", tw: "f32", pad: 3 },
+        { kind, rows: 3, d: 131072, tx: "f32", tdy: "f32", tw: "f32", affine: false },
+        { kind, rows: 40, d: 100000, tx: "f32", tdy: "f32", tw: "f32" },
+      ];
+      for (const c of c16) {
+        assert.equal(clusterSize(dev, c), 16, `cluster of 16 at d ${c.d}`);
+        check(dev, c, seen);
+      }
+    }
     // Many rows: the persistent grid (and the persistent clusters) loop over them.
     check(dev, { kind, rows: 100_000, d: 128, tx: "bf16", tdy: "bf16", tw: "f32" }, seen);
     check(dev, { kind, rows: 1500, d: 16384, tx: "bf16", tdy: "bf16", tw: "bf16" }, seen);
@@ -72,7 +95,7 @@ for (const kind of ["layer", "rms"] as const) {
     const seen = new Set<string>();
     for (const c of [
       { rows: 64, d: 512 }, { rows: 9, d: 4100, pad: 4 }, { rows: 5, d: 20001 },
-      { rows: 2, d: 262144, affine: false }, { rows: 2, d: 262144 },
+      { rows: 2, d: 262144, affine: false }, { rows: 2, d: 262144 }, { rows: 3, d: 131072 }, { rows: 3, d: 120001, pad: 2 },
     ]) check(dev, { kind, tx: "bf16", tdy: "f32", tw: "f32", ...c }, seen);
     // 16-bit x and dy: LayerNorm keeps its dbias sums in shared memory there (nk_bwd_smem_dbias) on every path
     // of `cached` / `cluster`: row groups (D = 512), one row per block, vector (4096) and masked (4100, padded
@@ -83,10 +106,11 @@ for (const kind of ["layer", "rms"] as const) {
     const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
     assert.deepEqual([...seen].sort(), want, "mappings exercised");
   });
-  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and cluster)`, () => {
+  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and cluster; 16 CTAs at d 200000 on sm_90)`, () => {
     using dev = Device.open({ backend: "cuda" });
-    for (const d of [256, 4096, 50000]) {
-      const c: BwdCase = { kind, rows: d > 10000 ? 64 : 3000, d, tx: "bf16", tdy: "bf16", tw: "f32", seed: 99 };
+    for (const d of [256, 4096, 50000, 200000]) {
+      // (d 200000: 16 rows, about two per resident cluster of 16 CTAs, keeps the 20 runs' host checks short.)
+      const c: BwdCase = { kind, rows: d > 100000 ? 16 : d > 10000 ? 64 : 3000, d, tx: "bf16", tdy: "bf16", tw: "f32", seed: 99 };
       const first = runBwdCase(dev, c).bits;
       for (let i = 1; i < 20; i++) {
         const b = runBwdCase(dev, c).bits;

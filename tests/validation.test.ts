@@ -244,7 +244,7 @@ test("launch configuration: zero, fractional or > 3 dims → ArgumentError; limi
   bad("grid", { grid: [1, 1, 1, 1], block: [32] });
   bad("block", { grid: [1], block: [1.5] });
   bad("sharedBytes", { grid: [1], block: [32], sharedBytes: -1 });
-  bad("cluster", { grid: [2], block: [32], cluster: 16 });
+  bad("cluster", { grid: [32], block: [32], cluster: 17 });
   bad("grid[0]", { grid: [3], block: [32], cluster: 2 });
   // The CPU "device" allows one thread in one block: the same check a GPU launch runs first.
   const cfg = new LaunchConfig({ grid: [2], block: [1] });

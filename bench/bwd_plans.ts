@@ -1,7 +1,7 @@
 /**
  * Backward launch-plan experiments: per case, the plan ops/plan_bwd.ts picks (marked *) and variants of it
  * (the default with the next-row prefetch flipped, the rows layout at other lane counts, one row per block at
- * other CTA sizes, clusters of 2/4/8 CTAs), timed
+ * other CTA sizes, clusters of 2/4/8 CTAs, and 16 on sm_90), timed
  * in one run with bench.ts's device timer and bytes. It chooses the plan's heuristics; it tests nothing.
  *   bun bench/bwd_plans.ts [--ds 1024,4096] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
  */
@@ -61,7 +61,8 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
     const n = Math.ceil(chunks / block);
     if (block <= 512 && block > 32 && n <= maxv) add(`block b${block} nv${n}`, { ...base, prefetch: prefetchNextRow(kind, dt, "cached", block, chunks), block, tpr: block, nv: n, rowsPerBlock: 1, sharedBytes: cachedShared(sdb, block, 32, 1, nacc, d) });
   }
-  for (const c of [2, 4, 8]) {
+  // 16: sm_90's non-portable clusters (the kernel opts in at launch).
+  for (const c of info.computeCapability[0] === 9 ? [2, 4, 8, 16] : [2, 4, 8]) {
     const per = Math.ceil(chunks / c);
     for (let nv = 1; nv <= maxv; nv++) {
       const block = Math.max(32, Math.ceil(Math.ceil(per / nv) / 32) * 32);

@@ -89,6 +89,12 @@ class ValidatedCall {
 // One per kind (a model alternating rms and layer norms keeps both); holds the last call's objects until the next.
 let lastRms: ValidatedCall | undefined;
 let lastLayer: ValidatedCall | undefined;
+// And per kind, the last call of each weight (of x, without one): a model's layers each call with their own weight,
+// so the call before is rarely the same one. A weight's entry holds that call's objects while the weight lives.
+// (Bun, bench/hotpath_cpu.ts, fake driver: alternating two weights cost ~450-550 ns of JS per call through the full
+// validation, against ~30-60 ns for a repeat.)
+const recentRms = new WeakMap<object, ValidatedCall>();
+const recentLayer = new WeakMap<object, ValidatedCall>();
 
 /** The plan's values the kernel takes as arguments (tpr, nv, prefetch: LaunchPlan). */
 type KernelGeometry = Pick<LaunchPlan, "tpr" | "nv" | "prefetch">;
@@ -144,7 +150,15 @@ function repeatCall(c: ValidatedCall | undefined, x: Tensor, opts: LayerNormOpti
 }
 
 function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: number): Tensor | NormResult {
-  if (repeatCall(kind === "rms" ? lastRms : lastLayer, xIn, opts, epsIn, kind === "layer")) return opts.out!;
+  const layer = kind === "layer", last = layer ? lastLayer : lastRms;
+  if (repeatCall(last, xIn, opts, epsIn, layer)) return opts.out!;
+  // (WeakMap.get of a key that is no object, e.g. a bad weight, is undefined: the full validation then refuses it.)
+  const recent = (layer ? recentLayer : recentRms).get(opts.weight ?? xIn);
+  if (recent !== last && repeatCall(recent, xIn, opts, epsIn, layer)) {
+    if (layer) lastLayer = recent;
+    else lastRms = recent;
+    return opts.out!;
+  }
   // Everything is validated before anything is allocated or queued.
   const x = checkInput(xIn);
   const eps = checkEps(epsIn);
@@ -206,8 +220,8 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
             x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, geometry, releaseCount(),
           );
           k.writer = c;
-          if (kind === "rms") lastRms = c;
-          else lastLayer = c;
+          if (kind === "rms") lastRms = c, recentRms.set(weight ?? x, c);
+          else lastLayer = c, recentLayer.set(weight ?? x, c);
         }
       } else {
         cpuNorm(kind, x, y, weight, bias, mean, rstd, eps);

@@ -399,6 +399,42 @@ function argName(e: unknown): string {
   return String((e as Error).message).replace(/^[^:]*:\s*/, "").replace(/^(the )?/, "");
 }
 
+test("fake CUDA: calls taking turns with several weights repeat each weight's validated call (right arguments, closures seen)", () => {
+  const f = fakeCudaDevice((d) => ({
+    s: d.createStream(),
+    x: d.empty([4, 256], { dtype: "bf16" }),
+    y: d.empty([4, 256], { dtype: "bf16" }),
+    ws: Array.from({ length: 5 }, () => d.empty([256], { dtype: "bf16" })),
+  }), { record: true, snapshot: readArgs });
+  const m = f.made;
+  try {
+    const weightArg = (i: number) => (f.launches[i].args as bigint[])[2];
+    for (let round = 0; round < 3; round++) {
+      m.ws.forEach((w, i) => {
+        rmsNorm(m.x, { weight: w, out: m.y, stream: m.s });
+        assert.equal(weightArg(f.launches.length - 1), w.ptr, `round ${round} weight ${i}`);
+      });
+    }
+    assert.equal(f.launches.length, 15);
+    // Another eps is another call: validated in full, and remembered in turn.
+    rmsNorm(m.x, { weight: m.ws[1], out: m.y, stream: m.s, eps: 1e-3 });
+    assert.equal((f.launches[15].args as number[])[10], Math.fround(1e-3));
+    rmsNorm(m.x, { weight: m.ws[2], out: m.y, stream: m.s });
+    rmsNorm(m.x, { weight: m.ws[1], out: m.y, stream: m.s, eps: 1e-3 });
+    assert.deepEqual(f.launches[17].args, f.launches[15].args);
+    // A weight closed since its call: DisposedError naming it, nothing launched; the others still launch.
+    m.ws[3].close();
+    assert.throws(() => rmsNorm(m.x, { weight: m.ws[3], out: m.y, stream: m.s }), (e: unknown) => e instanceof DisposedError && /weight/.test((e as Error).message));
+    assert.equal(f.launches.length, 18);
+    rmsNorm(m.x, { weight: m.ws[4], out: m.y, stream: m.s });
+    assert.equal(weightArg(18), m.ws[4].ptr);
+    // A bad weight (no tensor) goes the full way and is refused as ever.
+    assert.throws(() => rmsNorm(m.x, { weight: 7 as never, out: m.y, stream: m.s }), (e: unknown) => e instanceof ArgumentError && /weight/.test((e as Error).message));
+  } finally {
+    f.dev.close();
+  }
+});
+
 test("fake CUDA: a weight, bias, out or device closed after a validated call is DisposedError naming it", () => {
   for (const which of ["weight", "bias", "out", "device", "another buffer"] as const) {
     const f = fakeCudaDevice((d) => ({

@@ -9,7 +9,7 @@
  *   deno run -A bench/cluster16_ab.ts      bun bench/cluster16_ab.ts
  */
 import { Device, type DType, layerNorm, rmsNorm } from "../mod.ts";
-import { launchBackward } from "../ops/backward.ts";
+import { devicePlanBackward, launchBackward } from "../ops/backward.ts";
 import { bwdPlanLimits, planLimits } from "../ops/kernels.ts";
 import { CLUSTER_SUM_BYTES, fwdFull, type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { type BwdPlan, planNormBackward } from "../ops/plan_bwd.ts";
@@ -95,7 +95,13 @@ for (const [d, dt] of [[131072, "f32"], [262144, "bf16"]] as [number, DType][]) 
         dbias: kind === "layer" ? db : undefined, accumulate: false, stream: dev.stream, pdtype: dt,
       })),
     });
-    const a = run(plan(16), c.y), p = run(plan(8), dx2);
+    // The op's plan (devicePlanBackward: the portable one where this GPU holds no cluster of 16).
+    const r16 = devicePlanBackward(dev, input);
+    if (!("plan" in r16) || r16.plan.cluster !== 16) {
+      console.log(`bwd ${kind} ${dt} D=${d}: this GPU runs no cluster of 16 here (${"plan" in r16 ? r16.plan.mapping : r16.unsupported})`);
+      continue;
+    }
+    const a = run(r16.plan, c.y), p = run(plan(8), dx2);
     c.y.buffer.fill(0xff);
     dx2.buffer.fill(0xff);
     const ms = [a.ms(), p.ms(), p.ms(), a.ms()];

@@ -5,9 +5,9 @@
  */
 import type { Device } from "../runtime/device.ts";
 import { decode, type DType, encode } from "../runtime/dtype.ts";
-import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
+import { ArgumentError, GpuError, UnsupportedError } from "../runtime/errors.ts";
 import type { DeviceBuffer } from "../runtime/memory.ts";
-import { LaunchConfig, MAX_PORTABLE_CLUSTER } from "../runtime/module.ts";
+import { type Kernel, LaunchConfig, MAX_PORTABLE_CLUSTER } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
@@ -151,16 +151,37 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
 }
 
 /**
- * planNormBackward with the device's limits; a plan of non-portable clusters (16 CTAs) that the GPU cannot hold
- * (the driver counts 0 resident, e.g. a MIG slice with too few SMs per GPC) is replaced by the portable plan.
- * @internal Exported for tests/clusters_cpu.test.ts.
+ * planNormBackward with the device's limits; a plan of non-portable clusters (16 CTAs) that the GPU cannot hold is
+ * replaced by the portable plan: the driver counts 0 resident (e.g. a MIG slice with too few SMs per GPC) or refuses
+ * the size. The answer is kept per prepared kernel and geometry (one driver query, not one per call).
+ * @internal Exported for tests/clusters_cpu.test.ts and bench/cluster16_ab.ts.
  */
 export function devicePlanBackward(device: Device, input: BwdPlanInput): BwdPlanResult {
   const plan = planNormBackward(input, bwdPlanLimits(device));
   if (!("plan" in plan) || plan.plan.cluster <= MAX_PORTABLE_CLUSTER) return plan;
-  const p = plan.plan;
-  if (normKernel(device, p.kernel, NORM_BWD_ARGS).activeClusters(p.block, p.sharedBytes, p.cluster) > 0) return plan;
+  if (holdsCluster(normKernel(device, plan.plan.kernel, NORM_BWD_ARGS), plan.plan)) return plan;
   return planNormBackward(input, { ...bwdPlanLimits(device), maxCluster: MAX_PORTABLE_CLUSTER });
+}
+
+/** Per prepared kernel (a module loaded again has new ones), per block/shared/cluster: whether one cluster fits. */
+const clusterFits = new WeakMap<Kernel, Map<string, boolean>>();
+function holdsCluster(k: Kernel, p: BwdPlan): boolean {
+  let byGeometry = clusterFits.get(k);
+  if (!byGeometry) clusterFits.set(k, byGeometry = new Map());
+  const key = `${p.block}/${p.sharedBytes}/${p.cluster}`;
+  let fits = byGeometry.get(key);
+  if (fits === undefined) {
+    try {
+      fits = k.activeClusters(p.block, p.sharedBytes, p.cluster) > 0;
+    } catch (e) {
+      // A driver that refuses the non-portable size (its opt-in or the query): the portable plan. A sticky error
+      // would fail that plan's launch in its turn, with its own message.
+      if (!(e instanceof GpuError)) throw e;
+      fits = false;
+    }
+    byGeometry.set(key, fits);
+  }
+  return fits;
 }
 
 /** @internal */

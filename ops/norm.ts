@@ -89,8 +89,10 @@ class ValidatedCall {
 // One per kind (a model alternating rms and layer norms keeps both); holds the last call's objects until the next.
 let lastRms: ValidatedCall | undefined;
 let lastLayer: ValidatedCall | undefined;
-// And per kind, the last call of each weight (of x, without one): a model's layers each call with their own weight,
-// so the call before is rarely the same one. A weight's entry holds that call's objects while the weight lives.
+// And per kind, the last call of each weight (of the bias without a weight, of x without either): a model's layers
+// each call with their own weight, so the call before is rarely the same one. A weight's entry keeps that call's
+// objects (x, out, stream) reachable while the weight lives: closed ones hold no device memory, and one forgotten
+// unclosed is collected only once that weight is, or calls again with other tensors.
 // (Bun, bench/hotpath_cpu.ts, fake driver: alternating two weights cost ~450-550 ns of JS per call through the full
 // validation, against ~30-60 ns for a repeat.)
 const recentRms = new WeakMap<object, ValidatedCall>();
@@ -153,7 +155,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   const layer = kind === "layer", last = layer ? lastLayer : lastRms;
   if (repeatCall(last, xIn, opts, epsIn, layer)) return opts.out!;
   // (WeakMap.get of a key that is no object, e.g. a bad weight, is undefined: the full validation then refuses it.)
-  const recent = (layer ? recentLayer : recentRms).get(opts.weight ?? xIn);
+  const recent = (layer ? recentLayer : recentRms).get(opts.weight ?? (layer ? opts.bias : undefined) ?? xIn);
   if (recent !== last && repeatCall(recent, xIn, opts, epsIn, layer)) {
     if (layer) lastLayer = recent;
     else lastRms = recent;
@@ -221,7 +223,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
           );
           k.writer = c;
           if (kind === "rms") lastRms = c, recentRms.set(weight ?? x, c);
-          else lastLayer = c, recentLayer.set(weight ?? x, c);
+          else lastLayer = c, recentLayer.set(weight ?? bias ?? x, c);
         }
       } else {
         cpuNorm(kind, x, y, weight, bias, mean, rstd, eps);

@@ -23,9 +23,9 @@ export const TILE_THREADS = 256;
 export const BWD_ROWS_BLOCK = 256;
 /**
  * Cluster sizes tried, smallest first, up to BwdLimits.maxCluster. 8 is the portable maximum; 16 (non-portable:
- * the kernel opts in at launch, runtime/module.ts) takes rows past 8 CTAs' registers, f32 D ≤ 131072 and 16-bit
- * D ≤ 262144, which otherwise take `split` (5 row-sized transfers: H200, LN / RMS f32 D=131072 32.4 / 41.5% of
- * copy, bench/RESULTS.md 2026-11-30) or `wide`.
+ * the kernel opts in at launch, runtime/module.ts) takes rows past 8 CTAs' registers, up to 16 × 512 × maxvBwd
+ * chunks (LN f32 D ≤ 131072, RMS f32 ≤ 196608, 16-bit ≤ 262144), which otherwise take `split` (5 row-sized
+ * transfers: H200, LN / RMS f32 D=131072 32.4 / 41.5% of copy, bench/RESULTS.md 2026-11-30) or `wide`.
  */
 const CLUSTER_SIZES = [2, 4, 8, 16];
 /**

@@ -12,7 +12,7 @@ import { normKernel, planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";
 import { layerNorm } from "../mod.ts";
 import { LaunchConfig } from "../runtime/module.ts";
-import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
+import { ArgumentError, DisposedError, GpuError, UnsupportedError } from "../runtime/errors.ts";
 
 const NAME = "nk_ln_bwd_cluster_bf16_bf16_bf16";
 
@@ -81,14 +81,23 @@ test("clusters above 8 CTAs: the kernel opts in to non-portable sizes once, befo
 test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls back to the portable plan", () => {
   // LayerNorm f32 D = 131072: 16 CTAs on the fake H200; with the driver answering 0 clusters of 16, `split`.
   const input = { kind: "layer", d: 131072, xDtype: "f32", dyDtype: "f32", weightDtype: "f32", paramGrads: true } as const;
-  for (const [resident16, mapping, cluster] of [[8, "cluster", 16], [0, "split", 1]] as const) {
+  // "refused": the driver fails the query (or the opt-in before it) with a GpuError.
+  for (const [resident16, mapping, cluster] of [[8, "cluster", 16], [0, "split", 1], ["refused", "split", 1]] as const) {
     const { dev, driver } = fakeCudaDevice(() => null);
     const raw = driver as unknown as Record<string, unknown>;
-    raw.activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => (c === 16 ? resident16 : 4);
+    let queries = 0;
+    raw.activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => {
+      queries++;
+      if (c === 16 && resident16 === "refused") throw new GpuError("cuda", "cuOccupancyMaxActiveClusters", 1, "CUDA_ERROR_INVALID_VALUE", "refused");
+      return c === 16 ? resident16 : 4;
+    };
     try {
-      const r = devicePlanBackward(dev, input);
-      assert.ok("plan" in r);
-      assert.deepEqual([r.plan.mapping, r.plan.cluster], [mapping, cluster], `resident ${resident16}`);
+      for (let i = 0; i < 3; i++) {
+        const r = devicePlanBackward(dev, input);
+        assert.ok("plan" in r);
+        assert.deepEqual([r.plan.mapping, r.plan.cluster], [mapping, cluster], `resident ${resident16}`);
+      }
+      assert.equal(queries, 1, "one driver query per kernel and geometry");
     } finally {
       dev.close();
     }

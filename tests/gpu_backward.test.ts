@@ -6,8 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { Device, type DType, RMSNorm } from "../mod.ts";
-import { planNormBackward } from "../ops/plan_bwd.ts";
-import { bwdPlanLimits } from "../ops/kernels.ts";
+import { devicePlanBackward } from "../ops/backward.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -18,23 +17,21 @@ for (const tx of ["f32", "f16", "bf16"] as DType[]) {
   }
 }
 
-/** The mapping the device's plan picks for a case (what the test then exercises). */
-function mapping(dev: Device, c: BwdCase): string {
-  const r = planNormBackward(
-    { kind: c.kind, d: c.d, xDtype: c.tx, dyDtype: c.tdy, weightDtype: c.affine === false ? undefined : c.tw, paramGrads: c.affine !== false },
-    bwdPlanLimits(dev),
-  );
+/** The plan the op makes for a case on this device (devicePlanBackward: what the test then exercises). */
+function devicePlan(dev: Device, c: BwdCase) {
+  return devicePlanBackward(dev, {
+    kind: c.kind, d: c.d, xDtype: c.tx, dyDtype: c.tdy, weightDtype: c.affine === false ? undefined : c.tw, paramGrads: c.affine !== false,
+  });
+}
+const mapping = (dev: Device, c: BwdCase): string => {
+  const r = devicePlan(dev, c);
   return "plan" in r ? r.plan.mapping : "unsupported";
-}
-
-/** CTAs per cluster of the device's plan for a case (1: no cluster). */
-function clusterSize(dev: Device, c: BwdCase): number {
-  const r = planNormBackward(
-    { kind: c.kind, d: c.d, xDtype: c.tx, dyDtype: c.tdy, weightDtype: c.affine === false ? undefined : c.tw, paramGrads: c.affine !== false },
-    bwdPlanLimits(dev),
-  );
+};
+/** CTAs per cluster of the op's plan for a case (1: no cluster). */
+const clusterSize = (dev: Device, c: BwdCase): number => {
+  const r = devicePlan(dev, c);
   return "plan" in r ? r.plan.cluster : 0;
-}
+};
 
 function check(dev: Device, c: BwdCase, seen?: Set<string>): void {
   seen?.add(mapping(dev, c));
@@ -68,8 +65,8 @@ for (const kind of ["layer", "rms"] as const) {
       check(dev, { kind, rows: 300, d: 4096, tx, tdy, tw, affine: false }, seen);
       check(dev, { kind, rows: 40, d: 50000, tx, tdy, tw, affine: false }, seen);
     }
-    // sm_90's non-portable clusters of 16 CTAs (f32 rows of 64–128 K elements): vector and masked, with and
-    // without a weight, and more rows than resident clusters.
+    // sm_90's non-portable clusters of 16 CTAs (rows past 8 CTAs' registers: here f32 rows of 100000–131072
+    // elements): vector and masked, with and without a weight, and more rows than resident clusters.
     if (dev.info.computeCapability[0] === 9) {
       const c16: BwdCase[] = [
         { kind, rows: 5, d: 131072, tx: "f32", tdy: "f32", tw: "f32" },
@@ -111,6 +108,7 @@ for (const kind of ["layer", "rms"] as const) {
     for (const d of [256, 4096, 50000, 200000]) {
       // (d 200000: 16 rows, about two per resident cluster of 16 CTAs, keeps the 20 runs' host checks short.)
       const c: BwdCase = { kind, rows: d > 100000 ? 16 : d > 10000 ? 64 : 3000, d, tx: "bf16", tdy: "bf16", tw: "f32", seed: 99 };
+      if (d === 200000 && dev.info.computeCapability[0] === 9) assert.equal(clusterSize(dev, c), 16, "16 CTAs at d 200000");
       const first = runBwdCase(dev, c).bits;
       for (let i = 1; i < 20; i++) {
         const b = runBwdCase(dev, c).bits;

@@ -8,7 +8,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ArgumentError, Device, DisposedError, layerNorm, rmsNorm, Tensor } from "../mod.ts";
-import { LaunchConfig, type Stream } from "../gpu.ts";
+import { Kernel, LaunchConfig, type Stream } from "../gpu.ts";
 import { cachedNormPlan, cachedPlanCount, MAX_CACHED_PLANS, PlannedLaunch } from "../ops/plan_cache.ts";
 import { planLimits, replaceNormModule } from "../ops/kernels.ts";
 import type { Module } from "../runtime/module.ts";
@@ -407,6 +407,13 @@ test("fake CUDA: calls taking turns with several weights repeat each weight's va
     ws: Array.from({ length: 5 }, () => d.empty([256], { dtype: "bf16" })),
   }), { record: true, snapshot: readArgs });
   const m = f.made;
+  // The full validation ends in Kernel.checkLaunch; a repeated call does not call it.
+  const checkLaunch = Kernel.prototype.checkLaunch;
+  let validated = 0;
+  Kernel.prototype.checkLaunch = function (this: Kernel, ...a: Parameters<Kernel["checkLaunch"]>) {
+    validated++;
+    return checkLaunch.apply(this, a);
+  };
   try {
     const weightArg = (i: number) => (f.launches[i].args as bigint[])[2];
     for (let round = 0; round < 3; round++) {
@@ -414,8 +421,18 @@ test("fake CUDA: calls taking turns with several weights repeat each weight's va
         rmsNorm(m.x, { weight: w, out: m.y, stream: m.s });
         assert.equal(weightArg(f.launches.length - 1), w.ptr, `round ${round} weight ${i}`);
       });
+      // Round 0 validates each weight's call; rounds 1 and 2 repeat them.
+      assert.equal(validated, 5, `validated calls after round ${round}`);
     }
     assert.equal(f.launches.length, 15);
+    // LayerNorm with a bias only: keyed by the bias.
+    const bias2 = m.ws[0];
+    layerNorm(m.x, { bias: m.ws[2], out: m.y, stream: m.s });
+    layerNorm(m.x, { bias: bias2, out: m.y, stream: m.s });
+    layerNorm(m.x, { bias: m.ws[2], out: m.y, stream: m.s });
+    assert.equal(validated, 7);
+    assert.equal((f.launches[17].args as bigint[])[3], m.ws[2].ptr);
+    f.launches.splice(15, 3);
     // Another eps is another call: validated in full, and remembered in turn.
     rmsNorm(m.x, { weight: m.ws[1], out: m.y, stream: m.s, eps: 1e-3 });
     assert.equal((f.launches[15].args as number[])[10], Math.fround(1e-3));
@@ -431,6 +448,7 @@ test("fake CUDA: calls taking turns with several weights repeat each weight's va
     // A bad weight (no tensor) goes the full way and is refused as ever.
     assert.throws(() => rmsNorm(m.x, { weight: 7 as never, out: m.y, stream: m.s }), (e: unknown) => e instanceof ArgumentError && /weight/.test((e as Error).message));
   } finally {
+    Kernel.prototype.checkLaunch = checkLaunch;
     f.dev.close();
   }
 });

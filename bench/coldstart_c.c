@@ -2,7 +2,7 @@
 // cuModuleLoadData of precompiled/norm.fatbin, and the first launch + synchronize of a norm kernel.
 // Build: gcc -O2 -I/usr/local/cuda/include -o bench/coldstart_c bench/coldstart_c.c -ldl
 // Usage: bench/coldstart_c precompiled/norm.fatbin   (one line of milliseconds; run it in a fresh process;
-// bash scripts/fatbin.sh writes the fatbin out of precompiled/norm_cuda.ts)
+// bash scripts/fatbin.sh writes the fatbin out of precompiled/norm_fatbin.json)
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>

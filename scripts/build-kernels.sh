@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Build the precompiled NVIDIA kernels from kernels/ into precompiled/.
 #
-#   bash scripts/build-kernels.sh          # rebuild precompiled/norm.ptx.gz, norm_cuda.ts (and norm.fatbin)
+#   bash scripts/build-kernels.sh          # rebuild precompiled/norm.ptx.gz, norm_cuda.ts, norm_fatbin.json (and norm.fatbin)
 #   bash scripts/build-kernels.sh --check  # rebuild into a temp dir; exit 1 naming any stale file
+#   bash scripts/build-kernels.sh --modules-only  # rewrite norm_cuda.ts and norm_fatbin.json from the existing
+#                                          # precompiled/norm.fatbin, compiling nothing (after a full build, when only
+#                                          # the modules' layout changed; --check still rebuilds everything)
 #
 # Outputs (all generated; never edit them by hand):
 #   precompiled/norm.ptx.gz  PTX for compute_80 (JIT fallback for any GPU >= sm_80), gzip -9n: 11 MB of
 #                            text would crowd the 64 MiB a GPU-host call may carry
 #   precompiled/norm.fatbin  SASS for sm_80 and sm_90, plus PTX for compute_90; not committed (.gitignore):
 #                            norm_cuda.ts holds the same bytes, and scripts/fatbin.sh writes them back out
-#   precompiled/norm_cuda.ts the fatbin as a base64 string, the source hash, the kernel names
+#   precompiled/norm_cuda.ts the source hash, the kernel names, and NORM_FATBIN from norm_fatbin.json
+#   precompiled/norm_fatbin.json  the fatbin as a base64 string (a JSON module: Deno and Bun import a 9 MB JSON
+#                            string in about half the time of the same string in a .ts module)
 #
 # Kernel names: the extern "C" NK_GLOBAL kernels written out in kernels/norm.cu, then the generated
 # fast forward kernels nk_{ln|rms}_{rows|block|cluster|wide|latency|stash}_{tin}_{tout}_{tw} and nk_ln_{blockfull|clusterfull|rowstwopass}_*, nk_{ln|rms}_rowstile_*, one set per X(tin, tout, tw)
@@ -33,17 +38,18 @@ SRC_REL="kernels/norm.cu"
 # Everything norm.cu compiles from, in hash order (NORM_SOURCE_FILES in the generated module).
 HASHED_REL=(kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh kernels/diag.cuh kernels/norm_bwd.cuh)
 OUT_REL="precompiled"
-GENERATED=(norm.ptx.gz norm.fatbin norm_cuda.ts)
-# What --check compares with the committed files: the fatbin through its base64 copy in norm_cuda.ts.
-COMMITTED=(norm.ptx.gz norm_cuda.ts)
+GENERATED=(norm.ptx.gz norm.fatbin norm_cuda.ts norm_fatbin.json)
+# What --check compares with the committed files: the fatbin through its base64 copy in norm_fatbin.json.
+COMMITTED=(norm.ptx.gz norm_cuda.ts norm_fatbin.json)
 
 MAX_SPILL=96
 MODE=build
 case "${1:-}" in
   "") ;;
   --check) MODE=check ;;
-  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-  *) echo "build-kernels: unknown argument '$1' (use --check or nothing)" >&2; exit 2 ;;
+  --modules-only) MODE=modules ;;
+  -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+  *) echo "build-kernels: unknown argument '$1' (use --check, --modules-only or nothing)" >&2; exit 2 ;;
 esac
 
 NVCC="${NVCC:-}"
@@ -106,7 +112,22 @@ build() {
     rm -f "$out/ptxas.log" "$out/ptx.log"
   )
 
-  # Kernel names: every extern "C" NK_GLOBAL function in the source, in source order.
+  local names
+  names="$(kernel_names)"
+  local entries
+  entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/norm.ptx")"
+  if [[ "$(sort <<<"$names")" != "$(sort <<<"$entries")" ]]; then
+    echo "build-kernels: kernels in $SRC_REL ($(echo $names)) differ from .entry in PTX ($(echo $entries))" >&2
+    exit 1
+  fi
+  grep -q '^\.target sm_80$' "$out/norm.ptx" || { echo "build-kernels: norm.ptx is not .target sm_80" >&2; exit 1; }
+  check_fatbin "$out" "$quiet"
+  write_modules "$out" "$names"
+  gzip -9 -n -c "$out/norm.ptx" >"$out/norm.ptx.gz"  # -n: no name or time stamp, so the bytes reproduce
+}
+
+# The kernel names, from the source alone: every extern "C" NK_GLOBAL function, in source order, then the generated ones.
+kernel_names() {
   local names
   names="$(sed -nE 's/^extern "C"[[:space:]]+NK_GLOBAL[[:space:]]+void[[:space:]]+(NK_LAUNCH_BOUNDS\([0-9]+\)[[:space:]]+)?([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\(.*/\2/p' "$ROOT/$SRC_REL")"
   [[ -n "$names" ]] || { echo "build-kernels: no extern \"C\" NK_GLOBAL kernels found in $SRC_REL" >&2; exit 1; }
@@ -125,14 +146,12 @@ build() {
   # LayerNorm alone has the vector-only blockfull/clusterfull kernels and rowstwopass; both have rowstile (NK_FWD_TRIPLE in norm.cu).
   generated X "" "rows block cluster wide latency stash blockfull clusterfull rowstwopass rowstile" "rows block cluster wide latency stash rowstile"
   generated B bwd_ "cached wide rowsum tile cluster" "cached wide rowsum tile cluster"
-  local entries
-  entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/norm.ptx")"
-  if [[ "$(sort <<<"$names")" != "$(sort <<<"$entries")" ]]; then
-    echo "build-kernels: kernels in $SRC_REL ($(echo $names)) differ from .entry in PTX ($(echo $entries))" >&2
-    exit 1
-  fi
-  grep -q '^\.target sm_80$' "$out/norm.ptx" || { echo "build-kernels: norm.ptx is not .target sm_80" >&2; exit 1; }
+  echo "$names"
+}
 
+# check_fatbin OUTDIR [quiet]
+check_fatbin() {
+  local out="$1" quiet="${2:-}"
   # Fatbin contents: use cuobjdump when the toolkit has it (tests/precompiled.test.ts parses the
   # fatbin headers itself, so the check also runs where cuobjdump is missing).
   local cuobjdump=""
@@ -150,7 +169,11 @@ build() {
   elif [[ -z "$quiet" ]]; then
     echo "build-kernels: cuobjdump not found; fatbin entries are checked by tests/precompiled.test.ts" >&2
   fi
+}
 
+# write_modules OUTDIR NAMES: norm_cuda.ts and norm_fatbin.json for OUTDIR/norm.fatbin.
+write_modules() {
+  local out="$1" names="$2"
   local sha
   sha="$(cd "$ROOT" && cat "${HASHED_REL[@]}" | sha256sum | cut -d' ' -f1)"
   {
@@ -180,16 +203,31 @@ build() {
     for n in $names; do echo "  \"$n\","; done
     echo "]);"
     echo ""
-    echo "/** precompiled/norm.fatbin as base64: SASS for sm_80 and sm_90, PTX for compute_90 (compressed entries)."
-    echo " *  (precompiled/norm.ptx.gz, compute_80 PTX for JIT elsewhere, is a file only: 11 MB of text is too much to embed.) */"
-    echo "export const NORM_FATBIN: string ="
-    echo "  \"$(base64 -w0 "$out/norm.fatbin")\";"
+    echo "/** precompiled/norm.fatbin as base64: SASS for sm_80 and sm_90, PTX for compute_90 (compressed entries), from"
+    echo " *  norm_fatbin.json. (precompiled/norm.ptx.gz, compute_80 PTX for JIT elsewhere, is a file only: 11 MB of text is"
+    echo " *  too much to embed.) */"
+    echo "export const NORM_FATBIN: string = fatbin;"
+  } >"$out/norm_cuda.ts.body"
+  {
+    echo "// GENERATED by scripts/build-kernels.sh. DO NOT EDIT: run \`bash scripts/build-kernels.sh\`."
+    echo "import fatbin from \"./norm_fatbin.json\" with { type: \"json\" };"
+    tail -n +2 "$out/norm_cuda.ts.body"
   } >"$out/norm_cuda.ts"
-  gzip -9 -n -c "$out/norm.ptx" >"$out/norm.ptx.gz"  # -n: no name or time stamp, so the bytes reproduce
+  rm -f "$out/norm_cuda.ts.body"
+  echo "\"$(base64 -w0 "$out/norm.fatbin")\"" >"$out/norm_fatbin.json"
 }
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/normkit-kernels.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
+
+if [[ "$MODE" == modules ]]; then
+  [[ -f "$ROOT/$OUT_REL/norm.fatbin" ]] || { echo "build-kernels --modules-only: no $OUT_REL/norm.fatbin (run a full build)" >&2; exit 1; }
+  cp "$ROOT/$OUT_REL/norm.fatbin" "$TMP/norm.fatbin"
+  write_modules "$TMP" "$(kernel_names)"
+  cp "$TMP/norm_cuda.ts" "$TMP/norm_fatbin.json" "$ROOT/$OUT_REL/"
+  echo "build-kernels: wrote $OUT_REL/norm_cuda.ts and $OUT_REL/norm_fatbin.json from $OUT_REL/norm.fatbin (nothing compiled)" >&2
+  exit 0
+fi
 
 if [[ "$MODE" == check ]]; then
   build "$TMP" quiet

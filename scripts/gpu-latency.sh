@@ -29,7 +29,7 @@ grep -E '^#|FAILED|fail|error|passed|pass$|skip' "$OUT/tests-latency-$rt.txt" | 
 echo "== cold start ($rt)"
 timeout 300 "${run[@]}" bench/coldstart.ts --runs 5 --json "$OUT/coldstart-$rt.json" 2>&1 | tee "$OUT/coldstart-$rt.txt" || status=1
 
-bash scripts/fatbin.sh || status=1  # precompiled/norm.fatbin for the C side, from norm_cuda.ts
+bash scripts/fatbin.sh || status=1  # precompiled/norm.fatbin for the C side, from norm_fatbin.json
 gcc -O2 -std=c11 -Wall -Wextra -Werror -I"${CUDA_HOME:-/usr/local/cuda}/include" -o /tmp/latency_c bench/latency_c.c -ldl || status=1
 gcc -O2 -std=c11 -Wall -Wextra -Werror -shared -fPIC -I"${CUDA_HOME:-/usr/local/cuda}/include" -o /tmp/liblaunch_shim.so bench/launch_shim.c -ldl || status=1
 # Programmatic dependent launch on (the default on sm_90) and off: TS and C make the same launches each time.

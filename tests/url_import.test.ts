@@ -25,7 +25,8 @@ function serve(): Promise<{ server: Server; base: string }> {
       res.writeHead(404).end();
       return;
     }
-    const type = file.endsWith(".ts") ? "application/typescript" : "application/octet-stream";
+    // As web servers label them (Deno imports a JSON module only from a JSON media type: precompiled/norm_fatbin.json).
+    const type = file.endsWith(".ts") ? "application/typescript" : file.endsWith(".json") ? "application/json" : "application/octet-stream";
     res.writeHead(200, { "content-type": type }).end(readFileSync(file));
   });
   return new Promise((ok) => server.listen(0, "127.0.0.1", () => {

@@ -1,5 +1,6 @@
 /** The Bun side of the FFI: bun:ffi. */
 import { CString, dlopen, ptr, toArrayBuffer } from "bun:ffi";
+import { Buffer } from "node:buffer";
 import type { FfiRuntime, NativeLibrary, NativeType, SymbolTable } from "./types.ts";
 
 const BUN_TYPE: Record<NativeType, string> = {
@@ -8,6 +9,11 @@ const BUN_TYPE: Record<NativeType, string> = {
 
 export const bunFfi: FfiRuntime = {
   name: "bun",
+  decodeBase64: (s) => {
+    const b = Buffer.from(s, "base64");
+    // A plain Uint8Array over the same bytes (large buffers are not pooled: the view starts at 0).
+    return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  },
   open<T extends SymbolTable>(path: string, table: T): NativeLibrary<T> {
     const defs: Record<string, { args: string[]; returns: string }> = {};
     for (const [name, s] of Object.entries(table)) {

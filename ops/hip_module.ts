@@ -1,7 +1,7 @@
 /**
  * The AMD code objects of the norm kernels: which one a device gets, and importing them on demand.
  *
- * precompiled/norm_hip.ts (5.3 MB of gzip + base64, three targets) is imported dynamically, never by the module
+ * precompiled/norm_hip.ts (with norm_hsaco.json: 9 MB of gzip + base64, three targets) is imported dynamically, never by the module
  * graph of mod.ts, so CUDA and CPU users never fetch or parse it. Dynamic import is asynchronous while the ops
  * are not, hence loadHipCodeObjects(): awaited once (through loadKernels() in kernels.ts) before the first
  * launch on a HIP device.

@@ -86,17 +86,22 @@ class ValidatedCall {
     public openAt: number,
   ) {}
 }
-// One per kind (a model alternating rms and layer norms keeps both); holds the last call's objects until the next.
-let lastRms: ValidatedCall | undefined;
-let lastLayer: ValidatedCall | undefined;
-// And per kind, the last call of each weight (of the bias without a weight, of x without either): a model's layers
-// each call with their own weight, so the call before is rarely the same one. A weight's entry keeps that call's
-// objects (x, out, stream) reachable while the weight lives: closed ones hold no device memory, and one forgotten
-// unclosed is collected only once that weight is, or calls again with other tensors.
-// (Bun, bench/hotpath_cpu.ts, fake driver: alternating two weights cost ~450-550 ns of JS per call through the full
-// validation, against ~30-60 ns for a repeat.)
-const recentRms = new WeakMap<object, ValidatedCall>();
-const recentLayer = new WeakMap<object, ValidatedCall>();
+/**
+ * The validated calls kept per kind (a model alternating rms and layer norms keeps both): `last`, the last one, and
+ * `byKey`, the last one of each weight (of the bias without a weight, of x without either; callKey): a model's layers
+ * each call with their own weight, so the call before is rarely the same one. An entry keeps that call's objects (x,
+ * out, stream) reachable while its key lives: closed ones hold no device memory, and one forgotten unclosed is
+ * collected only once the key is, or the key calls again with other tensors. (Bun, bench/hotpath_cpu.ts, fake driver:
+ * alternating two weights cost ~450-550 ns of JS per call through the full validation, against ~30-60 ns for a repeat.)
+ */
+class KindCalls {
+  last: ValidatedCall | undefined;
+  readonly byKey = new WeakMap<object, ValidatedCall>();
+}
+const rmsCalls = new KindCalls();
+const layerCalls = new KindCalls();
+/** The key of a call in KindCalls.byKey (RMSNorm passes no bias). */
+const callKey = (weight: unknown, bias: unknown, x: unknown): unknown => weight ?? bias ?? x;
 
 /** The plan's values the kernel takes as arguments (tpr, nv, prefetch: LaunchPlan). */
 type KernelGeometry = Pick<LaunchPlan, "tpr" | "nv" | "prefetch">;
@@ -152,13 +157,12 @@ function repeatCall(c: ValidatedCall | undefined, x: Tensor, opts: LayerNormOpti
 }
 
 function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: number): Tensor | NormResult {
-  const layer = kind === "layer", last = layer ? lastLayer : lastRms;
-  if (repeatCall(last, xIn, opts, epsIn, layer)) return opts.out!;
+  const layer = kind === "layer", calls = layer ? layerCalls : rmsCalls;
+  if (repeatCall(calls.last, xIn, opts, epsIn, layer)) return opts.out!;
   // (WeakMap.get of a key that is no object, e.g. a bad weight, is undefined: the full validation then refuses it.)
-  const recent = (layer ? recentLayer : recentRms).get(opts.weight ?? (layer ? opts.bias : undefined) ?? xIn);
-  if (recent !== last && repeatCall(recent, xIn, opts, epsIn, layer)) {
-    if (layer) lastLayer = recent;
-    else lastRms = recent;
+  const recent = calls.byKey.get(callKey(opts.weight, layer ? opts.bias : undefined, xIn) as object);
+  if (recent !== calls.last && repeatCall(recent, xIn, opts, epsIn, layer)) {
+    calls.last = recent;
     return opts.out!;
   }
   // Everything is validated before anything is allocated or queued.
@@ -222,8 +226,8 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
             x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, geometry, releaseCount(),
           );
           k.writer = c;
-          if (kind === "rms") lastRms = c, recentRms.set(weight ?? x, c);
-          else lastLayer = c, recentLayer.set(weight ?? bias ?? x, c);
+          calls.last = c;
+          calls.byKey.set(callKey(weight, bias, x) as object, c);
         }
       } else {
         cpuNorm(kind, x, y, weight, bias, mean, rstd, eps);

@@ -67,6 +67,11 @@ export const NO_HIP_DEVICE = "no HIP device";
  * be loaded, and GpuError (backend "hip", message containing "no HIP device") when hipInit fails or no device
  * is present.
  */
+const NO_CLUSTERS = "thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none";
+const noClusters = (): never => {
+  throw new UnsupportedError(NO_CLUSTERS);
+};
+
 export function openHipDriver(): Driver {
   const lib = openLibrary("libamdhip64.so", "NORMKIT_HIP_LIB", HIP_SYMBOLS);
   const s = lib.symbols;
@@ -239,12 +244,8 @@ export function openHipDriver(): Driver {
         "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
         s.hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(i32Out, fn, threads, BigInt(shared)),
       ),
-    activeClusters() {
-      throw new UnsupportedError("thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none");
-    },
-    allowNonPortableClusters() {
-      throw new UnsupportedError("thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none");
-    },
+    activeClusters: noClusters,
+    allowNonPortableClusters: noClusters,
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params) {
       const code = s.hipModuleLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0n);
       if (code !== 0) fail("hipModuleLaunchKernel", code);
@@ -252,7 +253,7 @@ export function openHipDriver(): Driver {
     launchEx(_fn, _gx, _gy, _gz, _bx, _by, _bz, _shared, _stream, _params, cluster) {
       throw new UnsupportedError(
         cluster > 1
-          ? "thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none"
+          ? NO_CLUSTERS
           : "programmatic dependent launch is a CUDA (sm_90+) feature; the HIP backend has none",
       );
     },

@@ -11,15 +11,19 @@
  * per case: the median µs per call of each side, their ratio, and the median of the per-pair ratios.
  * The whole case list runs --passes times (default 2) in the process; the JSON's `results` are the last pass
  * (steady state: the JS engine has compiled the hot path by then), the earlier ones are in `earlier_passes`.
+ * --layers L (default 1): a model's sequence instead of one call repeated. Each case gets L weights (and biases),
+ * and consecutive calls take them in turn, x and out staying the same (a decoder's layers over static buffers);
+ * the C side takes the same pointers in the same order (nk_shim_layers).
  *
  *   gcc -O2 -std=c11 -shared -fPIC -I/usr/local/cuda/include -o /tmp/liblaunch_shim.so bench/launch_shim.c -ldl
- *   deno run -A bench/latency_inproc.ts [--shim /tmp/liblaunch_shim.so] [--pdl on|off] [--passes 2] [--json out.json]
+ *   deno run -A bench/latency_inproc.ts [--shim /tmp/liblaunch_shim.so] [--pdl on|off] [--passes 2] [--layers 1] [--json out.json]
  *   bun bench/latency_inproc.ts ...
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { Device, setDependentLaunch } from "../mod.ts";
-import { gridCases } from "./latency_grid.ts";
+import { gridCases, normOp } from "./latency_grid.ts";
+import { randoms } from "../tests/random.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";
@@ -45,6 +49,7 @@ const SHIM = {
     parameters: ["buffer", "u32", "u32", "u32", "u64", "i32", "u64", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32"],
     result: "i32",
   },
+  nk_shim_layers: { parameters: ["buffer", "buffer", "i32"], result: "i32" },
   nk_shim_batch: { parameters: ["i32"], result: "f64" },
 } as const;
 
@@ -60,11 +65,28 @@ console.log(`# ${PAIRS} pairs of one TS batch and one C batch of ${BATCH} calls 
 
 const PASSES = Number(arg("--passes") ?? 2);
 if (!Number.isInteger(PASSES) || PASSES < 1) throw new Error(`--passes: a positive integer, not ${arg("--passes")}`);
+const LAYERS = Number(arg("--layers") ?? 1);
+if (!Number.isInteger(LAYERS) || LAYERS < 1 || LAYERS > 64) throw new Error(`--layers: an integer in 1..64, not ${arg("--layers")}`);
+if (LAYERS > 1) console.log(`# ${LAYERS} layers: consecutive calls take the next layer's weight (and bias), x and out the same`);
 const earlier: Record<string, unknown>[][] = [];
 /** One pass over every case: TS and C batches alternating, per case. */
 function runPass(pass: number): Record<string, unknown>[] {
   const results: Record<string, unknown>[] = [];
-  for (const { kind, d, rows, x, w, b, y, op } of gridCases(dev)) {
+  for (const { kind, d, rows, x, w, b, y, op: first } of gridCases(dev)) {
+    // Layers 2..L: weights and biases of their own (freed when the case ends), then the calls in turn.
+    using params = new DisposableStack();
+    const ws = [w], bs = [b];
+    for (let l = 1; l < LAYERS; l++) {
+      ws.push(params.use(dev.tensor(randoms(d, 10 + l, 0.5, 1.5), [d], { dtype: "bf16" })));
+      bs.push(params.use(dev.tensor(randoms(d, 100 + l, -1, 1), [d], { dtype: "bf16" })));
+    }
+    const ops = LAYERS === 1 ? [first] : ws.map((wl, l) => normOp(kind, x, wl, bs[l], y));
+    let nextOp = 0;
+    const op = LAYERS === 1 ? first : (s: typeof stream) => {
+      const r = ops[nextOp](s);
+      if (++nextOp === LAYERS) nextOp = 0;
+      return r;
+    };
     const p = planNorm({ kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, planLimits(dev));
     if (!("plan" in p)) throw new Error(p.unsupported);
     const q = p.plan;
@@ -75,6 +97,12 @@ function runPass(pass: number): Record<string, unknown>[] {
       x.ptr, y.ptr, w.ptr, kind === "layer" ? b.ptr : 0n, rows, d, q.tpr, q.nv, q.prefetch, kind === "layer" ? 1 : 0,
     );
     if (prepared !== 0) throw new Error(`nk_shim_prepare(${q.kernel}) failed: CUresult ${prepared}`);
+    if (LAYERS > 1) {
+      const layered = shim.symbols.nk_shim_layers(
+        BigUint64Array.from(ws, (t) => t.ptr), BigUint64Array.from(bs, (t) => (kind === "layer" ? t.ptr : 0n)), LAYERS,
+      );
+      if (layered !== 0) throw new Error(`nk_shim_layers failed: CUresult ${layered}`);
+    }
     const cBatch = (n: number): number => {
       const us = shim.symbols.nk_shim_batch(n);
       if (us < 0) throw new Error(`launch from the shim failed: CUresult ${shim.symbols.nk_shim_error()}`);
@@ -104,7 +132,7 @@ function runPass(pass: number): Record<string, unknown>[] {
     }
     stream.synchronize();
     const r = {
-      runtime, pass, kind, rows, d, dtype: "bf16", dependent_launch: dependent, kernel: q.kernel,
+      runtime, pass, kind, rows, d, dtype: "bf16", dependent_launch: dependent, layers: LAYERS, kernel: q.kernel,
       ts_us: median(ts), c_us: median(c), ratio_of_medians: median(ts) / median(c), median_pair_ratio: median(ratio),
     };
     results.push(r);
@@ -123,11 +151,11 @@ shim.close();
 const summary = (rs: Record<string, unknown>[], pass: number): void => {
   const ratios = rs.map((r) => r.ratio_of_medians as number);
   console.log(
-    `# ${runtime}, dependent launch ${dependent ? "on" : "off"}, pass ${pass} of ${PASSES}: TS/C ${Math.min(...ratios).toFixed(3)}–` +
+    `# ${runtime}, dependent launch ${dependent ? "on" : "off"}, ${LAYERS} layer(s), pass ${pass} of ${PASSES}: TS/C ${Math.min(...ratios).toFixed(3)}–` +
       `${Math.max(...ratios).toFixed(3)}, ${ratios.filter((r) => r <= 1.1).length} of ${rs.length} cases within 1.1×`,
   );
 };
 earlier.forEach((rs, i) => summary(rs, i + 1));
 summary(results, PASSES);
 const json = arg("--json");
-if (json) writeFileSync(json, JSON.stringify({ runtime, device: dev.name, dependent_launch: dependent, results, earlier_passes: earlier }, null, 1));
+if (json) writeFileSync(json, JSON.stringify({ runtime, device: dev.name, dependent_launch: dependent, layers: LAYERS, results, earlier_passes: earlier }, null, 1));

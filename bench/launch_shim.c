@@ -9,6 +9,7 @@
 // Calls (from the thread whose current context is normkit's, which is the JS thread after Device.open):
 //   nk_shim_load(image)           cuModuleLoadData of the fatbin into the current context (0 or a CUresult)
 //   nk_shim_prepare(...)          the kernel, launch configuration and argument block of one case
+//   nk_shim_layers(ws, bs, n)     n weight (and bias) pointers the launches take in turn, as a model's layers do
 //   nk_shim_batch(n)              n launches back to back, timed with CLOCK_MONOTONIC: µs in all, < 0 on error
 //   nk_shim_error()               the CUresult of the last failure (0: none)
 //   nk_shim_unload()              cuModuleUnload
@@ -45,6 +46,10 @@ static int rows, d, tpr, nv, ahead;
 static long long stride;
 static float eps;
 static void *params[] = {&x, &y, &w, &b, &none, &none, &rows, &d, &stride, &stride, &eps, &tpr, &nv, &ahead};
+// Layers: each launch takes the next weight/bias pair (one pair by default: the prepared case's own).
+#define MAX_LAYERS 64
+static CUdeviceptr layer_w[MAX_LAYERS], layer_b[MAX_LAYERS];
+static int layers = 1, next_layer;
 
 static int fail(CUresult r) {
   last_error = r;
@@ -83,6 +88,7 @@ int nk_shim_prepare(const char *kernel, unsigned grid, unsigned block, unsigned 
   x = xp, y = yp, w = wp, b = bp, none = 0;
   rows = nrows, d = dim, stride = dim, tpr = lanes, nv = vec, ahead = prefetch, eps = layer ? 1e-5f : 1e-6f;
   dependent = dep;
+  layers = 1, next_layer = 0, layer_w[0] = wp, layer_b[0] = bp;
   memset(&attr, 0, sizeof attr);
   attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   attr.value.programmaticStreamSerializationAllowed = 1;
@@ -90,6 +96,14 @@ int nk_shim_prepare(const char *kernel, unsigned grid, unsigned block, unsigned 
   cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
   cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
   cfg.sharedMemBytes = shared, cfg.hStream = (CUstream)(uintptr_t)stream, cfg.attrs = &attr, cfg.numAttrs = 1;
+  return 0;
+}
+
+// After nk_shim_prepare: n (1..MAX_LAYERS) weight/bias pointers for the launches to take in turn (bs may be NULL).
+int nk_shim_layers(const unsigned long long *ws, const unsigned long long *bs, int n) {
+  if (n < 1 || n > MAX_LAYERS) return fail(CUDA_ERROR_INVALID_VALUE);
+  for (int i = 0; i < n; i++) layer_w[i] = ws[i], layer_b[i] = bs ? bs[i] : 0;
+  layers = n, next_layer = 0;
   return 0;
 }
 
@@ -102,6 +116,8 @@ static double now_us(void) {
 double nk_shim_batch(int n) {
   double t0 = now_us();
   for (int i = 0; i < n; i++) {
+    w = layer_w[next_layer], b = layer_b[next_layer];
+    if (++next_layer == layers) next_layer = 0;
     CUresult r = dependent ? p_launch_ex(&cfg, fn, params, NULL)
                            : p_launch(fn, cfg.gridDimX, 1, 1, cfg.blockDimX, 1, 1, cfg.sharedMemBytes, cfg.hStream,
                                       params, NULL);

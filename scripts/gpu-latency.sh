@@ -4,7 +4,8 @@
 #   2. bench/coldstart.ts: import → first GPU result, empty and warm CUDA JIT cache (and whether anything was JITted);
 #   3. bench/latency.ts and bench/latency_c.c: the same bf16 norm launches from TS and from C, eager and graph;
 #   4. the TS-vs-C table;
-#   5. bench/latency_inproc.ts: TS against C in one process (bench/launch_shim.c over FFI), three processes per setting.
+#   5. bench/latency_inproc.ts: TS against C in one process (bench/launch_shim.c over FFI), three processes per setting;
+#   6. the same with 32 layers' weights taken in turn (a model's sequence of calls), one process per setting.
 # Writes text and JSON into $OUT. Usage (the runtime carried as .rt/<runtime>.xz, like gpu-check.sh):
 #   bash scripts/gpu-latency.sh deno|bun
 set -uo pipefail
@@ -49,5 +50,11 @@ for pdl in on off; do
     cat "/tmp/inproc-$rt-$pdl-$i.txt" >> "$OUT/inproc-$rt.txt"
     grep "^# .*within" "/tmp/inproc-$rt-$pdl-$i.txt"
   done
+done
+for pdl in on off; do
+  echo "== TS ($rt) vs C in one process, 32 layers' weights in turn, dependent launch $pdl"
+  timeout 150 "${run[@]}" bench/latency_inproc.ts --shim /tmp/liblaunch_shim.so --pdl $pdl --layers 32 --json "$OUT/inproc-$rt-$pdl-layers32.json" > "/tmp/inproc-$rt-$pdl-layers32.txt" 2>&1 || status=1
+  cat "/tmp/inproc-$rt-$pdl-layers32.txt" >> "$OUT/inproc-$rt-layers32.txt"
+  grep -E "^# .*within|rror" "/tmp/inproc-$rt-$pdl-layers32.txt"
 done
 exit $status

@@ -3,13 +3,16 @@
  * for a profiler (ncu) to pick a launch from:
  *   ncu --clock-control none -k regex:nk_ --launch-skip 2 --launch-count 1 deno run -A bench/profile_one.ts layer bf16 4096
  *   ncu ... -k regex:_bwd_ ... bun bench/profile_one.ts layer bf16 4096 backward
+ * A 5th argument sets the rows (default: 1 GiB moved per call), e.g. a few for compute-sanitizer:
+ *   compute-sanitizer --tool racecheck --kernel-name kns=stash bun bench/profile_one.ts layer f32 65536 forward 137
  */
 import process from "node:process";
 import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward } from "../mod.ts";
 
-const [kind = "layer", dtype = "bf16", dArg = "4096", pass = "forward"] = process.argv.slice(2);
+const [kind = "layer", dtype = "bf16", dArg = "4096", pass = "forward", rowsArg] = process.argv.slice(2);
 const d = Number(dArg);
-const rows = Math.ceil(2 ** 30 / (2 * d * (dtype === "f32" ? 4 : 2)));
+const rows = rowsArg ? Number(rowsArg) : Math.ceil(2 ** 30 / (2 * d * (dtype === "f32" ? 4 : 2)));
+if (!Number.isInteger(rows) || rows < 1) throw new Error(`rows: a positive integer, not ${rowsArg}`);
 using dev = Device.open({ backend: "cuda" });
 using x = dev.empty([rows, d], { dtype: dtype as DType });
 using y = dev.empty([rows, d], { dtype: dtype as DType });

@@ -5,7 +5,7 @@
 import { decode, type DType, encode } from "../runtime/dtype.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
-import type { LaunchConfig, Kernel } from "../runtime/module.ts";
+import type { ArgBlock, Kernel, LaunchConfig } from "../runtime/module.ts";
 import { releaseCount } from "../runtime/resource.ts";
 import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
@@ -85,6 +85,8 @@ class ValidatedCall {
     /** releaseCount() when every object above was last seen open. */
     public openAt: number,
   ) {}
+  /** This call's own argument block, written on its first repeat (a call never repeated costs none). */
+  args: ArgBlock | undefined;
 }
 /**
  * The validated calls kept per kind (a model alternating rms and layer norms keeps both): `last`, the last one, and
@@ -106,9 +108,9 @@ const callKey = (weight: unknown, bias: unknown, x: unknown): unknown => weight 
 /** The plan's values the kernel takes as arguments (tpr, nv, prefetch: LaunchPlan). */
 type KernelGeometry = Pick<LaunchPlan, "tpr" | "nv" | "prefetch">;
 
-/** Writes the forward kernel's arguments (NORM_FWD_ARGS) into its prepared block: all validated by runNorm. */
+/** Writes the forward kernel's arguments (NORM_FWD_ARGS) into an argument block of it: all validated by runNorm. */
 function writeNormArgs(
-  k: Kernel, x: Tensor, y: Tensor, w: Tensor | undefined, b: Tensor | undefined, mean: Tensor | undefined,
+  k: ArgBlock, x: Tensor, y: Tensor, w: Tensor | undefined, b: Tensor | undefined, mean: Tensor | undefined,
   rstd: Tensor | undefined, eps: number, g: KernelGeometry,
 ): void {
   k.setPtr(0, x.ptr);
@@ -148,11 +150,11 @@ function repeatCall(c: ValidatedCall | undefined, x: Tensor, opts: LayerNormOpti
     if (k.module.closed) return false;
     c.openAt = released;
   }
-  if (k.writer !== c) {
-    writeNormArgs(k, x, c.out, c.weight, c.bias, undefined, undefined, eps, c.geometry);
-    k.writer = c;
+  if (c.args === undefined) {
+    c.args = k.argBlock();
+    writeNormArgs(c.args, x, c.out, c.weight, c.bias, undefined, undefined, eps, c.geometry);
   }
-  k.launchWritten(c.stream, c.config);
+  k.launchWritten(c.stream, c.config, c.args);
   return true;
 }
 
@@ -217,15 +219,13 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
         );
         const k = plan.kernel(device, full), config = plan.configFor(full), geometry = plan.plan;
         k.checkLaunch(stream, config);
-        k.writer = null; // the block no longer holds an earlier repeatable call's values, even if the launch fails
-        writeNormArgs(k, x, y, weight, bias, mean, rstd, eps, geometry);
-        k.launchWritten(stream, config);
+        writeNormArgs(k.args, x, y, weight, bias, mean, rstd, eps, geometry);
+        k.launchWritten(stream, config, k.args);
         if (outGiven && !opts.stats && !checking) {
           // Remembered for repeatCall(): the very same call next time skips the checks above.
           const c = new ValidatedCall(
             x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, geometry, releaseCount(),
           );
-          k.writer = c;
           calls.last = c;
           calls.byKey.set(callKey(weight, bias, x) as object, c);
         }

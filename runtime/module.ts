@@ -133,31 +133,79 @@ const SLOT = 8; // every argument gets an 8-byte, 8-aligned slot: enough for any
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 const TWO_32 = 4294967296;
 
+/**
+ * @internal A kernel's argument block: one 8-byte slot per argument, and the array of slot addresses that
+ * cuLaunchKernel / hipModuleLaunchKernel take. A Kernel fills its own for launch(args); an op that repeats
+ * launches keeps one per validated call (Kernel.argBlock()), written once, so that a model's calls taking turns
+ * (each layer its own weight) launch without rewriting anything. The arrays' addresses are taken once: the
+ * block must stay reachable while a launch may read it, which the driver does before cuLaunchKernel returns.
+ */
+export class ArgBlock {
+  readonly i32: Int32Array;
+  readonly u32: Uint32Array;
+  readonly f32: Float32Array;
+  readonly f64: Float64Array;
+  readonly u64: BigUint64Array;
+  readonly i64: BigInt64Array;
+  readonly #slots: BigUint64Array;
+  /** The address of the slot-address array (the kernelParams argument). */
+  readonly address: bigint;
+
+  constructor(n: number) {
+    const block = new ArrayBuffer(Math.max(n, 1) * SLOT);
+    this.i32 = new Int32Array(block);
+    this.u32 = new Uint32Array(block);
+    this.f32 = new Float32Array(block);
+    this.f64 = new Float64Array(block);
+    this.u64 = new BigUint64Array(block);
+    this.i64 = new BigInt64Array(block);
+    this.#slots = new BigUint64Array(new ArrayBuffer(Math.max(n, 1) * 8));
+    const base = ffi!.addressOf(this.u64);
+    for (let i = 0; i < this.#slots.length; i++) this.#slots[i] = base + BigInt(i * SLOT);
+    this.address = ffi!.addressOf(this.#slots);
+  }
+
+  // ---- trusted writes: for the ops, which validated every value (slot and type as declared) themselves ----
+
+  /** A "ptr" slot (0n for null). No checks. */
+  setPtr(i: number, v: bigint): void {
+    this.u64[i] = v;
+  }
+
+  /** An "i32" slot. No checks. */
+  setI32(i: number, v: number): void {
+    this.i32[i * 2] = v;
+  }
+
+  /** An "i64" or "u64" slot from a safe integer (two's complement, so negatives too). No checks. */
+  setI64(i: number, v: number): void {
+    if (LITTLE_ENDIAN) {
+      this.u32[i * 2] = v >>> 0; // v mod 2^32
+      this.u32[i * 2 + 1] = Math.floor(v / TWO_32); // stored mod 2^32: the high word, negatives included
+    } else {
+      this.i64[i] = BigInt(v);
+    }
+  }
+
+  /** An "f32" slot. No checks. */
+  setF32(i: number, v: number): void {
+    this.f32[i * 2] = v;
+  }
+}
+
 /** A kernel function with a prepared argument block. Not a native resource of its own (the Module is). */
 export class Kernel {
   readonly module: Module;
   readonly name: string;
   readonly argTypes: readonly ArgType[];
   readonly #fn: bigint;
-  readonly #block: ArrayBuffer;
-  readonly #i32: Int32Array;
-  readonly #u32: Uint32Array;
-  readonly #f32: Float32Array;
-  readonly #f64: Float64Array;
-  readonly #u64: BigUint64Array;
-  readonly #i64: BigInt64Array;
-  readonly #params: BigUint64Array;
-  readonly #paramsAddress: bigint;
+  /** The block launch(args) writes. */
+  readonly #args: ArgBlock;
   #dynamicSharedLimit: number;
   /** Whether the kernel was let launch clusters above MAX_PORTABLE_CLUSTER (once, on first need). */
   #nonPortableClusters = false;
   #dependentLaunch = false;
   readonly maxThreadsPerBlock: number;
-  /**
-   * @internal The trusted caller whose values the argument block holds (set by that caller after its set*()
-   * calls; null after launch(args)), so that a caller repeating a launch can skip rewriting identical values.
-   */
-  writer: unknown = null;
 
   /** @internal use module.kernel() */
   constructor(module: Module, name: string, fn: bigint, argTypes: readonly ArgType[]) {
@@ -170,18 +218,7 @@ export class Kernel {
     this.name = name;
     this.argTypes = [...argTypes];
     this.#fn = fn;
-    const n = Math.max(argTypes.length, 1);
-    this.#block = new ArrayBuffer(n * SLOT);
-    this.#i32 = new Int32Array(this.#block);
-    this.#u32 = new Uint32Array(this.#block);
-    this.#f32 = new Float32Array(this.#block);
-    this.#f64 = new Float64Array(this.#block);
-    this.#u64 = new BigUint64Array(this.#block);
-    this.#i64 = new BigInt64Array(this.#block);
-    this.#params = new BigUint64Array(new ArrayBuffer(n * 8));
-    const base = ffi!.addressOf(this.#u64);
-    for (let i = 0; i < n; i++) this.#params[i] = base + BigInt(i * SLOT);
-    this.#paramsAddress = ffi!.addressOf(this.#params);
+    this.#args = new ArgBlock(argTypes.length);
     const d = module.device.activeDriver!;
     this.maxThreadsPerBlock = d.kernelAttribute(fn, "maxThreadsPerBlock");
     this.#dynamicSharedLimit = d.kernelAttribute(fn, "maxDynamicSharedBytes");
@@ -255,41 +292,18 @@ export class Kernel {
     return d.activeDriver!.activeClusters(this.#fn, blockThreads, dynamicSharedBytes, cluster);
   }
 
-  /** A 64-bit integer slot from a safe integer (two's complement, so negatives too). */
-  #setInt64(i: number, v: number): void {
-    if (LITTLE_ENDIAN) {
-      this.#u32[i * 2] = v >>> 0; // v mod 2^32
-      this.#u32[i * 2 + 1] = Math.floor(v / TWO_32); // stored mod 2^32: the high word, negatives included
-    } else {
-      this.#i64[i] = BigInt(v);
-    }
+  /** @internal The block launch(args) writes: trusted callers may write it with set*() for a one-off launch. */
+  get args(): ArgBlock {
+    return this.#args;
   }
 
-  // ---- trusted writes: for the ops, which validated every value (slot and type as declared) themselves ----
-
-  /** @internal A "ptr" slot (0n for null). No checks. */
-  setPtr(i: number, v: bigint): void {
-    this.#u64[i] = v;
-  }
-
-  /** @internal An "i32" slot. No checks. */
-  setI32(i: number, v: number): void {
-    this.#i32[i * 2] = v;
-  }
-
-  /** @internal An "i64" slot from a safe integer. No checks. */
-  setI64(i: number, v: number): void {
-    this.#setInt64(i, v);
-  }
-
-  /** @internal An "f32" slot. No checks. */
-  setF32(i: number, v: number): void {
-    this.#f32[i * 2] = v;
+  /** @internal A fresh argument block of this kernel's size, for an op to write once and launch again and again. */
+  argBlock(): ArgBlock {
+    return new ArgBlock(this.argTypes.length);
   }
 
   #write(args: readonly KernelArg[]): void {
-    this.writer = null;
-    const types = this.argTypes;
+    const types = this.argTypes, a = this.#args;
     if (args.length !== types.length) {
       throw new ArgumentError(`arguments of ${this.name}`, `${types.length} values (${types.join(", ")})`, `${args.length} values`);
     }
@@ -297,24 +311,24 @@ export class Kernel {
       const v = args[i];
       const t = types[i];
       if (t === "ptr") {
-        if (v === null) this.#u64[i] = 0n;
-        else if (typeof v === "bigint") this.#u64[i] = v;
-        else if (typeof v === "object" && typeof v.ptr === "bigint") this.#u64[i] = v.ptr;
+        if (v === null) a.u64[i] = 0n;
+        else if (typeof v === "bigint") a.u64[i] = v;
+        else if (typeof v === "object" && typeof v.ptr === "bigint") a.u64[i] = v.ptr;
         else throw new ArgumentError(`${this.name} argument ${i}`, "a DeviceBuffer, Tensor, bigint address or null", v);
       } else if (t === "i64" || t === "u64") {
-        if (typeof v === "bigint") (t === "i64" ? this.#i64 : this.#u64)[i] = v;
-        else if (typeof v === "number" && Number.isSafeInteger(v)) this.#setInt64(i, v);
+        if (typeof v === "bigint") (t === "i64" ? a.i64 : a.u64)[i] = v;
+        else if (typeof v === "number" && Number.isSafeInteger(v)) a.setI64(i, v);
         else throw new ArgumentError(`${this.name} argument ${i}`, `an integer (${t})`, v);
       } else if (typeof v !== "number") {
         throw new ArgumentError(`${this.name} argument ${i}`, `a number (${t})`, v);
-      } else if (t === "f32") this.#f32[i * 2] = v;
-      else if (t === "f64") this.#f64[i] = v;
+      } else if (t === "f32") a.f32[i * 2] = v;
+      else if (t === "f64") a.f64[i] = v;
       else if (t === "i32") {
         if (!Number.isInteger(v) || v < -0x80000000 || v > 0x7fffffff) throw new ArgumentError(`${this.name} argument ${i}`, "an i32", v);
-        this.#i32[i * 2] = v;
+        a.i32[i * 2] = v;
       } else {
         if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new ArgumentError(`${this.name} argument ${i}`, "a u32", v);
-        this.#u32[i * 2] = v;
+        a.u32[i * 2] = v;
       }
     }
   }
@@ -323,7 +337,7 @@ export class Kernel {
   launch(stream: Stream, config: LaunchConfig, args: readonly KernelArg[]): void {
     this.checkLaunch(stream, config);
     this.#write(args);
-    this.launchWritten(stream, config);
+    this.launchWritten(stream, config, this.#args);
   }
 
   /**
@@ -341,21 +355,22 @@ export class Kernel {
   }
 
   /**
-   * @internal Queues the kernel with the argument block as written: for trusted callers that ran
-   * checkLaunch(stream, config) for this kernel (and an open module) and wrote every slot with set*().
+   * @internal Queues the kernel with an argument block as written: for trusted callers that ran
+   * checkLaunch(stream, config) for this kernel (and an open module) and wrote every slot of `args` (one of
+   * this kernel's argBlock()s) with its set*().
    */
-  launchWritten(stream: Stream, config: LaunchConfig): void {
+  launchWritten(stream: Stream, config: LaunchConfig, args: ArgBlock): void {
     const d = this.module.device.activeDriver;
     if (!d) throw new UnsupportedError("kernels cannot run on the CPU backend");
     this.#optIn(config.sharedBytes, config.cluster);
     const g = config.grid, b = config.block;
     if (config.cluster > 1 || this.#dependentLaunch) {
       d.launchEx(
-        this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress,
+        this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, args.address,
         config.cluster, this.#dependentLaunch,
       );
     } else {
-      d.launch(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, this.#paramsAddress);
+      d.launch(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, args.address);
     }
   }
 }

@@ -146,14 +146,17 @@ test("fake CUDA: a repeated call launches with exactly the arguments of a valida
     rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s });
     rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s });
     assert.deepEqual(args(7), args(4));
+    // Each validated call repeats from a block of its own (written on its first repeat): taking turns rewrites nothing.
+    assert.notEqual(launches[7].params, launches[3].params, "w2's repeats and w's repeats launch different blocks");
+    assert.equal(launches[7].params, launches[6].params);
     rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s, eps: 1e-2 });
     assert.deepEqual(args(8).slice(0, 11), want(m.w2, undefined, 1e-2));
     layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s, eps: 1e-3 });
     assert.deepEqual(args(9), args(5));
     const geometry = (l: FakeLaunch) => [l.fn, l.grid, l.block, l.shared, l.cluster, l.stream];
     assert.deepEqual(geometry(launches[7]), geometry(launches[0]));
-    // Someone else launching the same prepared kernel (the public Kernel.launch) leaves other values in its
-    // block: the next repeat writes its own again.
+    // Someone else launching the same prepared kernel (the public Kernel.launch) writes the kernel's own block;
+    // the repeats launch their own blocks, which it leaves as they were.
     const planned = cachedNormPlan(dev.cache, { kind: "layer", rows: m.rows, d: m.d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, () => assert.fail("cached"));
     assert.ok(planned instanceof PlannedLaunch);
     const k = planned.kernel(dev);

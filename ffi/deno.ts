@@ -13,28 +13,40 @@ function pointerOf(addr: bigint): unknown {
   return D.UnsafePointer.create(addr);
 }
 
+type DenoDefs = Record<string, { parameters: string[]; result: string; optional?: boolean }>;
+
+/** Opens `path` with the symbols of `defs` it has (a probe with every symbol optional says which). */
+function openPresent(path: string, defs: DenoDefs) {
+  const probeDefs: DenoDefs = {};
+  for (const [name, def] of Object.entries(defs)) probeDefs[name] = { ...def, optional: true };
+  const probe = D.dlopen(path, probeDefs); // throws when the library itself cannot be opened
+  const present: DenoDefs = {};
+  for (const name of Object.keys(defs)) if (probe.symbols[name] !== null) present[name] = defs[name];
+  try {
+    return D.dlopen(path, present);
+  } finally {
+    probe.close(); // after the second open: the library stays loaded in between (dlopen counts references)
+  }
+}
+
 export const denoFfi: FfiRuntime = {
   name: "deno",
   open<T extends SymbolTable>(path: string, table: T): NativeLibrary<T> {
-    const defs: Record<string, { parameters: string[]; result: string; optional?: boolean }> = {};
+    const defs: DenoDefs = {};
     for (const [name, s] of Object.entries(table)) {
       defs[name] = { parameters: s.parameters.map((t) => DENO_TYPE[t]), result: DENO_TYPE[s.result] };
     }
     // A missing symbol (an older driver) must become null instead of failing the whole dlopen, which is what
     // `optional: true` does; but Deno makes no fast call for an optional symbol: 0.2–0.4 µs per call instead
-    // of about 0.01 (measured, Deno 2.9), a tenth of a kernel launch. So a probe opened with every symbol
-    // optional says which exist, and the library is opened again with those alone, none optional. The probe
-    // is closed after the second open, so the library stays loaded in between (dlopen counts references).
-    const probeDefs: typeof defs = {};
-    for (const [name, def] of Object.entries(defs)) probeDefs[name] = { ...def, optional: true };
-    const probe = D.dlopen(path, probeDefs);
-    const present: typeof defs = {};
-    for (const name of Object.keys(defs)) if (probe.symbols[name] !== null) present[name] = defs[name];
+    // of about 0.01 (measured, Deno 2.9), a tenth of a kernel launch. So the library is opened with every
+    // symbol required, and only when that fails does a probe opened with every symbol optional say which
+    // exist, for a second open with those alone, none optional. (Each open compiles a call stub per symbol:
+    // ~4–10 ms for the CUDA table, so the probe is skipped where nothing is missing, as with current drivers.)
     let lib;
     try {
-      lib = D.dlopen(path, present);
-    } finally {
-      probe.close();
+      lib = D.dlopen(path, defs);
+    } catch {
+      lib = openPresent(path, defs);
     }
     const symbols: Record<string, unknown> = {};
     for (const name of Object.keys(defs)) symbols[name] = lib.symbols[name] ?? null;

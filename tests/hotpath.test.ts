@@ -149,6 +149,7 @@ test("fake CUDA: a repeated call launches with exactly the arguments of a valida
     // Each validated call repeats from a block of its own (written on its first repeat): taking turns rewrites nothing.
     assert.notEqual(launches[7].params, launches[3].params, "w2's repeats and w's repeats launch different blocks");
     assert.equal(launches[7].params, launches[6].params);
+    assert.notEqual(launches[6].params, launches[4].params, "the full validation launched from the kernel's block, the repeat from its own");
     rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s, eps: 1e-2 });
     assert.deepEqual(args(8).slice(0, 11), want(m.w2, undefined, 1e-2));
     layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s, eps: 1e-3 });
@@ -164,6 +165,8 @@ test("fake CUDA: a repeated call launches with exactly the arguments of a valida
     assert.deepEqual(args(10).slice(0, 11), [m.y.ptr, m.x.ptr, 0n, 0n, 0n, 0n, 1, 2, 3, 4, 0.5]);
     layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s, eps: 1e-3 });
     assert.deepEqual(args(11), args(5));
+    assert.equal(launches[11].params, launches[9].params, "the repeat's own block, as before the other launch");
+    assert.notEqual(launches[11].params, launches[10].params, "not the kernel's block that Kernel.launch wrote");
     // 1000 repeats: one launch each and no other driver call (the strict fake fails on any other call).
     for (let i = 0; i < 1000; i++) layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s });
     assert.equal(launches.length, 1012);

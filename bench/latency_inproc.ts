@@ -21,7 +21,8 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, setDependentLaunch } from "../mod.ts";
+import { Device, setDependentLaunch, type Tensor } from "../mod.ts";
+import type { Stream } from "../gpu.ts";
 import { gridCases, normOp } from "./latency_grid.ts";
 import { randoms } from "../tests/random.ts";
 import { ffi } from "../ffi/runtime.ts";
@@ -69,6 +70,15 @@ const LAYERS = Number(arg("--layers") ?? 1);
 if (!Number.isInteger(LAYERS) || LAYERS < 1 || LAYERS > 64) throw new Error(`--layers: an integer in 1..64, not ${arg("--layers")}`);
 if (LAYERS > 1) console.log(`# ${LAYERS} layers: consecutive calls take the next layer's weight (and bias), x and out the same`);
 const earlier: Record<string, unknown>[][] = [];
+/** One call after the other of `ops`, round and round (a model's layers). */
+function inTurn(ops: ((s: Stream) => Tensor)[]): (s: Stream) => Tensor {
+  let next = 0;
+  return (s) => {
+    const r = ops[next](s);
+    if (++next === ops.length) next = 0;
+    return r;
+  };
+}
 /** One pass over every case: TS and C batches alternating, per case. */
 function runPass(pass: number): Record<string, unknown>[] {
   const results: Record<string, unknown>[] = [];
@@ -80,13 +90,7 @@ function runPass(pass: number): Record<string, unknown>[] {
       ws.push(params.use(dev.tensor(randoms(d, 10 + l, 0.5, 1.5), [d], { dtype: "bf16" })));
       bs.push(params.use(dev.tensor(randoms(d, 100 + l, -1, 1), [d], { dtype: "bf16" })));
     }
-    const ops = LAYERS === 1 ? [first] : ws.map((wl, l) => normOp(kind, x, wl, bs[l], y));
-    let nextOp = 0;
-    const op = LAYERS === 1 ? first : (s: typeof stream) => {
-      const r = ops[nextOp](s);
-      if (++nextOp === LAYERS) nextOp = 0;
-      return r;
-    };
+    const op = LAYERS === 1 ? first : inTurn(ws.map((wl, l) => normOp(kind, x, wl, bs[l], y)));
     const p = planNorm({ kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, planLimits(dev));
     if (!("plan" in p)) throw new Error(p.unsupported);
     const q = p.plan;

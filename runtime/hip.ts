@@ -62,16 +62,17 @@ export const UNKNOWN_GFX = "gfx?";
 /** The words every "there is no usable AMD GPU" error carries, so callers and fallbacks can say it plainly. */
 export const NO_HIP_DEVICE = "no HIP device";
 
-/**
- * Opens libamdhip64.so (or $NORMKIT_HIP_LIB) and initializes HIP; throws LibraryLoadError when the library cannot
- * be loaded, and GpuError (backend "hip", message containing "no HIP device") when hipInit fails or no device
- * is present.
- */
+/** What the HIP driver says to any cluster request (clusters and their opt-in are CUDA sm_90+ only). */
 const NO_CLUSTERS = "thread-block clusters are a CUDA (sm_90+) feature; the HIP backend has none";
 const noClusters = (): never => {
   throw new UnsupportedError(NO_CLUSTERS);
 };
 
+/**
+ * Opens libamdhip64.so (or $NORMKIT_HIP_LIB) and initializes HIP; throws LibraryLoadError when the library cannot
+ * be loaded, and GpuError (backend "hip", message containing "no HIP device") when hipInit fails or no device
+ * is present.
+ */
 export function openHipDriver(): Driver {
   const lib = openLibrary("libamdhip64.so", "NORMKIT_HIP_LIB", HIP_SYMBOLS);
   const s = lib.symbols;

@@ -182,6 +182,39 @@ NK_FWD_DTYPES(NK_FWD_TRIPLE)
 
 NK_BWD_DTYPES(NK_BWD_TRIPLE)
 
+// `cached` (one row per block) and `cluster` with bulk-staged rows (nk_bwd_cached's TM; flags' stage count >= 1), the
+// FULL path alone (a call that does not qualify traps), sm_90 only (the sm_80 SASS and the compute_80 PTX trap):
+// nk_ln_bwd_{cachedstaged|clusterstaged}_* and nk_rms_bwd_clusterstaged_*, the plan's choices (ops/plan_bwd.ts,
+// bwdStages: RMSNorm's one-row blocks lost with staging). For x and dy of one dtype (16-byte chunks of both:
+// nk_bwd_tma_ok), weights f32 or x's: S(tx, tdy, tw), one per line (scripts/build-kernels.sh reads them). The fatbin's
+// size keeps the list to these (tests/precompiled.test.ts bounds it).
+#define NK_BWD_STAGED_DTYPES(S) \
+  S(f32, f32, f32)              \
+  S(f16, f16, f32)              \
+  S(f16, f16, f16)              \
+  S(bf16, bf16, f32)            \
+  S(bf16, bf16, bf16)
+#define NK_BWD_STAGED_KERNEL(kind, isln, map, cl, tx, td, tw)                                                     \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(512, 1) nk_##kind##_bwd_##map##staged_##tx##_##td##_##tw(NK_BWD_PARAMS) { \
+    nk_pdl_enter();                                                                                              \
+    if constexpr (nk_bwd_tma_ok<nk_##tx, nk_##td>::V) {                                                          \
+      if (!nk_bwd_full<nk_##tx, nk_##td, nk_##tw>(dy, x, weight, dx, d, dy_stride, x_stride, dx_stride))        \
+        nk_trap();                                                                                               \
+      else if (weight)                                                                                           \
+        nk_bwd_cached_staged<nk_##tx, nk_##td, nk_##tw, isln, cl, NK_W_YES>(NK_BWD_ARGS);                       \
+      else                                                                                                       \
+        nk_bwd_cached_staged<nk_##tx, nk_##td, nk_##tw, isln, cl, NK_W_NO>(NK_BWD_ARGS);                        \
+    } else {                                                                                                     \
+      nk_trap();                                                                                                 \
+    }                                                                                                            \
+  }
+#define NK_BWD_STAGED_TRIPLE(tx, td, tw)                         \
+  NK_BWD_STAGED_KERNEL(ln, true, cached, false, tx, td, tw)      \
+  NK_BWD_STAGED_KERNEL(ln, true, cluster, true, tx, td, tw)      \
+  NK_BWD_STAGED_KERNEL(rms, false, cluster, true, tx, td, tw)
+
+NK_BWD_STAGED_DTYPES(NK_BWD_STAGED_TRIPLE)
+
 // Parameter-gradient finalize, one per output dtype (see nk_bwd_finalize).
 extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_bwd_finalize_f32(const float* part, int nparts, int d, int nacc, void* dweight, void* dbias, int accumulate) {
   nk_pdl_enter();

@@ -40,6 +40,11 @@
       int nv, int flags
 #define NK_BWD_ARGS dy, x, weight, mean, rstd, dx, part, rows, d, dy_stride, x_stride, dx_stride, tpr, nv, flags
 #define NK_BWD_PREFETCH 1
+// flags bits 4..7 (NK_BWD_STAGES_SHIFT): `cached` with one row per block, and `cluster`, FULL path, 16-byte chunks of
+// both x and dy, sm_90: that many rows (1..NK_BWD_MAX_STAGES) of the CTA's slice copied ahead into shared memory by
+// bulk copies (nk_bwd_cached's TM); 0: loaded into registers by each thread. The plan sets it (ops/plan_bwd.ts).
+#define NK_BWD_STAGES_SHIFT 4
+#define NK_BWD_MAX_STAGES 4
 
 struct alignas(16) nk_f4 { float v[4]; };
 
@@ -256,7 +261,21 @@ NK_INLINE void nk_bwd_add_dy(float* accb, const float (&df)[VEC], int nvalid) {
 // WK: whether there is a weight, fixed at compile time for the FULL path (the kernel picks the instantiation
 // by the pointer; H200 profile of the runtime test, LN bf16 D=4096: of 38 instructions per element, a null
 // test, two selects and a select per element per chunk were the weight's), NK_W_ANY for the masked one.
-template <class TX, class TD, class TW, bool LN, bool FULL, bool CL, int WK = NK_W_ANY>
+// TM (bulk-staged rows; flags' stage count S >= 1, see NK_BWD_STAGES_SHIFT): thread 0 copies the CTA's slice of x and
+// dy of the next S rows into S shared-memory stages with one bulk copy each (nk_bulk_g2s), and its weight slice once;
+// threads read their chunks from there. A stage is refilled for the row S ahead as soon as the block reduction's
+// barrier shows every thread has read it, so the next rows' loads run while this row reduces, exchanges and
+// stores dx: with registers only one row per CTA was in flight (clusters: 53-82% of copy). The arithmetic and its
+// order are the register path's: dx is bitwise the same. Layout after the dbias slots: S + 1 mbarriers (rounded up
+// to 16 bytes), the weight slice (cpc * VEC of TW, rounded up to 16 bytes), then S stages of [x slice | dy slice]
+// (cpc * VEC elements each); ops/plan_bwd.ts (stagedShared) sizes it, bwdStages picks S (H200: 2 where it gains).
+// (2026-11-30's staging, per-thread cp.async of each thread's own chunks, 2c7e3bb, lost up to 40 points; this copies
+// whole slices with one instruction and reads the weights from shared memory too.)
+template <class TX, class TD>
+struct nk_bwd_tma_ok {
+  enum { V = NK_HAS_CLUSTER && nk_bwd_geom<TX, TD>::XW == 4 && nk_bwd_geom<TX, TD>::DW == 4 };
+};
+template <class TX, class TD, class TW, bool LN, bool FULL, bool CL, int WK = NK_W_ANY, bool TM = false>
 NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC, XW = nk_bwd_geom<TX, TD>::XW, DW = nk_bwd_geom<TX, TD>::DW;
   constexpr int NACC = LN ? 2 : 1, MAXV = nk_bwd_maxv<TX, TD, LN>::V, WWORDS = VEC * TW::SIZE / 4;
@@ -286,7 +305,8 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const bool hw = NK_HAS_W(WK, W);
   const typename TW::S* Wl = hw ? W + e0 : nullptr;
   const float rd = 1.0f / (float)d;  // row means as products: no division per row
-  const bool prefetch = (flags & NK_BWD_PREFETCH) && !lanes;
+  constexpr bool TMA = TM && FULL && nk_bwd_tma_ok<TX, TD>::V;
+  const bool prefetch = (flags & NK_BWD_PREFETCH) && !lanes && !TMA;
 #define NK_NVAL(i) \
   (((i) < nv && t + (i) * tpr < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(t + (i) * tpr, dloc)) : 0)
   constexpr bool SB = nk_bwd_smem_dbias<TX, TD, LN>::V, RB = LN && !SB;  // dbias sums: shared memory / registers
@@ -308,6 +328,31 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         if (e < NK_NVAL(i)) accb[(t + i * tpr) * VEC + e] = 0.0f;
+  }
+  // TM: the stages (see above). A CTA without columns (cloc <= 0) copies and waits for nothing.
+  const int stages = TMA ? (flags >> NK_BWD_STAGES_SHIFT) & 15 : 1;
+  const int sliceE = cpc * VEC;
+  unsigned char* const tarea = (unsigned char*)(slots + (SB && part ? sliceE : 0));
+  const unsigned tbar = TMA ? nk_smem_addr(tarea) : 0u;  // stage s's mbarrier at tbar + 8 s, the weights' after them
+  const typename TW::S* const sw = (const typename TW::S*)(tarea + ((8 * (stages + 1) + 15) & ~15));
+  unsigned char* const sstage = (unsigned char*)sw + ((sliceE * TW::SIZE + 15) & ~15);
+  const int stageBytes = sliceE * (TX::SIZE + TD::SIZE);
+  const bool tmaOn = TMA && cloc > 0;
+  auto stageIn = [&](long long r, int s) {  // thread 0: row r's slice into stage s
+    const unsigned bar = tbar + 8 * s, bx = cloc * VEC * TX::SIZE, bdy = cloc * VEC * TD::SIZE;
+    unsigned char* const st = sstage + s * stageBytes;
+    nk_mbar_arm(bar, bx + bdy);
+    nk_bulk_g2s(nk_smem_addr(st), X + r * x_stride + e0, bx, bar);
+    nk_bulk_g2s(nk_smem_addr(st + sliceE * TX::SIZE), DY + r * dy_stride + e0, bdy, bar);
+  };
+  if (TMA) {
+    if (stages < 1 || stages > NK_BWD_MAX_STAGES || lanes || R != 1 || (tbar & 15u)) nk_trap();
+    if (tid == 0) {
+      for (int s = 0; s <= stages; ++s) nk_mbar_init(tbar + 8 * s);
+      nk_mbar_init_fence();
+      nk_fence_async_smem();
+    }
+    nk_barrier();
   }
   nk_red_lanes redl{tpr};
   unsigned parity = 0;
@@ -351,6 +396,23 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #else
   const long long first = (long long)nk_block_x() * R, rstep = (long long)nk_grid_dim_x() * R;
 #endif
+  const unsigned wbar = tbar + 8 * stages;
+  if (tmaOn && tid == 0) {
+    if (hw) {
+      nk_mbar_arm(wbar, cloc * VEC * TW::SIZE);
+      nk_bulk_g2s(nk_smem_addr(sw), Wl, cloc * VEC * TW::SIZE, wbar);
+    }
+    for (int s = 0; s < stages && first + s * rstep < rows; ++s) stageIn(first + s * rstep, s);
+  }
+  if (tmaOn && hw)
+    while (!nk_mbar_ready(wbar, 0u)) {
+    }
+  // The weights the loop reads: the staged copy (TM) or global memory.
+  const typename TW::S* const Wr = TMA ? sw : Wl;
+  // TM: the next row's statistics, loaded a row ahead (a row's first use of them came right after its wait).
+  float mu_n = 0.0f, rs_n = 0.0f;
+  if (TMA && first < rows) mu_n = LN ? mean[first] : 0.0f, rs_n = rstd[first];
+  int kth = 0;  // TM: rows this CTA has begun
   for (long long rb = first; rb < rows; rb += rstep) {
     // Per-chunk weight addresses do not depend on the row: keep the compiler from hoisting them all out
     // of the loop (two registers each, live throughout; they spilled).
@@ -365,8 +427,25 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     const bool xvec = FULL || nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
     const bool dvec = FULL || nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
     unsigned xw[MAXV][XW], dw[MAXV][DW];
+    const int stg = TMA ? kth % stages : 0;
+    float mu_t = 0.0f, rs_t = 0.0f;
+    if (TMA) {
+      mu_t = mu_n, rs_t = rs_n;
+      if (rb + rstep < rows) mu_n = LN ? mean[rb + rstep] : 0.0f, rs_n = rstd[rb + rstep];
+    }
+    if (tmaOn) {
+      while (!nk_mbar_ready(tbar + 8 * stg, (unsigned)(kth / stages) & 1u)) {
+      }
+      const unsigned char* const st = sstage + stg * stageBytes;
 #pragma unroll
-    for (int i = 0; i < MAXV; ++i) {
+      for (int i = 0; i < MAXV; ++i)
+        if (NK_NVAL(i) > 0) {
+          nk_load_chunk<TX, VEC>((const typename TX::S*)st, t + i * tpr, xw[i]);
+          nk_load_chunk<TD, VEC>((const typename TD::S*)(st + sliceE * TX::SIZE), t + i * tpr, dw[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < MAXV && !TMA; ++i) {
       const long long off = (long long)(t + i * tpr) * VEC;
       // FULL: a chunk is whole or absent, and an absent one is never read: no zero fill.
       if (FULL && !CL) {  // (with CL it made mixed-dtype `cluster` kernels spill 4-16 bytes)
@@ -383,8 +462,8 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
       nk_prefetch_l2(xr + rstep * x_stride, (long long)dloc * TX::SIZE);
       nk_prefetch_l2(dyr + rstep * dy_stride, (long long)dloc * TD::SIZE);
     }
-    const float mu = (LN && active) ? mean[row] : 0.0f;
-    const float rs = active ? rstd[row] : 0.0f;
+    const float mu = TMA ? mu_t : (LN && active) ? mean[row] : 0.0f;
+    const float rs = TMA ? rs_t : active ? rstd[row] : 0.0f;
     float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
@@ -393,12 +472,18 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
         float xf[VEC], df[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) xf[e] = nk_get<TX>(xw[i], e), df[e] = nk_get<TD>(dw[i], e);
-        nk_bwd_pass1<TW, LN, VEC, WK, RB>(xf, df, hw ? Wl + (long long)(t + i * tpr) * VEC : nullptr, pvec, nvalid, mu,
+        nk_bwd_pass1<TW, LN, VEC, WK, RB>(xf, df, hw ? Wr + (long long)(t + i * tpr) * VEC : nullptr, pvec, nvalid, mu,
                                           rs, sg, sgx, accw[i], accr[RB ? i : 0]);
         if (accb) nk_bwd_add_dy<VEC, FULL>(accb + (t + i * tpr) * VEC, df, nvalid);
       }
     }
     reduce2(sg, sgx);
+    // TM: every thread of the CTA passed the reduction's barrier after reading this stage: refill it, S rows ahead.
+    if (tmaOn && tid == 0 && rb + stages * rstep < rows) {
+      nk_fence_async_smem();
+      stageIn(rb + stages * rstep, stg);
+    }
+    ++kth;
     const float a = LN ? sg * rd : 0.0f;
     const float b = sgx * rd;
     // FULL: nk_bwd_dx's row constants once per row, not once per chunk (the same operations). Not with LN's dbias
@@ -411,7 +496,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
     // f32 weights with 16-bit x (8 more live registers: those kernels spilled up to 56 bytes).
     constexpr bool AHEAD = WWORDS <= 4;
     unsigned wnext[WWORDS];
-    if (AHEAD && hw) nk_load_words<TW, VEC>(Wl + (long long)t * VEC, pvec, NK_NVAL(0), wnext);
+    if (AHEAD && hw) nk_load_words<TW, VEC>(Wr + (long long)t * VEC, pvec, NK_NVAL(0), wnext);
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       unsigned wcur[WWORDS];
@@ -419,11 +504,11 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #pragma unroll
         for (int k = 0; k < WWORDS; ++k) wcur[k] = wnext[k];
         if (hw && i + 1 < MAXV)
-          nk_load_words<TW, VEC>(Wl + (long long)(t + (i + 1) * tpr) * VEC, pvec, NK_NVAL(i + 1), wnext);
+          nk_load_words<TW, VEC>(Wr + (long long)(t + (i + 1) * tpr) * VEC, pvec, NK_NVAL(i + 1), wnext);
       }
       const int nvalid = NK_NVAL(i);
       if (nvalid > 0) {
-        if (!AHEAD && hw) nk_load_words<TW, VEC>(Wl + (long long)(t + i * tpr) * VEC, pvec, nvalid, wcur);
+        if (!AHEAD && hw) nk_load_words<TW, VEC>(Wr + (long long)(t + i * tpr) * VEC, pvec, nvalid, wcur);
         float xf[VEC], df[VEC], wf[VEC], o[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
@@ -481,6 +566,13 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 template <class TX, class TD, class TW, bool LN, bool CL, int WK>
 NK_NOINLINE void nk_bwd_cached_full(NK_BWD_PARAMS) {
   nk_bwd_cached<TX, TD, TW, LN, true, CL, WK>(NK_BWD_ARGS);
+}
+// The bulk-staged FULL path (TM), a call of its own for the same reason, in kernels of their own
+// (nk_{ln|rms}_bwd_{cached|cluster}staged_*): as a third call in the register path's kernels its registers made
+// their masked path spill (ptxas sm_90, RMS f32 `cluster`: 12 -> 60 bytes).
+template <class TX, class TD, class TW, bool LN, bool CL, int WK>
+NK_NOINLINE void nk_bwd_cached_staged(NK_BWD_PARAMS) {
+  nk_bwd_cached<TX, TD, TW, LN, true, CL, WK, true>(NK_BWD_ARGS);
 }
 
 // ---------------------------------------------------------------- mapping `wide`

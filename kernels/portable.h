@@ -195,6 +195,27 @@ NK_INLINE void nk_st_async(unsigned remote, float v0, float v1, unsigned remote_
                : "memory");
 }
 
+// One bulk copy (the sm_90 copy engine, 1-D) of `bytes` from global memory to this CTA's shared memory at `dst` (a
+// shared address), completing its bytes on the mbarrier `bar`: one instruction for a whole row slice, no registers.
+// Both addresses 16-byte aligned, bytes a multiple of 16. nk_mbar_ready: whether the phase of parity `parity` of
+// `bar` has completed (acquiring, for this CTA, what the copies wrote). nk_fence_async_smem: orders this thread's
+// earlier shared-memory accesses, and those its barrier made visible to it, before its later bulk copies.
+NK_INLINE void nk_bulk_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+NK_INLINE bool nk_mbar_ready(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n}"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+NK_INLINE void nk_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Asynchronous 16-byte copies global -> shared (cp.async, sm_80+; compiled for sm_90, where the `block` mapping's
 // 1024-thread rows use them): the data goes to shared memory without passing through registers, so the copies of a
 // row's weight/bias run beside its x loads. Both addresses 16-byte aligned. wait_all: this thread's copies landed.
@@ -243,6 +264,15 @@ NK_INLINE void nk_pdl_enter() {
 #endif
 #ifndef NK_HAS_CLUSTER
 #define NK_HAS_CLUSTER 0
+// sm_80 SASS, compute_80 PTX, HIP: no mbarriers or bulk copies. The backward's bulk-staged rows are compiled out
+// there (nk_bwd_tma_ok); these stand in for the names its template mentions and are never reached.
+NK_INLINE unsigned nk_smem_addr(const void*) { return 0u; }
+NK_INLINE void nk_mbar_init(unsigned) { nk_trap(); }
+NK_INLINE void nk_mbar_init_fence() { nk_trap(); }
+NK_INLINE void nk_mbar_arm(unsigned, unsigned) { nk_trap(); }
+NK_INLINE void nk_bulk_g2s(unsigned, const void*, unsigned, unsigned) { nk_trap(); }
+NK_INLINE bool nk_mbar_ready(unsigned, unsigned) { nk_trap(); return true; }
+NK_INLINE void nk_fence_async_smem() { nk_trap(); }
 #endif
 #ifndef NK_HAS_PREFETCH_L2
 #define NK_HAS_PREFETCH_L2 0

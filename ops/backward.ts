@@ -13,7 +13,7 @@ import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
-import { type BwdPlan, type BwdPlanInput, type BwdPlanResult, planNormBackward } from "./plan_bwd.ts";
+import { type BwdPlan, type BwdPlanInput, type BwdPlanResult, bwdFull, planNormBackward } from "./plan_bwd.ts";
 import { checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 
@@ -21,8 +21,12 @@ import type { ArgType } from "../runtime/module.ts";
 export const NORM_BWD_ARGS: readonly ArgType[] = [
   "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", // dy, x, weight, mean, rstd, dx, part
   "i32", "i32", "i64", "i64", "i64", //                rows, d, dy_stride, x_stride, dx_stride
-  "i32", "i32", "i32", //                              tpr, nv, flags (from the plan; bit 0: prefetch)
+  "i32", "i32", "i32", //                              tpr, nv, flags (from the plan: the two below)
 ];
+/** flags bit 0 (NK_BWD_PREFETCH): ask L2 for the next row. */
+const BWD_FLAG_PREFETCH = 1;
+/** flags bits 4..7 (NK_BWD_STAGES_SHIFT): rows in flight in shared memory, for the staged kernels. */
+const BWD_STAGES_SHIFT = 4;
 /** Parameters of nk_bwd_finalize_{f32|f16|bf16}: part, nparts, d, nacc, dweight, dbias, accumulate. */
 export const NORM_FINALIZE_ARGS: readonly ArgType[] = ["ptr", "i32", "i32", "i32", "ptr", "ptr", "i32"];
 
@@ -194,14 +198,21 @@ export interface BackwardLaunch {
  * Queues the plan's kernels (x has rows): dx with per-block parameter sums, then the finalize.
  * @internal Exported for bench/bwd_plans.ts, which times plans other than planNormBackward's.
  */
-export function launchBackward(p: BwdPlan, a: BackwardLaunch): void {
+export function launchBackward(plan: BwdPlan, a: BackwardLaunch): void {
   const { x, stream } = a, device = x.device;
+  // The plan's bulk-staged variant where every row of this call qualifies (its kernels hold the FULL path alone).
+  const st = plan.staged && bwdFull(
+    x.d, x.dtype, a.dy.dtype, a.weight?.dtype ?? "f32", x.ptr, x.rowStride, a.dx.ptr, a.dx.rowStride, a.dy.ptr,
+    a.dy.rowStride, a.weight?.ptr ?? 0n,
+  ) ? plan.staged : undefined;
+  const p = st ? { ...plan, kernel: st.kernel, sharedBytes: st.sharedBytes } : plan;
+  const flags = (p.prefetch ? BWD_FLAG_PREFETCH : 0) | ((st?.stages ?? 0) << BWD_STAGES_SHIFT);
   const sms = device.info.multiprocessors, maxGrid = device.info.maxGridDim[0];
   const k = normKernel(device, p.kernel, NORM_BWD_ARGS);
   const config = (grid: number, block: number, sharedBytes = 0, cluster = 1) =>
     new LaunchConfig({ grid: [grid, 1, 1], block: [block, 1, 1], sharedBytes, cluster });
   const args = (part: DeviceBuffer | null, tpr = p.tpr, nv = p.nv) =>
-    [a.dy, x, a.weight ?? null, a.mean ?? null, a.rstd, a.dx, part, x.rows, x.d, a.dy.rowStride, x.rowStride, a.dx.rowStride, tpr, nv, p.prefetch ? 1 : 0];
+    [a.dy, x, a.weight ?? null, a.mean ?? null, a.rstd, a.dx, part, x.rows, x.d, a.dy.rowStride, x.rowStride, a.dx.rowStride, tpr, nv, flags];
   const finalize = (partials: bigint, nparts: number) =>
     normKernel(device, `nk_bwd_finalize_${a.pdtype}`, NORM_FINALIZE_ARGS).launch(stream, config(Math.ceil((p.nacc * x.d) / 32), 512), [
       partials, nparts, x.d, p.nacc, a.dweight ?? null, a.dbias ?? null, a.accumulate ? 1 : 0,

@@ -103,6 +103,36 @@ export function cachedShared(
   return 16 * Math.ceil(block / warp) + (cluster > 1 ? CLUSTER_SUM_BYTES : 0) + 4 * slots;
 }
 
+/**
+ * Rows a staged CTA keeps in flight (0: no staged variant): 2 where bulk-staged rows measured faster (H200, Bun,
+ * bench/bwd_staged_ab.ts, 2026-12-03, f32 and bf16, % of copy unstaged → 2 rows; bench/RESULTS.md). One row lost
+ * everywhere (its copy waits on the row just before it); three matched two or lost.
+ * - `cluster` of 4 or more CTAs: always (LN f32 D=32768–131072 +5.6 to +12.4, RMS f32 +19.8 to +21.3, LN bf16 +7.6 to
+ *   +11.7, RMS bf16 65536–131072 +2.9 and +9.0); of 2: with blocks under 512 threads (LN f32 D=12288 82.6 → 91.1, RMS
+ *   f32 D=16384 85.8 → 94.6), not at 512 (RMS bf16 D=32768 81.6 → 76.0, LN f32 D=16384 84.4 → 78.2; LN bf16 D=32768
+ *   67.9 → 71.3 is given up).
+ * - one-row `cached` blocks: LayerNorm with 384 threads or more (LN bf16 D=12288 72.4 → 83.5, 16384 74.9 → 81.9, LN f32
+ *   D=8192 87.9 → 91.5); not RMSNorm (−0.6 to −5 at D = 2048–16384) nor smaller LayerNorm blocks (LN f32 D=2048 and
+ *   4096 −0.5 to −1.3, LN bf16 D=2048 −5.6; bf16 D=4096/8192 +2.3/+0.8 given up).
+ */
+export function bwdStages(kind: NormKind, mapping: "cached" | "cluster", block: number, cluster = 1): number {
+  if (mapping === "cluster") return cluster >= 4 || block < 512 ? 2 : 0;
+  return kind === "layer" && block >= 384 ? 2 : 0;
+}
+
+/** The staged variant of a one-row `cached` or a `cluster` plan, where bwdStages asks for one and it can run. */
+function stagedVariant(
+  kind: NormKind, x: DType, dy: DType, w: DType, mapping: "cached" | "cluster", block: number, base: number,
+  columns: number, limits: BwdLimits, kernel: string, cluster = 1,
+): BwdStaged | undefined {
+  const stages = bwdStages(kind, mapping, block, cluster);
+  // Bulk copies: sm_90; kernels for x and dy of one dtype (16-byte chunks of both: nk_bwd_tma_ok; kernels/norm.cu's
+  // NK_BWD_STAGED_DTYPES).
+  if (stages === 0 || (limits.ccMajor ?? 0) < 9 || x !== dy) return undefined;
+  const sharedBytes = stagedShared(base, stages, columns, x, dy, w);
+  return sharedBytes <= limits.maxSharedPerBlockOptin ? { kernel, stages, sharedBytes } : undefined;
+}
+
 export interface BwdPlanInput {
   kind: NormKind;
   d: number;
@@ -125,6 +155,45 @@ export interface BwdLimits {
   maxCluster?: number;
 }
 
+/**
+ * The bulk-staged variant of a `cached` (one row per block) or `cluster` plan (kernels/norm_bwd.cuh, nk_bwd_cached's
+ * TM): its kernel (nk_{ln|rms}_bwd_{cached|cluster}staged_*, the FULL path alone), the rows each CTA keeps in flight in
+ * shared memory (flags bits 4..7), and the block's shared memory with them. Taken for calls that qualify (bwdFull).
+ */
+export interface BwdStaged {
+  kernel: string;
+  stages: number;
+  sharedBytes: number;
+}
+
+/** Rows in flight at most (NK_BWD_MAX_STAGES). */
+export const MAX_BWD_STAGES = 4;
+
+/**
+ * Whether a call's every row can take the FULL path (kernels/norm_bwd.cuh, nk_bwd_full): D a multiple of the
+ * chunk, x, dx, dy and the weight aligned to their chunk, and the strides keeping every row so. Addresses in bytes.
+ */
+export function bwdFull(
+  d: number, x: DType, dy: DType, w: DType, xPtr: bigint, xStride: number, dxPtr: bigint, dxStride: number,
+  dyPtr: bigint, dyStride: number, wPtr: bigint,
+): boolean {
+  const vec = 16 / Math.max(size(x), size(dy));
+  const align = (t: DType) => Math.min(vec * size(t), 16);
+  const ok = (p: bigint, t: DType) => (p & BigInt(align(t) - 1)) === 0n;
+  return d % vec === 0 && ok(xPtr, x) && ok(dxPtr, x) && ok(dyPtr, dy) && ok(wPtr, w) &&
+    (xStride * size(x)) % align(x) === 0 && (dxStride * size(x)) % align(x) === 0 && (dyStride * size(dy)) % align(dy) === 0;
+}
+
+/**
+ * Dynamic shared memory of a staged block: the unstaged block's (`base`, cachedShared), then S + 1 mbarriers (rounded up
+ * to 16 bytes), the CTA's weight slice (`columns` elements of the weight dtype, rounded up to 16 bytes) and S stages of
+ * the x and dy slices (kernels/norm_bwd.cuh, nk_bwd_cached's TM layout).
+ */
+export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType): number {
+  const up16 = (n: number) => Math.ceil(n / 16) * 16;
+  return base + up16(8 * (stages + 1)) + up16(columns * size(w)) + stages * columns * (size(x) + size(dy));
+}
+
 export interface BwdPlan {
   kernel: string;
   /**
@@ -144,6 +213,8 @@ export interface BwdPlan {
   rowsPerBlock: number;
   /** Parameter-sum arrays per block row of `part`: 2 (LN: dweight, dbias), 1 (RMS) or 0. */
   nacc: number;
+  /** `cached` / `cluster`: the bulk-staged variant for calls that qualify (bwdFull), where the plan has one. */
+  staged?: BwdStaged;
   /** `split` only: the row-sums kernel, its block and shared memory, and the columns of one tile. */
   rowsumKernel?: string;
   rowsumBlock?: number;
@@ -164,7 +235,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   const warp = limits.warpSize;
   const nacc = p.paramGrads ? (p.kind === "layer" ? 2 : 1) : 0;
   const slotBytes = nacc * p.d * 4;
-  const name = (m: "cached" | "cluster" | "wide" | "rowsum" | "tile") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
+  const name = (m: "cached" | "cluster" | "wide" | "rowsum" | "tile" | "cachedstaged" | "clusterstaged") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
   const maxThreads = Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock);
   // `wide` and `rowsum`: their block reductions' 2 · warps floats, rounded up to 16 bytes (slots start there).
   const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
@@ -189,7 +260,8 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / nvAim) / warp) * warp));
     const shared = cachedShared(sdb, block, warp, 1, nacc, p.d);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc } };
+      const staged = stagedVariant(p.kind, tx, tdy, tw, "cached", block, shared, chunks * vec, limits, name("cachedstaged"));
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc, ...(staged ? { staged } : {}) } };
     }
   }
   // Rows past one block's registers, on Hopper: split over a cluster of CTAs, each caching its slice in
@@ -203,7 +275,8 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
         const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
         const shared = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
         if (shared > limits.maxSharedPerBlockOptin) break;
-        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: shared, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc } };
+        const staged = stagedVariant(p.kind, tx, tdy, tw, "cluster", block, shared, per * vec, limits, name("clusterstaged"), c);
+        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: shared, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc, ...(staged ? { staged } : {}) } };
       }
     }
   }

@@ -132,7 +132,8 @@ kernel_names() {
   names="$(sed -nE 's/^extern "C"[[:space:]]+NK_GLOBAL[[:space:]]+void[[:space:]]+(NK_LAUNCH_BOUNDS\([0-9]+\)[[:space:]]+)?([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\(.*/\2/p' "$ROOT/$SRC_REL")"
   [[ -n "$names" ]] || { echo "build-kernels: no extern \"C\" NK_GLOBAL kernels found in $SRC_REL" >&2; exit 1; }
   # Generated kernels, one set per dtype-triple line of norm.cu: X(tin, tout, tw) in NK_FWD_DTYPES gives
-  # nk_{ln|rms}_{map}_{triple}, B(tx, tdy, tw) in NK_BWD_DTYPES gives nk_{ln|rms}_bwd_{map}_{triple}.
+  # nk_{ln|rms}_{map}_{triple}, B(tx, tdy, tw) in NK_BWD_DTYPES gives nk_{ln|rms}_bwd_{map}_{triple} (and S(...) in
+  # NK_BWD_STAGED_DTYPES nk_{ln|rms}_bwd_{cachedstaged|clusterstaged}_{triple}).
   generated() { # LETTER PREFIX "LN MAPS" "RMS MAPS"
     local letter=$1 prefix=$2 lnmaps=$3 rmsmaps=$4
     local triples t map
@@ -146,6 +147,8 @@ kernel_names() {
   # LayerNorm alone has the vector-only blockfull/clusterfull kernels and rowstwopass; both have rowstile (NK_FWD_TRIPLE in norm.cu).
   generated X "" "rows block cluster wide latency stash blockfull clusterfull rowstwopass rowstile" "rows block cluster wide latency stash rowstile"
   generated B bwd_ "cached wide rowsum tile cluster" "cached wide rowsum tile cluster"
+  # S(tx, tdy, tw) in NK_BWD_STAGED_DTYPES: the bulk-staged backward kernels.
+  generated S bwd_ "cachedstaged clusterstaged" "clusterstaged"
   echo "$names"
 }
 

@@ -9,9 +9,10 @@ import { Device, type DType, LayerNorm, Tensor, layerNorm, layerNormBackward, RM
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import { cpuNormBackward, cpuNormForward } from "../mod.ts";
 import { readFileSync } from "node:fs";
-import { BWD_REG_BUDGET, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow, smemDbias } from "../ops/plan_bwd.ts";
+import { BWD_REG_BUDGET, bwdFull, bwdStages, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared } from "../ops/plan_bwd.ts";
 import { CLUSTER_SUM_BYTES } from "../ops/plan.ts";
 import { bwdPlanLimits } from "../ops/kernels.ts";
+import { NORM_KERNELS } from "../precompiled/norm_cuda.ts";
 import { runBwdCase } from "./backward_cases.ts";
 import { randoms } from "./random.ts";
 
@@ -186,6 +187,16 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             assert.equal(p.cluster, p.mapping === "cluster" ? p.cluster : 1);
             // The L2 prefetch of the next row: only with one row per block or a cluster, as the rule says.
             const oneRow = p.mapping === "cluster" || (p.mapping === "cached" && p.rowsPerBlock === 1 && p.tpr > 32);
+            // The bulk-staged variant: sm_90, x and dy of one dtype, one-row blocks or clusters where bwdStages asks for
+            // rows in flight; its kernel, 2 rows, and the shared memory of that layout, within the limit.
+            const stages = oneRow ? bwdStages(kind, p.mapping as "cached" | "cluster", p.block, p.cluster) : 0;
+            const columns = Math.ceil(chunks / p.cluster) * vec;
+            const stagedBytes = stagedShared(p.sharedBytes, stages, columns, tx, tdy, "f32");
+            if (ccMajor >= 9 && tx === tdy && stages > 0 && stagedBytes <= limits.maxSharedPerBlockOptin) {
+              assert.deepEqual(p.staged, { kernel: `nk_${kind === "layer" ? "ln" : "rms"}_bwd_${p.mapping}staged_${tx}_${tdy}_f32`, stages: 2, sharedBytes: stagedBytes }, `staged d ${d}`);
+            } else {
+              assert.equal(p.staged, undefined, `not staged d ${d}`);
+            }
             assert.equal(p.prefetch, oneRow && prefetchNextRow(kind, tx, p.mapping as "cached" | "cluster", p.block, chunks, p.cluster), `prefetch d ${d}`);
             if (p.mapping === "cluster") {
               // Hopper only, and only past one 512-thread block's registers; each CTA caches its slice.
@@ -301,4 +312,67 @@ test("backward plan: the next-row L2 prefetch rule (measured per shape class on 
   assert.equal(prefetchNextRow("layer", "f32", "cached", 128, 512), false); // D = 2048
   assert.equal(prefetchNextRow("layer", "f32", "cached", 320, 1280), true); // D = 5120
   assert.equal(prefetchNextRow("rms", "f32", "cached", 512, 3072), false); // D = 12288
+});
+
+test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, the kernels that exist)", () => {
+  const h200 = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, ccMajor: 9, maxCluster: 16 };
+  const plan = (kind: "layer" | "rms", d: number, x: DType, dy = x, paramGrads = true, limits: object = h200) => {
+    const r = planNormBackward({ kind, d, xDtype: x, dyDtype: dy, paramGrads }, { ...h200, ...limits });
+    assert.ok("plan" in r);
+    return r.plan;
+  };
+  // LN f32 D = 65536: a cluster of 8 × 512 threads, 8192 columns per CTA. Its shared memory: block reductions (16 warps
+  // × 16 bytes) and the cluster exchange (272), then 3 mbarriers (24 → 32 bytes), the f32 weight slice (32768) and two
+  // stages of x and dy slices (2 × 8192 × 8).
+  const ln = plan("layer", 65536, "f32");
+  assert.deepEqual([ln.mapping, ln.cluster, ln.block, ln.sharedBytes], ["cluster", 8, 512, 256 + 272]);
+  assert.deepEqual(ln.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 528 + 32 + 32768 + 131072 });
+  // LN bf16 D = 12288: one block of 384 threads per row; its dbias sums (12288 floats) precede the staged area.
+  const lb = plan("layer", 12288, "bf16");
+  assert.deepEqual([lb.mapping, lb.block, lb.sharedBytes], ["cached", 384, 16 * 12 + 4 * 12288]);
+  assert.deepEqual(lb.staged, { kernel: "nk_ln_bwd_cachedstaged_bf16_bf16_f32", stages: 2, sharedBytes: lb.sharedBytes + 32 + 4 * 12288 + 2 * 12288 * 4 });
+  // Not staged: RMSNorm's one-row blocks, LayerNorm's blocks under 384 threads, clusters of 2 × 512 threads, x and dy of
+  // different dtypes, off sm_90, and rows of several per block.
+  assert.equal(plan("rms", 12288, "bf16").staged, undefined);
+  assert.equal(plan("layer", 4096, "bf16").block, 128);
+  assert.equal(plan("layer", 4096, "bf16").staged, undefined);
+  assert.deepEqual([plan("rms", 32768, "bf16").cluster, plan("rms", 32768, "bf16").block, plan("rms", 32768, "bf16").staged], [2, 512, undefined]);
+  assert.deepEqual([plan("rms", 16384, "f32").cluster, plan("rms", 16384, "f32").block, plan("rms", 16384, "f32").staged?.stages], [2, 352, 2]);
+  assert.equal(plan("layer", 65536, "bf16", "f16").staged, undefined);
+  assert.equal(plan("layer", 65536, "f32", "f32", true, { ccMajor: 8, maxCluster: 8 }).staged, undefined);
+  assert.equal(plan("layer", 512, "f32").staged, undefined);
+  // Without parameter gradients there are no dbias slots: the staged area starts right after the reductions.
+  const ng = plan("layer", 12288, "bf16", "bf16", false);
+  assert.deepEqual([ng.sharedBytes, ng.staged?.sharedBytes], [16 * 12, 16 * 12 + 32 + 4 * 12288 + 2 * 12288 * 4]);
+  // Every staged kernel the plan can name is one norm.cu builds (NK_BWD_STAGED_DTYPES: LN cached/cluster, RMS cluster).
+  for (const kind of ["layer", "rms"] as const) {
+    for (const x of ["f32", "f16", "bf16"] as DType[]) {
+      for (const w of ["f32", x] as DType[]) {
+        for (let d = 1024; d <= 262144; d *= 2) {
+          const r = planNormBackward({ kind, d, xDtype: x, dyDtype: x, weightDtype: w, paramGrads: true }, h200);
+          if ("plan" in r && r.plan.staged) assert.ok(NORM_KERNELS.includes(r.plan.staged.kernel), r.plan.staged.kernel);
+        }
+      }
+    }
+  }
+  // The kernel's flags field: stages in bits 4..7 (NK_BWD_STAGES_SHIFT), at most NK_BWD_MAX_STAGES.
+  const src = readFileSync(new URL("../kernels/norm_bwd.cuh", import.meta.url), "utf8");
+  assert.match(src, /#define NK_BWD_STAGES_SHIFT 4\n#define NK_BWD_MAX_STAGES 4\n/);
+});
+
+test("bwdFull: D a multiple of the chunk, every pointer and row stride aligned to its chunk (nk_bwd_full)", () => {
+  // f32 x and dy: 4-element chunks of 16 bytes everywhere.
+  assert.equal(bwdFull(4096, "f32", "f32", "f32", 256n, 4096, 512n, 4096, 1024n, 4096, 2048n), true);
+  assert.equal(bwdFull(4094, "f32", "f32", "f32", 256n, 4094, 512n, 4094, 1024n, 4094, 2048n), false); // D % 4
+  assert.equal(bwdFull(4096, "f32", "f32", "f32", 260n, 4096, 512n, 4096, 1024n, 4096, 2048n), false); // x + 4 bytes
+  assert.equal(bwdFull(4096, "f32", "f32", "f32", 256n, 4098, 512n, 4096, 1024n, 4096, 2048n), false); // x stride
+  assert.equal(bwdFull(4096, "f32", "f32", "f32", 256n, 4096, 512n, 4096, 1024n, 4096, 2056n), false); // weight + 8
+  // bf16 x and dy: 8-element chunks (16 bytes); an f32 weight chunk is 32 bytes, aligned to 16.
+  assert.equal(bwdFull(4096, "bf16", "bf16", "f32", 256n, 4096, 512n, 4104, 1024n, 4096, 16n), true);
+  assert.equal(bwdFull(4096, "bf16", "bf16", "bf16", 256n, 4096, 512n, 4100, 1024n, 4096, 16n), false); // dx stride: 8 bytes
+  // bf16 x with f32 dy: 4-element chunks, 8 bytes of x, 16 of dy.
+  assert.equal(bwdFull(4100, "bf16", "f32", "f32", 8n, 4100, 24n, 4100, 16n, 4100, 32n), true);
+  assert.equal(bwdFull(4100, "bf16", "f32", "f32", 8n, 4100, 24n, 4100, 8n, 4100, 32n), false); // dy 8 bytes off
+  // No weight: address 0 is aligned.
+  assert.equal(bwdFull(64, "f16", "f16", "f16", 0n, 64, 0n, 64, 0n, 64, 0n), true);
 });

@@ -5,8 +5,8 @@
  * modules, and bitwise determinism over 20 runs. Skipped, with the reason, when there is no CUDA device.
  */
 import assert from "node:assert/strict";
-import { Device, type DType, RMSNorm } from "../mod.ts";
-import { devicePlanBackward } from "../ops/backward.ts";
+import { Device, type DType, layerNorm, RMSNorm, rmsNorm } from "../mod.ts";
+import { devicePlanBackward, launchBackward } from "../ops/backward.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -119,6 +119,63 @@ for (const kind of ["layer", "rms"] as const) {
     }
   });
 }
+
+// The bulk-staged kernels (sm_90) against the register kernels of the same plan: dx bit for bit (the same arithmetic in
+// the same order), dweight/dbias to summation order (a staged block's shared memory can shrink the persistent grid),
+// with and without a weight, over enough rows that every stage is refilled; and the op takes them (its results are
+// checked against the float64 reference by the tests above, e.g. d 16384 and 24576, and 131072 on 16 CTAs).
+gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for bit (sm_90)", () => {
+  using dev = Device.open({ backend: "cuda" });
+  const cases: [("layer" | "rms"), number, DType, DType, number][] = [
+    ["layer", 65536, "f32", "f32", 40], ["layer", 12288, "bf16", "f32", 900], ["layer", 16384, "f16", "f16", 700],
+    ["rms", 32768, "f32", "f32", 90], ["rms", 131072, "bf16", "bf16", 40], ["layer", 131072, "f32", "f32", 37],
+  ];
+  let staged = 0;
+  for (const [kind, d, x, w, rows] of cases) {
+    for (const withW of [true, false]) {
+      const r = devicePlanBackward(dev, { kind, d, xDtype: x, dyDtype: x, weightDtype: withW ? w : undefined, paramGrads: withW });
+      assert.ok("plan" in r);
+      if (dev.info.computeCapability[0] !== 9) {
+        assert.equal(r.plan.staged, undefined, "staged kernels only on sm_90");
+        continue;
+      }
+      assert.ok(r.plan.staged, `${kind} ${x} d ${d}: the plan has a staged variant`);
+      const { staged: _, ...unstaged } = r.plan;
+      const xv = randoms(rows * d, d + rows, -2, 2), dyv = randoms(rows * d, d + rows + 1, -1, 1);
+      using xt = dev.tensor(xv, [rows, d], { dtype: x });
+      using dy = dev.tensor(dyv, [rows, d], { dtype: x });
+      using wt = withW ? dev.tensor(randoms(d, d + 2, 0.5, 1.5), [d], { dtype: w }) : undefined;
+      const f = kind === "layer" ? layerNorm(xt, { weight: wt, stats: true }) : rmsNorm(xt, { weight: wt, stats: true });
+      f.y.close();
+      using mean = f.mean, rstd = f.rstd!;
+      const run = (plan: typeof r.plan) => {
+        using dx = dev.empty([rows, d], { dtype: x });
+        using dw = withW ? dev.empty([d], { dtype: w }) : undefined;
+        using db = withW && kind === "layer" ? dev.empty([d], { dtype: w }) : undefined;
+        for (const t of [dx, dw, db]) t?.buffer.fill(0xff); // poisoned: NaN until written
+        launchBackward(plan, {
+          dy, x: xt, weight: wt, mean: kind === "layer" ? mean : undefined, rstd, dx, dweight: dw, dbias: db,
+          accumulate: false, stream: dev.stream, pdtype: w,
+        });
+        const bytes = new Uint8Array(dx.buffer.byteLength);
+        dx.buffer.read(bytes);
+        return { bytes, sums: [dw, db].filter((t) => t !== undefined).map((t) => t!.readSync()) };
+      };
+      const a = run(r.plan), b = run(unstaged as typeof r.plan);
+      const what = `${kind} ${x} d ${d} rows ${rows} weight ${withW}`;
+      assert.ok(a.bytes.every((v, i) => v === b.bytes[i]), `${what}: staged dx differs from the register kernel's`);
+      // Sums over ≤ 900 rows of terms up to ~4: a reordering moves an f32 sum by ~1e-4 where it cancels; 16-bit
+      // outputs by an ulp (2^-8 relative for bf16).
+      const [rel, abs] = w === "f32" ? [1e-5, 1e-3] : [2 ** -7, 1e-2];
+      a.sums.forEach((g, k) => g.forEach((v, j) => {
+        const want = b.sums[k][j];
+        assert.ok(Number.isFinite(v) && Math.abs(v - want) <= rel * Math.abs(want) + abs, `${what}: sum ${k} column ${j}: ${v} vs ${want}`);
+      }));
+      staged++;
+    }
+  }
+  if (dev.info.computeCapability[0] === 9) assert.equal(staged, 2 * cases.length);
+});
 
 gpuTest("RMSNorm module on CUDA: forward, backward and accumulated gradient match the CPU device", () => {
   using gpu = Device.open({ backend: "cuda" });

@@ -1,0 +1,137 @@
+/**
+ * The backward's bulk-staged kernels (nk_{ln|rms}_bwd_{cached|cluster}staged_*: each CTA's slice of the next rows copied
+ * into shared memory by the copy engine) against the register kernels, in one process: per case the plan without its
+ * staged variant, then with 1..3 rows in flight (bench/bwd_plans.ts's bytes, timer and 1 GiB per case, the copy
+ * ceiling measured in the same run). Before timing, every staged variant's dx, dweight and dbias must equal the
+ * register kernel's bit for bit (the same arithmetic in the same order) on a small random call, with and without a
+ * weight and parameter gradients; a mismatch stops the run. It chooses bwdStages (ops/plan_bwd.ts); it tests nothing else.
+ *   bun bench/bwd_staged_ab.ts [--module x.cubin] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
+ */
+import process from "node:process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import { launchBackward } from "../ops/backward.ts";
+import { bwdPlanLimits, replaceNormModule } from "../ops/kernels.ts";
+import { type BwdPlan, MAX_BWD_STAGES, planNormBackward, stagedShared } from "../ops/plan_bwd.ts";
+import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
+
+const args = process.argv.slice(2);
+const opt = (k: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : undefined);
+const DS = (opt("--ds") ?? "2048,4096,8192,12288,16384,32768,65536,131072").split(",").map(Number);
+const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
+const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
+const MIN_BYTES = 2 ** 30;
+
+using dev = Device.open({ backend: "cuda" });
+const moduleArg = opt("--module");
+if (moduleArg) replaceNormModule(dev, readFileSync(moduleArg));
+const limits = bwdPlanLimits(dev);
+using timer = deviceTimer(dev, 20);
+const copyGBs = copyCeilingGBs(dev, timer);
+console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s, ${new Date().toISOString()}${moduleArg ? `, module ${moduleArg}` : ""}`);
+
+/** The plan without its staged variant, then the variant at each depth that fits. */
+function variants(kind: "layer" | "rms", d: number, dt: DType, paramGrads = true): { label: string; plan: BwdPlan }[] {
+  const r = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads }, limits);
+  if (!("plan" in r)) return [];
+  const { staged: _, ...base } = r.plan;
+  const tag = base.mapping + (base.cluster > 1 ? base.cluster : "") + ` b${base.block}`;
+  const out = [{ label: tag, plan: base as BwdPlan }];
+  // Staged kernels exist for LayerNorm's one-row blocks and both kinds' clusters (kernels/norm.cu).
+  if (base.mapping !== "cluster" && !(base.mapping === "cached" && base.rowsPerBlock === 1 && kind === "layer")) return out;
+  const vec = dt === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / base.cluster) * vec;
+  for (let s = 1; s <= Math.min(3, MAX_BWD_STAGES); s++) {
+    const sharedBytes = stagedShared(base.sharedBytes, s, columns, dt, dt, dt);
+    if (sharedBytes > limits.maxSharedPerBlockOptin) break;
+    const kernel = base.kernel.replace(/_bwd_(cached|cluster)_/, "_bwd_$1staged_");
+    out.push({ label: `S${s}`, plan: { ...base, staged: { kernel, stages: s, sharedBytes } } });
+  }
+  return out;
+}
+
+function run(plan: BwdPlan, kind: "layer" | "rms", t: { dy: Tensor; x: Tensor; w?: Tensor; mean?: Tensor; rstd: Tensor; dx: Tensor; dw?: Tensor; db?: Tensor }, dt: DType) {
+  launchBackward(plan, {
+    dy: t.dy, x: t.x, weight: t.w, mean: kind === "layer" ? t.mean : undefined, rstd: t.rstd, dx: t.dx, dweight: t.dw,
+    dbias: kind === "layer" ? t.db : undefined, accumulate: false, stream: dev.stream, pdtype: dt,
+  });
+}
+
+/** Staged against unstaged on a small random call: bitwise, or the run stops. */
+function check(kind: "layer" | "rms", d: number, dt: DType): void {
+  const rows = 777;
+  let seed = d * 7 + (kind === "layer" ? 1 : 2);
+  const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
+  using x = dev.tensor(Float32Array.from({ length: rows * d }, rnd), [rows, d], { dtype: dt });
+  using dy = dev.tensor(Float32Array.from({ length: rows * d }, rnd), [rows, d], { dtype: dt });
+  using w = dev.tensor(Float32Array.from({ length: d }, () => 1 + rnd() / 4), [d], { dtype: dt });
+  using bias = dev.tensor(Float32Array.from({ length: d }, rnd), [d], { dtype: dt });
+  const f = kind === "layer" ? layerNorm(x, { weight: w, bias, stats: true }) : rmsNorm(x, { weight: w, stats: true });
+  using _y = f.y, _m = f.mean, rstd = f.rstd!;
+  for (const withW of [true, false]) {
+    const vs = variants(kind, d, dt, withW);
+    let ref: { bytes: Uint8Array; sums: Float32Array[] } | undefined;
+    for (const v of vs) {
+      using dx = dev.empty([rows, d], { dtype: dt });
+      using dw = dev.empty([d], { dtype: dt });
+      using db = dev.empty([d], { dtype: dt });
+      dx.buffer.fill(0xff), dw.buffer.fill(0xff), db.buffer.fill(0xff); // poisoned: NaN until written
+      run(v.plan, kind, { dy, x, w: withW ? w : undefined, mean: f.mean, rstd, dx, dw: withW ? dw : undefined, db: withW ? db : undefined }, dt);
+      // dx bitwise (the same arithmetic per row); dweight/dbias within summation-order tolerance (a staged block's shared
+      // memory may change the persistent grid, hence how rows are grouped into the partial sums).
+      const bytes = new Uint8Array(dx.buffer.byteLength);
+      dx.buffer.read(bytes);
+      const sums = withW ? [dw.readSync(), ...(kind === "layer" ? [db.readSync()] : [])] : [];
+      if (!ref) {
+        ref = { bytes, sums };
+        continue;
+      }
+      const r = ref;
+      if (bytes.some((b, j) => b !== r.bytes[j])) throw new Error(`${kind} ${dt} D=${d} ${v.label} (weight ${withW}): dx differs from the register kernel's`);
+      // Over 777 rows of terms up to ~4 in size: reordering moves an f32 sum by up to ~1e-4 where it cancels.
+      const [rel, abs] = dt === "f32" ? [1e-5, 5e-4] : [2 ** -7, 5e-3];
+      sums.forEach((g, i) => g.forEach((val, j) => {
+        const want = r.sums[i][j];
+        if (!(Math.abs(val - want) <= rel * Math.abs(want) + abs)) throw new Error(`${kind} ${dt} D=${d} ${v.label}: parameter sum ${i} column ${j}: ${val} vs ${want}`);
+      }));
+    }
+    if (vs.length > 1) console.log(`# check ${kind} ${dt} D=${d} weight=${withW}: ${vs.length - 1} staged variants: dx bitwise equal, parameter sums within tolerance`);
+  }
+}
+
+const results: { kind: string; dtype: DType; d: number; label: string; pctCopy: number }[] = [];
+for (const d of DS) {
+  for (const dt of DTYPES) {
+    for (const kind of KINDS) check(kind, d, dt);
+    const b = dt === "f32" ? 4 : 2;
+    const rows = Math.ceil(MIN_BYTES / (3 * d * b));
+    let seed = d;
+    const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
+    using x0 = dev.tensor(Float32Array.from({ length: Math.min(rows * d, 2 ** 22) }, rnd), [Math.min(rows * d, 2 ** 22)], { dtype: dt });
+    using xs = dev.empty([rows, d], { dtype: dt });
+    for (let off = 0; off < xs.buffer.byteLength; off += x0.buffer.byteLength) {
+      xs.buffer.copyFrom(x0.buffer, { offset: off, bytes: Math.min(x0.buffer.byteLength, xs.buffer.byteLength - off) });
+    }
+    using dy = dev.empty([rows, d], { dtype: dt });
+    dy.buffer.copyFrom(xs.buffer);
+    using dx = dev.empty([rows, d], { dtype: dt });
+    using w = dev.tensor(Float32Array.from({ length: d }, (_, i) => 1 + (i % 7) / 8), [d], { dtype: dt });
+    using bias = dev.tensor(Float32Array.from({ length: d }, (_, i) => (i % 5) / 8), [d], { dtype: dt });
+    using dw = dev.empty([d], { dtype: dt });
+    using db = dev.empty([d], { dtype: dt });
+    for (const kind of KINDS) {
+      const f = kind === "layer" ? layerNorm(xs, { weight: w, bias, stats: true }) : rmsNorm(xs, { weight: w, stats: true });
+      using _y = f.y, _m = f.mean, rstd = f.rstd!;
+      const bytes = 3 * rows * d * b + rows * 4 * (kind === "layer" ? 2 : 1) + d * b * (kind === "layer" ? 3 : 2);
+      const line: string[] = [];
+      for (const v of variants(kind, d, dt)) {
+        const ms = timer.time(() => run(v.plan, kind, { dy, x: xs, w, mean: f.mean, rstd, dx, dw, db }, dt));
+        const pct = (100 * bytes) / (ms * 1e6) / copyGBs;
+        results.push({ kind, dtype: dt, d, label: v.label, pctCopy: pct });
+        line.push(`${v.label} ${pct.toFixed(1)}`);
+      }
+      console.log(`${kind.padEnd(5)} ${dt.padEnd(4)} ${String(d).padStart(6)} | ${line.join(" | ")}`);
+    }
+  }
+}
+const json = opt("--json");
+if (json) writeFileSync(json, JSON.stringify({ device: dev.info.name, copyGBs, date: new Date().toISOString(), results }, null, 1));

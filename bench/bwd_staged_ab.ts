@@ -5,14 +5,15 @@
  * ceiling measured in the same run). Before timing, every staged variant's dx, dweight and dbias must equal the
  * register kernel's bit for bit (the same arithmetic in the same order) on a small random call, with and without a
  * weight and parameter gradients; a mismatch stops the run. It chooses bwdStages (ops/plan_bwd.ts); it tests nothing else.
- *   bun bench/bwd_staged_ab.ts [--module x.cubin] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
+ * --geometries instead times every geometry of the one-row and cluster mappings, unstaged and staged (see geometries()).
+ *   bun bench/bwd_staged_ab.ts [--module x.cubin] [--geometries] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
-import { launchBackward } from "../ops/backward.ts";
-import { bwdPlanLimits, replaceNormModule } from "../ops/kernels.ts";
-import { type BwdPlan, MAX_BWD_STAGES, planNormBackward, stagedShared } from "../ops/plan_bwd.ts";
+import { launchBackward, NORM_BWD_ARGS } from "../ops/backward.ts";
+import { bwdPlanLimits, normKernel, replaceNormModule } from "../ops/kernels.ts";
+import { type BwdPlan, cachedShared, MAX_BWD_STAGES, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared } from "../ops/plan_bwd.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 
 const args = process.argv.slice(2);
@@ -34,9 +35,13 @@ console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s, ${new Date().t
 function variants(kind: "layer" | "rms", d: number, dt: DType, paramGrads = true): { label: string; plan: BwdPlan }[] {
   const r = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads }, limits);
   if (!("plan" in r)) return [];
-  const { staged: _, ...base } = r.plan;
+  const { staged, ...base } = r.plan;
   const tag = base.mapping + (base.cluster > 1 ? base.cluster : "") + ` b${base.block}`;
   const out = [{ label: tag, plan: base as BwdPlan }];
+  // The plan's own staged variant where its geometry differs (smallStagedCtas in ops/plan_bwd.ts).
+  if (staged && (staged.block !== base.block || staged.cluster !== base.cluster)) {
+    out.push({ label: `plan c${staged.cluster} b${staged.block} S${staged.stages}`, plan: r.plan });
+  }
   // Staged kernels exist for LayerNorm's one-row blocks and both kinds' clusters (kernels/norm.cu).
   if (base.mapping !== "cluster" && !(base.mapping === "cached" && base.rowsPerBlock === 1 && kind === "layer")) return out;
   const vec = dt === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / base.cluster) * vec;
@@ -44,7 +49,7 @@ function variants(kind: "layer" | "rms", d: number, dt: DType, paramGrads = true
     const sharedBytes = stagedShared(base.sharedBytes, s, columns, dt, dt, dt);
     if (sharedBytes > limits.maxSharedPerBlockOptin) break;
     const kernel = base.kernel.replace(/_bwd_(cached|cluster)_/, "_bwd_$1staged_");
-    out.push({ label: `S${s}`, plan: { ...base, staged: { kernel, stages: s, sharedBytes } } });
+    out.push({ label: `S${s}`, plan: { ...base, staged: { kernel, stages: s, sharedBytes, block: base.block, nv: base.nv, cluster: base.cluster } } });
   }
   return out;
 }
@@ -54,6 +59,46 @@ function run(plan: BwdPlan, kind: "layer" | "rms", t: { dy: Tensor; x: Tensor; w
     dy: t.dy, x: t.x, weight: t.w, mean: kind === "layer" ? t.mean : undefined, rstd: t.rstd, dx: t.dx, dweight: t.dw,
     dbias: kind === "layer" ? t.db : undefined, accumulate: false, stream: dev.stream, pdtype: dt,
   });
+}
+
+/**
+ * --geometries: for rows of one block or a cluster, every geometry the kernels take (clusters of 1 (LayerNorm's one-row
+ * blocks), 2, 4, 8, 16 CTAs; nv 1..maxv chunks per thread, the block that holds the CTA's slice), each unstaged and
+ * with 2 staged rows where a staged kernel exists; skipped where no cluster fits (activeClusters 0).
+ */
+function geometries(kind: "layer" | "rms", d: number, dt: DType): { label: string; plan: BwdPlan }[] {
+  const r = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads: true }, limits);
+  if (!("plan" in r)) return [];
+  const { staged: _, ...def } = r.plan;
+  if (def.mapping !== "cluster" && !(def.mapping === "cached" && def.rowsPerBlock === 1)) return [];
+  const vec = dt === "f32" ? 4 : 8, chunks = Math.ceil(d / vec), maxv = maxvBwd(kind, dt, dt), nacc = kind === "layer" ? 2 : 1;
+  const out: { label: string; plan: BwdPlan }[] = [];
+  const k = kind === "layer" ? "ln" : "rms";
+  for (const c of [1, 2, 4, 8, 16]) {
+    const per = Math.ceil(chunks / c);
+    for (let nv = 1; nv <= maxv; nv++) {
+      const block = Math.max(64, Math.ceil(Math.ceil(per / nv) / 32) * 32);
+      const n = Math.ceil(per / block);
+      if (block > 512 || n > maxv || (c === 1 && block < 64)) continue;
+      const mapping = c === 1 ? "cached" as const : "cluster" as const;
+      const base = cachedShared(smemDbias(kind, dt, dt), block, 32, 1, nacc, d, per * vec, c);
+      const plan: BwdPlan = {
+        kernel: `nk_${k}_bwd_${mapping}_${dt}_${dt}_${dt}`, mapping, cluster: c, prefetch: prefetchNextRow(kind, dt, mapping, block, chunks, c),
+        block, sharedBytes: base, tpr: block, nv: n, rowsPerBlock: 1, nacc,
+      };
+      const tag = `c${c} b${block} nv${n}`;
+      if (out.some((o) => o.label.startsWith(tag + " "))) continue;
+      const fits = (p: BwdPlan, name: string, smem: number) =>
+        smem <= limits.maxSharedPerBlockOptin &&
+        (c === 1 || normKernel(dev, name, NORM_BWD_ARGS).activeClusters(p.block, smem, c) > 0);
+      if (fits(plan, plan.kernel, base)) out.push({ label: `${tag} S0${def.cluster === c && def.block === block ? "*" : ""}`, plan });
+      if (kind === "rms" && c === 1) continue; // no staged one-row RMSNorm kernels
+      const sharedBytes = stagedShared(base, 2, per * vec, dt, dt, dt);
+      const kernel = plan.kernel.replace(/_bwd_(cached|cluster)_/, "_bwd_$1staged_");
+      if (fits(plan, kernel, sharedBytes)) out.push({ label: `${tag} S2`, plan: { ...plan, staged: { kernel, stages: 2, sharedBytes, block, nv: n, cluster: c } } });
+    }
+  }
+  return out;
 }
 
 /** Staged against unstaged on a small random call: bitwise, or the run stops. */
@@ -101,7 +146,7 @@ function check(kind: "layer" | "rms", d: number, dt: DType): void {
 const results: { kind: string; dtype: DType; d: number; label: string; pctCopy: number }[] = [];
 for (const d of DS) {
   for (const dt of DTYPES) {
-    for (const kind of KINDS) check(kind, d, dt);
+    if (!args.includes("--geometries")) for (const kind of KINDS) check(kind, d, dt);
     const b = dt === "f32" ? 4 : 2;
     const rows = Math.ceil(MIN_BYTES / (3 * d * b));
     let seed = d;
@@ -123,7 +168,7 @@ for (const d of DS) {
       using _y = f.y, _m = f.mean, rstd = f.rstd!;
       const bytes = 3 * rows * d * b + rows * 4 * (kind === "layer" ? 2 : 1) + d * b * (kind === "layer" ? 3 : 2);
       const line: string[] = [];
-      for (const v of variants(kind, d, dt)) {
+      for (const v of args.includes("--geometries") ? geometries(kind, d, dt) : variants(kind, d, dt)) {
         const ms = timer.time(() => run(v.plan, kind, { dy, x: xs, w, mean: f.mean, rstd, dx, dw, db }, dt));
         const pct = (100 * bytes) / (ms * 1e6) / copyGBs;
         results.push({ kind, dtype: dt, d, label: v.label, pctCopy: pct });

@@ -161,15 +161,21 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
  * @internal Exported for tests/clusters_cpu.test.ts and bench/cluster16_ab.ts.
  */
 export function devicePlanBackward(device: Device, input: BwdPlanInput): BwdPlanResult {
-  const plan = planNormBackward(input, bwdPlanLimits(device));
-  if (!("plan" in plan) || plan.plan.cluster <= MAX_PORTABLE_CLUSTER) return plan;
+  const r = planNormBackward(input, bwdPlanLimits(device));
+  if (!("plan" in r)) return r;
+  // A staged variant of 16 CTAs (its own geometry, its own kernel) is checked the same way; without it the plan stays.
+  const st = r.plan.staged;
+  const plan = st && st.cluster > MAX_PORTABLE_CLUSTER && !holdsCluster(normKernel(device, st.kernel, NORM_BWD_ARGS), st)
+    ? { plan: (({ staged: _, ...p }) => p)(r.plan) }
+    : r;
+  if (plan.plan.cluster <= MAX_PORTABLE_CLUSTER) return plan;
   if (holdsCluster(normKernel(device, plan.plan.kernel, NORM_BWD_ARGS), plan.plan)) return plan;
   return planNormBackward(input, { ...bwdPlanLimits(device), maxCluster: MAX_PORTABLE_CLUSTER });
 }
 
 /** Per prepared kernel (a module loaded again has new ones), per block/shared/cluster: whether one cluster fits. */
 const clusterFits = new WeakMap<Kernel, Map<string, boolean>>();
-function holdsCluster(k: Kernel, p: BwdPlan): boolean {
+function holdsCluster(k: Kernel, p: { block: number; sharedBytes: number; cluster: number }): boolean {
   let byGeometry = clusterFits.get(k);
   if (!byGeometry) clusterFits.set(k, byGeometry = new Map());
   const key = `${p.block}/${p.sharedBytes}/${p.cluster}`;
@@ -205,7 +211,7 @@ export function launchBackward(plan: BwdPlan, a: BackwardLaunch): void {
     x.d, x.dtype, a.dy.dtype, a.weight?.dtype ?? "f32", x.ptr, x.rowStride, a.dx.ptr, a.dx.rowStride, a.dy.ptr,
     a.dy.rowStride, a.weight?.ptr ?? 0n,
   ) ? plan.staged : undefined;
-  const p = st ? { ...plan, kernel: st.kernel, sharedBytes: st.sharedBytes } : plan;
+  const p = st ? { ...plan, kernel: st.kernel, sharedBytes: st.sharedBytes, block: st.block, tpr: st.block, nv: st.nv, cluster: st.cluster } : plan;
   const flags = (p.prefetch ? BWD_FLAG_PREFETCH : 0) | ((st?.stages ?? 0) << BWD_STAGES_SHIFT);
   const sms = device.info.multiprocessors, maxGrid = device.info.maxGridDim[0];
   const k = normKernel(device, p.kernel, NORM_BWD_ARGS);

@@ -120,17 +120,35 @@ export function bwdStages(kind: NormKind, mapping: "cached" | "cluster", block: 
   return kind === "layer" && block >= 384 ? 2 : 0;
 }
 
-/** The staged variant of a one-row `cached` or a `cluster` plan, where bwdStages asks for one and it can run. */
+/**
+ * Whether a staged call of a row that takes clusters of 512-thread CTAs runs in more CTAs of at most
+ * SMALL_STAGED_BLOCK threads instead (up to 16): LayerNorm f32 and RMSNorm 16-bit. With staged rows a CTA no longer
+ * holds its row through registers alone, and four such CTAs share an SM (H200, bench/bwd_staged_ab.ts --geometries,
+ * 2026-12-03, % of copy, the plan's geometry → 128-thread CTAs, both staged unless noted): LN f32 D=16384 2 × 512
+ * unstaged 84.2 → 8 × 128 88.6, 32768 4 × 512 75.5 → 16 × 128 85.3; RMS bf16 D=32768 2 × 512 unstaged 82.2 → 8 × 128
+ * 85.7, 65536 4 × 512 72.6 → 16 × 128 83.3. LayerNorm 16-bit lost that way (its dbias slots fill shared memory: D =
+ * 16384–65536 −7 to −9), and RMS f32's 352-thread CTAs already ran at 85–95.
+ */
+export function smallStagedCtas(kind: NormKind, x: DType): boolean {
+  return kind === "layer" ? size(x) === 4 : size(x) === 2;
+}
+/** Threads of the CTAs smallStagedCtas picks. */
+export const SMALL_STAGED_BLOCK = 128;
+
+/**
+ * The staged variant of a one-row `cached` or a `cluster` plan (geometry `block` × `cluster`, `columns` per CTA), where
+ * bwdStages asks for one and it can run.
+ */
 function stagedVariant(
   kind: NormKind, x: DType, dy: DType, w: DType, mapping: "cached" | "cluster", block: number, base: number,
-  columns: number, limits: BwdLimits, kernel: string, cluster = 1,
+  columns: number, limits: BwdLimits, kernel: string, cluster = 1, nv = 0,
 ): BwdStaged | undefined {
   const stages = bwdStages(kind, mapping, block, cluster);
   // Bulk copies: sm_90; kernels for x and dy of one dtype (16-byte chunks of both: nk_bwd_tma_ok; kernels/norm.cu's
   // NK_BWD_STAGED_DTYPES).
   if (stages === 0 || (limits.ccMajor ?? 0) < 9 || x !== dy) return undefined;
   const sharedBytes = stagedShared(base, stages, columns, x, dy, w);
-  return sharedBytes <= limits.maxSharedPerBlockOptin ? { kernel, stages, sharedBytes } : undefined;
+  return sharedBytes <= limits.maxSharedPerBlockOptin ? { kernel, stages, sharedBytes, block, nv, cluster } : undefined;
 }
 
 export interface BwdPlanInput {
@@ -164,6 +182,10 @@ export interface BwdStaged {
   kernel: string;
   stages: number;
   sharedBytes: number;
+  /** Its geometry (tpr = block; one row per CTA or cluster): the plan's, or smaller CTAs (smallStagedCtas). */
+  block: number;
+  nv: number;
+  cluster: number;
 }
 
 /** Rows in flight at most (NK_BWD_MAX_STAGES). */
@@ -260,7 +282,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / nvAim) / warp) * warp));
     const shared = cachedShared(sdb, block, warp, 1, nacc, p.d);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      const staged = stagedVariant(p.kind, tx, tdy, tw, "cached", block, shared, chunks * vec, limits, name("cachedstaged"));
+      const staged = stagedVariant(p.kind, tx, tdy, tw, "cached", block, shared, chunks * vec, limits, name("cachedstaged"), 1, Math.ceil(chunks / block));
       return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc, ...(staged ? { staged } : {}) } };
     }
   }
@@ -268,14 +290,24 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   // registers as above (row sums over DSMEM). The smallest cluster that holds the row: fewer, larger CTAs
   // measured faster at every size tried (bench/bwd_plans.ts, H200: LN f32 D=32768 4 × 512 threads 63.5% of
   // copy, 8 × 256 46.7%; RMS bf16 D=65536 4 × 512 60.5%, 8 × 256 46.0%).
+  const clusterSizes = CLUSTER_SIZES.filter((c) => c <= (limits.maxCluster ?? 8));
+  // The staged geometry of smallStagedCtas: the smallest cluster whose CTAs of SMALL_STAGED_BLOCK threads hold the row.
+  const smallStaged = (): BwdStaged | undefined => {
+    const c = clusterSizes.find((c) => Math.ceil(chunks / c) <= SMALL_STAGED_BLOCK * maxv);
+    if (c === undefined) return undefined;
+    const per = Math.ceil(chunks / c), block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
+    const base = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
+    return stagedVariant(p.kind, tx, tdy, tw, "cluster", block, base, per * vec, limits, name("clusterstaged"), c, Math.ceil(per / block));
+  };
   if ((limits.ccMajor ?? 0) >= 9) {
-    for (const c of CLUSTER_SIZES.filter((c) => c <= (limits.maxCluster ?? 8))) {
+    for (const c of clusterSizes) {
       const per = Math.ceil(chunks / c);
       if (per <= maxThreads * maxv) {
         const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
         const shared = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
         if (shared > limits.maxSharedPerBlockOptin) break;
-        const staged = stagedVariant(p.kind, tx, tdy, tw, "cluster", block, shared, per * vec, limits, name("clusterstaged"), c);
+        const staged = (block === maxThreads && smallStagedCtas(p.kind, tx) ? smallStaged() : undefined) ??
+          stagedVariant(p.kind, tx, tdy, tw, "cluster", block, shared, per * vec, limits, name("clusterstaged"), c, Math.ceil(per / block));
         return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: shared, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc, ...(staged ? { staged } : {}) } };
       }
     }

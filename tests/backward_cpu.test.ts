@@ -9,7 +9,10 @@ import { Device, type DType, LayerNorm, Tensor, layerNorm, layerNormBackward, RM
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import { cpuNormBackward, cpuNormForward } from "../mod.ts";
 import { readFileSync } from "node:fs";
-import { BWD_REG_BUDGET, bwdFull, bwdStages, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared } from "../ops/plan_bwd.ts";
+import {
+  BWD_REG_BUDGET, bwdFull, bwdStages, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow, SMALL_STAGED_BLOCK, smallStagedCtas, smemDbias,
+  stagedShared,
+} from "../ops/plan_bwd.ts";
 import { CLUSTER_SUM_BYTES } from "../ops/plan.ts";
 import { bwdPlanLimits } from "../ops/kernels.ts";
 import { NORM_KERNELS } from "../precompiled/norm_cuda.ts";
@@ -189,11 +192,23 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             const oneRow = p.mapping === "cluster" || (p.mapping === "cached" && p.rowsPerBlock === 1 && p.tpr > 32);
             // The bulk-staged variant: sm_90, x and dy of one dtype, one-row blocks or clusters where bwdStages asks for
             // rows in flight; its kernel, 2 rows, and the shared memory of that layout, within the limit.
-            const stages = oneRow ? bwdStages(kind, p.mapping as "cached" | "cluster", p.block, p.cluster) : 0;
-            const columns = Math.ceil(chunks / p.cluster) * vec;
-            const stagedBytes = stagedShared(p.sharedBytes, stages, columns, tx, tdy, "f32");
+            // Clusters of 512-thread CTAs of LN f32 and RMS 16-bit stage in CTAs of 128 threads where ≤ 16 of them hold the row.
+            const small = p.mapping === "cluster" && p.block === 512 && smallStagedCtas(kind, tx) && tx === tdy && ccMajor >= 9;
+            const g = { cluster: p.cluster, block: p.block, nv: p.nv };
+            if (small) {
+              const c = [2, 4, 8, 16].find((c) => Math.ceil(chunks / c) <= SMALL_STAGED_BLOCK * maxv);
+              if (c !== undefined) {
+                const per = Math.ceil(chunks / c), block = Math.ceil(Math.ceil(per / maxv) / 32) * 32;
+                Object.assign(g, { cluster: c, block, nv: Math.ceil(per / block) });
+              }
+            }
+            const stages = oneRow ? bwdStages(kind, p.mapping as "cached" | "cluster", g.block, g.cluster) : 0;
+            const columns = Math.ceil(chunks / g.cluster) * vec;
+            const base = p.mapping === "cluster" ? 16 * (g.block / 32) + CLUSTER_SUM_BYTES + (dbiasInShared ? 4 * columns : 0) : p.sharedBytes;
+            const stagedBytes = stagedShared(base, stages, columns, tx, tdy, "f32");
             if (ccMajor >= 9 && tx === tdy && stages > 0 && stagedBytes <= limits.maxSharedPerBlockOptin) {
-              assert.deepEqual(p.staged, { kernel: `nk_${kind === "layer" ? "ln" : "rms"}_bwd_${p.mapping}staged_${tx}_${tdy}_f32`, stages: 2, sharedBytes: stagedBytes }, `staged d ${d}`);
+              assert.deepEqual(p.staged, { kernel: `nk_${kind === "layer" ? "ln" : "rms"}_bwd_${p.mapping}staged_${tx}_${tdy}_f32`, stages: 2, sharedBytes: stagedBytes, ...g }, `staged d ${d}`);
+              assert.ok(g.nv <= maxv && g.nv * g.block >= Math.ceil(chunks / g.cluster) && g.block <= 512 && g.block % 32 === 0);
             } else {
               assert.equal(p.staged, undefined, `not staged d ${d}`);
             }
@@ -326,17 +341,33 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
   // stages of x and dy slices (2 × 8192 × 8).
   const ln = plan("layer", 65536, "f32");
   assert.deepEqual([ln.mapping, ln.cluster, ln.block, ln.sharedBytes], ["cluster", 8, 512, 256 + 272]);
-  assert.deepEqual(ln.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 528 + 32 + 32768 + 131072 });
+  assert.deepEqual(ln.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 528 + 32 + 32768 + 131072, block: 512, nv: 4, cluster: 8 });
   // LN bf16 D = 12288: one block of 384 threads per row; its dbias sums (12288 floats) precede the staged area.
   const lb = plan("layer", 12288, "bf16");
   assert.deepEqual([lb.mapping, lb.block, lb.sharedBytes], ["cached", 384, 16 * 12 + 4 * 12288]);
-  assert.deepEqual(lb.staged, { kernel: "nk_ln_bwd_cachedstaged_bf16_bf16_f32", stages: 2, sharedBytes: lb.sharedBytes + 32 + 4 * 12288 + 2 * 12288 * 4 });
-  // Not staged: RMSNorm's one-row blocks, LayerNorm's blocks under 384 threads, clusters of 2 × 512 threads, x and dy of
-  // different dtypes, off sm_90, and rows of several per block.
+  assert.deepEqual(lb.staged, { kernel: "nk_ln_bwd_cachedstaged_bf16_bf16_f32", stages: 2, sharedBytes: lb.sharedBytes + 32 + 4 * 12288 + 2 * 12288 * 4, block: 384, nv: 4, cluster: 1 });
+  // LN f32 and RMS 16-bit rows that take clusters of 512-thread CTAs stage in CTAs of 128 threads × 4 chunks: LN f32
+  // D = 32768 on 16 of them (8192 chunks), RMS bf16 D = 32768 on 8 (4096 chunks of 8); their shared memory is that
+  // geometry's (reductions of 4 warps, the exchange, 3 mbarriers, the weight slice, 2 stages).
+  const lf = plan("layer", 32768, "f32");
+  assert.deepEqual([lf.cluster, lf.block, lf.nv], [4, 512, 4]);
+  assert.deepEqual(lf.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 64 + 272 + 32 + 4 * 2048 + 2 * 2048 * 8, block: 128, nv: 4, cluster: 16 });
+  const rb = plan("rms", 32768, "bf16");
+  assert.deepEqual([rb.cluster, rb.block, rb.staged?.cluster, rb.staged?.block, rb.staged?.nv], [2, 512, 8, 128, 4]);
+  // ... but not past 16 of them (LN f32 D = 65536 keeps 8 × 512, above), nor LayerNorm 16-bit (8 × 512 at D = 131072,
+  // bf16 weights; with f32 weights its dbias slots, weights and 2 stages need 256 KB: not staged).
+  const lb16 = planNormBackward({ kind: "layer", d: 131072, xDtype: "bf16", dyDtype: "bf16", weightDtype: "bf16", paramGrads: true }, h200);
+  assert.ok("plan" in lb16);
+  assert.deepEqual([lb16.plan.staged?.cluster, lb16.plan.staged?.block, lb16.plan.staged?.sharedBytes], [8, 512, 528 + 4 * 16384 + 32 + 2 * 16384 + 2 * 16384 * 4]);
+  assert.equal(plan("layer", 131072, "bf16").staged, undefined);
+  assert.equal(plan("layer", 16384, "f32", "f32", true, { maxCluster: 8 }).staged?.cluster, 8);
+  assert.equal(plan("layer", 32768, "f32", "f32", true, { maxCluster: 8 }).staged?.block, 512); // 16 × 128 not allowed
+  // Not staged: RMSNorm's one-row blocks, LayerNorm's blocks under 384 threads, clusters of 2 × 512 threads (RMS f32
+  // none at these D; LN bf16 D = 32768), x and dy of different dtypes, off sm_90, and rows of several per block.
   assert.equal(plan("rms", 12288, "bf16").staged, undefined);
   assert.equal(plan("layer", 4096, "bf16").block, 128);
   assert.equal(plan("layer", 4096, "bf16").staged, undefined);
-  assert.deepEqual([plan("rms", 32768, "bf16").cluster, plan("rms", 32768, "bf16").block, plan("rms", 32768, "bf16").staged], [2, 512, undefined]);
+  assert.deepEqual([plan("layer", 32768, "bf16").cluster, plan("layer", 32768, "bf16").block, plan("layer", 32768, "bf16").staged], [2, 512, undefined]);
   assert.deepEqual([plan("rms", 16384, "f32").cluster, plan("rms", 16384, "f32").block, plan("rms", 16384, "f32").staged?.stages], [2, 352, 2]);
   assert.equal(plan("layer", 65536, "bf16", "f16").staged, undefined);
   assert.equal(plan("layer", 65536, "f32", "f32", true, { ccMajor: 8, maxCluster: 8 }).staged, undefined);

@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { Device, type DType, layerNorm, RMSNorm, rmsNorm } from "../mod.ts";
 import { devicePlanBackward, launchBackward } from "../ops/backward.ts";
+import { cachedShared, smemDbias } from "../ops/plan_bwd.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -120,15 +121,17 @@ for (const kind of ["layer", "rms"] as const) {
   });
 }
 
-// The bulk-staged kernels (sm_90) against the register kernels of the same plan: dx bit for bit (the same arithmetic in
-// the same order), dweight/dbias to summation order (a staged block's shared memory can shrink the persistent grid),
-// with and without a weight, over enough rows that every stage is refilled; and the op takes them (its results are
-// checked against the float64 reference by the tests above, e.g. d 16384 and 24576, and 131072 on 16 CTAs).
+// The bulk-staged kernels (sm_90) against the register kernels in the same geometry: dx bit for bit (the same arithmetic
+// in the same order), dweight/dbias to summation order (a staged block's shared memory can shrink the persistent grid),
+// with and without a weight, over enough rows that every stage is refilled. The op takes them: its results are checked
+// against the float64 reference by the tests above (e.g. d 16384 and 24576, and 131072 on 16 CTAs) and, for the staged
+// plans in CTAs of 128 threads (LN f32 and RMS 16-bit rows that would take 512-thread clusters), here.
 gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for bit (sm_90)", () => {
   using dev = Device.open({ backend: "cuda" });
   const cases: [("layer" | "rms"), number, DType, DType, number][] = [
     ["layer", 65536, "f32", "f32", 40], ["layer", 12288, "bf16", "f32", 900], ["layer", 16384, "f16", "f16", 700],
     ["rms", 32768, "f32", "f32", 90], ["rms", 131072, "bf16", "bf16", 40], ["layer", 131072, "f32", "f32", 37],
+    ["layer", 32768, "f32", "f32", 60], ["rms", 32768, "bf16", "bf16", 60], ["rms", 65536, "f16", "f32", 40],
   ];
   let staged = 0;
   for (const [kind, d, x, w, rows] of cases) {
@@ -140,7 +143,13 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
         continue;
       }
       assert.ok(r.plan.staged, `${kind} ${x} d ${d}: the plan has a staged variant`);
-      const { staged: _, ...unstaged } = r.plan;
+      // The register kernel in the staged variant's geometry (its own CTAs where smallStagedCtas gave it smaller ones).
+      const st = r.plan.staged!, vec = x === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / st.cluster) * vec;
+      const { staged: _, ...plain } = r.plan;
+      const unstaged = {
+        ...plain, block: st.block, tpr: st.block, nv: st.nv, cluster: st.cluster,
+        sharedBytes: cachedShared(smemDbias(kind, x, x), st.block, 32, 1, plain.nacc, d, columns, st.cluster),
+      };
       const xv = randoms(rows * d, d + rows, -2, 2), dyv = randoms(rows * d, d + rows + 1, -1, 1);
       using xt = dev.tensor(xv, [rows, d], { dtype: x });
       using dy = dev.tensor(dyv, [rows, d], { dtype: x });
@@ -161,7 +170,7 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
         dx.buffer.read(bytes);
         return { bytes, sums: [dw, db].filter((t) => t !== undefined).map((t) => t!.readSync()) };
       };
-      const a = run(r.plan), b = run(unstaged as typeof r.plan);
+      const a = run(r.plan), b = run(unstaged);
       const what = `${kind} ${x} d ${d} rows ${rows} weight ${withW}`;
       assert.ok(a.bytes.every((v, i) => v === b.bytes[i]), `${what}: staged dx differs from the register kernel's`);
       // Sums over ≤ 900 rows of terms up to ~4: a reordering moves an f32 sum by ~1e-4 where it cancels; 16-bit
@@ -174,7 +183,17 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
       staged++;
     }
   }
-  if (dev.info.computeCapability[0] === 9) assert.equal(staged, 2 * cases.length);
+  if (dev.info.computeCapability[0] !== 9) return;
+  assert.equal(staged, 2 * cases.length);
+  // The 128-thread staged plans through the op, against the float64 reference.
+  for (const c of [
+    { kind: "layer", rows: 20, d: 32768, tx: "f32", tdy: "f32", tw: "f32" }, { kind: "layer", rows: 30, d: 16384, tx: "f32", tdy: "f32", tw: "f32" },
+    { kind: "rms", rows: 20, d: 32768, tx: "bf16", tdy: "bf16", tw: "bf16" }, { kind: "rms", rows: 20, d: 65536, tx: "f16", tdy: "f16", tw: "f32" },
+  ] as BwdCase[]) {
+    const p = devicePlan(dev, c);
+    assert.ok("plan" in p && p.plan.staged?.block === 128, `${c.kind} ${c.tx} d ${c.d}: staged in 128-thread CTAs`);
+    check(dev, c);
+  }
 });
 
 gpuTest("RMSNorm module on CUDA: forward, backward and accumulated gradient match the CPU device", () => {

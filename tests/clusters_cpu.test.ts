@@ -96,8 +96,11 @@ test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls
         const r = devicePlanBackward(dev, input);
         assert.ok("plan" in r);
         assert.deepEqual([r.plan.mapping, r.plan.cluster], [mapping, cluster], `resident ${resident16}`);
+        // Its staged variant (16 CTAs too, its own kernel) is kept only where its clusters fit as well.
+        assert.equal(r.plan.staged?.cluster, resident16 === 8 ? 16 : undefined, `staged, resident ${resident16}`);
       }
-      assert.equal(queries, 1, "one driver query per kernel and geometry");
+      // The plan's kernel and its staged variant's: one driver query each, whatever the number of calls.
+      assert.equal(queries, 2, "one driver query per kernel and geometry");
     } finally {
       dev.close();
     }

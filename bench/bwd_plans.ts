@@ -33,8 +33,12 @@ console.log(`# ${info.name}, copy ${copyGBs.toFixed(0)} GB/s, ${new Date().toISO
 
 /** Candidate plans for a case: the default first, then variants (kernel contracts as in plan_bwd.ts). */
 function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string; plan: BwdPlan }[] {
-  const def = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads: true }, bwdPlanLimits(dev));
-  if (!("plan" in def)) return [];
+  const r = planNormBackward({ kind, d, xDtype: dt, dyDtype: dt, weightDtype: dt, paramGrads: true }, bwdPlanLimits(dev));
+  if (!("plan" in r)) return [];
+  // The register kernels' geometries: without the plan's staged variant (bench/bwd_staged_ab.ts times those), which
+  // launchBackward would otherwise take for every variant made from it.
+  const { staged: _, ...plain } = r.plan;
+  const def = { plan: plain as BwdPlan };
   const tag = (p: BwdPlan) => p.mapping + (p.cluster > 1 ? p.cluster : "") + ` b${p.block} nv${p.nv}` + (p.prefetch ? " pf" : "");
   const out = [{ label: "*" + tag(def.plan), plan: def.plan }];
   // The default plan with the next-row L2 prefetch flipped: the A/B behind prefetchNextRow.

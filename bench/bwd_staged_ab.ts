@@ -2,9 +2,9 @@
  * The backward's bulk-staged kernels (nk_{ln|rms}_bwd_{cached|cluster}staged_*: each CTA's slice of the next rows copied
  * into shared memory by the copy engine) against the register kernels, in one process: per case the plan without its
  * staged variant, then with 1..3 rows in flight (bench/bwd_plans.ts's bytes, timer and 1 GiB per case, the copy
- * ceiling measured in the same run). Before timing, every staged variant's dx, dweight and dbias must equal the
- * register kernel's bit for bit (the same arithmetic in the same order) on a small random call, with and without a
- * weight and parameter gradients; a mismatch stops the run. It chooses bwdStages (ops/plan_bwd.ts); it tests nothing else.
+ * ceiling measured in the same run). Before timing, every staged variant's dx must equal the register kernel's bit
+ * for bit (the same arithmetic in the same order), and its dweight/dbias agree within summation-order tolerance, on a
+ * small random call, with and without a weight and parameter gradients; a mismatch stops the run. It chooses bwdStages (ops/plan_bwd.ts); it tests nothing else.
  * --geometries instead times every geometry of the one-row and cluster mappings, unstaged and staged (see geometries()).
  *   bun bench/bwd_staged_ab.ts [--module x.cubin] [--geometries] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
  */

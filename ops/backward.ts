@@ -206,8 +206,9 @@ export interface BackwardLaunch {
  */
 export function launchBackward(plan: BwdPlan, a: BackwardLaunch): void {
   const { x, stream } = a, device = x.device;
-  // The plan's bulk-staged variant where every row of this call qualifies (its kernels hold the FULL path alone).
-  const st = plan.staged && bwdFull(
+  // The plan's bulk-staged variant where every row of this call qualifies (its kernels hold the FULL path alone), for
+  // the mapping it was made for (a plan edited into another mapping, as the benchmarks do, keeps the register kernel).
+  const st = plan.staged && plan.rowsPerBlock === 1 && plan.staged.kernel.includes(`_bwd_${plan.mapping}staged_`) && bwdFull(
     x.d, x.dtype, a.dy.dtype, a.weight?.dtype ?? "f32", x.ptr, x.rowStride, a.dx.ptr, a.dx.rowStride, a.dy.ptr,
     a.dy.rowStride, a.weight?.ptr ?? 0n,
   ) ? plan.staged : undefined;

@@ -104,7 +104,8 @@ export function cachedShared(
 }
 
 /**
- * Rows a staged CTA keeps in flight (0: no staged variant): 2 where bulk-staged rows measured faster (H200, Bun,
+ * Rows a staged CTA keeps in flight (0: no staged variant; nor where the layout does not fit in shared memory, e.g.
+ * LN bf16 D=16384 with f32 weights: 262432 bytes): 2 where bulk-staged rows measured faster (H200, Bun,
  * bench/bwd_staged_ab.ts, 2026-12-03, f32 and bf16, % of copy unstaged → 2 rows; bench/RESULTS.md). One row lost
  * everywhere (its copy waits on the row just before it); three matched two or lost.
  * - `cluster` of 4 or more CTAs: always (LN f32 D=32768–131072 +5.6 to +12.4, RMS f32 +19.8 to +21.3, LN bf16 +7.6 to
@@ -146,7 +147,8 @@ function stagedVariant(
   const stages = bwdStages(kind, mapping, block, cluster);
   // Bulk copies: sm_90; kernels for x and dy of one dtype (16-byte chunks of both: nk_bwd_tma_ok; kernels/norm.cu's
   // NK_BWD_STAGED_DTYPES).
-  if (stages === 0 || (limits.ccMajor ?? 0) < 9 || x !== dy) return undefined;
+  // Compute capability 9.x only: measured there (sm_90 SASS); newer GPUs would run the compute_90 PTX, untimed.
+  if (stages === 0 || limits.ccMajor !== 9 || x !== dy) return undefined;
   const sharedBytes = stagedShared(base, stages, columns, x, dy, w);
   return sharedBytes <= limits.maxSharedPerBlockOptin ? { kernel, stages, sharedBytes, block, nv, cluster } : undefined;
 }

@@ -371,6 +371,7 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
   assert.deepEqual([plan("rms", 16384, "f32").cluster, plan("rms", 16384, "f32").block, plan("rms", 16384, "f32").staged?.stages], [2, 352, 2]);
   assert.equal(plan("layer", 65536, "bf16", "f16").staged, undefined);
   assert.equal(plan("layer", 65536, "f32", "f32", true, { ccMajor: 8, maxCluster: 8 }).staged, undefined);
+  assert.equal(plan("layer", 65536, "f32", "f32", true, { ccMajor: 10, maxCluster: 8 }).staged, undefined); // not measured there
   assert.equal(plan("layer", 512, "f32").staged, undefined);
   // Without parameter gradients there are no dbias slots: the staged area starts right after the reductions.
   const ng = plan("layer", 12288, "bf16", "bf16", false);

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { Device, type DType, layerNorm, RMSNorm, rmsNorm } from "../mod.ts";
 import { devicePlanBackward, launchBackward } from "../ops/backward.ts";
-import { cachedShared, smemDbias } from "../ops/plan_bwd.ts";
+import { bwdFull, cachedShared, smemDbias } from "../ops/plan_bwd.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -168,9 +168,12 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
         });
         const bytes = new Uint8Array(dx.buffer.byteLength);
         dx.buffer.read(bytes);
-        return { bytes, sums: [dw, db].filter((t) => t !== undefined).map((t) => t!.readSync()) };
+        // Whether launchBackward takes a plan's staged variant for this call (every row whole, aligned chunks).
+        const full = bwdFull(d, x, x, withW ? w : "f32", xt.ptr, d, dx.ptr, d, dy.ptr, d, wt?.ptr ?? 0n);
+        return { bytes, full, sums: [dw, db].filter((t) => t !== undefined).map((t) => t!.readSync()) };
       };
       const a = run(r.plan), b = run(unstaged);
+      assert.ok(a.full, "the call qualifies: the staged kernel ran");
       const what = `${kind} ${x} d ${d} rows ${rows} weight ${withW}`;
       assert.ok(a.bytes.every((v, i) => v === b.bytes[i]), `${what}: staged dx differs from the register kernel's`);
       // Sums over ≤ 900 rows of terms up to ~4: a reordering moves an f32 sum by ~1e-4 where it cancels; 16-bit

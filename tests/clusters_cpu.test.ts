@@ -2,7 +2,8 @@
  * Kernel.activeClusters (cuOccupancyMaxActiveClusters, which sizes the forward and backward persistent cluster grids)
  * without a GPU: argument checks, the refusal before compute capability 9.0, the value handed through from
  * the driver, and the opt-in to more than 48 KiB of dynamic shared memory before it and Kernel.occupancy ask
- * the driver, against the fake CUDA driver of bench/hotpath_cpu.ts.
+ * the driver, against the fake CUDA driver of bench/hotpath_cpu.ts; and which backward kernel, geometry and flags a
+ * call launches (the staged variant where its rows qualify).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -10,7 +11,8 @@ import { FAKE_H200, fakeCudaDevice } from "../bench/hotpath_cpu.ts";
 import { devicePlanBackward, NORM_BWD_ARGS } from "../ops/backward.ts";
 import { normKernel, planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";
-import { layerNorm } from "../mod.ts";
+import { layerNorm, layerNormBackward, rmsNormBackward, type Tensor } from "../mod.ts";
+import { ffi } from "../ffi/runtime.ts";
 import { LaunchConfig } from "../runtime/module.ts";
 import { ArgumentError, DisposedError, GpuError, UnsupportedError } from "../runtime/errors.ts";
 
@@ -138,6 +140,56 @@ test("forward `cluster` plans launch min(plan clusters, resident clusters) × C 
       }
       const p = planNorm({ kind: "layer", rows, d: 131072, inputDtype: "bf16", outputDtype: "bf16" }, planLimits(dev));
       assert.ok("plan" in p && p.plan.mapping === "cluster" && p.plan.grid[0] === rows * 8, "the plan: a cluster per row");
+    } finally {
+      dev.close();
+    }
+  }
+});
+
+test("backward on the fake H200: qualifying calls launch the plan's staged kernel, geometry and flags; others the register kernel", () => {
+  // The launches of layerNormBackward / rmsNormBackward: kernel, cluster, block, and flags, the last of the 15 parameters (NORM_BWD_ARGS; each in an 8-byte slot): bit 0 the L2 prefetch, bits 4..7 the
+  // staged rows (NK_BWD_STAGES_SHIFT), read from the parameter array at launch time.
+  const flagsOf = (params: bigint): number => {
+    const slots = new BigUint64Array(ffi!.viewMemory(params, 15 * 8).slice(0));
+    return new DataView(ffi!.viewMemory(slots[14], 4).slice(0)).getInt32(0, true);
+  };
+  const cases = [
+    // LN f32 D = 65536: 8 × 512 threads either way; staged with aligned rows, the register kernel with padded rows.
+    { d: 65536, kind: "layer", pad: 0, want: ["nk_ln_bwd_clusterstaged_f32_f32_f32", 8, 512] },
+    { d: 65536, kind: "layer", pad: 1, want: ["nk_ln_bwd_cluster_f32_f32_f32", 8, 512] },
+    // LN f32 D = 32768: the plan's 4 × 512 register clusters; staged in 16 CTAs of 128 threads (smallStagedCtas).
+    { d: 32768, kind: "layer", pad: 0, want: ["nk_ln_bwd_clusterstaged_f32_f32_f32", 16, 128] },
+    { d: 32768, kind: "layer", pad: 2, want: ["nk_ln_bwd_cluster_f32_f32_f32", 4, 512] }, // rows 8 bytes off 16
+    // RMS f32 D = 8192: one-row blocks, never staged.
+    { d: 8192, kind: "rms", pad: 0, want: ["nk_rms_bwd_cached_f32_f32_f32", 1, 352] },
+  ] as const;
+  for (const c of cases) {
+    const rows = 6, stride = c.d + c.pad;
+    const { dev, made, launches, driver } = fakeCudaDevice((dv) => ({
+      x: dv.empty([rows, c.d], { dtype: "f32", rowStride: stride }),
+      dy: dv.empty([rows, c.d], { dtype: "f32", rowStride: stride }),
+      dx: dv.empty([rows, c.d], { dtype: "f32", rowStride: stride }),
+      rstd: dv.empty([rows], { dtype: "f32" }),
+      mean: dv.empty([rows], { dtype: "f32" }),
+    }), { record: true, snapshot: flagsOf });
+    (driver as unknown as Record<string, unknown>).occupancy = () => 4; // one-row blocks size their grid from it
+    try {
+      // No weight or bias (no parameter sums, hence no workspace: the fake driver allocates nothing) and dx given.
+      const m = made as { x: Tensor; dy: Tensor; dx: Tensor; rstd: Tensor; mean: Tensor };
+      const opts = { rstd: m.rstd, dx: m.dx };
+      if (c.kind === "layer") layerNormBackward(m.dy, m.x, { ...opts, mean: m.mean });
+      else rmsNormBackward(m.dy, m.x, opts);
+      const k = launches.find((l) => l.kernel.includes("_bwd_") && !l.kernel.includes("finalize"));
+      assert.ok(k, `d ${c.d}: a backward launch`);
+      assert.deepEqual([k.kernel, k.cluster, k.block[0]], c.want, `d ${c.d} pad ${c.pad}`);
+      const staged = k.kernel.includes("staged");
+      // 2 rows in flight for the staged kernels (no prefetch bit: it is the register kernels'); none otherwise.
+      assert.equal((k.args as number) >> 4, staged ? 2 : 0, `d ${c.d} pad ${c.pad}: staged rows in flags`);
+      // Shared memory: the staged variant's (its stages) or the register plan's.
+      const plan = devicePlanBackward(dev, { kind: c.kind, d: c.d, xDtype: "f32", dyDtype: "f32", paramGrads: false });
+      assert.ok("plan" in plan);
+      assert.equal(k.shared, staged ? plan.plan.staged!.sharedBytes : plan.plan.sharedBytes);
+      if (staged) assert.ok(k.shared > plan.plan.sharedBytes + 2 * 2 * c.d * 4 / k.cluster, "two stages of x and dy slices");
     } finally {
       dev.close();
     }

@@ -13,7 +13,7 @@ import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
-import { type BwdPlan, type BwdPlanInput, type BwdPlanResult, bwdFull, planNormBackward } from "./plan_bwd.ts";
+import { type BwdPlan, type BwdPlanInput, type BwdPlanResult, type BwdStaged, bwdFull, planNormBackward } from "./plan_bwd.ts";
 import { checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 
@@ -161,13 +161,16 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
  * @internal Exported for tests/clusters_cpu.test.ts and bench/cluster16_ab.ts.
  */
 export function devicePlanBackward(device: Device, input: BwdPlanInput): BwdPlanResult {
-  const r = planNormBackward(input, bwdPlanLimits(device));
+  const limits = bwdPlanLimits(device);
+  const fits = (st: BwdStaged | undefined) =>
+    !st || st.cluster <= MAX_PORTABLE_CLUSTER || holdsCluster(normKernel(device, st.kernel, NORM_BWD_ARGS), st);
+  let r = planNormBackward(input, limits);
   if (!("plan" in r)) return r;
-  // A staged variant of 16 CTAs (its own geometry, its own kernel) is checked the same way; without it the plan stays.
-  const st = r.plan.staged;
-  const plan = st && st.cluster > MAX_PORTABLE_CLUSTER && !holdsCluster(normKernel(device, st.kernel, NORM_BWD_ARGS), st)
-    ? { plan: (({ staged: _, ...p }) => p)(r.plan) }
-    : r;
+  // A staged variant of 16 CTAs (its own geometry, its own kernel) is checked the same way: where it does not fit, the
+  // staged variant in the plan's own geometry (no smaller CTAs), and where that does not either, none.
+  if (!fits(r.plan.staged)) r = planNormBackward(input, { ...limits, smallStagedCtas: false });
+  const plan = "plan" in r && !fits(r.plan.staged) ? { plan: (({ staged: _, ...p }) => p)(r.plan) } : r;
+  if (!("plan" in plan)) return plan;
   if (plan.plan.cluster <= MAX_PORTABLE_CLUSTER) return plan;
   if (holdsCluster(normKernel(device, plan.plan.kernel, NORM_BWD_ARGS), plan.plan)) return plan;
   return planNormBackward(input, { ...bwdPlanLimits(device), maxCluster: MAX_PORTABLE_CLUSTER });

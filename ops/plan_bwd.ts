@@ -173,6 +173,11 @@ export interface BwdLimits {
   ccMajor?: number;
   /** CTAs per cluster at most: 8 (portable; the default) or 16 (sm_90's non-portable clusters). */
   maxCluster?: number;
+  /**
+   * false: staged variants keep the plan's own geometry (no smallStagedCtas), e.g. where the GPU holds none of its
+   * 16-CTA clusters (devicePlanBackward). Default true.
+   */
+  smallStagedCtas?: boolean;
 }
 
 /**
@@ -308,7 +313,8 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
         const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
         const shared = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
         if (shared > limits.maxSharedPerBlockOptin) break;
-        const staged = (block === maxThreads && smallStagedCtas(p.kind, tx) ? smallStaged() : undefined) ??
+        const small = block === maxThreads && smallStagedCtas(p.kind, tx) && limits.smallStagedCtas !== false;
+        const staged = (small ? smallStaged() : undefined) ??
           stagedVariant(p.kind, tx, tdy, tw, "cluster", block, shared, per * vec, limits, name("clusterstaged"), c, Math.ceil(per / block));
         return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: shared, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc, ...(staged ? { staged } : {}) } };
       }

@@ -195,3 +195,22 @@ test("backward on the fake H200: qualifying calls launch the plan's staged kerne
     }
   }
 });
+
+test("backward: a staged variant of 16 CTAs the GPU cannot hold falls back to staging in the plan's own geometry", () => {
+  // LN f32 D = 32768: 4 × 512 register clusters, staged in 16 × 128 (smallStagedCtas); with no cluster of 16 resident,
+  // staged in 4 × 512. LN f32 D = 131072: 16 × 512 either way; not resident: `split`, unstaged (as before).
+  for (const [d, resident16, want] of [
+    [32768, 8, [4, 512, 16, 128]], [32768, 0, [4, 512, 4, 512]], [131072, 0, [1, 256, undefined, undefined]],
+  ] as const) {
+    const { dev, driver } = fakeCudaDevice(() => null);
+    (driver as unknown as Record<string, unknown>).activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => (c === 16 ? resident16 : 4);
+    try {
+      const r = devicePlanBackward(dev, { kind: "layer", d, xDtype: "f32", dyDtype: "f32", weightDtype: "f32", paramGrads: true });
+      assert.ok("plan" in r);
+      const p = r.plan;
+      assert.deepEqual([p.cluster, p.block, p.staged?.cluster, p.staged?.block], [...want], `d ${d}, ${resident16} resident`);
+    } finally {
+      dev.close();
+    }
+  }
+});

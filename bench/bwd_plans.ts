@@ -11,6 +11,7 @@ import { Device, type DType, layerNorm, rmsNorm } from "../mod.ts";
 import { launchBackward } from "../ops/backward.ts";
 import { bwdPlanLimits } from "../ops/kernels.ts";
 import { type BwdPlan, cachedShared, maxvBwd, planNormBackward, prefetchNextRow, smemDbias } from "../ops/plan_bwd.ts";
+import { bwdCase } from "./bwd_case.ts";
 import { deviceTimer } from "./device_timer.ts";
 
 const args = process.argv.slice(2);
@@ -18,7 +19,6 @@ const opt = (k: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : undef
 const DS = (opt("--ds") ?? "128,512,768,1024,2048,4096,5120,8192,12288,16384,32768,65536").split(",").map(Number);
 const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
-const MIN_BYTES = 2 ** 30;
 
 using dev = Device.open({ backend: "cuda" });
 const info = dev.info;
@@ -82,24 +82,12 @@ function variants(kind: "layer" | "rms", d: number, dt: DType): { label: string;
 const results: { kind: string; dtype: DType; d: number; label: string; pctCopy: number }[] = [];
 for (const d of DS) {
   for (const dt of DTYPES) {
-    const b = dt === "f32" ? 4 : 2;
-    const rows = Math.ceil(MIN_BYTES / (3 * d * b));
-    using x = dev.tensor(Float32Array.from({ length: Math.min(rows * d, 2 ** 22) }, (_, i) => Math.sin(i * 0.37) * 2), [Math.min(rows * d, 2 ** 22)], { dtype: dt });
-    using xs = dev.empty([rows, d], { dtype: dt });
-    for (let off = 0; off < xs.buffer.byteLength; off += x.buffer.byteLength) {
-      xs.buffer.copyFrom(x.buffer, { offset: off, bytes: Math.min(x.buffer.byteLength, xs.buffer.byteLength - off) });
-    }
-    using dy = dev.empty([rows, d], { dtype: dt });
-    dy.buffer.copyFrom(xs.buffer);
-    using dx = dev.empty([rows, d], { dtype: dt });
-    using w = dev.tensor(Float32Array.from({ length: d }, (_, i) => 1 + (i % 7) / 8), [d], { dtype: dt });
-    using bias = dev.tensor(Float32Array.from({ length: d }, (_, i) => (i % 5) / 8), [d], { dtype: dt });
-    using dw = dev.empty([d], { dtype: dt });
-    using db = dev.empty([d], { dtype: dt });
+    using c = bwdCase(dev, d, dt, (i) => Math.sin(i * 0.37) * 2);
+    const { x: xs, dy, dx, w, bias, dw, db } = c;
     for (const kind of KINDS) {
       const f = kind === "layer" ? layerNorm(xs, { weight: w, bias, stats: true }) : rmsNorm(xs, { weight: w, stats: true });
       using _y = f.y, _m = f.mean, _r = f.rstd;
-      const bytes = 3 * rows * d * b + rows * 4 * (kind === "layer" ? 2 : 1) + d * b * (kind === "layer" ? 3 : 2);
+      const bytes = c.bytes(kind);
       const line: string[] = [];
       for (const v of variants(kind, d, dt)) {
         const ms = timer.time(() =>

@@ -14,6 +14,7 @@ import { Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import { launchBackward, NORM_BWD_ARGS } from "../ops/backward.ts";
 import { bwdPlanLimits, normKernel, replaceNormModule } from "../ops/kernels.ts";
 import { type BwdPlan, cachedShared, MAX_BWD_STAGES, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared } from "../ops/plan_bwd.ts";
+import { bwdCase, lcg } from "./bwd_case.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 
 const args = process.argv.slice(2);
@@ -21,7 +22,6 @@ const opt = (k: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : undef
 const DS = (opt("--ds") ?? "2048,4096,8192,12288,16384,32768,65536,131072").split(",").map(Number);
 const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
-const MIN_BYTES = 2 ** 30;
 
 using dev = Device.open({ backend: "cuda" });
 const moduleArg = opt("--module");
@@ -104,8 +104,7 @@ function geometries(kind: "layer" | "rms", d: number, dt: DType): { label: strin
 /** Staged against unstaged on a small random call: bitwise, or the run stops. */
 function check(kind: "layer" | "rms", d: number, dt: DType): void {
   const rows = 777;
-  let seed = d * 7 + (kind === "layer" ? 1 : 2);
-  const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
+  const rnd = lcg(d * 7 + (kind === "layer" ? 1 : 2));
   using x = dev.tensor(Float32Array.from({ length: rows * d }, rnd), [rows, d], { dtype: dt });
   using dy = dev.tensor(Float32Array.from({ length: rows * d }, rnd), [rows, d], { dtype: dt });
   using w = dev.tensor(Float32Array.from({ length: d }, () => 1 + rnd() / 4), [d], { dtype: dt });
@@ -147,26 +146,12 @@ const results: { kind: string; dtype: DType; d: number; label: string; pctCopy: 
 for (const d of DS) {
   for (const dt of DTYPES) {
     if (!args.includes("--geometries")) for (const kind of KINDS) check(kind, d, dt);
-    const b = dt === "f32" ? 4 : 2;
-    const rows = Math.ceil(MIN_BYTES / (3 * d * b));
-    let seed = d;
-    const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
-    using x0 = dev.tensor(Float32Array.from({ length: Math.min(rows * d, 2 ** 22) }, rnd), [Math.min(rows * d, 2 ** 22)], { dtype: dt });
-    using xs = dev.empty([rows, d], { dtype: dt });
-    for (let off = 0; off < xs.buffer.byteLength; off += x0.buffer.byteLength) {
-      xs.buffer.copyFrom(x0.buffer, { offset: off, bytes: Math.min(x0.buffer.byteLength, xs.buffer.byteLength - off) });
-    }
-    using dy = dev.empty([rows, d], { dtype: dt });
-    dy.buffer.copyFrom(xs.buffer);
-    using dx = dev.empty([rows, d], { dtype: dt });
-    using w = dev.tensor(Float32Array.from({ length: d }, (_, i) => 1 + (i % 7) / 8), [d], { dtype: dt });
-    using bias = dev.tensor(Float32Array.from({ length: d }, (_, i) => (i % 5) / 8), [d], { dtype: dt });
-    using dw = dev.empty([d], { dtype: dt });
-    using db = dev.empty([d], { dtype: dt });
+    using c = bwdCase(dev, d, dt, lcg(d));
+    const { x: xs, dy, dx, w, bias, dw, db } = c;
     for (const kind of KINDS) {
       const f = kind === "layer" ? layerNorm(xs, { weight: w, bias, stats: true }) : rmsNorm(xs, { weight: w, stats: true });
       using _y = f.y, _m = f.mean, rstd = f.rstd!;
-      const bytes = 3 * rows * d * b + rows * 4 * (kind === "layer" ? 2 : 1) + d * b * (kind === "layer" ? 3 : 2);
+      const bytes = c.bytes(kind);
       const line: string[] = [];
       for (const v of args.includes("--geometries") ? geometries(kind, d, dt) : variants(kind, d, dt)) {
         const ms = timer.time(() => run(v.plan, kind, { dy, x: xs, w, mean: f.mean, rstd, dx, dw, db }, dt));

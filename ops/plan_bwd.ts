@@ -298,11 +298,13 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   // measured faster at every size tried (bench/bwd_plans.ts, H200: LN f32 D=32768 4 × 512 threads 63.5% of
   // copy, 8 × 256 46.7%; RMS bf16 D=65536 4 × 512 60.5%, 8 × 256 46.0%).
   const clusterSizes = CLUSTER_SIZES.filter((c) => c <= (limits.maxCluster ?? 8));
+  // A cluster CTA's threads for `per` chunks at maxv each, whole warps.
+  const ctaBlock = (per: number) => Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
   // The staged geometry of smallStagedCtas: the smallest cluster whose CTAs of SMALL_STAGED_BLOCK threads hold the row.
   const smallStaged = (): BwdStaged | undefined => {
     const c = clusterSizes.find((c) => Math.ceil(chunks / c) <= SMALL_STAGED_BLOCK * maxv);
     if (c === undefined) return undefined;
-    const per = Math.ceil(chunks / c), block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
+    const per = Math.ceil(chunks / c), block = ctaBlock(per);
     const base = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
     return stagedVariant(p.kind, tx, tdy, tw, "cluster", block, base, per * vec, limits, name("clusterstaged"), c, Math.ceil(per / block));
   };
@@ -310,7 +312,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     for (const c of clusterSizes) {
       const per = Math.ceil(chunks / c);
       if (per <= maxThreads * maxv) {
-        const block = Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
+        const block = ctaBlock(per);
         const shared = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
         if (shared > limits.maxSharedPerBlockOptin) break;
         const small = block === maxThreads && smallStagedCtas(p.kind, tx) && limits.smallStagedCtas !== false;

@@ -59,16 +59,19 @@ struct nk_bwd_geom {
 // out (2026-11-30, H200) gained 8-25 points of copy for LN 16-bit at D = 128-1024, 8192 and 16384-131072
 // (the longer rows fit fewer CTAs), lost ~5 at D = 2048 and 12288, and lost 2-8 for f32 LN (4-element chunks:
 // twice the shared-memory accesses per element), which keeps them in registers.
-template <class TX, class TD, bool LN>
+// ST: the bulk-staged kernels (nk_bwd_cached's TM) keep them in shared memory for f32 LayerNorm too: 6 chunks per
+// thread instead of 4, so a cluster's CTAs need not be 512 threads (H200, LN f32 D=65536: 8 x 512 threads x 4 chunks
+// 75.8% of copy, 8 x 416 x 5 90.3-90.6; in one geometry they cost 0-7 points: bench/RESULTS.md, stop 31).
+template <class TX, class TD, bool LN, bool ST = false>
 struct nk_bwd_smem_dbias {
-  enum { V = LN && nk_bwd_geom<TX, TD>::VEC == 8 };
+  enum { V = LN && (nk_bwd_geom<TX, TD>::VEC == 8 || ST) };
 };
 // Chunks one thread of `cached` holds in registers (see NK_BWD_REG_BUDGET).
-template <class TX, class TD, bool LN>
+template <class TX, class TD, bool LN, bool ST = false>
 struct nk_bwd_maxv {
   enum {
     PER = nk_bwd_geom<TX, TD>::XW + nk_bwd_geom<TX, TD>::DW +
-          nk_bwd_geom<TX, TD>::VEC * (LN && !nk_bwd_smem_dbias<TX, TD, LN>::V ? 2 : 1)
+          nk_bwd_geom<TX, TD>::VEC * (LN && !nk_bwd_smem_dbias<TX, TD, LN, ST>::V ? 2 : 1)
   };
   enum { V = NK_BWD_REG_BUDGET / PER < NK_MAXV_BWD ? NK_BWD_REG_BUDGET / PER : NK_MAXV_BWD };
 };
@@ -278,7 +281,8 @@ struct nk_bwd_tma_ok {
 template <class TX, class TD, class TW, bool LN, bool FULL, bool CL, int WK = NK_W_ANY, bool TM = false>
 NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC, XW = nk_bwd_geom<TX, TD>::XW, DW = nk_bwd_geom<TX, TD>::DW;
-  constexpr int NACC = LN ? 2 : 1, MAXV = nk_bwd_maxv<TX, TD, LN>::V, WWORDS = VEC * TW::SIZE / 4;
+  constexpr bool TMA = TM && FULL && nk_bwd_tma_ok<TX, TD>::V;
+  constexpr int NACC = LN ? 2 : 1, MAXV = nk_bwd_maxv<TX, TD, LN, TMA>::V, WWORDS = VEC * TW::SIZE / 4;
   nk_check_wave();
 #if NK_HAS_CLUSTER
   const unsigned csize = CL ? nk_cluster_size() : 1u, crank = CL ? nk_cluster_rank() : 0u;
@@ -305,11 +309,10 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   const bool hw = NK_HAS_W(WK, W);
   const typename TW::S* Wl = hw ? W + e0 : nullptr;
   const float rd = 1.0f / (float)d;  // row means as products: no division per row
-  constexpr bool TMA = TM && FULL && nk_bwd_tma_ok<TX, TD>::V;
   const bool prefetch = (flags & NK_BWD_PREFETCH) && !lanes && !TMA;
 #define NK_NVAL(i) \
   (((i) < nv && t + (i) * tpr < c_end) ? (FULL ? VEC : nk_chunk_valid<VEC>(t + (i) * tpr, dloc)) : 0)
-  constexpr bool SB = nk_bwd_smem_dbias<TX, TD, LN>::V, RB = LN && !SB;  // dbias sums: shared memory / registers
+  constexpr bool SB = nk_bwd_smem_dbias<TX, TD, LN, TMA>::V, RB = LN && !SB;  // dbias sums: shared memory / registers
   float accw[MAXV][VEC], accr[RB ? MAXV : 1][VEC];
 #pragma unroll
   for (int i = 0; i < MAXV; ++i)

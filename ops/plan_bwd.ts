@@ -6,7 +6,7 @@
  *
  * A chunk is 16 bytes of the wider of x and dy (VEC = 4 elements if either is f32, else 8); a thread
  * caches up to maxvBwd() chunks of x and dy, and their columns' parameter sums, in registers (`cached`;
- * LayerNorm's dbias sums in shared memory when VEC = 8: smemDbias), or re-reads them (`wide`).
+ * LayerNorm's dbias sums in shared memory when VEC = 8, and in the staged kernels: smemDbias), or re-reads them (`wide`).
  */
 import type { DType } from "../runtime/dtype.ts";
 import { CLUSTER_SUM_BYTES, type NormKind } from "./plan.ts";
@@ -70,12 +70,13 @@ const size = (t: DType): number => (t === "f32" ? 4 : 2);
 
 /**
  * Whether `cached` / `cluster` keep LayerNorm's dbias sums in shared memory rather than registers
- * (nk_bwd_smem_dbias): with 16-bit x and dy (8-element chunks). There it let 16-bit LN cache 4 chunks per
- * thread instead of 3 (H200, 2026-11-30: +8 to +25 points of copy at D = 128–1024, 8192 and ≥ 16384, about −5
- * at 2048 and 12288); f32 LN lost 2–8 points with them in shared memory and keeps them in registers.
+ * (nk_bwd_smem_dbias): with 16-bit x and dy (8-element chunks), and in the bulk-staged kernels (`staged`). With 16-bit
+ * x it let LN cache 4 chunks per thread instead of 3 (H200, 2026-11-30: +8 to +25 points of copy at D = 128–1024, 8192
+ * and ≥ 16384, about −5 at 2048 and 12288); the register kernels of f32 LN lost 2–8 points with them in shared memory
+ * and keep them in registers. The staged f32 ones cache 6 chunks instead of 4 that way (see lnF32Staged).
  */
-export function smemDbias(kind: NormKind, x: DType, dy: DType): boolean {
-  return kind === "layer" && size(x) === 2 && size(dy) === 2;
+export function smemDbias(kind: NormKind, x: DType, dy: DType, staged = false): boolean {
+  return kind === "layer" && ((size(x) === 2 && size(dy) === 2) || staged);
 }
 
 /**
@@ -83,9 +84,9 @@ export function smemDbias(kind: NormKind, x: DType, dy: DType): boolean {
  * chunk's parameter sums in registers (VEC floats, 2·VEC for LayerNorm unless smemDbias), within
  * BWD_REG_BUDGET registers.
  */
-export function maxvBwd(kind: NormKind, x: DType, dy: DType): number {
+export function maxvBwd(kind: NormKind, x: DType, dy: DType, staged = false): number {
   const vec = 16 / Math.max(size(x), size(dy));
-  const sums = kind === "layer" && !smemDbias(kind, x, dy) ? 2 : 1;
+  const sums = kind === "layer" && !smemDbias(kind, x, dy, staged) ? 2 : 1;
   const per = (vec * size(x)) / 4 + (vec * size(dy)) / 4 + vec * sums;
   return Math.min(MAXV_BWD, Math.floor(BWD_REG_BUDGET / per));
 }
@@ -123,32 +124,50 @@ export function bwdStages(kind: NormKind, mapping: "cached" | "cluster", block: 
 
 /**
  * Whether a staged call of a row that takes clusters of 512-thread CTAs runs in more CTAs of at most
- * SMALL_STAGED_BLOCK threads instead (up to 16): LayerNorm f32 and RMSNorm 16-bit. With staged rows a CTA no longer
- * holds its row through registers alone, and four such CTAs share an SM (H200, bench/bwd_staged_ab.ts --geometries,
- * 2026-12-03, % of copy, the plan's geometry → 128-thread CTAs, both staged unless noted): LN f32 D=16384 2 × 512
- * unstaged 84.2 → 8 × 128 88.6, 32768 4 × 512 75.5 → 16 × 128 85.3; RMS bf16 D=32768 2 × 512 unstaged 82.2 → 8 × 128
+ * SMALL_STAGED_BLOCK threads instead (up to 16): RMSNorm 16-bit. With staged rows a CTA no longer holds its row through
+ * registers alone, and four such CTAs share an SM (H200, bench/bwd_staged_ab.ts --geometries, 2026-12-03, % of copy,
+ * the plan's geometry → 128-thread CTAs, both staged unless noted): RMS bf16 D=32768 2 × 512 unstaged 82.2 → 8 × 128
  * 85.7, 65536 4 × 512 72.6 → 16 × 128 83.3. LayerNorm 16-bit lost that way (its dbias slots fill shared memory: D =
- * 16384–65536 −7 to −9), and RMS f32's 352-thread CTAs already ran at 85–95.
+ * 16384–65536 −7 to −9), RMS f32's 352-thread CTAs already ran at 85–95, and LayerNorm f32 takes lnF32Staged.
  */
 export function smallStagedCtas(kind: NormKind, x: DType): boolean {
-  return kind === "layer" ? size(x) === 4 : size(x) === 2;
+  return kind === "rms" && size(x) === 2;
 }
 /** Threads of the CTAs smallStagedCtas picks. */
 export const SMALL_STAGED_BLOCK = 128;
+
+/**
+ * LayerNorm f32's staged geometry for rows that take clusters of 512-thread CTAs: its staged kernels keep the dbias
+ * sums in shared memory (smemDbias `staged`), so a thread caches up to 6 chunks; the plan aims for LN_F32_STAGED_NV of
+ * them in CTAs of at most LN_F32_STAGED_BLOCK threads, in the smallest cluster that holds the row. H200,
+ * bench/bwd_staged_ab.ts --geometries, 2026-12-03 (stop 31), % of copy, 2 staged rows, the best geometry before → 5
+ * chunks per thread: D=16384 8 × 128 87.5 → 2 × 416 90.3; 32768 16 × 128 84.4 → 4 × 416 90.3; 65536 8 × 512 75.8 →
+ * 8 × 416 90.3–90.6; 131072 16 × 512 71.0 → 16 × 416 84.1–84.4. Six chunks (352 threads) ran 0–4 points slower, four
+ * in 512-thread CTAs 10–15 slower. Not for smaller CTAs: D=12288 (2 × 384 × 4, staged 90.5–90.6) fell to 78.6 in 2 × 320
+ * × 5, and the one-row D=8192 (512 × 4, staged 90.0–91.1) to 89.3–89.5 in 416 × 5 (same call).
+ */
+export const LN_F32_STAGED_NV = 5;
+export const LN_F32_STAGED_BLOCK = 416;
+export function lnF32Staged(kind: NormKind, x: DType): boolean {
+  return kind === "layer" && size(x) === 4;
+}
 
 /**
  * The staged variant of a one-row `cached` or a `cluster` plan (geometry `block` × `cluster`, `columns` per CTA), where
  * bwdStages asks for one and it can run.
  */
 function stagedVariant(
-  kind: NormKind, x: DType, dy: DType, w: DType, mapping: "cached" | "cluster", block: number, base: number,
-  columns: number, limits: BwdLimits, kernel: string, cluster = 1, nv = 0,
+  kind: NormKind, x: DType, dy: DType, w: DType, block: number, columns: number, limits: BwdLimits, kernel: string,
+  cluster: number, nv: number, nacc: number,
 ): BwdStaged | undefined {
+  const mapping = cluster > 1 ? "cluster" : "cached";
   const stages = bwdStages(kind, mapping, block, cluster);
   // Bulk copies: sm_90; kernels for x and dy of one dtype (16-byte chunks of both: nk_bwd_tma_ok; kernels/norm.cu's
   // NK_BWD_STAGED_DTYPES).
   // Compute capability 9.x only: measured there (sm_90 SASS); newer GPUs would run the compute_90 PTX, untimed.
-  if (stages === 0 || limits.ccMajor !== 9 || x !== dy) return undefined;
+  if (stages === 0 || limits.ccMajor !== 9 || x !== dy || nv > maxvBwd(kind, x, dy, true)) return undefined;
+  // The staged kernels' own layout (their dbias sums in shared memory: smemDbias `staged`), then the stages.
+  const base = cachedShared(smemDbias(kind, x, dy, true), block, limits.warpSize, 1, nacc, columns, columns, cluster);
   const sharedBytes = stagedShared(base, stages, columns, x, dy, w);
   return sharedBytes <= limits.maxSharedPerBlockOptin ? { kernel, stages, sharedBytes, block, nv, cluster } : undefined;
 }
@@ -174,8 +193,8 @@ export interface BwdLimits {
   /** CTAs per cluster at most: 8 (portable; the default) or 16 (sm_90's non-portable clusters). */
   maxCluster?: number;
   /**
-   * false: staged variants keep the plan's own geometry (no smallStagedCtas), e.g. where the GPU holds none of its
-   * 16-CTA clusters (devicePlanBackward). Default true.
+   * false: staged variants keep the plan's own geometry (no smallStagedCtas, no lnF32Staged), e.g. where the GPU holds
+   * none of their 16-CTA clusters (devicePlanBackward). Default true.
    */
   smallStagedCtas?: boolean;
 }
@@ -189,7 +208,7 @@ export interface BwdStaged {
   kernel: string;
   stages: number;
   sharedBytes: number;
-  /** Its geometry (tpr = block; one row per CTA or cluster): the plan's, or smaller CTAs (smallStagedCtas). */
+  /** Its geometry (tpr = block; one row per CTA or cluster): the plan's, or its own (smallStagedCtas, lnF32Staged). */
   block: number;
   nv: number;
   cluster: number;
@@ -266,6 +285,19 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
   const slotBytes = nacc * p.d * 4;
   const name = (m: "cached" | "cluster" | "wide" | "rowsum" | "tile" | "cachedstaged" | "clusterstaged") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
   const maxThreads = Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock);
+  const clusterSizes = CLUSTER_SIZES.filter((c) => c <= (limits.maxCluster ?? 8));
+  const staged = (block: number, cluster: number, nv: number) =>
+    stagedVariant(p.kind, tx, tdy, tw, block, Math.ceil(chunks / cluster) * vec, limits, name(cluster > 1 ? "clusterstaged" : "cachedstaged"), cluster, nv, nacc);
+  // lnF32Staged's geometry: the smallest cluster whose CTAs of ≤ LN_F32_STAGED_BLOCK threads hold the row at
+  // LN_F32_STAGED_NV chunks each.
+  const lnF32Geometry = (): BwdStaged | undefined => {
+    if (!lnF32Staged(p.kind, tx) || limits.smallStagedCtas === false) return undefined;
+    for (const c of clusterSizes) {
+      const per = Math.ceil(chunks / c), block = Math.max(warp, Math.ceil(Math.ceil(per / LN_F32_STAGED_NV) / warp) * warp);
+      if (block <= Math.min(LN_F32_STAGED_BLOCK, maxThreads)) return staged(block, c, Math.ceil(per / block));
+    }
+    return undefined;
+  };
   // `wide` and `rowsum`: their block reductions' 2 · warps floats, rounded up to 16 bytes (slots start there).
   const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
 
@@ -289,15 +321,15 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / nvAim) / warp) * warp));
     const shared = cachedShared(sdb, block, warp, 1, nacc, p.d);
     if (shared <= limits.maxSharedPerBlockOptin) {
-      const staged = stagedVariant(p.kind, tx, tdy, tw, "cached", block, shared, chunks * vec, limits, name("cachedstaged"), 1, Math.ceil(chunks / block));
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv: Math.ceil(chunks / block), rowsPerBlock: 1, nacc, ...(staged ? { staged } : {}) } };
+      const nv = Math.ceil(chunks / block);
+      const st = staged(block, 1, nv);
+      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv, rowsPerBlock: 1, nacc, ...(st ? { staged: st } : {}) } };
     }
   }
   // Rows past one block's registers, on Hopper: split over a cluster of CTAs, each caching its slice in
   // registers as above (row sums over DSMEM). The smallest cluster that holds the row: fewer, larger CTAs
   // measured faster at every size tried (bench/bwd_plans.ts, H200: LN f32 D=32768 4 × 512 threads 63.5% of
   // copy, 8 × 256 46.7%; RMS bf16 D=65536 4 × 512 60.5%, 8 × 256 46.0%).
-  const clusterSizes = CLUSTER_SIZES.filter((c) => c <= (limits.maxCluster ?? 8));
   // A cluster CTA's threads for `per` chunks at maxv each, whole warps.
   const ctaBlock = (per: number) => Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
   // The staged geometry of smallStagedCtas: the smallest cluster whose CTAs of SMALL_STAGED_BLOCK threads hold the row.
@@ -305,8 +337,7 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
     const c = clusterSizes.find((c) => Math.ceil(chunks / c) <= SMALL_STAGED_BLOCK * maxv);
     if (c === undefined) return undefined;
     const per = Math.ceil(chunks / c), block = ctaBlock(per);
-    const base = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
-    return stagedVariant(p.kind, tx, tdy, tw, "cluster", block, base, per * vec, limits, name("clusterstaged"), c, Math.ceil(per / block));
+    return staged(block, c, Math.ceil(per / block));
   };
   if ((limits.ccMajor ?? 0) >= 9) {
     for (const c of clusterSizes) {
@@ -316,9 +347,8 @@ export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanRes
         const shared = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
         if (shared > limits.maxSharedPerBlockOptin) break;
         const small = block === maxThreads && smallStagedCtas(p.kind, tx) && limits.smallStagedCtas !== false;
-        const staged = (small ? smallStaged() : undefined) ??
-          stagedVariant(p.kind, tx, tdy, tw, "cluster", block, shared, per * vec, limits, name("clusterstaged"), c, Math.ceil(per / block));
-        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: shared, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc, ...(staged ? { staged } : {}) } };
+        const st = (block === maxThreads ? lnF32Geometry() : undefined) ?? (small ? smallStaged() : undefined) ?? staged(block, c, Math.ceil(per / block));
+        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: shared, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc, ...(st ? { staged: st } : {}) } };
       }
     }
   }

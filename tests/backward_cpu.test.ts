@@ -10,8 +10,8 @@ import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import { cpuNormBackward, cpuNormForward } from "../mod.ts";
 import { readFileSync } from "node:fs";
 import {
-  BWD_REG_BUDGET, bwdFull, bwdStages, MAXV_BWD, maxvBwd, planNormBackward, prefetchNextRow, SMALL_STAGED_BLOCK, smallStagedCtas, smemDbias,
-  stagedShared,
+  BWD_REG_BUDGET, bwdFull, bwdStages, LN_F32_STAGED_BLOCK, LN_F32_STAGED_NV, lnF32Staged, MAXV_BWD, maxvBwd, planNormBackward,
+  prefetchNextRow, SMALL_STAGED_BLOCK, smallStagedCtas, smemDbias, stagedShared,
 } from "../ops/plan_bwd.ts";
 import { CLUSTER_SUM_BYTES } from "../ops/plan.ts";
 import { bwdPlanLimits } from "../ops/kernels.ts";
@@ -192,9 +192,10 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             const oneRow = p.mapping === "cluster" || (p.mapping === "cached" && p.rowsPerBlock === 1 && p.tpr > 32);
             // The bulk-staged variant: sm_90, x and dy of one dtype, one-row blocks or clusters where bwdStages asks for
             // rows in flight; its kernel, 2 rows, and the shared memory of that layout, within the limit.
-            // Clusters of 512-thread CTAs of LN f32 and RMS 16-bit stage in CTAs of 128 threads where ≤ 16 of them hold the row.
+            // Clusters of 512-thread CTAs of RMS 16-bit stage in CTAs of 128 threads where ≤ 16 of them hold the row.
             const small = p.mapping === "cluster" && p.block === 512 && smallStagedCtas(kind, tx) && tx === tdy && ccMajor >= 9;
-            const g = { cluster: p.cluster, block: p.block, nv: p.nv };
+            const own = { cluster: p.cluster, block: p.block, nv: p.nv };
+            const g = { ...own };
             if (small) {
               const c = [2, 4, 8, 16].find((c) => Math.ceil(chunks / c) <= SMALL_STAGED_BLOCK * maxv);
               if (c !== undefined) {
@@ -202,13 +203,28 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
                 Object.assign(g, { cluster: c, block, nv: Math.ceil(per / block) });
               }
             }
+            // LN f32 rows in clusters of 512-thread CTAs stage in their own geometry (lnF32Staged): 5 chunks per thread in
+            // CTAs of ≤ 416 threads, the smallest cluster; the plan's own where that does not fit.
+            const lnOwn = lnF32Staged(kind, tx) && tx === tdy && ccMajor >= 9 && p.mapping === "cluster" && p.block === 512;
+            if (lnOwn) {
+              const c = [2, 4, 8, 16].find((c) => Math.ceil(Math.ceil(chunks / c) / LN_F32_STAGED_NV / 32) * 32 <= LN_F32_STAGED_BLOCK);
+              if (c !== undefined) {
+                const per = Math.ceil(chunks / c), block = Math.ceil(per / LN_F32_STAGED_NV / 32) * 32;
+                Object.assign(g, { cluster: c, block, nv: Math.ceil(per / block) });
+              }
+            }
+            // The staged kernels keep LayerNorm's dbias sums in shared memory whatever the dtype.
+            const layout = (g: { cluster: number; block: number }) => {
+              const columns = Math.ceil(chunks / g.cluster) * vec;
+              const base = 16 * (g.block / 32) + (g.cluster > 1 ? CLUSTER_SUM_BYTES : 0) + (kind === "layer" && paramGrads ? 4 * columns : 0);
+              return stagedShared(base, 2, columns, tx, tdy, "f32");
+            };
+            if (layout(g) > limits.maxSharedPerBlockOptin) Object.assign(g, own);
             const stages = oneRow ? bwdStages(kind, p.mapping as "cached" | "cluster", g.block, g.cluster) : 0;
-            const columns = Math.ceil(chunks / g.cluster) * vec;
-            const base = p.mapping === "cluster" ? 16 * (g.block / 32) + CLUSTER_SUM_BYTES + (dbiasInShared ? 4 * columns : 0) : p.sharedBytes;
-            const stagedBytes = stagedShared(base, stages, columns, tx, tdy, "f32");
+            const stagedBytes = layout(g);
             if (ccMajor >= 9 && tx === tdy && stages > 0 && stagedBytes <= limits.maxSharedPerBlockOptin) {
               assert.deepEqual(p.staged, { kernel: `nk_${kind === "layer" ? "ln" : "rms"}_bwd_${p.mapping}staged_${tx}_${tdy}_f32`, stages: 2, sharedBytes: stagedBytes, ...g }, `staged d ${d}`);
-              assert.ok(g.nv <= maxv && g.nv * g.block >= Math.ceil(chunks / g.cluster) && g.block <= 512 && g.block % 32 === 0);
+              assert.ok(g.nv <= maxvBwd(kind, tx, tdy, true) && g.nv * g.block >= Math.ceil(chunks / g.cluster) && g.block <= 512 && g.block % 32 === 0);
             } else {
               assert.equal(p.staged, undefined, `not staged d ${d}`);
             }
@@ -305,8 +321,15 @@ test("backward plan: the chunks per thread mirror the kernel's register budget (
   assert.equal(maxvBwd("layer", "bf16", "bf16"), 4); // 4 + 4 + 8 (dbias in shared memory) = 16
   assert.equal(maxvBwd("layer", "f16", "f32"), 5); // VEC 4: 2 + 4 + 8 = 14
   assert.ok(smemDbias("layer", "f16", "bf16") && !smemDbias("layer", "bf16", "f32") && !smemDbias("rms", "bf16", "bf16"));
-  // ... and the kernel's rule is the same: 8-element chunks (16-bit x and dy), LayerNorm only.
-  assert.match(src, /struct nk_bwd_smem_dbias \{\s*enum \{ V = LN && nk_bwd_geom<TX, TD>::VEC == 8 \};/);
+  // ... and the kernel's rule is the same: 8-element chunks (16-bit x and dy), or the staged kernels (ST), LayerNorm only.
+  assert.match(src, /struct nk_bwd_smem_dbias \{\s*enum \{ V = LN && \(nk_bwd_geom<TX, TD>::VEC == 8 \|\| ST\) \};/);
+  // The staged kernels (nk_bwd_cached's TM) ask for that rule with ST, for both the layout and the chunks per thread.
+  assert.match(src, /MAXV = nk_bwd_maxv<TX, TD, LN, TMA>::V/);
+  assert.match(src, /constexpr bool SB = nk_bwd_smem_dbias<TX, TD, LN, TMA>::V/);
+  assert.ok(smemDbias("layer", "f32", "f32", true) && !smemDbias("rms", "f32", "f32", true));
+  assert.equal(maxvBwd("layer", "f32", "f32", true), 6); // 4 + 4 + 4 = 12 → 6
+  assert.equal(maxvBwd("layer", "bf16", "bf16", true), 4); // unchanged: already in shared memory
+  assert.equal(maxvBwd("rms", "f32", "f32", true), 6);
   assert.equal(maxvBwd("rms", "f32", "f32"), 6); // 12 → 6
   assert.equal(maxvBwd("rms", "bf16", "bf16"), 4); // 16
   assert.equal(maxvBwd("rms", "bf16", "f32"), 6); // 10 → 7, capped at 6
@@ -336,32 +359,47 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
     assert.ok("plan" in r);
     return r.plan;
   };
-  // LN f32 D = 65536: a cluster of 8 × 512 threads, 8192 columns per CTA. Its shared memory: block reductions (16 warps
-  // × 16 bytes) and the cluster exchange (272), then 3 mbarriers (24 → 32 bytes), the f32 weight slice (32768) and two
-  // stages of x and dy slices (2 × 8192 × 8).
+  // LN f32 D = 65536: a cluster of 8 × 512 threads, 8192 columns per CTA; staged in 8 CTAs of 416 threads × 5 chunks
+  // (lnF32Staged). The staged shared memory: block reductions (13 warps × 16 bytes), the cluster exchange (272), the
+  // dbias sums (8192 floats: the staged kernels keep them there), 3 mbarriers (24 → 32 bytes), the f32 weight slice
+  // (32768) and two stages of x and dy slices (2 × 8192 × 8).
   const ln = plan("layer", 65536, "f32");
   assert.deepEqual([ln.mapping, ln.cluster, ln.block, ln.sharedBytes], ["cluster", 8, 512, 256 + 272]);
-  assert.deepEqual(ln.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 528 + 32 + 32768 + 131072, block: 512, nv: 4, cluster: 8 });
+  assert.deepEqual(ln.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 208 + 272 + 32768 + 32 + 32768 + 131072, block: 416, nv: 5, cluster: 8 });
+  // Where the GPU holds none of a geometry's clusters (BwdLimits.smallStagedCtas false), the plan's own: 8 × 512 × 4.
+  assert.deepEqual(plan("layer", 65536, "f32", "f32", true, { smallStagedCtas: false }).staged,
+    { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 256 + 272 + 32768 + 32 + 32768 + 131072, block: 512, nv: 4, cluster: 8 });
+  // LN f32 elsewhere: D = 16384 2 × 416, 131072 16 × 416; the plan's own geometry where its CTAs are smaller than 512
+  // threads or it is one block: D = 12288 2 × 384 × 4, 8192 one block of 512 × 4.
+  const geometry = (d: number) => { const st = plan("layer", d, "f32").staged; return [st?.kernel.includes("cachedstaged"), st?.cluster, st?.block, st?.nv]; };
+  assert.deepEqual(geometry(8192), [true, 1, 512, 4]);
+  assert.deepEqual(geometry(12288), [false, 2, 384, 4]);
+  assert.deepEqual(geometry(16384), [false, 2, 416, 5]);
+  assert.deepEqual(geometry(131072), [false, 16, 416, 5]);
+  assert.equal(plan("layer", 5120, "f32").staged, undefined); // a 320-thread block: LayerNorm's one-row blocks under 384 do not stage
   // LN bf16 D = 12288: one block of 384 threads per row; its dbias sums (12288 floats) precede the staged area.
   const lb = plan("layer", 12288, "bf16");
   assert.deepEqual([lb.mapping, lb.block, lb.sharedBytes], ["cached", 384, 16 * 12 + 4 * 12288]);
   assert.deepEqual(lb.staged, { kernel: "nk_ln_bwd_cachedstaged_bf16_bf16_f32", stages: 2, sharedBytes: lb.sharedBytes + 32 + 4 * 12288 + 2 * 12288 * 4, block: 384, nv: 4, cluster: 1 });
-  // LN f32 and RMS 16-bit rows that take clusters of 512-thread CTAs stage in CTAs of 128 threads × 4 chunks: LN f32
-  // D = 32768 on 16 of them (8192 chunks), RMS bf16 D = 32768 on 8 (4096 chunks of 8); their shared memory is that
-  // geometry's (reductions of 4 warps, the exchange, 3 mbarriers, the weight slice, 2 stages).
+  // LN f32 D = 32768: 4 × 512 register clusters, staged in 4 × 416 × 5.
   const lf = plan("layer", 32768, "f32");
   assert.deepEqual([lf.cluster, lf.block, lf.nv], [4, 512, 4]);
-  assert.deepEqual(lf.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 64 + 272 + 32 + 4 * 2048 + 2 * 2048 * 8, block: 128, nv: 4, cluster: 16 });
+  assert.deepEqual(lf.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 208 + 272 + 4 * 8192 + 32 + 4 * 8192 + 2 * 8192 * 8, block: 416, nv: 5, cluster: 4 });
+  // RMS 16-bit rows that take clusters of 512-thread CTAs stage in CTAs of 128 threads × 4 chunks: RMS bf16 D = 32768 on 8
+  // of them (4096 chunks of 8); their shared memory is that geometry's (reductions of 4 warps, the exchange, 3 mbarriers,
+  // the weight slice, 2 stages).
   const rb = plan("rms", 32768, "bf16");
   assert.deepEqual([rb.cluster, rb.block, rb.staged?.cluster, rb.staged?.block, rb.staged?.nv], [2, 512, 8, 128, 4]);
-  // ... but not past 16 of them (LN f32 D = 65536 keeps 8 × 512, above), nor LayerNorm 16-bit (8 × 512 at D = 131072,
+  assert.equal(rb.staged?.sharedBytes, 64 + 272 + 32 + 4 * 512 * 8 + 2 * 512 * 8 * 4);
+  // ... but not past 16 of them (RMS bf16 D = 131072 keeps 8 × 512), nor LayerNorm 16-bit (8 × 512 at D = 131072,
   // bf16 weights; with f32 weights its dbias slots, weights and 2 stages need 256 KB: not staged).
+  assert.deepEqual([plan("rms", 131072, "bf16").staged?.cluster, plan("rms", 131072, "bf16").staged?.block], [8, 512]);
   const lb16 = planNormBackward({ kind: "layer", d: 131072, xDtype: "bf16", dyDtype: "bf16", weightDtype: "bf16", paramGrads: true }, h200);
   assert.ok("plan" in lb16);
   assert.deepEqual([lb16.plan.staged?.cluster, lb16.plan.staged?.block, lb16.plan.staged?.sharedBytes], [8, 512, 528 + 4 * 16384 + 32 + 2 * 16384 + 2 * 16384 * 4]);
   assert.equal(plan("layer", 131072, "bf16").staged, undefined);
-  assert.equal(plan("layer", 16384, "f32", "f32", true, { maxCluster: 8 }).staged?.cluster, 8);
-  assert.equal(plan("layer", 32768, "f32", "f32", true, { maxCluster: 8 }).staged?.block, 512); // 16 × 128 not allowed
+  assert.equal(plan("rms", 65536, "bf16", "bf16", true, { maxCluster: 8 }).staged?.block, 512); // 16 × 128 not allowed
+  assert.equal(plan("layer", 65536, "f32", "f32", true, { maxCluster: 8 }).staged?.block, 416);
   // Not staged: RMSNorm's one-row blocks, LayerNorm's blocks under 384 threads, clusters of 2 × 512 threads (RMS f32
   // none at these D; LN bf16 D = 32768), x and dy of different dtypes, off sm_90, and rows of several per block.
   assert.equal(plan("rms", 12288, "bf16").staged, undefined);

@@ -101,8 +101,10 @@ test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls
         // Its staged variant (16 CTAs too, its own kernel) is kept only where its clusters fit as well.
         assert.equal(r.plan.staged?.cluster, resident16 === 8 ? 16 : undefined, `staged, resident ${resident16}`);
       }
-      // The plan's kernel and its staged variant's: one driver query each, whatever the number of calls.
-      assert.equal(queries, 2, "one driver query per kernel and geometry");
+      // One driver query per kernel and geometry, whatever the number of calls: the staged variant in its own geometry
+      // (16 × 416, lnF32Staged) and the plan's kernel; where that variant does not fit, also the staged kernel in the
+      // plan's geometry (16 × 512).
+      assert.equal(queries, resident16 === 8 ? 2 : 3, "one driver query per kernel and geometry");
     } finally {
       dev.close();
     }
@@ -154,11 +156,12 @@ test("backward on the fake H200: qualifying calls launch the plan's staged kerne
     return new DataView(ffi!.viewMemory(slots[14], 4).slice(0)).getInt32(0, true);
   };
   const cases = [
-    // LN f32 D = 65536: 8 × 512 threads either way; staged with aligned rows, the register kernel with padded rows.
-    { d: 65536, kind: "layer", pad: 0, want: ["nk_ln_bwd_clusterstaged_f32_f32_f32", 8, 512] },
+    // LN f32 D = 65536: 8 CTAs; staged (416 threads × 5 chunks, lnF32Staged) with aligned rows, the register kernel
+    // (512 × 4) with padded rows.
+    { d: 65536, kind: "layer", pad: 0, want: ["nk_ln_bwd_clusterstaged_f32_f32_f32", 8, 416] },
     { d: 65536, kind: "layer", pad: 1, want: ["nk_ln_bwd_cluster_f32_f32_f32", 8, 512] },
-    // LN f32 D = 32768: the plan's 4 × 512 register clusters; staged in 16 CTAs of 128 threads (smallStagedCtas).
-    { d: 32768, kind: "layer", pad: 0, want: ["nk_ln_bwd_clusterstaged_f32_f32_f32", 16, 128] },
+    // LN f32 D = 32768: the plan's 4 × 512 register clusters; staged in 4 × 416.
+    { d: 32768, kind: "layer", pad: 0, want: ["nk_ln_bwd_clusterstaged_f32_f32_f32", 4, 416] },
     { d: 32768, kind: "layer", pad: 2, want: ["nk_ln_bwd_cluster_f32_f32_f32", 4, 512] }, // rows 8 bytes off 16
     // RMS f32 D = 8192: one-row blocks, never staged.
     { d: 8192, kind: "rms", pad: 0, want: ["nk_rms_bwd_cached_f32_f32_f32", 1, 352] },
@@ -197,15 +200,17 @@ test("backward on the fake H200: qualifying calls launch the plan's staged kerne
 });
 
 test("backward: a staged variant of 16 CTAs the GPU cannot hold falls back to staging in the plan's own geometry", () => {
-  // LN f32 D = 32768: 4 × 512 register clusters, staged in 16 × 128 (smallStagedCtas); with no cluster of 16 resident,
-  // staged in 4 × 512. LN f32 D = 131072: 16 × 512 either way; not resident: `split`, unstaged (as before).
-  for (const [d, resident16, want] of [
-    [32768, 8, [4, 512, 16, 128]], [32768, 0, [4, 512, 4, 512]], [131072, 0, [1, 256, undefined, undefined]],
+  // RMS bf16 D = 65536: 4 × 512 register clusters, staged in 16 × 128 (smallStagedCtas); with no cluster of 16 resident,
+  // staged in 4 × 512. LN f32 D = 131072: 16 × 512 register clusters, staged in 16 × 416 (lnF32Staged); not resident:
+  // `split`, unstaged (as before).
+  for (const [kind, x, d, resident16, want] of [
+    ["rms", "bf16", 65536, 8, [4, 512, 16, 128]], ["rms", "bf16", 65536, 0, [4, 512, 4, 512]],
+    ["layer", "f32", 131072, 8, [16, 512, 16, 416]], ["layer", "f32", 131072, 0, [1, 256, undefined, undefined]],
   ] as const) {
     const { dev, driver } = fakeCudaDevice(() => null);
     (driver as unknown as Record<string, unknown>).activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => (c === 16 ? resident16 : 4);
     try {
-      const r = devicePlanBackward(dev, { kind: "layer", d, xDtype: "f32", dyDtype: "f32", weightDtype: "f32", paramGrads: true });
+      const r = devicePlanBackward(dev, { kind, d, xDtype: x, dyDtype: x, weightDtype: x, paramGrads: true });
       assert.ok("plan" in r);
       const p = r.plan;
       assert.deepEqual([p.cluster, p.block, p.staged?.cluster, p.staged?.block], [...want], `d ${d}, ${resident16} resident`);

@@ -7,7 +7,8 @@
 import assert from "node:assert/strict";
 import { Device, type DType, layerNorm, RMSNorm, rmsNorm } from "../mod.ts";
 import { devicePlanBackward, launchBackward } from "../ops/backward.ts";
-import { bwdFull, cachedShared, smemDbias } from "../ops/plan_bwd.ts";
+import { bwdFull, cachedShared, maxvBwd, planNormBackward, smemDbias } from "../ops/plan_bwd.ts";
+import { bwdPlanLimits } from "../ops/kernels.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -143,9 +144,15 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
         continue;
       }
       assert.ok(r.plan.staged, `${kind} ${x} d ${d}: the plan has a staged variant`);
+      // Where the staged geometry holds more chunks per thread than the register kernel can (LN f32's 5, lnF32Staged),
+      // the staged kernel in the plan's own geometry (BwdLimits.smallStagedCtas false) is compared; the op's own plan
+      // is checked against the float64 reference below.
+      const input = { kind, d, xDtype: x, dyDtype: x, weightDtype: withW ? w : undefined, paramGrads: withW };
+      const own = r.plan.staged!.nv > maxvBwd(kind, x, x) ? planNormBackward(input, { ...bwdPlanLimits(dev), smallStagedCtas: false }) : r;
+      assert.ok("plan" in own && own.plan.staged && own.plan.staged.nv <= maxvBwd(kind, x, x), `${kind} ${x} d ${d}: a geometry both kernels take`);
       // The register kernel in the staged variant's geometry (its own CTAs where smallStagedCtas gave it smaller ones).
-      const st = r.plan.staged!, vec = x === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / st.cluster) * vec;
-      const { staged: _, ...plain } = r.plan;
+      const st = own.plan.staged!, vec = x === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / st.cluster) * vec;
+      const { staged: _, ...plain } = own.plan;
       const unstaged = {
         ...plain, block: st.block, tpr: st.block, nv: st.nv, cluster: st.cluster,
         sharedBytes: cachedShared(smemDbias(kind, x, x), st.block, 32, 1, plain.nacc, d, columns, st.cluster),
@@ -172,7 +179,7 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
         const full = bwdFull(d, x, x, withW ? w : "f32", xt.ptr, d, dx.ptr, d, dy.ptr, d, wt?.ptr ?? 0n);
         return { bytes, full, sums: [dw, db].filter((t) => t !== undefined).map((t) => t!.readSync()) };
       };
-      const a = run(r.plan), b = run(unstaged);
+      const a = run(own.plan), b = run(unstaged);
       assert.ok(a.full, "the call qualifies: the staged kernel ran");
       const what = `${kind} ${x} d ${d} rows ${rows} weight ${withW}`;
       assert.ok(a.bytes.every((v, i) => v === b.bytes[i]), `${what}: staged dx differs from the register kernel's`);
@@ -188,13 +195,19 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
   }
   if (dev.info.computeCapability[0] !== 9) return;
   assert.equal(staged, 2 * cases.length);
-  // The 128-thread staged plans through the op, against the float64 reference.
+  // The staged plans in geometries of their own through the op, against the float64 reference: RMS 16-bit in 128-thread
+  // CTAs (smallStagedCtas), LN f32 at 5 chunks per thread (lnF32Staged: clusters of 2, 4, 8 and 16; D = 8192 and 12288
+  // keep their geometry, staged with the dbias sums in shared memory).
   for (const c of [
     { kind: "layer", rows: 20, d: 32768, tx: "f32", tdy: "f32", tw: "f32" }, { kind: "layer", rows: 30, d: 16384, tx: "f32", tdy: "f32", tw: "f32" },
+    { kind: "layer", rows: 50, d: 8192, tx: "f32", tdy: "f32", tw: "f32" }, { kind: "layer", rows: 40, d: 12288, tx: "f32", tdy: "f32", tw: "f32" },
+    { kind: "layer", rows: 17, d: 65536, tx: "f32", tdy: "f32", tw: "f32" }, { kind: "layer", rows: 9, d: 131072, tx: "f32", tdy: "f32", tw: "f32" },
     { kind: "rms", rows: 20, d: 32768, tx: "bf16", tdy: "bf16", tw: "bf16" }, { kind: "rms", rows: 20, d: 65536, tx: "f16", tdy: "f16", tw: "f32" },
   ] as BwdCase[]) {
     const p = devicePlan(dev, c);
-    assert.ok("plan" in p && p.plan.staged?.block === 128, `${c.kind} ${c.tx} d ${c.d}: staged in 128-thread CTAs`);
+    const want = c.kind === "rms" ? { block: 128 } : c.d <= 12288 ? { nv: 4 } : { nv: 5 };
+    const own = "plan" in p && p.plan.staged && Object.entries(want).every(([k, v]) => p.plan.staged![k as "nv" | "block"] === v);
+    assert.ok(own, `${c.kind} ${c.tx} d ${c.d}: staged in its own geometry`);
     check(dev, c);
   }
 });

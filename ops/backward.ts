@@ -13,7 +13,7 @@ import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
-import { type BwdPlan, type BwdPlanInput, type BwdPlanResult, type BwdStaged, bwdFull, planNormBackward } from "./plan_bwd.ts";
+import { type BwdLimits, type BwdPlan, type BwdPlanInput, type BwdPlanResult, type BwdStaged, bwdFull, planNormBackward } from "./plan_bwd.ts";
 import { checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 
@@ -158,10 +158,12 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
  * planNormBackward with the device's limits; a plan of non-portable clusters (16 CTAs) that the GPU cannot hold is
  * replaced by the portable plan: the driver counts 0 resident (e.g. a MIG slice with too few SMs per GPC) or refuses
  * the size. The answer is kept per prepared kernel and geometry (one driver query, not one per call).
- * @internal Exported for tests/clusters_cpu.test.ts and bench/cluster16_ab.ts.
+ * `overrides` replace some of the device's limits (tests: `smallStagedCtas: false` for the staged kernels in the
+ * plan's own geometry).
+ * @internal Exported for tests/clusters_cpu.test.ts, tests/gpu_backward.test.ts and bench/cluster16_ab.ts.
  */
-export function devicePlanBackward(device: Device, input: BwdPlanInput): BwdPlanResult {
-  const limits = bwdPlanLimits(device);
+export function devicePlanBackward(device: Device, input: BwdPlanInput, overrides: Partial<BwdLimits> = {}): BwdPlanResult {
+  const limits = { ...bwdPlanLimits(device), ...overrides };
   const fits = (st: BwdStaged | undefined) =>
     !st || st.cluster <= MAX_PORTABLE_CLUSTER || holdsCluster(normKernel(device, st.kernel, NORM_BWD_ARGS), st);
   let r = planNormBackward(input, limits);
@@ -173,7 +175,7 @@ export function devicePlanBackward(device: Device, input: BwdPlanInput): BwdPlan
   if (!("plan" in plan)) return plan;
   if (plan.plan.cluster <= MAX_PORTABLE_CLUSTER) return plan;
   if (holdsCluster(normKernel(device, plan.plan.kernel, NORM_BWD_ARGS), plan.plan)) return plan;
-  return planNormBackward(input, { ...bwdPlanLimits(device), maxCluster: MAX_PORTABLE_CLUSTER });
+  return planNormBackward(input, { ...limits, maxCluster: MAX_PORTABLE_CLUSTER });
 }
 
 /** Per prepared kernel (a module loaded again has new ones), per block/shared/cluster: whether one cluster fits. */

@@ -7,8 +7,7 @@
 import assert from "node:assert/strict";
 import { Device, type DType, layerNorm, RMSNorm, rmsNorm } from "../mod.ts";
 import { devicePlanBackward, launchBackward } from "../ops/backward.ts";
-import { bwdFull, cachedShared, maxvBwd, planNormBackward, smemDbias } from "../ops/plan_bwd.ts";
-import { bwdPlanLimits } from "../ops/kernels.ts";
+import { bwdFull, cachedShared, maxvBwd, smemDbias } from "../ops/plan_bwd.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
 import { gpuTest, randoms } from "./helpers.ts";
 
@@ -105,13 +104,22 @@ for (const kind of ["layer", "rms"] as const) {
     const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
     assert.deepEqual([...seen].sort(), want, "mappings exercised");
   });
-  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and cluster; 16 CTAs at d 200000 on sm_90)`, () => {
+  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and cluster; 16 CTAs at d 200000 and staged f32 rows on sm_90)`, () => {
     using dev = Device.open({ backend: "cuda" });
-    for (const d of [256, 4096, 50000, 200000]) {
-      // (d 200000: 16 rows, about two per resident cluster of 16 CTAs, keeps the 20 runs' host checks short.)
-      const c: BwdCase = { kind, rows: d > 100000 ? 16 : d > 10000 ? 64 : 3000, d, tx: "bf16", tdy: "bf16", tw: "f32", seed: 99 };
+    // (d 200000: 16 rows, about two per resident cluster of 16 CTAs, keeps the 20 runs' host checks short.)
+    const cases: BwdCase[] = [256, 4096, 50000, 200000].map((d) => ({ kind, rows: d > 100000 ? 16 : d > 10000 ? 64 : 3000, d, tx: "bf16", tdy: "bf16", tw: "f32", seed: 99 }));
+    // f32 rows of 65536 through the staged kernels (on sm_90; LN in its own geometry, 5 chunks per thread and the dbias
+    // sums in shared memory): 40 rows, more than the resident clusters take at once, so stages are refilled.
+    cases.push({ kind, rows: 40, d: 65536, tx: "f32", tdy: "f32", tw: "f32", seed: 98 });
+    for (const c of cases) {
+      const d = c.d;
       if (d === 200000 && dev.info.computeCapability[0] === 9) assert.equal(clusterSize(dev, c), 16, "16 CTAs at d 200000");
-      const first = runBwdCase(dev, c).bits;
+      if (d === 65536 && dev.info.computeCapability[0] === 9) {
+        const p = devicePlan(dev, c);
+        assert.ok("plan" in p && p.plan.staged && (kind === "rms" || p.plan.staged.nv === 5), `${kind} f32 d 65536: staged (LN: 5 chunks per thread)`);
+      }
+      const r0 = runBwdCase(dev, c), first = r0.bits;
+      assert.ok(r0.dx <= 1 && r0.dweight <= 1 && r0.dbias <= 1, `${kind} ${c.tx} d ${d}: within tolerance (${r0.dx}, ${r0.dweight}, ${r0.dbias})`);
       for (let i = 1; i < 20; i++) {
         const b = runBwdCase(dev, c).bits;
         assert.deepEqual(new Uint32Array(b.dx.buffer), new Uint32Array(first.dx.buffer), `dx run ${i} d ${d}`);
@@ -126,7 +134,8 @@ for (const kind of ["layer", "rms"] as const) {
 // in the same order), dweight/dbias to summation order (a staged block's shared memory can shrink the persistent grid),
 // with and without a weight, over enough rows that every stage is refilled. The op takes them: its results are checked
 // against the float64 reference by the tests above (e.g. d 16384 and 24576, and 131072 on 16 CTAs) and, for the staged
-// plans in CTAs of 128 threads (LN f32 and RMS 16-bit rows that would take 512-thread clusters), here.
+// plans in geometries of their own (RMS 16-bit in 128-thread CTAs, smallStagedCtas; LN f32 at 5 chunks per thread in
+// CTAs of <= 416 threads, lnF32Staged), here.
 gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for bit (sm_90)", () => {
   using dev = Device.open({ backend: "cuda" });
   const cases: [("layer" | "rms"), number, DType, DType, number][] = [
@@ -148,7 +157,7 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
       // the staged kernel in the plan's own geometry (BwdLimits.smallStagedCtas false) is compared; the op's own plan
       // is checked against the float64 reference below.
       const input = { kind, d, xDtype: x, dyDtype: x, weightDtype: withW ? w : undefined, paramGrads: withW };
-      const own = r.plan.staged!.nv > maxvBwd(kind, x, x) ? planNormBackward(input, { ...bwdPlanLimits(dev), smallStagedCtas: false }) : r;
+      const own = r.plan.staged!.nv > maxvBwd(kind, x, x) ? devicePlanBackward(dev, input, { smallStagedCtas: false }) : r;
       assert.ok("plan" in own && own.plan.staged && own.plan.staged.nv <= maxvBwd(kind, x, x), `${kind} ${x} d ${d}: a geometry both kernels take`);
       // The register kernel in the staged variant's geometry (its own CTAs where smallStagedCtas gave it smaller ones).
       const st = own.plan.staged!, vec = x === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / st.cluster) * vec;

@@ -7,7 +7,11 @@
  * With --backward: the backward pass instead (dx, dweight, dbias from the forward's statistics), counting
  * 3·N·D·bytes (x and dy read, dx written) plus the statistics and parameters.
  *
- *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--pdl on|off] [--module x.cubin] [--json out.json]      bun bench/bench.ts [...]
+ * --passes N runs the whole grid N times in the one process (default 1): the JSON's `results` are the last pass, each
+ * row with `pctCopyPasses` (every pass's % of copy, in order), to show the spread between passes (2026-12-04: LN f32's
+ * staged cases read up to 19 points apart between processes on one card).
+ *
+ *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--passes N] [--pdl on|off] [--module x.cubin] [--json out.json]      bun bench/bench.ts [...]
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -32,6 +36,8 @@ const KINDS = ["layer", "rms"] as const;
 // ramp-up weigh as little as in the 1 GiB copy that sets the ceiling.
 const MIN_BYTES = 2 ** 30;
 const REPS = quick ? 10 : 30;
+const PASSES = args.includes("--passes") ? Number(args[args.indexOf("--passes") + 1]) : 1;
+if (!Number.isInteger(PASSES) || PASSES < 1) throw new Error(`--passes: a whole number >= 1, not ${args[args.indexOf("--passes") + 1]}`);
 
 using dev = Device.open({ backend: "cuda" });
 // --pdl off: programmatic dependent launch off (on by default on sm_90), to measure what it changes.
@@ -59,63 +65,77 @@ interface Row {
   kind: string; dtype: DType; d: number; rows: number; us: number; gbs: number; pctCopy: number;
   /** Backward: the plan's mapping (cluster size appended, e.g. cluster4). */
   mapping?: string;
+  /** --passes N > 1: this case's % of copy in every pass, in order (the row's own figures are the last pass's). */
+  pctCopyPasses?: number[];
 }
 /** The backward plan's mapping for a case (which kernel the row measures). */
 const bwdMapping = (kind: "layer" | "rms", d: number, dtype: DType): string => {
   const r = planNormBackward({ kind, d, xDtype: dtype, dyDtype: dtype, weightDtype: dtype, paramGrads: true }, bwdPlanLimits(dev));
   return "plan" in r ? r.plan.mapping + (r.plan.cluster > 1 ? r.plan.cluster : "") : "unsupported";
 };
-const results: Row[] = [];
-console.log("kind  dtype      D     rows       µs     GB/s  %copy");
-for (const d of DS) {
-  for (const dtype of DTYPES) {
-    const b = dtype === "f32" ? 4 : 2;
-    const arrays = backward ? 3 : 2; // x, y  |  x, dy, dx
-    const rows = Math.ceil(MIN_BYTES / (arrays * d * b));
-    let x: Tensor | undefined, y: Tensor | undefined, w: Tensor | undefined, bias: Tensor | undefined;
-    const held = new DisposableStack();
-    try {
-      x = dev.empty([rows, d], { dtype });
-      y = dev.empty([rows, d], { dtype });
-      fillFromTile(x, tileValues);
-      // γ/β in the input dtype, as torch's benchmark has them.
-      w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
-      bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
-      for (const kind of KINDS) {
-        let run: () => void = kind === "layer"
-          ? () => void layerNorm(x!, { weight: w, bias, out: y })
-          : () => void rmsNorm(x!, { weight: w, out: y });
-        let bytes = 2 * rows * d * b + d * b * (kind === "layer" ? 2 : 1);
-        if (backward) {
-          // dy = x's bytes (any values will do for timing), y's buffer holds dx; the gradients of γ/β are
-          // written into preallocated tensors, as a training step would.
-          const f = kind === "layer" ? layerNorm(x, { weight: w, bias, out: y, stats: true }) : rmsNorm(x, { weight: w, out: y, stats: true });
-          const mean = held.use(f.mean), rstd = held.use(f.rstd);
-          const dw = held.use(dev.empty([d], { dtype })), db = held.use(dev.empty([d], { dtype }));
-          const dy = held.use(dev.empty([rows, d], { dtype }));
-          dy.buffer.copyFrom(x.buffer);
-          run = kind === "layer"
-            ? () => void layerNormBackward(dy, x!, { mean, rstd, weight: w, bias, dx: y, dweight: dw, dbias: db })
-            : () => void rmsNormBackward(dy, x!, { rstd, weight: w, dx: y, dweight: dw });
-          bytes = 3 * rows * d * b + rows * 4 * (kind === "layer" ? 2 : 1) + d * b * (kind === "layer" ? 3 : 2);
+let results: Row[] = [];
+const allPasses: Row[][] = [];
+for (let pass = 1; pass <= PASSES; pass++) {
+  if (PASSES > 1) console.log(`# pass ${pass} of ${PASSES}`);
+  results = [];
+  console.log("kind  dtype      D     rows       µs     GB/s  %copy");
+  for (const d of DS) {
+    for (const dtype of DTYPES) {
+      const b = dtype === "f32" ? 4 : 2;
+      const arrays = backward ? 3 : 2; // x, y  |  x, dy, dx
+      const rows = Math.ceil(MIN_BYTES / (arrays * d * b));
+      let x: Tensor | undefined, y: Tensor | undefined, w: Tensor | undefined, bias: Tensor | undefined;
+      const held = new DisposableStack();
+      try {
+        x = dev.empty([rows, d], { dtype });
+        y = dev.empty([rows, d], { dtype });
+        fillFromTile(x, tileValues);
+        // γ/β in the input dtype, as torch's benchmark has them.
+        w = dev.tensor(tileValues.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype });
+        bias = dev.tensor(tileValues.subarray(d, 2 * d), [d], { dtype });
+        for (const kind of KINDS) {
+          let run: () => void = kind === "layer"
+            ? () => void layerNorm(x!, { weight: w, bias, out: y })
+            : () => void rmsNorm(x!, { weight: w, out: y });
+          let bytes = 2 * rows * d * b + d * b * (kind === "layer" ? 2 : 1);
+          if (backward) {
+            // dy = x's bytes (any values will do for timing), y's buffer holds dx; the gradients of γ/β are
+            // written into preallocated tensors, as a training step would.
+            const f = kind === "layer" ? layerNorm(x, { weight: w, bias, out: y, stats: true }) : rmsNorm(x, { weight: w, out: y, stats: true });
+            const mean = held.use(f.mean), rstd = held.use(f.rstd);
+            const dw = held.use(dev.empty([d], { dtype })), db = held.use(dev.empty([d], { dtype }));
+            const dy = held.use(dev.empty([rows, d], { dtype }));
+            dy.buffer.copyFrom(x.buffer);
+            run = kind === "layer"
+              ? () => void layerNormBackward(dy, x!, { mean, rstd, weight: w, bias, dx: y, dweight: dw, dbias: db })
+              : () => void rmsNormBackward(dy, x!, { rstd, weight: w, dx: y, dweight: dw });
+            bytes = 3 * rows * d * b + rows * 4 * (kind === "layer" ? 2 : 1) + d * b * (kind === "layer" ? 3 : 2);
+          }
+          const ms = timeIt(run);
+          const gbs = bytes / (ms * 1e6);
+          const mapping = backward ? bwdMapping(kind, d, dtype) : undefined;
+          const row: Row = { kind, dtype, d, rows, us: ms * 1000, gbs, pctCopy: (100 * gbs) / copyGBs, mapping };
+          results.push(row);
+          console.log(
+            `${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(7)} ${String(rows).padStart(8)} ` +
+              `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}${mapping ? "  " + mapping : ""}`,
+          );
         }
-        const ms = timeIt(run);
-        const gbs = bytes / (ms * 1e6);
-        const mapping = backward ? bwdMapping(kind, d, dtype) : undefined;
-        const row: Row = { kind, dtype, d, rows, us: ms * 1000, gbs, pctCopy: (100 * gbs) / copyGBs, mapping };
-        results.push(row);
-        console.log(
-          `${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(7)} ${String(rows).padStart(8)} ` +
-            `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}${mapping ? "  " + mapping : ""}`,
-        );
+      } catch (e) {
+        console.log(`${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
+      } finally {
+        held.dispose();
+        x?.close(); y?.close(); w?.close(); bias?.close();
       }
-    } catch (e) {
-      console.log(`${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
-    } finally {
-      held.dispose();
-      x?.close(); y?.close(); w?.close(); bias?.close();
     }
   }
+  allPasses.push(results);
+}
+if (PASSES > 1) {
+  const key = (r: Row) => `${r.kind}/${r.dtype}/${r.d}`;
+  for (const r of results) r.pctCopyPasses = allPasses.map((p) => p.find((q) => key(q) === key(r))?.pctCopy ?? NaN);
+  const spread = results.map((r) => ({ r, s: Math.max(...r.pctCopyPasses!) - Math.min(...r.pctCopyPasses!) })).sort((a, b) => b.s - a.s);
+  console.log(`# spread between passes (max - min % of copy), largest first: ${spread.slice(0, 8).map(({ r, s }) => `${r.kind} ${r.dtype} ${r.d} ${s.toFixed(1)}`).join(", ")}`);
 }
 
 // Host-inclusive latency for small batches (launch + synchronize), with mitata when it is installed.

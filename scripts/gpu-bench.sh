@@ -2,19 +2,20 @@
 # On the GPU host, after scripts/gpu-check.sh has unpacked the runtime: the forward benchmark under
 # that runtime (JSON into $OUT) and, with --torch, torch eager/compile on the same grid, then the report.
 # With --backward: the backward pass (bench.ts --backward, compare_torch_bwd.py), files suffixed -bwd.
-# Usage: bash scripts/gpu-bench.sh deno|bun [--torch] [--quick | --ds=32768,65536] [--backward]
+# Usage: bash scripts/gpu-bench.sh deno|bun [--torch] [--quick | --ds=32768,65536] [--backward] [--passes=N]
+# (--passes=N: normkit's grid N times in one process, the last pass reported; bench/bench.ts)
 # Each pass writes 4 files (normkit JSON, torch JSON, report, chart) into $OUT; a device call returns at most 8 files,
 # so a call that runs both passes (or saves more beside them) should pack its outputs: tar czf $OUT/all.tgz -C <dir> .
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?deno or bun}; shift
 OUT=${OUT:-/tmp/gpu-bench}; mkdir -p "$OUT"
-quick=""; ds=(); torch=""; bwd=""; sfx=""; pass=forward; torchpy=bench/compare_torch.py
-for a in "$@"; do case "$a" in --quick) quick=--quick ;; --ds=*) ds=(--ds "${a#--ds=}") ;; --torch) torch=1 ;; --backward) bwd=--backward; sfx=-bwd; pass=backward; torchpy=bench/compare_torch_bwd.py ;; esac; done
+quick=""; ds=(); passes=(); torch=""; bwd=""; sfx=""; pass=forward; torchpy=bench/compare_torch.py
+for a in "$@"; do case "$a" in --quick) quick=--quick ;; --ds=*) ds=(--ds "${a#--ds=}") ;; --passes=*) passes=(--passes "${a#--passes=}") ;; --torch) torch=1 ;; --backward) bwd=--backward; sfx=-bwd; pass=backward; torchpy=bench/compare_torch_bwd.py ;; esac; done
 echo "== normkit $pass benchmark ($rt)"
 # Which card: device calls may land on different machines, and the long rows have read 10 points apart between calls.
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader 2>/dev/null || true
-if [ "$rt" = deno ]; then deno run -A bench/bench.ts $quick ${ds[@]+"${ds[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; else bun bench/bench.ts $quick ${ds[@]+"${ds[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; fi
+if [ "$rt" = deno ]; then deno run -A bench/bench.ts $quick ${ds[@]+"${ds[@]}"} ${passes[@]+"${passes[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; else bun bench/bench.ts $quick ${ds[@]+"${ds[@]}"} ${passes[@]+"${passes[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; fi
 if [ -n "$torch" ]; then
   echo "== torch eager / torch.compile ($pass)"
   PYTHONUNBUFFERED=1 python3 $torchpy $quick ${ds[@]+"${ds[@]}"} --json "$OUT/torch$sfx.json" 2>&1 | grep -v Warning

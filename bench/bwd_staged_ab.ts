@@ -8,7 +8,9 @@
  * register kernel's within rounding; its dweight/dbias agree within summation-order tolerance; a mismatch stops the
  * run. It chooses bwdStages (ops/plan_bwd.ts); it tests nothing else.
  * --geometries instead times every geometry of the one-row and cluster mappings, unstaged and staged (see geometries()).
- *   bun bench/bwd_staged_ab.ts [--module x.cubin] [--geometries] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
+ * --staged-wglobal: the module's staged kernels were built with NK_BWD_STAGED_WSMEM=0 (bench/staged_wglobal.sh): their
+ * shared memory holds no weight slice, and the staged variants are sized so.
+ *   bun bench/bwd_staged_ab.ts [--module x.cubin [--staged-wglobal]] [--geometries] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -24,6 +26,7 @@ const opt = (k: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : undef
 const DS = (opt("--ds") ?? "2048,4096,8192,12288,16384,32768,65536,131072").split(",").map(Number);
 const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
+const WSLICE = !args.includes("--staged-wglobal");
 
 using dev = Device.open({ backend: "cuda" });
 const moduleArg = opt("--module");
@@ -50,13 +53,16 @@ function variants(kind: "layer" | "rms", d: number, dt: DType, paramGrads = true
       const geom = { block: staged.block, tpr: staged.block, nv: staged.nv, cluster: staged.cluster, sharedBytes };
       out.push({ label: `c${staged.cluster} b${staged.block}`, plan: { ...base, ...geom, mapping: staged.cluster > 1 ? "cluster" : "cached", kernel: staged.kernel.replace("staged_", "_") } });
     }
-    out.push({ label: `plan c${staged.cluster} b${staged.block} S${staged.stages}`, plan: r.plan });
+    // (--staged-wglobal: less shared memory, the weight slice's bytes.)
+    const vec = dt === "f32" ? 4 : 8, wslice = Math.ceil((Math.ceil(Math.ceil(d / vec) / staged.cluster) * vec * (dt === "f32" ? 4 : 2)) / 16) * 16;
+    const own = WSLICE ? r.plan : { ...r.plan, staged: { ...staged, sharedBytes: staged.sharedBytes - wslice } };
+    out.push({ label: `plan c${staged.cluster} b${staged.block} S${staged.stages}`, plan: own });
   }
   // Staged kernels exist for LayerNorm's one-row blocks and both kinds' clusters (kernels/norm.cu).
   if (base.mapping !== "cluster" && !(base.mapping === "cached" && base.rowsPerBlock === 1 && kind === "layer")) return out;
   const vec = dt === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / base.cluster) * vec;
   for (let s = 1; s <= Math.min(3, MAX_BWD_STAGES); s++) {
-    const sharedBytes = stagedShared(cachedShared(smemDbias(kind, dt, dt, true), base.block, 32, 1, base.nacc, d, columns, base.cluster), s, columns, dt, dt, dt);
+    const sharedBytes = stagedShared(cachedShared(smemDbias(kind, dt, dt, true), base.block, 32, 1, base.nacc, d, columns, base.cluster), s, columns, dt, dt, dt, WSLICE);
     if (sharedBytes > limits.maxSharedPerBlockOptin) break;
     const kernel = base.kernel.replace(/_bwd_(cached|cluster)_/, "_bwd_$1staged_");
     out.push({ label: `S${s}`, plan: { ...base, staged: { kernel, stages: s, sharedBytes, block: base.block, nv: base.nv, cluster: base.cluster } } });
@@ -106,7 +112,7 @@ function geometries(kind: "layer" | "rms", d: number, dt: DType): { label: strin
       if (n <= maxv && fits(plan, plan.kernel, base)) out.push({ label: `${tag} S0${def.cluster === c && def.block === block ? "*" : ""}`, plan });
       if (kind === "rms" && c === 1) continue; // no staged one-row RMSNorm kernels
       const baseS = cachedShared(smemDbias(kind, dt, dt, true), block, 32, 1, nacc, d, per * vec, c);
-      const sharedBytes = stagedShared(baseS, 2, per * vec, dt, dt, dt);
+      const sharedBytes = stagedShared(baseS, 2, per * vec, dt, dt, dt, WSLICE);
       const kernel = plan.kernel.replace(/_bwd_(cached|cluster)_/, "_bwd_$1staged_");
       if (fits(plan, kernel, sharedBytes)) out.push({ label: `${tag} S2`, plan: { ...plan, staged: { kernel, stages: 2, sharedBytes, block, nv: n, cluster: c } } });
     }

@@ -237,9 +237,10 @@ export function bwdFull(
  * to 16 bytes), the CTA's weight slice (`columns` elements of the weight dtype, rounded up to 16 bytes) and S stages of
  * the x and dy slices (kernels/norm_bwd.cuh, nk_bwd_cached's TM layout).
  */
-export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType): number {
+export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType, weightSlice = true): number {
   const up16 = (n: number) => Math.ceil(n / 16) * 16;
-  return base + up16(8 * (stages + 1)) + up16(columns * size(w)) + stages * columns * (size(x) + size(dy));
+  // weightSlice false: kernels built with NK_BWD_STAGED_WSMEM 0 (an experiment, bench/staged_wglobal.sh).
+  return base + up16(8 * (stages + 1)) + (weightSlice ? up16(columns * size(w)) : 0) + stages * columns * (size(x) + size(dy));
 }
 
 export interface BwdPlan {

@@ -4,7 +4,7 @@
 # With --backward: the backward pass (bench.ts --backward, compare_torch_bwd.py), files suffixed -bwd.
 # Usage: bash scripts/gpu-bench.sh deno|bun [--torch] [--quick | --ds=32768,65536] [--backward] [--passes=N]
 # (--passes=N: normkit's grid N times in one process, the last pass reported; bench/bench.ts)
-# Each pass writes 4 files (normkit JSON, torch JSON, report, chart) into $OUT; a device call returns at most 8 files,
+# Each pass writes 5 files (normkit JSON, torch JSON, report, chart, the clock trace) into $OUT; a device call returns at most 8 files,
 # so a call that runs both passes (or saves more beside them) should pack its outputs: tar czf $OUT/all.tgz -C <dir> .
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,14 @@ for a in "$@"; do case "$a" in --quick) quick=--quick ;; --ds=*) ds=(--ds "${a#-
 echo "== normkit $pass benchmark ($rt)"
 # Which card: device calls may land on different machines, and the long rows have read 10 points apart between calls.
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader 2>/dev/null || true
+# The card's clocks, power and temperature every 500 ms while normkit runs ($OUT/clocks-*.csv): LN f32's staged cases
+# read up to 19 points apart between processes a minute apart (2026-12-04), and a clock still ramping is one suspect.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 500 \
+  > "$OUT/clocks-$rt$sfx.csv" 2>/dev/null & smi=$!
 if [ "$rt" = deno ]; then deno run -A bench/bench.ts $quick ${ds[@]+"${ds[@]}"} ${passes[@]+"${passes[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; else bun bench/bench.ts $quick ${ds[@]+"${ds[@]}"} ${passes[@]+"${passes[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; fi
+kill "$smi" 2>/dev/null
+awk -F', ' 'NR > 1 { n++; s += $2; if (min == "" || $2 + 0 < min) min = $2 + 0; if ($2 + 0 > max) max = $2 + 0 }
+  END { if (n) printf "# SM clock while normkit ran: %d samples, min %d, mean %d, max %d MHz\n", n, min, s / n, max }' "$OUT/clocks-$rt$sfx.csv"
 if [ -n "$torch" ]; then
   echo "== torch eager / torch.compile ($pass)"
   PYTHONUNBUFFERED=1 python3 $torchpy $quick ${ds[@]+"${ds[@]}"} --json "$OUT/torch$sfx.json" 2>&1 | grep -v Warning

@@ -155,27 +155,31 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
 }
 
 /**
- * planNormBackward with the device's limits; a plan of non-portable clusters (16 CTAs) that the GPU cannot hold is
- * replaced by the portable plan: the driver counts 0 resident (e.g. a MIG slice with too few SMs per GPC) or refuses
- * the size. The answer is kept per prepared kernel and geometry (one driver query, not one per call).
+ * planNormBackward with the device's limits, checked against what the GPU can hold (the driver counts 0 resident, e.g.
+ * a MIG slice with too few SMs per GPC, or refuses the size):
+ * - a plan of non-portable clusters (16 CTAs) that does not fit is replaced by the portable plan;
+ * - a staged variant of clusters of any size (up to ~227 KB of shared memory per CTA) that does not fit gives way to
+ *   the staged variant in the plan's own geometry, and where that does not fit either, to none (the register kernel).
+ * Register plans of up to 8 CTAs are not checked (their shared memory is small), as the forward's are not.
+ * The answer is kept per prepared kernel and geometry (one driver query, not one per call).
  * `overrides` replace some of the device's limits (tests: `smallStagedCtas: false` for the staged kernels in the
  * plan's own geometry).
  * @internal Exported for tests/clusters_cpu.test.ts, tests/gpu_backward.test.ts and bench/cluster16_ab.ts.
  */
 export function devicePlanBackward(device: Device, input: BwdPlanInput, overrides: Partial<BwdLimits> = {}): BwdPlanResult {
   const limits = { ...bwdPlanLimits(device), ...overrides };
-  const fits = (st: BwdStaged | undefined) =>
-    !st || st.cluster <= MAX_PORTABLE_CLUSTER || holdsCluster(normKernel(device, st.kernel, NORM_BWD_ARGS), st);
-  let r = planNormBackward(input, limits);
-  if (!("plan" in r)) return r;
-  // A staged variant of 16 CTAs (its own geometry, its own kernel) is checked the same way: where it does not fit, the
-  // staged variant in the plan's own geometry (no smaller CTAs), and where that does not either, none.
-  if (!fits(r.plan.staged)) r = planNormBackward(input, { ...limits, smallStagedCtas: false });
-  const plan = "plan" in r && !fits(r.plan.staged) ? { plan: (({ staged: _, ...p }) => p)(r.plan) } : r;
-  if (!("plan" in plan)) return plan;
-  if (plan.plan.cluster <= MAX_PORTABLE_CLUSTER) return plan;
-  if (holdsCluster(normKernel(device, plan.plan.kernel, NORM_BWD_ARGS), plan.plan)) return plan;
-  return planNormBackward(input, { ...limits, maxCluster: MAX_PORTABLE_CLUSTER });
+  const holds = (p: { kernel: string; block: number; sharedBytes: number; cluster: number }) =>
+    p.cluster <= 1 || holdsCluster(normKernel(device, p.kernel, NORM_BWD_ARGS), p);
+  const residentStaged = (r: BwdPlanResult, lim: BwdLimits): BwdPlanResult => {
+    if (!("plan" in r) || !r.plan.staged || holds(r.plan.staged)) return r;
+    const own = planNormBackward(input, { ...lim, smallStagedCtas: false });
+    if ("plan" in own && own.plan.staged && holds(own.plan.staged)) return own;
+    return { plan: (({ staged: _, ...p }) => p)(r.plan) };
+  };
+  const r = residentStaged(planNormBackward(input, limits), limits);
+  if (!("plan" in r) || r.plan.cluster <= MAX_PORTABLE_CLUSTER || holds(r.plan)) return r;
+  const portable = { ...limits, maxCluster: MAX_PORTABLE_CLUSTER };
+  return residentStaged(planNormBackward(input, portable), portable);
 }
 
 /** Per prepared kernel (a module loaded again has new ones), per block/shared/cluster: whether one cluster fits. */

@@ -219,3 +219,33 @@ test("backward: a staged variant of 16 CTAs the GPU cannot hold falls back to st
     }
   }
 });
+
+test("backward: a staged variant in clusters of up to 8 CTAs the GPU cannot hold is dropped; the register plan stays", () => {
+  // A GPU that holds no cluster of 8 (the driver counts 0; register plans of up to 8 CTAs are not asked about): LN f32
+  // D = 65536 keeps its 8 × 512 register clusters, unstaged (staged 8 × 416, then 8 × 512 in its own geometry: 2
+  // queries); RMS bf16 D = 32768 its 2 × 512 (staged 8 × 128; the plan's own geometry does not stage: 1 query). Where
+  // the GPU holds them, LN f32 keeps its staged 8 × 416 (1 query).
+  const cases = [
+    { kind: "layer", x: "f32", d: 65536, resident8: 0, want: [8, 512, undefined], queries: 2 },
+    { kind: "rms", x: "bf16", d: 32768, resident8: 0, want: [2, 512, undefined], queries: 1 },
+    { kind: "layer", x: "f32", d: 65536, resident8: 2, want: [8, 512, 416], queries: 1 },
+  ] as const;
+  for (const c of cases) {
+    const { dev, driver } = fakeCudaDevice(() => null);
+    let queries = 0;
+    (driver as unknown as Record<string, unknown>).activeClusters = (_fn: bigint, _t: number, _s: number, cl: number) => {
+      queries++;
+      return cl === 8 ? c.resident8 : 4;
+    };
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = devicePlanBackward(dev, { kind: c.kind, d: c.d, xDtype: c.x, dyDtype: c.x, weightDtype: c.x, paramGrads: true });
+        assert.ok("plan" in r);
+        assert.deepEqual([r.plan.cluster, r.plan.block, r.plan.staged?.block], [...c.want], `${c.kind} ${c.x} d ${c.d}, ${c.resident8} resident`);
+      }
+      assert.equal(queries, c.queries, `${c.kind} ${c.x} d ${c.d}: one driver query per kernel and geometry`);
+    } finally {
+      dev.close();
+    }
+  }
+});

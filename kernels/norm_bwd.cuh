@@ -291,6 +291,9 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   constexpr int VEC = nk_bwd_geom<TX, TD>::VEC, XW = nk_bwd_geom<TX, TD>::XW, DW = nk_bwd_geom<TX, TD>::DW;
   constexpr bool TMA = TM && FULL && nk_bwd_tma_ok<TX, TD>::V;
   constexpr int NACC = LN ? 2 : 1, MAXV = nk_bwd_maxv<TX, TD, LN, TMA>::V, WWORDS = VEC * TW::SIZE / 4;
+  // TM copies the weight slice, cloc chunks, with one bulk copy: its size must be a multiple of 16 bytes (x's and dy's
+  // chunks are 16 bytes by nk_bwd_tma_ok). A triple added to NK_BWD_STAGED_DTYPES with narrower weights fails here.
+  static_assert(!TMA || (VEC * TW::SIZE) % 16 == 0, "staged kernels need weight chunks of a multiple of 16 bytes");
   nk_check_wave();
 #if NK_HAS_CLUSTER
   const unsigned csize = CL ? nk_cluster_size() : 1u, crank = CL ? nk_cluster_rank() : 0u;

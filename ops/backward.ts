@@ -13,7 +13,7 @@ import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
-import { type BwdLimits, type BwdPlan, type BwdPlanInput, type BwdPlanResult, type BwdStaged, bwdFull, planNormBackward } from "./plan_bwd.ts";
+import { type BwdLimits, type BwdPlan, type BwdPlanInput, type BwdPlanResult, bwdFull, planNormBackward } from "./plan_bwd.ts";
 import { checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 

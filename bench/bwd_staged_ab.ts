@@ -10,7 +10,7 @@
  * --geometries instead times every geometry of the one-row and cluster mappings, unstaged and staged (see geometries()).
  * --staged-wglobal: the module's staged kernels were built with NK_BWD_STAGED_WSMEM=0 (bench/staged_wglobal.sh): their
  * shared memory holds no weight slice, and the staged variants are sized so.
- *   bun bench/bwd_staged_ab.ts [--module x.cubin [--staged-wglobal]] [--geometries] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
+ *   bun bench/bwd_staged_ab.ts [--module x.cubin [--staged-wglobal]] [--geometries [--blocks 128,512]] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -27,6 +27,8 @@ const DS = (opt("--ds") ?? "2048,4096,8192,12288,16384,32768,65536,131072").spli
 const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
 const WSLICE = !args.includes("--staged-wglobal");
+/** --blocks 128,512: --geometries times only CTAs of these sizes. */
+const BLOCKS = opt("--blocks")?.split(",").map(Number);
 
 using dev = Device.open({ backend: "cuda" });
 const moduleArg = opt("--module");
@@ -97,7 +99,7 @@ function geometries(kind: "layer" | "rms", d: number, dt: DType): { label: strin
     for (let nv = 1; nv <= maxvS; nv++) {
       const block = Math.max(64, Math.ceil(Math.ceil(per / nv) / 32) * 32);
       const n = Math.ceil(per / block);
-      if (block > 512 || n > maxvS || (c === 1 && block < 64)) continue;
+      if (block > 512 || n > maxvS || (c === 1 && block < 64) || (BLOCKS && !BLOCKS.includes(block))) continue;
       const mapping = c === 1 ? "cached" as const : "cluster" as const;
       const base = cachedShared(smemDbias(kind, dt, dt), block, 32, 1, nacc, d, per * vec, c);
       const plan: BwdPlan = {

@@ -9,8 +9,11 @@
 #   bash bench/staged_wglobal.sh [DIR=bench/.wg]
 # On the GPU host (Bun unpacked), same process order A B B A (bench/bwd_staged_ab.ts; --staged-wglobal sizes shared
 # memory without the weight slice; without --geometries it first checks dx bit for bit against the register kernels):
+#   for m in wsmem wglobal; do f=; [ $m = wglobal ] && f=--staged-wglobal   # the check first: dx bit for bit
+#     bun bench/bwd_staged_ab.ts --module DIR/$m.cubin $f --ds 4096,32768 --kinds layer --dtypes bf16; done
 #   for m in wsmem wglobal wglobal wsmem; do f=; [ $m = wglobal ] && f=--staged-wglobal
-#     bun bench/bwd_staged_ab.ts --module DIR/$m.cubin $f --geometries --ds 4096,32768,65536 --kinds layer --dtypes bf16; done
+#     bun bench/bwd_staged_ab.ts --module DIR/$m.cubin $f --geometries --blocks 128,256,512 \
+#       --ds 4096,8192,16384,32768,65536 --kinds layer --dtypes bf16; done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-bench/.wg}; mkdir -p "$dir"

@@ -134,7 +134,9 @@ for (let pass = 1; pass <= PASSES; pass++) {
 if (PASSES > 1) {
   const key = (r: Row) => `${r.kind}/${r.dtype}/${r.d}`;
   for (const r of results) r.pctCopyPasses = allPasses.map((p) => p.find((q) => key(q) === key(r))?.pctCopy ?? NaN);
-  const spread = results.map((r) => ({ r, s: Math.max(...r.pctCopyPasses!) - Math.min(...r.pctCopyPasses!) })).sort((a, b) => b.s - a.s);
+  // (A case that failed in some pass has NaN there: the spread is over the passes it ran in.)
+  const ran = (r: Row) => r.pctCopyPasses!.filter(Number.isFinite);
+  const spread = results.map((r) => ({ r, s: Math.max(...ran(r)) - Math.min(...ran(r)) })).sort((a, b) => b.s - a.s);
   console.log(`# spread between passes (max - min % of copy), largest first: ${spread.slice(0, 8).map(({ r, s }) => `${r.kind} ${r.dtype} ${r.d} ${s.toFixed(1)}`).join(", ")}`);
 }
 

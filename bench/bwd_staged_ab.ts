@@ -27,6 +27,8 @@ const DS = (opt("--ds") ?? "2048,4096,8192,12288,16384,32768,65536,131072").spli
 const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
 const WSLICE = !args.includes("--staged-wglobal");
+// Main's staged kernels read the weight slice from shared memory: sized without it they would write past the end.
+if (!WSLICE && !args.includes("--module")) throw new Error("--staged-wglobal needs --module (a cubin built by bench/staged_wglobal.sh)");
 /** --blocks 128,512: --geometries times only CTAs of these sizes. */
 const BLOCKS = opt("--blocks")?.split(",").map(Number);
 

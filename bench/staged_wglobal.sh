@@ -13,6 +13,7 @@
 #     bun bench/bwd_staged_ab.ts --module DIR/$m.cubin $f --ds 4096,32768 --kinds layer --dtypes bf16; done
 #   for m in wsmem wglobal wglobal wsmem; do f=; [ $m = wglobal ] && f=--staged-wglobal
 #     bun bench/bwd_staged_ab.ts --module DIR/$m.cubin $f --geometries --blocks 128,256,512 \
+#       (the geometries mode times without the bitwise check; the first loop checks the plan's own geometries)
 #       --ds 4096,8192,16384,32768,65536 --kinds layer --dtypes bf16; done
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +38,7 @@ EOF
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 for m in wsmem wglobal; do
   def=(); [ "$m" = wglobal ] && def=(-DNK_BWD_STAGED_WSMEM=0)
-  "$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 "${def[@]}" -Xptxas -v -o "$dir/$m.cubin" "$src/norm.cu" 2>"$dir/$m.ptxas.txt"
+  "$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 ${def[@]+"${def[@]}"} -Xptxas -v -o "$dir/$m.cubin" "$src/norm.cu" 2>"$dir/$m.ptxas.txt"
   echo "== $m: staged entries' registers; staged functions that spill: $(grep -A1 "Function properties for .*nk_bwd_cached_staged" "$dir/$m.ptxas.txt" | grep -c "[1-9][0-9]* bytes spill")"
   awk '/Compiling entry function .*staged/ { n = $0; sub(/.*function .nk_/, "", n); sub(/. for.*/, "", n) }
        /Used [0-9]+ registers/ && n != "" { print "  " n ": " $5 " registers"; n = "" }' "$dir/$m.ptxas.txt"

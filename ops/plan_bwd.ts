@@ -194,7 +194,7 @@ export interface BwdLimits {
   maxCluster?: number;
   /**
    * false: staged variants keep the plan's own geometry (no smallStagedCtas, no lnF32Staged), e.g. where the GPU holds
-   * none of their 16-CTA clusters (devicePlanBackward). Default true.
+   * none of the clusters of their own geometry (devicePlanBackward). Default true.
    */
   smallStagedCtas?: boolean;
 }

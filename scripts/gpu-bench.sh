@@ -17,10 +17,12 @@ echo "== normkit $pass benchmark ($rt)"
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader 2>/dev/null || true
 # The card's clocks, power and temperature every 500 ms while normkit runs ($OUT/clocks-*.csv): LN f32's staged cases
 # read up to 19 points apart between processes a minute apart (2026-12-04), and a clock still ramping is one suspect.
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 500 \
+# GPU 0: the one normkit opens by default.
+nvidia-smi -i 0 --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 500 \
   > "$OUT/clocks-$rt$sfx.csv" 2>/dev/null & smi=$!
+trap 'kill "$smi" 2>/dev/null' EXIT
 if [ "$rt" = deno ]; then deno run -A bench/bench.ts $quick ${ds[@]+"${ds[@]}"} ${passes[@]+"${passes[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; else bun bench/bench.ts $quick ${ds[@]+"${ds[@]}"} ${passes[@]+"${passes[@]}"} $bwd --json "$OUT/normkit-$rt$sfx.json"; fi
-kill "$smi" 2>/dev/null
+kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
 awk -F', ' 'NR > 1 { n++; s += $2; if (min == "" || $2 + 0 < min) min = $2 + 0; if ($2 + 0 > max) max = $2 + 0 }
   END { if (n) printf "# SM clock while normkit ran: %d samples, min %d, mean %d, max %d MHz\n", n, min, s / n, max }' "$OUT/clocks-$rt$sfx.csv"
 if [ -n "$torch" ]; then

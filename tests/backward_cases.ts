@@ -32,7 +32,11 @@ export interface BwdOutcome {
   bits: { dx: Float32Array; dweight?: Float32Array; dbias?: Float32Array };
 }
 
-export function runBwdCase(dev: Device, c: BwdCase): BwdOutcome {
+/**
+ * `reference: false` skips the float64 reference (the errors are then NaN, which no `<= 1` check passes): for runs whose
+ * bits are compared with a checked run's (the 20-run determinism test).
+ */
+export function runBwdCase(dev: Device, c: BwdCase, opts: { reference?: boolean } = {}): BwdOutcome {
   const { kind, rows, d, tx, tdy } = c;
   const tw = c.tw ?? "f32";
   const seed = c.seed ?? rows * 131 + d * 7 + tx.length + 3 * tdy.length + (kind === "rms" ? 1 : 0);
@@ -62,6 +66,9 @@ export function runBwdCase(dev: Device, c: BwdCase): BwdOutcome {
   const common = { rstd, weight: w, dx, dweight: dw, accumulate: c.accumulate };
   if (kind === "layer") layerNormBackward(dy, x, { ...common, mean, bias: b, dbias: db });
   else rmsNormBackward(dy, x, common);
+  if (opts.reference === false) {
+    return { dx: NaN, dweight: NaN, dbias: NaN, bits: { dx: dx.readSync(), dweight: dw?.readSync(), dbias: db?.readSync() } };
+  }
 
   const xs = Float64Array.from(x.readSync()), dys = Float64Array.from(dy.readSync());
   const mu = mean.readSync(), rs = rstd.readSync();

@@ -17,7 +17,8 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import { launchBackward, NORM_BWD_ARGS } from "../ops/backward.ts";
 import { bwdPlanLimits, normKernel, replaceNormModule } from "../ops/kernels.ts";
-import { type BwdPlan, cachedShared, MAX_BWD_STAGES, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared } from "../ops/plan_bwd.ts";
+import { type BwdPlan, cachedShared, MAX_BWD_STAGES, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared, stagedWeightBytes } from "../ops/plan_bwd.ts";
+import { decode } from "../runtime/dtype.ts";
 import { bwdCase, lcg } from "./bwd_case.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 
@@ -58,8 +59,8 @@ function variants(kind: "layer" | "rms", d: number, dt: DType, paramGrads = true
       out.push({ label: `c${staged.cluster} b${staged.block}`, plan: { ...base, ...geom, mapping: staged.cluster > 1 ? "cluster" : "cached", kernel: staged.kernel.replace("staged_", "_") } });
     }
     // (--staged-wglobal: less shared memory, the weight slice's bytes.)
-    const vec = dt === "f32" ? 4 : 8, wslice = Math.ceil((Math.ceil(Math.ceil(d / vec) / staged.cluster) * vec * (dt === "f32" ? 4 : 2)) / 16) * 16;
-    const own = WSLICE ? r.plan : { ...r.plan, staged: { ...staged, sharedBytes: staged.sharedBytes - wslice } };
+    const vec = dt === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / staged.cluster) * vec;
+    const own = WSLICE ? r.plan : { ...r.plan, staged: { ...staged, sharedBytes: staged.sharedBytes - stagedWeightBytes(columns, dt) } };
     out.push({ label: `plan c${staged.cluster} b${staged.block} S${staged.stages}`, plan: own });
   }
   // Staged kernels exist for LayerNorm's one-row blocks and both kinds' clusters (kernels/norm.cu).
@@ -153,7 +154,7 @@ function check(kind: "layer" | "rms", d: number, dt: DType): void {
       const bytes = new Uint8Array(dx.buffer.byteLength);
       dx.buffer.read(bytes);
       const sums = withW ? [dw.readSync(), ...(kind === "layer" ? [db.readSync()] : [])] : [];
-      const dxf = dx.readSync();
+      const dxf = decode(bytes, dt) as Float32Array; // (the bytes already read: no second copy from the device)
       const g = v.plan.staged ?? v.plan, key = `${g.cluster}/${g.block}/${g.nv}`;
       if (!refs.size || (!v.plan.staged && !refs.has(key))) {
         refs.set(key, { bytes, dx: dxf, sums });

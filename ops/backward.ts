@@ -183,11 +183,12 @@ export function devicePlanBackward(device: Device, input: BwdPlanInput, override
 }
 
 /** Per prepared kernel (a module loaded again has new ones), per block/shared/cluster: whether one cluster fits. */
-const clusterFits = new WeakMap<Kernel, Map<string, boolean>>();
+const clusterFits = new WeakMap<Kernel, Map<number, boolean>>();
 function holdsCluster(k: Kernel, p: { block: number; sharedBytes: number; cluster: number }): boolean {
   let byGeometry = clusterFits.get(k);
   if (!byGeometry) clusterFits.set(k, byGeometry = new Map());
-  const key = `${p.block}/${p.sharedBytes}/${p.cluster}`;
+  // A number, not a string: every backward call of a staged cluster plan asks (block ≤ 1024, cluster ≤ 16).
+  const key = (p.sharedBytes * 2048 + p.block) * 32 + p.cluster;
   let fits = byGeometry.get(key);
   if (fits === undefined) {
     try {

@@ -238,9 +238,14 @@ export function bwdFull(
  * the x and dy slices (kernels/norm_bwd.cuh, nk_bwd_cached's TM layout).
  */
 export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType, weightSlice = true): number {
-  const up16 = (n: number) => Math.ceil(n / 16) * 16;
   // weightSlice false: kernels built with NK_BWD_STAGED_WSMEM 0 (an experiment, bench/staged_wglobal.sh).
-  return base + up16(8 * (stages + 1)) + (weightSlice ? up16(columns * size(w)) : 0) + stages * columns * (size(x) + size(dy));
+  return base + Math.ceil((8 * (stages + 1)) / 16) * 16 + (weightSlice ? stagedWeightBytes(columns, w) : 0) +
+    stages * columns * (size(x) + size(dy));
+}
+
+/** The staged block's weight slice in shared memory: `columns` weights, rounded up to 16 bytes. */
+export function stagedWeightBytes(columns: number, w: DType): number {
+  return Math.ceil((columns * size(w)) / 16) * 16;
 }
 
 export interface BwdPlan {

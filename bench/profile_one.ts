@@ -20,12 +20,15 @@ x.buffer.fill32(0x3f803f80); // 1.0039 as bf16 pairs / a finite f16 pair / ~1.0 
 const w = dev.tensor(Float32Array.from({ length: d }, (_, i) => 1 + i / d), [d], { dtype: dtype as DType });
 const b = dev.tensor(Float32Array.from({ length: d }, (_, i) => i / d), [d], { dtype: dtype as DType });
 if (pass === "backward") {
-  // dy = x's bytes, dx into y: 1.5 GiB moved per call instead of 1.
+  // dy its own buffer (it was x's bytes until 2026-12-04: half the reads then hit L2, which skews DRAM-bound profiles),
+  // dx into y: 1.5 GiB moved per call.
+  using dy = dev.empty([rows, d], { dtype: dtype as DType });
+  dy.buffer.fill32(0x3f003f00); // ~0.5 pairs, not zeros
   const f = kind === "layer" ? layerNorm(x, { weight: w, bias: b, stats: true }) : rmsNorm(x, { weight: w, stats: true });
   const dw = dev.empty([d], { dtype: dtype as DType }), db = dev.empty([d], { dtype: dtype as DType });
   for (let i = 0; i < 4; i++) {
-    if (kind === "layer") layerNormBackward(x, x, { mean: f.mean!, rstd: f.rstd!, weight: w, bias: b, dx: y, dweight: dw, dbias: db });
-    else rmsNormBackward(x, x, { rstd: f.rstd!, weight: w, dx: y, dweight: dw });
+    if (kind === "layer") layerNormBackward(dy, x, { mean: f.mean!, rstd: f.rstd!, weight: w, bias: b, dx: y, dweight: dw, dbias: db });
+    else rmsNormBackward(dy, x, { rstd: f.rstd!, weight: w, dx: y, dweight: dw });
   }
 } else {
   for (let i = 0; i < 4; i++) {

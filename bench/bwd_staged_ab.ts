@@ -8,16 +8,14 @@
  * register kernel's within rounding; its dweight/dbias agree within summation-order tolerance; a mismatch stops the
  * run. It chooses bwdStages (ops/plan_bwd.ts); it tests nothing else.
  * --geometries instead times every geometry of the one-row and cluster mappings, unstaged and staged (see geometries()).
- * --staged-wglobal: the module's staged kernels were built with NK_BWD_STAGED_WSMEM=0 (bench/staged_wglobal.sh): their
- * shared memory holds no weight slice, and the staged variants are sized so.
- *   bun bench/bwd_staged_ab.ts [--module x.cubin [--staged-wglobal]] [--geometries [--blocks 128,512]] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
+ *   bun bench/bwd_staged_ab.ts [--module x.cubin (bench/trimmed_cubin.sh)] [--geometries [--blocks 128,512]] [--ds 4096,65536] [--kinds layer,rms] [--dtypes f32,bf16] [--json out.json]
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import { launchBackward, NORM_BWD_ARGS } from "../ops/backward.ts";
 import { bwdPlanLimits, normKernel, replaceNormModule } from "../ops/kernels.ts";
-import { type BwdPlan, cachedShared, MAX_BWD_STAGES, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared, stagedWeightBytes } from "../ops/plan_bwd.ts";
+import { type BwdPlan, cachedShared, MAX_BWD_STAGES, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared } from "../ops/plan_bwd.ts";
 import { decode } from "../runtime/dtype.ts";
 import { bwdCase, lcg } from "./bwd_case.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
@@ -27,9 +25,6 @@ const opt = (k: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : undef
 const DS = (opt("--ds") ?? "2048,4096,8192,12288,16384,32768,65536,131072").split(",").map(Number);
 const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
-const WSLICE = !args.includes("--staged-wglobal");
-// Main's staged kernels read the weight slice from shared memory: sized without it they would write past the end.
-if (!WSLICE && !args.includes("--module")) throw new Error("--staged-wglobal needs --module (a cubin built by bench/staged_wglobal.sh)");
 /** --blocks 128,512: --geometries times only CTAs of these sizes. */
 const BLOCKS = opt("--blocks")?.split(",").map(Number);
 
@@ -58,16 +53,13 @@ function variants(kind: "layer" | "rms", d: number, dt: DType, paramGrads = true
       const geom = { block: staged.block, tpr: staged.block, nv: staged.nv, cluster: staged.cluster, sharedBytes };
       out.push({ label: `c${staged.cluster} b${staged.block}`, plan: { ...base, ...geom, mapping: staged.cluster > 1 ? "cluster" : "cached", kernel: staged.kernel.replace("staged_", "_") } });
     }
-    // (--staged-wglobal: less shared memory, the weight slice's bytes.)
-    const vec = dt === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / staged.cluster) * vec;
-    const own = WSLICE ? r.plan : { ...r.plan, staged: { ...staged, sharedBytes: staged.sharedBytes - stagedWeightBytes(columns, dt) } };
-    out.push({ label: `plan c${staged.cluster} b${staged.block} S${staged.stages}`, plan: own });
+    out.push({ label: `plan c${staged.cluster} b${staged.block} S${staged.stages}`, plan: r.plan });
   }
   // Staged kernels exist for LayerNorm's one-row blocks and both kinds' clusters (kernels/norm.cu).
   if (base.mapping !== "cluster" && !(base.mapping === "cached" && base.rowsPerBlock === 1 && kind === "layer")) return out;
   const vec = dt === "f32" ? 4 : 8, columns = Math.ceil(Math.ceil(d / vec) / base.cluster) * vec;
   for (let s = 1; s <= Math.min(3, MAX_BWD_STAGES); s++) {
-    const sharedBytes = stagedShared(cachedShared(smemDbias(kind, dt, dt, true), base.block, 32, 1, base.nacc, d, columns, base.cluster), s, columns, dt, dt, dt, WSLICE);
+    const sharedBytes = stagedShared(cachedShared(smemDbias(kind, dt, dt, true), base.block, 32, 1, base.nacc, d, columns, base.cluster), s, columns, dt, dt, dt);
     if (sharedBytes > limits.maxSharedPerBlockOptin) break;
     const kernel = base.kernel.replace(/_bwd_(cached|cluster)_/, "_bwd_$1staged_");
     out.push({ label: `S${s}`, plan: { ...base, staged: { kernel, stages: s, sharedBytes, block: base.block, nv: base.nv, cluster: base.cluster } } });
@@ -117,7 +109,7 @@ function geometries(kind: "layer" | "rms", d: number, dt: DType): { label: strin
       if (n <= maxv && fits(plan, plan.kernel, base)) out.push({ label: `${tag} S0${def.cluster === c && def.block === block ? "*" : ""}`, plan });
       if (kind === "rms" && c === 1) continue; // no staged one-row RMSNorm kernels
       const baseS = cachedShared(smemDbias(kind, dt, dt, true), block, 32, 1, nacc, d, per * vec, c);
-      const sharedBytes = stagedShared(baseS, 2, per * vec, dt, dt, dt, WSLICE);
+      const sharedBytes = stagedShared(baseS, 2, per * vec, dt, dt, dt);
       const kernel = plan.kernel.replace(/_bwd_(cached|cluster)_/, "_bwd_$1staged_");
       if (fits(plan, kernel, sharedBytes)) out.push({ label: `${tag} S2`, plan: { ...plan, staged: { kernel, stages: 2, sharedBytes, block, nv: n, cluster: c } } });
     }

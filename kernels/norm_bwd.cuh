@@ -275,13 +275,8 @@ NK_INLINE void nk_bwd_add_dy(float* accb, const float (&df)[VEC], int nvalid) {
 // (cpc * VEC elements each); ops/plan_bwd.ts (stagedShared) sizes it, bwdStages picks S (H200: 2 where it gains).
 // (2026-11-30's staging, per-thread cp.async of each thread's own chunks, 2c7e3bb, lost up to 40 points; this copies
 // whole slices with one instruction and reads the weights from shared memory too.)
-// Experiment switch, not a build option (bench/staged_wglobal.sh builds trimmed cubins with it 0): 0 = the staged kernels
-// read the weights from global memory, as the register kernels do, and shared memory holds no weight slice. Why: LN
-// 16-bit's staged 128-thread CTAs need 57,712 bytes with the slice, 368 more than lets 4 of them share an SM (228 KB,
-// 1 KB reserved per CTA), so 3 do; RMS 16-bit, whose CTAs fit 4 per SM, gained 4-11 points of copy in them (H200).
-#ifndef NK_BWD_STAGED_WSMEM
-#define NK_BWD_STAGED_WSMEM 1
-#endif
+// (Reading the weights from global memory instead, without the slice, lets 4 LN 16-bit staged CTAs of 128 threads share
+// an SM instead of 3 (57,712 bytes each with it, 1 KB reserved per CTA): H200 2026-12-04, it lost 3-18 points of copy.)
 template <class TX, class TD>
 struct nk_bwd_tma_ok {
   enum { V = NK_HAS_CLUSTER && nk_bwd_geom<TX, TD>::XW == 4 && nk_bwd_geom<TX, TD>::DW == 4 };
@@ -349,7 +344,7 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
   unsigned char* const tarea = (unsigned char*)(slots + (SB && part ? sliceE : 0));
   const unsigned tbar = TMA ? nk_smem_addr(tarea) : 0u;  // stage s's mbarrier at tbar + 8 s, the weights' after them
   const typename TW::S* const sw = (const typename TW::S*)(tarea + ((8 * (stages + 1) + 15) & ~15));
-  unsigned char* const sstage = (unsigned char*)sw + (NK_BWD_STAGED_WSMEM ? (sliceE * TW::SIZE + 15) & ~15 : 0);
+  unsigned char* const sstage = (unsigned char*)sw + ((sliceE * TW::SIZE + 15) & ~15);
   const int stageBytes = sliceE * (TX::SIZE + TD::SIZE);
   const bool tmaOn = TMA && cloc > 0;
   auto stageIn = [&](long long r, int s) {  // thread 0: row r's slice into stage s
@@ -412,17 +407,17 @@ NK_INLINE void nk_bwd_cached(NK_BWD_PARAMS) {
 #endif
   const unsigned wbar = tbar + 8 * stages;
   if (tmaOn && tid == 0) {
-    if (hw && NK_BWD_STAGED_WSMEM) {
+    if (hw) {
       nk_mbar_arm(wbar, cloc * VEC * TW::SIZE);
       nk_bulk_g2s(nk_smem_addr(sw), Wl, cloc * VEC * TW::SIZE, wbar);
     }
     for (int s = 0; s < stages && first + s * rstep < rows; ++s) stageIn(first + s * rstep, s);
   }
-  if (tmaOn && hw && NK_BWD_STAGED_WSMEM)
+  if (tmaOn && hw)
     while (!nk_mbar_ready(wbar, 0u)) {
     }
   // The weights the loop reads: the staged copy (TM) or global memory.
-  const typename TW::S* const Wr = TMA && NK_BWD_STAGED_WSMEM ? sw : Wl;
+  const typename TW::S* const Wr = TMA ? sw : Wl;
   // TM: the next row's statistics, loaded a row ahead (a row's first use of them came right after its wait).
   float mu_n = 0.0f, rs_n = 0.0f;
   if (TMA && first < rows) mu_n = LN ? mean[first] : 0.0f, rs_n = rstd[first];

@@ -237,15 +237,9 @@ export function bwdFull(
  * to 16 bytes), the CTA's weight slice (`columns` elements of the weight dtype, rounded up to 16 bytes) and S stages of
  * the x and dy slices (kernels/norm_bwd.cuh, nk_bwd_cached's TM layout).
  */
-export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType, weightSlice = true): number {
-  // weightSlice false: kernels built with NK_BWD_STAGED_WSMEM 0 (an experiment, bench/staged_wglobal.sh).
-  return base + Math.ceil((8 * (stages + 1)) / 16) * 16 + (weightSlice ? stagedWeightBytes(columns, w) : 0) +
+export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType): number {
+  return base + Math.ceil((8 * (stages + 1)) / 16) * 16 + Math.ceil((columns * size(w)) / 16) * 16 +
     stages * columns * (size(x) + size(dy));
-}
-
-/** The staged block's weight slice in shared memory: `columns` weights, rounded up to 16 bytes. */
-export function stagedWeightBytes(columns: number, w: DType): number {
-  return Math.ceil((columns * size(w)) / 16) * 16;
 }
 
 export interface BwdPlan {

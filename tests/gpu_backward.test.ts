@@ -5,7 +5,8 @@
  * modules, and bitwise determinism over 20 runs. Skipped, with the reason, when there is no CUDA device.
  */
 import assert from "node:assert/strict";
-import { Device, type DType, layerNorm, RMSNorm, rmsNorm } from "../mod.ts";
+import { Device, type DType, LayerNorm, layerNorm, RMSNorm, rmsNorm } from "../mod.ts";
+import { ulpOf } from "../runtime/dtype.ts";
 import { devicePlanBackward, launchBackward } from "../ops/backward.ts";
 import { bwdFull, cachedShared, maxvBwd, smemDbias } from "../ops/plan_bwd.ts";
 import { type BwdCase, runBwdCase } from "./backward_cases.ts";
@@ -221,22 +222,47 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
   }
 });
 
-gpuTest("RMSNorm module on CUDA: forward, backward and accumulated gradient match the CPU device", () => {
-  using gpu = Device.open({ backend: "cuda" });
-  using cpu = Device.open({ backend: "cpu" });
-  const d = 2048, rows = 64;
-  const xv = randoms(rows * d, 5, -2, 2), dyv = randoms(rows * d, 6, -1, 1), wv = randoms(d, 7, 0.5, 1.5);
-  const run = (dev: Device) => {
-    using m = new RMSNorm(dev, d, { zeroCentered: true });
-    m.load({ weight: wv });
-    using x = dev.tensor(xv, [rows, d], { dtype: "bf16" });
-    using dy = dev.tensor(dyv, [rows, d], { dtype: "bf16" });
-    for (let i = 0; i < 2; i++) {
-      m.forward(x).close();
-      m.backward(dy).close();
+// The modules on CUDA against the same module on the CPU device (float64 inside, outputs rounded to the dtype), two
+// steps so that the gradients accumulate: y and dx (bf16) within 1 bf16 ulp (at the larger of the two values) plus 1e-5
+// relative, as one rounding can land either side; weightGrad / biasGrad (f32 sums over 64 rows) within 1e-4 relative.
+for (const kind of ["rms", "layer"] as const) {
+  const what = kind === "rms" ? "RMSNorm module (zero-centred weight)" : "LayerNorm module (int8 per-channel weight, bias)";
+  gpuTest(`${what} on CUDA: y, dx and the accumulated gradients match the CPU device`, () => {
+    using gpu = Device.open({ backend: "cuda" });
+    using cpu = Device.open({ backend: "cpu" });
+    const d = 2048, rows = 64;
+    const xv = randoms(rows * d, 5, -2, 2), dyv = randoms(rows * d, 6, -1, 1), wv = randoms(d, 7, 0.5, 1.5);
+    const bv = randoms(d, 8, -1, 1), scales = randoms(d, 9, 0.004, 0.012);
+    const codes = Int8Array.from({ length: d }, (_, j) => (j % 2 ? -1 : 1) * (1 + ((j * 37) % 127))); // no zero code
+    const run = (dev: Device) => {
+      using m = kind === "rms" ? new RMSNorm(dev, d, { zeroCentered: true }) : new LayerNorm(dev, d);
+      m.load(kind === "rms" ? { weight: wv } : { weight: { int8: codes, scale: scales }, bias: bv });
+      using x = dev.tensor(xv, [rows, d], { dtype: "bf16" });
+      using dy = dev.tensor(dyv, [rows, d], { dtype: "bf16" });
+      let y: Float32Array = new Float32Array(), dx: Float32Array = new Float32Array();
+      for (let i = 0; i < 2; i++) {
+        using yt = m.forward(x);
+        y = yt.readSync();
+        using dxt = m.backward(dy);
+        dx = dxt.readSync();
+      }
+      return { y, dx, ...m.state() };
+    };
+    const g = run(gpu), c = run(cpu);
+    const near16 = (name: string, a: Float32Array, b: Float32Array) => {
+      assert.equal(a.length, b.length, `${name}: length`);
+      for (let i = 0; i < b.length; i++) {
+        const tol = Math.max(ulpOf(a[i], "bf16"), ulpOf(b[i], "bf16")) + 1e-5 * (1 + Math.abs(b[i]));
+        assert.ok(Math.abs(a[i] - b[i]) <= tol, `${name}[${i}]: ${a[i]} (CUDA) vs ${b[i]} (CPU)`);
+      }
+    };
+    near16("y", g.y, c.y);
+    near16("dx", g.dx, c.dx);
+    const grads = kind === "rms" ? ["weightGrad"] as const : ["weightGrad", "biasGrad"] as const;
+    for (const k of grads) {
+      const a = g[k]!, b = c[k]!;
+      assert.ok(b.some((v) => v !== 0), `${k}: the CPU device's gradient is not all zeros`);
+      for (let j = 0; j < d; j++) assert.ok(Math.abs(a[j] - b[j]) <= 1e-4 * (1 + Math.abs(b[j])), `${k}[${j}]: ${a[j]} vs ${b[j]}`);
     }
-    return m.state().weightGrad!;
-  };
-  const g = run(gpu), c = run(cpu);
-  for (let j = 0; j < d; j++) assert.ok(Math.abs(g[j] - c[j]) <= 1e-4 * (1 + Math.abs(c[j])), `weightGrad[${j}]: ${g[j]} vs ${c[j]}`);
-});
+  });
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A kernel experiment's A/B needs two builds of the same kernels that differ in one thing. This builds one of them: an
+# sm_90 cubin of kernels/ with only the 16-bit triples (bf16 or f16 x and dy, weights of that dtype or f32; the forward's
+# kernels for the statistics), ~1 min here (nvcc, no GPU) instead of the whole fatbin's ~15. The change under test comes
+# as a patch to kernels/ (git diff's a/kernels/... paths) and/or nvcc flags; without either it is main's code.
+# Prints the staged kernels' registers, and the kernels and FULL-path functions that spill (ptxas -v, kept as OUT.ptxas.txt).
+#   bash bench/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags, e.g. -DNAME=0]
+# e.g. stop 33's A/B of the planar dbias slots (bench/RESULTS.md), main against the patch:
+#   bash bench/trimmed_cubin.sh bench/.wg/main.cubin
+#   bash bench/trimmed_cubin.sh bench/.wg/planar.cubin --patch bench/results/2026-12-04-h200-s33-dbias-planar.diff
+# then on the GPU host, in one call, in the order main, patched, patched, main (bench/bwd_staged_ab.ts checks dx bit
+# for bit against the register kernels of the same module before timing; --geometries times other CTA shapes):
+#   for m in main planar planar main; do bun bench/bwd_staged_ab.ts --module bench/.wg/$m.cubin --kinds layer --dtypes bf16; done
+# Keep the cubins out of git (bench/.wg/ in .git/info/exclude) and carry them xz-compressed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: bench/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags]}; shift
+patchf=""; [ "${1:-}" = --patch ] && { patchf=$(realpath "$2"); shift 2; }
+mkdir -p "$(dirname "$out")"
+src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
+cp kernels/*.cu kernels/*.cuh kernels/*.h "$src/"
+[ -z "$patchf" ] || patch -s -d "$src" -p2 < "$patchf"
+# Keep the 16-bit triples of one x/dy dtype in every dtype list (one X(...) per line, the last without a backslash).
+python3 - "$src/norm.cu" <<'EOF'
+import re, sys
+p = sys.argv[1]; lines = open(p).read().split("\n"); out = []; i = 0
+keep = re.compile(r"^\s+[XBS]\((bf16, bf16|f16, f16), (bf16|f16|f32)\)")
+while i < len(lines):
+    l = lines[i]; out.append(l); i += 1
+    if re.match(r"#define NK_(FWD|BWD|BWD_STAGED)_DTYPES\(", l):
+        body = []
+        while i < len(lines) and re.match(r"^\s+[XBS]\(", lines[i]):
+            body.append(lines[i].rstrip(" \\")); i += 1
+        body = [b for b in body if keep.match(b)]
+        out += [b + " \\" for b in body[:-1]] + body[-1:]
+open(p, "w").write("\n".join(out))
+EOF
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+"$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 "$@" -Xptxas -v -o "$out" "$src/norm.cu" 2>"$out.ptxas.txt"
+echo "== $out"
+awk '/Compiling entry function .*staged/ { n = $0; sub(/.*function .nk_/, "", n); sub(/. for.*/, "", n) }
+     /Used [0-9]+ registers/ && n != "" { print "  " n ": " $5 " registers"; n = "" }' "$out.ptxas.txt"
+echo "  spilling (kernels, and the FULL paths' calls nk_bwd_cached_full / _staged):"
+awk '/Function properties for (nk_|_Z[0-9]*nk_bwd_cached_)/ { f = $NF; next }
+     f != "" && /bytes spill/ { if ($0 ~ /[1-9][0-9]* bytes spill/) { sub(/.*stack frame, /, ""); print "    " f ": " $0; n++ } f = "" }
+     END { if (!n) print "    none" }' "$out.ptxas.txt"

@@ -13,13 +13,21 @@
 #   for m in main planar planar main; do bun bench/bwd_staged_ab.ts --module bench/.wg/$m.cubin --kinds layer --dtypes bf16; done
 # Keep the cubins out of git (bench/.wg/ in .git/info/exclude) and carry them xz-compressed.
 set -euo pipefail
+usage="usage: bench/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags]"
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
+# Paths as the caller gave them (relative to the caller's directory), before the cd to the project root.
+mkdir -p "$(dirname "$1")"; out=$(realpath "$1"); shift
+patchf=""; flags=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --patch) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; patchf=$(realpath "$2"); shift 2 ;;
+    *) flags+=("$1"); shift ;;
+  esac
+done
 cd "$(dirname "$0")/.."
-out=${1:?usage: bench/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags]}; shift
-patchf=""; [ "${1:-}" = --patch ] && { patchf=$(realpath "$2"); shift 2; }
-mkdir -p "$(dirname "$out")"
 src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
 cp kernels/*.cu kernels/*.cuh kernels/*.h "$src/"
-[ -z "$patchf" ] || patch -s -d "$src" -p2 < "$patchf"
+[ -z "$patchf" ] || patch -s -N --batch -d "$src" -p2 < "$patchf"
 # Keep the 16-bit triples of one x/dy dtype in every dtype list (one X(...) per line, the last without a backslash).
 python3 - "$src/norm.cu" <<'EOF'
 import re, sys
@@ -36,7 +44,8 @@ while i < len(lines):
 open(p, "w").write("\n".join(out))
 EOF
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-"$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 "$@" -Xptxas -v -o "$out" "$src/norm.cu" 2>"$out.ptxas.txt"
+"$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 ${flags[@]+"${flags[@]}"} -Xptxas -v -o "$out" "$src/norm.cu" 2>"$out.ptxas.txt" ||
+  { grep -v "^ptxas info" "$out.ptxas.txt" >&2; echo "nvcc failed (log: $out.ptxas.txt)" >&2; exit 1; }
 echo "== $out"
 awk '/Compiling entry function .*staged/ { n = $0; sub(/.*function .nk_/, "", n); sub(/. for.*/, "", n) }
      /Used [0-9]+ registers/ && n != "" { print "  " n ": " $5 " registers"; n = "" }' "$out.ptxas.txt"

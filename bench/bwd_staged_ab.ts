@@ -176,6 +176,11 @@ function check(kind: "layer" | "rms", d: number, dt: DType): void {
 }
 
 const results: { kind: string; dtype: DType; d: number; label: string; pctCopy: number }[] = [];
+// --json is rewritten after every case (complete: false until the last), so that a device call's time limit keeps what
+// ran (stop 33's A/B runs were cut before their last D, and their JSON with them).
+const json = opt("--json");
+const save = (complete: boolean) =>
+  json && writeFileSync(json, JSON.stringify({ device: dev.info.name, copyGBs, date: new Date().toISOString(), complete, results }, null, 1));
 for (const d of DS) {
   for (const dt of DTYPES) {
     if (!args.includes("--geometries")) for (const kind of KINDS) check(kind, d, dt);
@@ -193,8 +198,8 @@ for (const d of DS) {
         line.push(`${v.label} ${pct.toFixed(1)}`);
       }
       console.log(`${kind.padEnd(5)} ${dt.padEnd(4)} ${String(d).padStart(6)} | ${line.join(" | ")}`);
+      save(false);
     }
   }
 }
-const json = opt("--json");
-if (json) writeFileSync(json, JSON.stringify({ device: dev.info.name, copyGBs, date: new Date().toISOString(), results }, null, 1));
+save(true);

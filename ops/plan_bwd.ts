@@ -238,8 +238,8 @@ export function bwdFull(
  * the x and dy slices (kernels/norm_bwd.cuh, nk_bwd_cached's TM layout).
  */
 export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType): number {
-  return base + Math.ceil((8 * (stages + 1)) / 16) * 16 + Math.ceil((columns * size(w)) / 16) * 16 +
-    stages * columns * (size(x) + size(dy));
+  const up16 = (n: number) => Math.ceil(n / 16) * 16;
+  return base + up16(8 * (stages + 1)) + up16(columns * size(w)) + stages * columns * (size(x) + size(dy));
 }
 
 export interface BwdPlan {

@@ -1,7 +1,7 @@
 /** Issue 5's small-batch grid, shared by bench/latency.ts and bench/latency_inproc.ts: bf16, rows × D, both norms. */
 import { type Device, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import type { Stream } from "../gpu.ts";
-import { randoms } from "../tests/random.ts";
+import { randoms } from "../tests/fixtures/random.ts";
 
 export const ROWS = [1, 8, 64], DS = [2048, 4096, 8192], KINDS = ["rms", "layer"] as const;
 

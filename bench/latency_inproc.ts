@@ -24,7 +24,7 @@ import { writeFileSync } from "node:fs";
 import { Device, setDependentLaunch, type Tensor } from "../mod.ts";
 import type { Stream } from "../gpu.ts";
 import { gridCases, normOp } from "./latency_grid.ts";
-import { randoms } from "../tests/random.ts";
+import { randoms } from "../tests/fixtures/random.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";

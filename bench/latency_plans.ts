@@ -13,7 +13,7 @@ import { Device, type DType } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
-import { randoms } from "../tests/random.ts";
+import { randoms } from "../tests/fixtures/random.ts";
 
 const args = process.argv.slice(2);
 const opt = (k: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : undefined);

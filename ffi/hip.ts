@@ -125,7 +125,7 @@ export const HIP_ERROR_NOT_READY = 600; // hipErrorNotReady
  * hipDeviceAttribute_t values used by Device, for the HIP 5.x ABI (hip_runtime_api.h of HIP 5.2.3). They are NOT
  * CUDA's numbers: HIP's enum is its own sequence (hipDeviceAttributeCudaCompatibleBegin = 0, in alphabetical-ish
  * order), then AMD-specific values from 10000. Values printed by compiling the header (g++ -D__HIP_PLATFORM_AMD__)
- * and checked against the header again by tests/hip_runtime.test.ts when it is installed.
+ * and checked against the header again by tests/hip/binding.test.ts when it is installed.
  */
 export const HIP_DEVICE_ATTRIBUTE = {
   L2CacheSize: 19,
@@ -149,7 +149,7 @@ export const HIP_DEVICE_ATTRIBUTE = {
  * The parts of HIP 5.x's hipDeviceProp_t that runtime/hip.ts reads (offsets in bytes, x86-64). HIP 6 renamed this
  * layout hipDeviceProp_tR0000 and exports the old hipGetDeviceProperties for it, while its headers map the name to
  * hipGetDevicePropertiesR0600 (a different layout); only the 5.x symbol and layout are used here. Checked against
- * the installed header's offsetof/sizeof by tests/hip_runtime.test.ts (g++ -D__HIP_PLATFORM_AMD__).
+ * the installed header's offsetof/sizeof by tests/hip/binding.test.ts (g++ -D__HIP_PLATFORM_AMD__).
  */
 export const HIP_DEVICE_PROP = {
   size: 792,

@@ -164,7 +164,7 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
  * The answer is kept per prepared kernel and geometry (one driver query, not one per call).
  * `overrides` replace some of the device's limits (tests: `smallStagedCtas: false` for the staged kernels in the
  * plan's own geometry).
- * @internal Exported for tests/clusters_cpu.test.ts, tests/gpu_backward.test.ts and bench/cluster16_ab.ts.
+ * @internal Exported for tests/unit/cluster_occupancy.test.ts, tests/gpu/norm_backward.test.ts and bench/cluster16_ab.ts.
  */
 export function devicePlanBackward(device: Device, input: BwdPlanInput, overrides: Partial<BwdLimits> = {}): BwdPlanResult {
   const limits = { ...bwdPlanLimits(device), ...overrides };

@@ -4,7 +4,7 @@
  *   LN : dx = rstd·(g − mean(g) − xhat·mean(g·xhat)),  dweight = Σ_rows dy·xhat,  dbias = Σ_rows dy
  *   RMS: dx = rstd·(g − xhat·mean(g·xhat)),            dweight = Σ_rows dy·xhat
  * The statistics are the forward's (given), or recomputed here in float64 when absent.
- * tests/cpu_backward.test.ts checks these formulas against finite differences of ops/cpu.ts's forward.
+ * tests/unit/reference_backward.test.ts checks these formulas against finite differences of ops/cpu.ts's forward.
  */
 import { normForward, type NormKind } from "./cpu.ts";
 

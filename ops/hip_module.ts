@@ -15,7 +15,7 @@ import { decodeBase64 } from "../runtime/base64.ts";
 
 /**
  * The targets scripts/build-hsaco.sh builds, with the wave size each was compiled for (64 on CDNA/gfx9, 32 on
- * RDNA/gfx11). tests/hsaco_abi.test.ts checks both against the code objects' metadata.
+ * RDNA/gfx11). tests/hip/hsaco_abi.test.ts checks both against the code objects' metadata.
  */
 export const HSACO_WAVE: Readonly<Record<string, number>> = Object.freeze({ gfx90a: 64, gfx942: 64, gfx1100: 32 });
 

@@ -122,7 +122,7 @@ export function normKernel(device: Device, name: string, args: readonly ArgType[
  * The kernels launched with programmatic dependent launch when it is on: the forward kernels, whose small-batch
  * launches it measurably speeds up (H200: 0.21–0.37 µs less per op in graphs, 0.5–0.9 µs less per back-to-back
  * eager op in C; bandwidth runs unchanged within noise). Not the backward and finalize kernels: they can take
- * it (they wait first; tests/dependent_launch.test.ts checks the source), but it gained nothing there and
+ * it (they wait first; tests/unit/dependent_launch.test.ts checks the source), but it gained nothing there and
  * measured 1.6% slower (median of the grid, one run), so they launch plainly.
  */
 export function dependentLaunchByDefault(name: string): boolean {

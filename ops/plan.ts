@@ -135,7 +135,7 @@ export const STASH_MAX_CHUNKS = 16;
 export const stashShared = (threads: number, nv: number): number => STAGE_OFFSET_BYTES + (nv - STASH_REG_CHUNKS) * threads * 16;
 /**
  * The dtype triples whose `stash` kernel holds the loop (nk_stash_built in kernels/norm_fwd.cuh; the others trap):
- * weights of x's dtype, y in x's dtype or f32. precompiled/ has no room for all 15 (tests/precompiled.test.ts).
+ * weights of x's dtype, y in x's dtype or f32. precompiled/ has no room for all 15 (tests/unit/precompiled.test.ts).
  */
 export function stashBuilt(inputDtype: DType, outputDtype: DType, paramDtype: DType): boolean {
   return paramDtype === inputDtype && (outputDtype === inputDtype || outputDtype === "f32");

@@ -405,7 +405,7 @@ export class Device extends Resource {
    * then throws a GpuError with `sticky` and `restartRequired` saying so, and this device and every other
    * Device on the GPU become `poisoned`: every later use throws the same kind of error, as does Device.open()
    * of that GPU; close() still works. To survive a faulting kernel, run the GPU work in a child process and
-   * start a new one (tests/recovery.test.ts does that).
+   * start a new one (tests/unit/recovery.test.ts does that).
    *
    * Without an error recover() works as "drop everything and start with a clean context". On the CPU backend
    * only the release and the new default stream happen.

@@ -155,7 +155,7 @@ kernel_names() {
 # check_fatbin OUTDIR [quiet]
 check_fatbin() {
   local out="$1" quiet="${2:-}"
-  # Fatbin contents: use cuobjdump when the toolkit has it (tests/precompiled.test.ts parses the
+  # Fatbin contents: use cuobjdump when the toolkit has it (tests/unit/precompiled.test.ts parses the
   # fatbin headers itself, so the check also runs where cuobjdump is missing).
   local cuobjdump=""
   if command -v cuobjdump >/dev/null 2>&1; then cuobjdump="$(command -v cuobjdump)";
@@ -170,7 +170,7 @@ check_fatbin() {
     grep -q sm_90 <<<"$ptxs" || { echo "build-kernels: fatbin lacks PTX for compute_90:"$'\n'"$ptxs" >&2; exit 1; }
     [[ -n "$quiet" ]] || { echo "$elfs"; echo "$ptxs"; } >&2
   elif [[ -z "$quiet" ]]; then
-    echo "build-kernels: cuobjdump not found; fatbin entries are checked by tests/precompiled.test.ts" >&2
+    echo "build-kernels: cuobjdump not found; fatbin entries are checked by tests/unit/precompiled.test.ts" >&2
   fi
 }
 

@@ -2,7 +2,7 @@
 # Writes the CUDA fatbin that precompiled/norm_cuda.ts embeds (NORM_FATBIN: base64, from norm_fatbin.json) as a
 # file, for the C programs in bench/ (launch_c, latency_c, coldstart_c). The fatbin is not committed as a file of its
 # own: it would travel twice in every GPU-host call (the call carries at most 64 MiB), and norm_fatbin.json holds the
-# same bytes (scripts/build-kernels.sh --check compares them with a rebuild; tests/precompiled.test.ts checks this
+# same bytes (scripts/build-kernels.sh --check compares them with a rebuild; tests/unit/precompiled.test.ts checks this
 # script's output against NORM_FATBIN).
 #   bash scripts/fatbin.sh [out]        # default: precompiled/norm.fatbin
 set -euo pipefail

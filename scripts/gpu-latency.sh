@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU host: the low-latency path (issue 5) under one runtime, in about a minute:
-#   1. the graph / hot-path / pipeline GPU tests (tests/graph*.test.ts, tests/hotpath.test.ts);
+#   1. the graph / hot-path / pipeline GPU tests (tests/graph*.test.ts, tests/unit/hotpath.test.ts);
 #   2. bench/coldstart.ts: import → first GPU result, empty and warm CUDA JIT cache (and whether anything was JITted);
 #   3. bench/latency.ts and bench/latency_c.c: the same bf16 norm launches from TS and from C, eager and graph;
 #   4. the TS-vs-C table;
@@ -21,9 +21,9 @@ status=0
 
 echo "== GPU tests: graphs, hot path, pipeline ($rt)"
 if [ "$rt" = deno ]; then
-  deno test --allow-ffi --allow-env --allow-read --allow-run --allow-net --allow-write=/tmp tests/graph.test.ts tests/graph_pipeline.test.ts tests/hotpath.test.ts
+  deno test --allow-ffi --allow-env --allow-read --allow-run --allow-net --allow-write=/tmp tests/unit/graph.test.ts tests/unit/example_pipeline.test.ts tests/unit/hotpath.test.ts
 else
-  bun test --timeout 300000 tests/graph.test.ts tests/graph_pipeline.test.ts tests/hotpath.test.ts
+  bun test --timeout 300000 tests/unit/graph.test.ts tests/unit/example_pipeline.test.ts tests/unit/hotpath.test.ts
 fi > "$OUT/tests-latency-$rt.txt" 2>&1 || status=1
 grep -E '^#|FAILED|fail|error|passed|pass$|skip' "$OUT/tests-latency-$rt.txt" | grep -v '^(pass)' | head -40
 

@@ -5,9 +5,9 @@
 #   bash scripts/gpu-sanitize.sh deno|bun        # the runtime must travel as .rt/<runtime>.xz (like gpu-check.sh)
 #
 # Files: the GPU suites (tests/gpu*.test.ts) plus the GPU halves of validation, diagnostics and the property
-# tests (100 CUDA cases here: NORMKIT_PROPERTY_RUNS). Not the CPU-only files, not tests/recovery.test.ts (its
+# tests (100 CUDA cases here: NORMKIT_PROPERTY_RUNS). Not the CPU-only files, not tests/unit/recovery.test.ts (its
 # child process, tests/fixtures/fault_child.ts, faults a kernel on purpose: compute-sanitizer follows child
-# processes and memcheck reports that, correctly) and not tests/leaks.test.ts (host-side cycles).
+# processes and memcheck reports that, correctly) and not tests/gpu/leaks.test.ts (host-side cycles).
 # Each tool gets SANITIZE_TOOL_TIMEOUT seconds (default 110: three tools stay under ~6 minutes); a tool that
 # runs out is reported as TIMEOUT and fails the script. Full logs: $OUT/sanitize-<runtime>-<tool>.log.
 # Exit status: 0 only when every tool reported 0 errors and its test run passed.
@@ -35,7 +35,7 @@ command -v "$rt" >/dev/null || { echo "gpu-sanitize: $rt not found (carry .rt/$r
 
 # SANITIZE_FILES / SANITIZE_FILTER narrow the run (e.g. to fit a short GPU-host call): a space-separated
 # file list, and a test-name pattern (deno test --filter / bun test -t).
-read -r -a files <<<"${SANITIZE_FILES:-$(echo tests/gpu*.test.ts) tests/validation.test.ts tests/diag.test.ts tests/property.test.ts}"
+read -r -a files <<<"${SANITIZE_FILES:-$(echo tests/gpu/*.test.ts) tests/unit/validation.test.ts tests/unit/diagnostics.test.ts tests/unit/property.test.ts}"
 filter=()
 if [ "$rt" = deno ]; then
   [ -n "${SANITIZE_FILTER:-}" ] && filter=(--filter "$SANITIZE_FILTER")

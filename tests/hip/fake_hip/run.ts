@@ -1,0 +1,51 @@
+/**
+ * Run by tests/hip/fake_library.test.ts in a child process with NORMKIT_HIP_LIB pointing at the fake libamdhip64
+ * (fake_hip.c): the driver is loaded once per process, so each scenario needs a fresh one. Prints one JSON line.
+ */
+import process from "node:process";
+import { Device, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
+
+const [scenario, d = "2600"] = process.argv.slice(2);
+const D = Number(d), rows = 3;
+const message = (e: unknown) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+
+if (scenario === "auto") {
+  using dev = Device.open();
+  console.log(JSON.stringify({ backend: dev.backend, arch: dev.info.arch, warpSize: dev.info.warpSize, name: dev.name }));
+} else if (scenario === "norm") {
+  using dev = Device.open({ backend: "hip" });
+  using x = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 7), [rows, D]);
+  using w = dev.tensor(new Float32Array(D).fill(1), [D]);
+  using b = dev.tensor(new Float32Array(D), [D]);
+  let beforeLoad = "";
+  try {
+    layerNorm(x, { weight: w, bias: b }).close();
+  } catch (e) {
+    beforeLoad = message(e);
+  }
+  await loadKernels(dev);
+  const r = layerNorm(x, { weight: w, bias: b, eps: 0.25, stats: true });
+  using xh = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 5), [rows, D], { dtype: "bf16" });
+  using y2 = rmsNorm(xh);
+  dev.synchronize();
+  console.log(JSON.stringify({
+    arch: dev.info.arch,
+    warpSize: dev.info.warpSize,
+    beforeLoad,
+    ptrs: { x: String(x.ptr), y: String(r.y.ptr), w: String(w.ptr), b: String(b.ptr), mean: String(r.mean.ptr), rstd: String(r.rstd.ptr), xh: String(xh.ptr), y2: String(y2.ptr) },
+  }));
+  r.y.close(), r.mean.close(), r.rstd.close();
+} else if (scenario === "unsupported") {
+  using dev = Device.open({ backend: "hip" });
+  using x = dev.tensor([1, 2, 3, 4], [1, 4]);
+  let load = "", norm = "";
+  await loadKernels(dev).catch((e) => (load = message(e)));
+  try {
+    layerNorm(x).close();
+  } catch (e) {
+    norm = message(e);
+  }
+  console.log(JSON.stringify({ arch: dev.info.arch, load, norm }));
+} else {
+  throw new Error(`unknown scenario ${scenario}`);
+}

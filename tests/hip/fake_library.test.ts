@@ -1,0 +1,138 @@
+/**
+ * The HIP path of the ops, end to end through the real FFI, against a FAKE libamdhip64 (tests/hip/fake_hip/): one
+ * "AMD GPU" whose memory is host memory and whose launches run nothing. Checked: auto picks HIP when it has a
+ * device and CUDA none; the gfx name is read from hipDeviceProp_t at the header's offset and stripped of feature
+ * suffixes; the code object handed to hipModuleLoadData is the one built for that gfx target; the launch has the
+ * plan's kernel, grid, block and LDS for the device's wave size, and the arguments at the launcher's layout.
+ * Not checked (no AMD GPU here): that any kernel runs, or computes the right values, on AMD hardware.
+ *
+ * Needs HIP's headers (for the struct offset) and gcc/g++; skipped, saying which is missing, without them.
+ */
+import { gunzipSync } from "node:zlib";
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
+import { HIP_SYMBOLS } from "../../ffi/hip.ts";
+import { ffi } from "../../ffi/runtime.ts";
+import { NORM_HSACO } from "../../precompiled/norm_hip.ts";
+import { NORM_FWD_ARGS } from "../../ops/kernels.ts";
+import { planNorm, type PlanInput } from "../../ops/plan.ts";
+
+const dir = fileURLToPath(new URL("./fake_hip/", import.meta.url));
+const HEADER = "/usr/include/hip/hip_runtime_api.h";
+const has = (cmd: string) => spawnSync(cmd, ["--version"]).status === 0;
+const skip = ffi === null
+  ? "this runtime has no FFI"
+  : !ffi.ffiAllowed()
+  ? "FFI not permitted"
+  : !existsSync(HEADER)
+  ? `no HIP headers at ${HEADER} (Debian libamdhip64-dev)`
+  : !has("gcc") || !has("g++")
+  ? "gcc/g++ not found"
+  : false;
+if (skip) console.log(`# fake-HIP tests SKIPPED: ${skip}`);
+const name = (s: string) => (skip ? `${s} [skipped: ${skip}]` : s);
+
+/** Builds the fake library once; symbols the table has and fake_hip.c lacks are stubs that fail. */
+let built: { lib: string; work: string } | undefined;
+function fakeLib(): { lib: string; work: string } {
+  if (built) return built;
+  const work = mkdtempSync(join(tmpdir(), "normkit-fakehip-"));
+  const have = readFileSync(join(dir, "fake_hip.c"), "utf8");
+  const missing = Object.keys(HIP_SYMBOLS).filter((s) => !new RegExp(`\\b${s}\\(`).test(have));
+  writeFileSync(join(work, "stubs.c"), missing.map((s) => `int ${s}(void) { return 1; }\n`).join(""));
+  execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-fPIC", "-c", join(dir, "prop_offset.cc"), "-o", join(work, "po.o")]);
+  const lib = join(work, "libfakehip.so");
+  execFileSync("gcc", ["-fPIC", "-shared", "-o", lib, join(dir, "fake_hip.c"), join(work, "stubs.c"), join(work, "po.o")]);
+  return (built = { lib, work });
+}
+
+/** Runs tests/hip/fake_hip/run.ts in a child of this runtime; returns its JSON line and the fake's log lines. */
+function run(scenario: string, env: Record<string, string>, args: string[] = []): { out: Record<string, unknown>; log: string[] } {
+  const { lib, work } = fakeLib();
+  const log = join(work, `${scenario}-${Date.now()}.log`);
+  const script = join(dir, "run.ts");
+  const isDeno = typeof (globalThis as { Deno?: unknown }).Deno !== "undefined";
+  // Deno: --allow-read because the AMD code objects are imported by a computed URL (ops/hip_module.ts).
+  const argv = isDeno ? ["run", "--allow-ffi", "--allow-env", "--allow-read", script, scenario, ...args] : [script, scenario, ...args];
+  const r = spawnSync(process.execPath, argv, {
+    encoding: "utf8",
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? work, NO_COLOR: "1", NORMKIT_CUDA_LIB: "/nonexistent/libcuda.so.1", NORMKIT_HIP_LIB: lib, NK_FAKE_LOG: log, ...env },
+  });
+  assert.equal(r.status, 0, `${scenario}: ${r.stdout}\n${r.stderr}`);
+  const line = r.stdout.trim().split("\n").pop()!;
+  return { out: JSON.parse(line), log: existsSync(log) ? readFileSync(log, "utf8").trim().split("\n") : [] };
+}
+
+function fnv1a64(b: Uint8Array): string {
+  let h = 0xcbf29ce484222325n;
+  for (const x of b) h = BigInt.asUintN(64, (h ^ BigInt(x)) * 0x100000001b3n);
+  return h.toString(16).padStart(16, "0");
+}
+const hsaco = (arch: string) => new Uint8Array(gunzipSync(Uint8Array.from(atob(NORM_HSACO[arch]), (c) => c.charCodeAt(0))));
+
+test.after(() => built && rmSync(built.work, { recursive: true, force: true }));
+
+test(name("Device.open() picks HIP when it has a device and CUDA has none; arch from gcnArchName, wave from the attribute"), { skip }, () => {
+  const { out } = run("auto", { NK_FAKE_ARCH: "gfx90a:sramecc+:xnack-", NK_FAKE_WAVE: "64" });
+  assert.deepEqual(out, { backend: "hip", arch: "gfx90a", warpSize: 64, name: "Fake AMD Instinct (normkit test double)" });
+});
+
+for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx1100", "gfx1100", 32]] as const) {
+  test(name(`${arch} (wave ${wave}): loads the ${arch} code object, launches the plan's kernel/geometry/arguments`), { skip }, () => {
+    const D = 2600, rows = 3;
+    const { out, log } = run("norm", { NK_FAKE_ARCH: gcn, NK_FAKE_WAVE: String(wave) }, [String(D)]);
+    assert.equal(out.arch, arch);
+    assert.equal(out.warpSize, wave);
+    assert.match(String(out.beforeLoad), /UnsupportedError: .*await loadKernels\(device\)/, "a clear error before loadKernels");
+
+    const code = hsaco(arch);
+    assert.deepEqual(log.filter((l) => l.startsWith("load ")), [`load ${code.length} ${fnv1a64(code)}`], "one module: this target's");
+
+    const limits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: wave, ccMajor: 0, multiprocessors: 104 }; // fake_hip.c: MultiprocessorCount
+    const launches = log.filter((l) => l.startsWith("launch ")).map((l) => l.split(" ").slice(1));
+    assert.equal(launches.length, 2, log.join("\n"));
+    const ptrs = out.ptrs as Record<string, string>;
+    const cases: [PlanInput, (string | number)[]][] = [
+      [{ kind: "layer", rows, d: D, inputDtype: "f32", outputDtype: "f32", paramDtype: "f32" },
+        [ptrs.x, ptrs.y, ptrs.w, ptrs.b, ptrs.mean, ptrs.rstd, rows, D, D, D, 0.25]],
+      [{ kind: "rms", rows, d: D, inputDtype: "bf16", outputDtype: "bf16" }, [ptrs.xh, ptrs.y2, 0, 0, 0, 0, rows, D, D, D, 1e-6]],
+    ];
+    cases.forEach(([input, args], i) => {
+      const r = planNorm(input, limits);
+      assert.ok("plan" in r);
+      const p = r.plan;
+      const [kernel, gx, gy, gz, bx, by, bz, shared, ...params] = launches[i];
+      assert.equal(kernel, p.kernel);
+      assert.deepEqual([gx, gy, gz, bx, by, bz, shared].map(Number), [...p.grid, ...p.block, p.sharedBytes]);
+      assert.equal(p.block[0] % wave, 0, "whole waves");
+      // Each parameter slot as the launcher filled it (8 bytes, little-endian), read back per argument type.
+      const want = [...args, p.tpr, p.nv, p.prefetch];
+      assert.equal(params.length, NORM_FWD_ARGS.length, `${p.kernel}: every argument slot filled`);
+      params.forEach((hex, j) => {
+        const v = BigInt(`0x${hex}`), t = NORM_FWD_ARGS[j];
+        const got = t === "f32"
+          ? new Float32Array(new Uint32Array([Number(v & 0xffffffffn)]).buffer)[0]
+          : t === "i32" ? Number(BigInt.asIntN(32, v)) : v;
+        const exp = t === "f32" ? Math.fround(Number(want[j])) : t === "i32" ? Number(want[j]) : BigInt(want[j]);
+        assert.equal(got, exp, `${p.kernel} argument ${j} (${t})`);
+      });
+    });
+    // Only the two kernels launched were looked up.
+    assert.deepEqual(log.filter((l) => l.startsWith("function ")).map((l) => l.slice(9)).sort(), launches.map((l) => l[0]).sort());
+  });
+}
+
+test(name("an AMD GPU without a built code object (gfx1101): UnsupportedError naming it and the built targets"), { skip }, () => {
+  const { out, log } = run("unsupported", { NK_FAKE_ARCH: "gfx1101", NK_FAKE_WAVE: "32" });
+  assert.equal(out.arch, "gfx1101");
+  for (const msg of [out.load, out.norm] as string[]) {
+    assert.match(msg, /^UnsupportedError: no AMD code object for .*\(gfx1101\).*gfx90a, gfx942, gfx1100/);
+  }
+  assert.deepEqual(log.filter((l) => l.startsWith("load ")), [], "nothing loaded");
+});

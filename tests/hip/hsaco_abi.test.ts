@@ -1,0 +1,189 @@
+/**
+ * ABI check of the AMD code objects, no GPU needed: for every kernel of every HSACO, the AMDGPU metadata
+ * note (ELF note, msgpack) must agree with what the TypeScript launcher packs (argument offsets and
+ * sizes), the wave size the plan assumes, and the launch limits the plan may use.
+ */
+import { gunzipSync } from "node:zlib";
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { decode } from "@msgpack/msgpack";
+import { NORM_HSACO, HSACO_SOURCE_SHA256 } from "../../precompiled/norm_hip.ts";
+import { NORM_KERNELS, NORM_SOURCE_FILES } from "../../precompiled/norm_cuda.ts";
+import { NORM_FWD_ARGS, planLimits } from "../../ops/kernels.ts";
+import { DIAG_FINAL_ARGS, DIAG_PARTIAL_ARGS } from "../../ops/diag.ts";
+import { NORM_BWD_ARGS, NORM_FINALIZE_ARGS } from "../../ops/backward.ts";
+import { HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
+import { DTYPES } from "../../runtime/dtype.ts";
+import type { ArgType } from "../../runtime/module.ts";
+import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, planNorm, ROWS_BLOCK } from "../../ops/plan.ts";
+
+const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../../${p}`, import.meta.url)));
+// NORM_HSACO entries are gzip -9n, then base64 (scripts/build-hsaco.sh).
+const b64 = (s: string): Uint8Array => new Uint8Array(gunzipSync(Uint8Array.from(atob(s), (c) => c.charCodeAt(0))));
+const WAVE = HSACO_WAVE; // what ops/hip_module.ts pairs each target with; checked against .wavefront_size below
+const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
+
+interface KernelMeta {
+  ".name": string;
+  ".args": { ".offset": number; ".size": number; ".value_kind": string }[];
+  ".group_segment_fixed_size": number;
+  ".private_segment_fixed_size": number;
+  ".wavefront_size": number;
+  ".max_flat_workgroup_size": number;
+}
+
+/** The AMDGPU metadata (msgpack in an NT_AMDGPU_METADATA note owned by "AMDGPU") of an ELF code object. */
+function metadata(elf: Uint8Array): { "amdhsa.kernels": KernelMeta[]; "amdhsa.target": string } {
+  const v = new DataView(elf.buffer, elf.byteOffset, elf.byteLength);
+  assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], "ELF magic");
+  assert.equal(elf[4], 2, "64-bit ELF");
+  const shoff = Number(v.getBigUint64(0x28, true)), shentsize = v.getUint16(0x3a, true), shnum = v.getUint16(0x3c, true);
+  for (let i = 0; i < shnum; i++) {
+    const sh = shoff + i * shentsize;
+    if (v.getUint32(sh + 4, true) !== 7) continue; // SHT_NOTE
+    let off = Number(v.getBigUint64(sh + 0x18, true));
+    const end = off + Number(v.getBigUint64(sh + 0x20, true));
+    while (off < end) {
+      const namesz = v.getUint32(off, true), descsz = v.getUint32(off + 4, true), type = v.getUint32(off + 8, true);
+      const name = new TextDecoder().decode(elf.subarray(off + 12, off + 12 + namesz - 1));
+      const desc = off + 12 + ((namesz + 3) & ~3);
+      if (name === "AMDGPU" && type === 32) return decode(elf.subarray(desc, desc + descsz)) as never;
+      off = desc + ((descsz + 3) & ~3);
+    }
+  }
+  throw new Error("no AMDGPU metadata note");
+}
+
+/** Offsets and sizes of explicit arguments as a C compiler lays them out (natural alignment). */
+function cLayout(types: readonly ArgType[]): { offset: number; size: number }[] {
+  let off = 0;
+  return types.map((t) => {
+    const size = t === "ptr" || t === "i64" || t === "u64" || t === "f64" ? 8 : 4;
+    off = Math.ceil(off / size) * size;
+    const r = { offset: off, size };
+    off += size;
+    return r;
+  });
+}
+
+const SCALE_ARGS: ArgType[] = ["ptr", "ptr", "f32", "i64"];
+// The backward kernels (kernels/norm_bwd.cuh) and what ops/backward.ts packs for them.
+const bwdArgs = (name: string): readonly ArgType[] | undefined =>
+  name.startsWith("nk_bwd_finalize_") ? NORM_FINALIZE_ARGS : name.includes("_bwd_") ? NORM_BWD_ARGS : undefined;
+// The check-mode kernels (kernels/diag.cuh) and what ops/diag.ts packs for them.
+const DIAG_ARGS: Record<string, readonly ArgType[]> = {
+  nk_diag_partial_f32: DIAG_PARTIAL_ARGS,
+  nk_diag_partial_f16: DIAG_PARTIAL_ARGS,
+  nk_diag_partial_bf16: DIAG_PARTIAL_ARGS,
+  nk_diag_final: DIAG_FINAL_ARGS,
+};
+
+test("NORM_HSACO holds ELF code objects for gfx90a, gfx942, gfx1100, built from the current sources", () => {
+  assert.deepEqual(Object.keys(NORM_HSACO).sort(), ["gfx1100", "gfx90a", "gfx942"]);
+  for (const [arch, data] of Object.entries(NORM_HSACO)) {
+    const elf = b64(data);
+    assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], `${arch}: ELF`);
+    assert.equal(elf[18] | (elf[19] << 8), 224, `${arch}: e_machine EM_AMDGPU`);
+  }
+  const h = createHash("sha256");
+  for (const f of NORM_SOURCE_FILES) h.update(read(f));
+  assert.equal(h.digest("hex"), HSACO_SOURCE_SHA256, "kernels/ changed: run bash scripts/build-hsaco.sh");
+});
+
+for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
+  test(`${arch}: every kernel present; argument offsets/sizes = the launcher's packing; wave ${WAVE[arch]}; launch limits fit`, () => {
+    const md = metadata(b64(NORM_HSACO[arch]));
+    assert.match(md["amdhsa.target"], new RegExp(`amdgcn-amd-amdhsa--${arch}`));
+    const byName = new Map(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
+    assert.deepEqual([...byName.keys()].sort(), [...NORM_KERNELS].sort(), "the same kernels as the CUDA build");
+    for (const name of NORM_KERNELS) {
+      const k = byName.get(name)!;
+      const explicit = k[".args"].filter((a) => !a[".value_kind"].startsWith("hidden_"));
+      const want = cLayout(name === "scale_f32" ? SCALE_ARGS : DIAG_ARGS[name] ?? bwdArgs(name) ?? NORM_FWD_ARGS);
+      assert.deepEqual(explicit.map((a) => ({ offset: a[".offset"], size: a[".size"] })), want, `${arch} ${name} arguments`);
+      assert.equal(k[".wavefront_size"], WAVE[arch], `${arch} ${name} wave size`);
+      // No kernel needs scratch memory (a stack frame or spills): it would be slow per-lane global memory.
+      assert.equal(k[".private_segment_fixed_size"], 0, `${arch} ${name}: scratch bytes per work-item`);
+      if (name === "scale_f32") continue;
+      if (bwdArgs(name)) {
+        // ops/backward.ts launches at most 512 threads (the finalize exactly 512, `tile` 256); it refuses HIP
+        // devices for now.
+        assert.ok(k[".max_flat_workgroup_size"] >= (name.includes("_bwd_tile_") ? 256 : 512), `${arch} ${name}: threads`);
+        continue;
+      }
+      if (name in DIAG_ARGS) {
+        assert.ok(k[".max_flat_workgroup_size"] >= 256, `${arch} ${name}: launched with 256 threads`);
+        continue;
+      }
+      // (LayerNorm's blockfull/clusterfull/rowstwopass and both kinds' rowstile: the limits of block/cluster/rows.)
+      const mapping = name.split("_")[2].replace(/(full|twopass|tile)$/, "");
+      // The most threads and dynamic LDS the plan may launch this mapping with.
+      const threads = mapping === "rows" ? ROWS_BLOCK : mapping === "wide" ? 1024 : MAX_BLOCK_THREADS;
+      const dynLds = mapping === "rows" ? 0 : 2 * Math.ceil(threads / WAVE[arch]) * 4 + (mapping === "cluster" ? 16 : 0);
+      assert.ok(threads <= k[".max_flat_workgroup_size"], `${arch} ${name}: ${threads} threads > ${k[".max_flat_workgroup_size"]}`);
+      assert.ok(k[".group_segment_fixed_size"] + dynLds <= LDS_BYTES, `${arch} ${name}: LDS`);
+    }
+  });
+
+  test(`${arch}: every plan for a wave-${WAVE[arch]} ${arch} device picks a kernel of this code object, within its limits`, () => {
+    const md = metadata(b64(NORM_HSACO[arch]));
+    const byName = new Map(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
+    // The limits come from the same function ops/norm.ts uses, for a device like the ones HIP reports.
+    const device = {
+      backend: "hip",
+      info: {
+        ordinal: 0, name: arch, arch, computeCapability: [9, 0] as [number, number], multiprocessors: 104,
+        totalMemory: 1 << 30, warpSize: WAVE[arch], maxThreadsPerBlock: 1024, maxBlockDim: [1024, 1024, 1024] as [number, number, number],
+        maxGridDim: [2147483647, 65536, 65536] as [number, number, number], maxSharedPerBlock: LDS_BYTES,
+        maxSharedPerBlockOptin: LDS_BYTES, l2CacheBytes: 8 << 20,
+      },
+    };
+    assert.equal(hsacoTarget(device.info), arch);
+    const limits = planLimits(device);
+    assert.equal(limits.ccMajor, 0, "no clusters on AMD");
+    const mappings = new Set<string>();
+    // D from 1 chunk to far past the register cache: every mapping and both sides of each boundary.
+    const ds = [1, 3, 8, 127, 128, 1000, 1024, 2047, 2048, 2049, 4096, 4097, 8192, 12288, 16384, 16385, 32768, 65537, 262144];
+    for (const d of ds) {
+      for (const tin of DTYPES) {
+        for (const tout of DTYPES) {
+          for (const tw of [undefined, "f32", tin] as const) {
+            for (const kind of ["layer", "rms"] as const) {
+              for (const rows of [1, 1000]) {
+                const r = planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, limits);
+                assert.ok("plan" in r, JSON.stringify(r));
+                const p = r.plan, at = `${arch} d=${d} ${p.kernel}`;
+                mappings.add(p.mapping);
+                assert.notEqual(p.mapping, "cluster", "no clusters on AMD");
+                const k = byName.get(p.kernel);
+                assert.ok(k, `${at}: not in the code object`);
+                if (p.fullKernel !== null) {
+                  // The vector-only kernel launches with the same geometry: the same limits.
+                  const f = byName.get(p.fullKernel);
+                  assert.ok(f, `${at}: ${p.fullKernel} not in the code object`);
+                  assert.equal(f[".max_flat_workgroup_size"], k[".max_flat_workgroup_size"], `${at}: ${p.fullKernel} threads`);
+                  assert.ok(f[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: ${p.fullKernel} LDS`);
+                }
+                assert.ok(p.block[0] <= k[".max_flat_workgroup_size"], `${at}: block ${p.block[0]} > ${k[".max_flat_workgroup_size"]}`);
+                assert.equal(p.block[0] % WAVE[arch], 0, `${at}: block ${p.block[0]} not whole waves`);
+                assert.ok(k[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: LDS`);
+                if (p.mapping === "rows") {
+                  assert.ok(p.tpr <= 32 && p.nv <= MAXV_ROWS, `${at}: rows reduce within 32-lane groups, ≤ ${MAXV_ROWS} chunks`);
+                } else {
+                  // The block reduction keeps one float per wave, reduced again by one wave: ≤ wave² threads.
+                  assert.equal(p.sharedBytes, 2 * (p.block[0] / WAVE[arch]) * 4, `${at}: two reduction buffers, one float per wave`);
+                  assert.ok(p.block[0] / WAVE[arch] <= WAVE[arch], `${at}: more waves than one wave can reduce`);
+                  if (p.mapping === "block") assert.ok(p.nv <= MAXV_BLOCK, `${at}: ${p.nv} chunks per thread`);
+                  if (p.mapping === "latency") assert.ok(p.nv <= MAXV_LATENCY, `${at}: ${p.nv} chunks per thread`);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    assert.deepEqual([...mappings].sort(), ["block", "latency", "rows", "wide"], "the sweep reaches every AMD mapping");
+  });
+}

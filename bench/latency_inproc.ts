@@ -21,7 +21,8 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, setDependentLaunch, type Tensor } from "../mod.ts";
+import { setDependentLaunch, type Tensor } from "../mod.ts";
+import { openCuda } from "./open_cuda.ts";
 import type { Stream } from "../gpu.ts";
 import { gridCases, normOp } from "./latency_grid.ts";
 import { randoms } from "../tests/fixtures/random.ts";
@@ -54,7 +55,7 @@ const SHIM = {
   nk_shim_batch: { parameters: ["i32"], result: "f64" },
 } as const;
 
-using dev = Device.open({ backend: "cuda" });
+using dev = openCuda("bench/latency_inproc.ts");
 const dependent = setDependentLaunch(dev, (arg("--pdl") ?? "on") === "on");
 using stream = dev.createStream(); // creating it makes normkit's context current on this thread, for the shim
 const shim = ffi.open(arg("--shim") ?? "/tmp/liblaunch_shim.so", SHIM);

@@ -1,13 +1,13 @@
 /**
  * One forward case (or with a 4th argument `backward`, the backward's dx kernel), launched a few times,
  * for a profiler (ncu) to pick a launch from:
- *   ncu --clock-control none -k regex:nk_ --launch-skip 2 --launch-count 1 deno run -A bench/profile_one.ts layer bf16 4096
- *   ncu ... -k regex:_bwd_ ... bun bench/profile_one.ts layer bf16 4096 backward
+ *   ncu --clock-control none -k regex:nk_ --launch-skip 2 --launch-count 1 deno run -A lab/ncu/profile_one.ts layer bf16 4096
+ *   ncu ... -k regex:_bwd_ ... bun lab/ncu/profile_one.ts layer bf16 4096 backward
  * A 5th argument sets the rows (default: 1 GiB moved per call), e.g. a few for compute-sanitizer:
- *   compute-sanitizer --tool racecheck --kernel-name kns=stash bun bench/profile_one.ts layer f32 65536 forward 137
+ *   compute-sanitizer --tool racecheck --kernel-name kns=stash bun lab/ncu/profile_one.ts layer f32 65536 forward 137
  */
 import process from "node:process";
-import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward } from "../mod.ts";
+import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward } from "../../mod.ts";
 
 const [kind = "layer", dtype = "bf16", dArg = "4096", pass = "forward", rowsArg] = process.argv.slice(2);
 const d = Number(dArg);

@@ -4,16 +4,14 @@
 # kernels for the statistics), ~1 min here (nvcc, no GPU) instead of the whole fatbin's ~15. The change under test comes
 # as a patch to kernels/ (git diff's a/kernels/... paths) and/or nvcc flags; without either it is main's code.
 # Prints the staged kernels' registers, and the kernels and FULL-path functions that spill (ptxas -v, kept as OUT.ptxas.txt).
-#   bash bench/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags, e.g. -DNAME=0]
-# e.g. stop 33's A/B of the planar dbias slots (bench/RESULTS.md), main against the patch:
-#   bash bench/trimmed_cubin.sh bench/.wg/main.cubin
-#   bash bench/trimmed_cubin.sh bench/.wg/planar.cubin --patch bench/results/2026-12-04-h200-s33-dbias-planar.diff
-# then on the GPU host, in one call, in the order main, patched, patched, main (bench/bwd_staged_ab.ts checks dx bit
-# for bit against the register kernels of the same module before timing; --geometries times other CTA shapes):
-#   for m in main planar planar main; do bun bench/bwd_staged_ab.ts --module bench/.wg/$m.cubin --kinds layer --dtypes bf16; done
-# Keep the cubins out of git (bench/.wg/ in .git/info/exclude) and carry them xz-compressed.
+#   bash lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags, e.g. -DNAME=0]
+# e.g. main against a patch, then on the GPU host, in one call (lab/kernel_ab/README.md):
+#   bash lab/kernel_ab/trimmed_cubin.sh lab/kernel_ab/.wg/main.cubin
+#   bash lab/kernel_ab/trimmed_cubin.sh lab/kernel_ab/.wg/new.cubin --patch my-change.diff
+#   bun lab/kernel_ab/fwd_ab.ts lab/kernel_ab/.wg/main.cubin lab/kernel_ab/.wg/new.cubin --dtypes bf16
+# The cubins are build outputs (git-ignored); carry them xz-compressed.
 set -euo pipefail
-usage="usage: bench/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags]"
+usage="usage: lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 # Paths as the caller gave them (relative to the caller's directory), before the cd to the project root.
 mkdir -p "$(dirname "$1")"; out=$(realpath "$1"); shift
@@ -24,7 +22,7 @@ while [ $# -gt 0 ]; do
     *) flags+=("$1"); shift ;;
   esac
 done
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
 cp kernels/*.cu kernels/*.cuh kernels/*.h "$src/"
 [ -z "$patchf" ] || patch -s -N --batch -d "$src" -p2 < "$patchf"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Where a kernel's warps wait, per SASS instruction (ncu's warp-state sampling, the SourceCounters section):
 # for each case, profiles one launch of the forward (or, with `backward` as 4th word, the backward's dx
-# kernel) of bench/profile_one.ts, writes the full per-instruction CSV to $OUT/ncu-src-<case>.csv and prints
+# kernel) of lab/ncu/profile_one.ts, writes the full per-instruction CSV to $OUT/ncu-src-<case>.csv and prints
 # the instructions with the most stall samples, with their top stall reasons.
-#   OUT=/tmp/o bash bench/ncu_source.sh <deno|bun> "layer bf16 4096 backward" "rms bf16 4096 backward" ...
+#   OUT=/tmp/o bash lab/ncu/ncu_source.sh <deno|bun> "layer bf16 4096 backward" "rms bf16 4096 backward" ...
 set -uo pipefail
 rt=$1; shift
+out=${OUT:-/tmp}; mkdir -p "$out"; out=$(realpath "$out")
+cd "$(dirname "$0")/../.."
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
 [ -n "$NCU" ] || { echo "ncu not found" >&2; exit 2; }
-run=(bun bench/profile_one.ts); [ "$rt" = deno ] && run=(deno run -A bench/profile_one.ts)
-out=${OUT:-/tmp}
+run=(bun lab/ncu/profile_one.ts); [ "$rt" = deno ] && run=(deno run -A lab/ncu/profile_one.ts)
 for c in "$@"; do
   tag=$(tr ' ' '-' <<<"$c")
   kre='regex:nk_'; [[ "$c" == *backward* ]] && kre='regex:_bwd_(cached|cluster|wide|tile)'

@@ -25,11 +25,14 @@ using dy = dev.empty(pass === "backward" ? [rows, d] : [1], { dtype: dtype as DT
 if (pass === "backward") {
   // dx into y: 1.5 GiB moved per call.
   dy.buffer.fill32(0x3f003f00); // bf16 pairs of 0.5, f16 pairs of 1.75, f32 ~0.50: not zeros
-  const f = kind === "layer" ? layerNorm(x, { weight: w, bias: b, stats: true }) : rmsNorm(x, { weight: w, stats: true });
+  const f = kind === "layer"
+    ? layerNorm(x, { weight: w, bias: b, stats: true })
+    : rmsNorm(x, { weight: w, stats: true });
   const dw = dev.empty([d], { dtype: dtype as DType }), db = dev.empty([d], { dtype: dtype as DType });
   for (let i = 0; i < 4; i++) {
-    if (kind === "layer") layerNormBackward(dy, x, { mean: f.mean!, rstd: f.rstd!, weight: w, bias: b, dx: y, dweight: dw, dbias: db });
-    else rmsNormBackward(dy, x, { rstd: f.rstd!, weight: w, dx: y, dweight: dw });
+    if (kind === "layer") {
+      layerNormBackward(dy, x, { mean: f.mean!, rstd: f.rstd!, weight: w, bias: b, dx: y, dweight: dw, dbias: db });
+    } else rmsNormBackward(dy, x, { rstd: f.rstd!, weight: w, dx: y, dweight: dw });
   }
 } else {
   for (let i = 0; i < 4; i++) {

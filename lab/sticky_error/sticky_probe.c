@@ -3,7 +3,7 @@
 // retain; C: release the primary context to refcount 0, then retain; D: fault in the primary context, then a
 // new context from cuCtxCreate; E: fault in a cuCtxCreate context, destroy it, create another). Prints each
 // step's result code, and after recovery runs the kernel on a valid address and reads the value back.
-// Build: gcc -O2 -I/usr/local/cuda/include -o bench/sticky_probe bench/sticky_probe.c -ldl
+// Build: gcc -O2 -I/usr/local/cuda/include -o lab/sticky_error/sticky_probe lab/sticky_error/sticky_probe.c -ldl
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>

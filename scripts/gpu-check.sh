@@ -20,5 +20,5 @@ if [ "$rt" = deno ]; then deno run --allow-ffi --allow-env --allow-read examples
 echo "== launch overhead ($rt)"
 if [ "$rt" = deno ]; then deno run -A bench/launch.ts; else bun bench/launch.ts; fi
 echo "== launch overhead (C)"
-[ -x bench/launch_c ] || bash bench/build-launch-c.sh
+bash bench/build-c.sh
 bash scripts/fatbin.sh && bench/launch_c precompiled/norm.fatbin | tail -1

@@ -117,7 +117,7 @@ for (const d of DS) {
           }
         });
       }
-      const cols = runs.map((run, i) => `${"ABCDEFGH"[i]} ${times[i].map((t) => t.toFixed(1)).join(" / ")}`).join("  ");
+      const cols = runs.map((_, i) => `${"ABCDEFGH"[i]} ${times[i].map((t) => t.toFixed(1)).join(" / ")}`).join("  ");
       console.log(
         `${kind.padEnd(5)} ${dtype.padEnd(4)} D=${String(d).padEnd(6)} ${
           runs[0].k.name

@@ -19,8 +19,8 @@ using y = dev.empty([rows, d], { dtype: dtype as DType });
 x.buffer.fill32(0x3f803f80); // 1.0039 as bf16 pairs / a finite f16 pair / ~1.0 as f32: not zeros
 const w = dev.tensor(Float32Array.from({ length: d }, (_, i) => 1 + i / d), [d], { dtype: dtype as DType });
 const b = dev.tensor(Float32Array.from({ length: d }, (_, i) => i / d), [d], { dtype: dtype as DType });
-// The backward's dy, its own buffer (it was x's bytes until 2026-12-04: half the reads then hit L2, which skews
-// DRAM-bound profiles); declared out here so that it outlives the launches until the synchronize below.
+// The backward's dy, its own buffer (x's bytes as dy would make half the reads hit L2, which skews DRAM-bound
+// profiles); declared out here so that it outlives the launches until the synchronize below.
 using dy = dev.empty(pass === "backward" ? [rows, d] : [1], { dtype: dtype as DType });
 if (pass === "backward") {
   // dx into y: 1.5 GiB moved per call.

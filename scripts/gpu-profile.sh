@@ -4,6 +4,7 @@
 # Usage: bash scripts/gpu-profile.sh "layer bf16 4096" "rms bf16 4096" ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/gpu-carry-check.sh  # the development setup's carry limit
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
 [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
 for c in "$@"; do

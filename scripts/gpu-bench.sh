@@ -8,6 +8,7 @@
 # so a call that runs both passes (or saves more beside them) should pack its outputs: tar czf $OUT/all.tgz -C <dir> .
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/gpu-carry-check.sh  # the development setup's carry limit
 rt=${1:?deno or bun}; shift
 OUT=${OUT:-/tmp/gpu-bench}; mkdir -p "$OUT"
 quick=""; ds=(); passes=(); torch=""; bwd=""; sfx=""; pass=forward; torchpy=bench/compare_torch.py

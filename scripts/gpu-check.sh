@@ -8,6 +8,7 @@
 # under Deno there (its runtime is 29.3 MiB) or without a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/gpu-carry-check.sh  # the development setup's carry limit
 rt=${1:?deno or bun}
 OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
 for f in .rt/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "/usr/local/bin/$n"; chmod +x "/usr/local/bin/$n"; done

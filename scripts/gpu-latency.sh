@@ -10,6 +10,7 @@
 #   bash scripts/gpu-latency.sh deno|bun
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/gpu-carry-check.sh  # the development setup's carry limit
 rt=${1:?deno or bun}
 OUT=${OUT:-/tmp/gpu-latency}; mkdir -p "$OUT"
 if ! command -v "$rt" >/dev/null; then

@@ -6,6 +6,7 @@
 # Per-instruction stall sampling: lab/ncu/ncu_source.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/gpu-carry-check.sh  # the development setup's carry limit
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
 [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
 run=(deno run -A lab/ncu/profile_one.ts); [ "${NK_RT:-deno}" = bun ] && run=(bun lab/ncu/profile_one.ts)

@@ -118,6 +118,21 @@ function noteDriverError(driver: Driver, e: GpuError): void {
   for (const c of liveContexts) if (c.driver === driver && c.handle === currentContext) c.faulted ??= e;
 }
 
+// Drivers whose errors this runtime listens to. A listener already there (another instance of this module over
+// the same driver object, as tests make) keeps being called.
+const listening = new WeakSet<Driver>();
+function listenForErrors(driver: Driver): void {
+  if (listening.has(driver)) return;
+  listening.add(driver);
+  const earlier = driver.onError;
+  driver.onError = earlier
+    ? (e) => {
+      earlier(e);
+      noteDriverError(driver, e);
+    }
+    : (e) => noteDriverError(driver, e);
+}
+
 /** The error every use of a context that hit a sticky error throws until recover() finds out more. */
 function faultedError(cause: GpuError, what: string): GpuError {
   return new GpuError(cause.backend, `${what} (the context is unusable since ${cause.call} failed)`, cause.code, cause.codeName, cause.description);
@@ -273,7 +288,7 @@ export class Device extends Resource {
   static #openGpu(backend: "cuda" | "hip", driver: Driver, ordinal: number, check: OpenOptions["check"]): Device {
     const dead = poisonedGpus.get(driver)?.get(ordinal);
     if (dead) throw restartError(dead, `Device.open(${backend}:${ordinal})`);
-    driver.onError ??= (e) => noteDriverError(driver, e);
+    listenForErrors(driver);
     const info = driver.deviceInfo(ordinal);
     const owner = new Owner();
     const ctx = new Context(driver, driver.retainContext(ordinal), ordinal, owner);
@@ -478,6 +493,10 @@ export class Device extends Resource {
           ctx.driver.memFree(ctx.driver.memAlloc(256));
         } catch (e) {
           if (!(e instanceof GpuError)) throw e;
+          currentContext = 0n;
+          // A recoverable failure (e.g. out of memory at the check) says nothing about the context: the device
+          // stays usable and recover() may be called again (what a failed reset dropped goes with the next one).
+          if (!e.sticky) throw e;
           const err = new GpuError(e.backend, `device.recover(): ${e.call}`, e.code, e.codeName, e.description, {
             restartRequired: true,
           });

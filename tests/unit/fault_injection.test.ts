@@ -104,11 +104,18 @@ function sweep(name: string, w: Workflow): Sweep {
         assert.equal(error.sticky, false);
       }
       const leftover = RELEASES.has(call) && call !== "cuDevicePrimaryCtxRelease_v2" ? 1 : 0;
-      assert.equal(fake.live, baseline + leftover, `${at}: live ${JSON.stringify(fake.liveSummary())}`);
+      // A failed reset (recover()) leaves what it dropped to the next reset: the rerun's recover() frees it.
+      if (call !== "cuDevicePrimaryCtxReset_v2") {
+        assert.equal(fake.live, baseline + leftover, `${at}: live ${JSON.stringify(fake.liveSummary())}`);
+      }
       // The device works again: the same workflow, cleanly, gives the clean result.
       const rerun = cleanRun(w, fake);
       assert.deepEqual(rerun.result, clean.result, `${at}: the rerun after the error`);
-      assert.equal(fake.live, baseline + leftover, `${at}: live after the rerun`);
+      // (A rerun that resets the context frees the leftover too.)
+      assert.ok(
+        fake.live >= baseline && fake.live <= baseline + leftover,
+        `${at}: live after the rerun ${JSON.stringify(fake.liveSummary())}`,
+      );
       void launched;
       keep.close();
       assert.equal(fake.retained, call === "cuDevicePrimaryCtxRelease_v2" ? 1 : 0, `${at}: retains`);
@@ -127,8 +134,10 @@ function sweep(name: string, w: Workflow): Sweep {
       assert.ok(error instanceof GpuError, `${at} (sticky): ${error}`);
       assert.ok(error.sticky, `${at} (sticky): sticky`);
       assert.equal(error.code, CUDA_ERROR_ILLEGAL_ADDRESS);
+      // (recover() names its step: "device.recover(): <call>".)
       assert.ok(
-        error.call === call || error.message.includes(`since ${call} failed`),
+        error.call === call || error.call === `device.recover(): ${call}` ||
+          error.message.includes(`since ${call} failed`),
         `${at} (sticky): names the call: ${error.message}`,
       );
       // Every later use: a sticky GpuError saying the process must be restarted; from the second on, no driver call.
@@ -145,7 +154,8 @@ function sweep(name: string, w: Workflow): Sweep {
       const restart = (e: unknown) =>
         e instanceof GpuError && e.restartRequired && /process must be restarted/.test(e.message);
       assert.throws(() => keep.recover(), restart, `${at} (sticky): recover()`);
-      assert.equal(fake.live, 0, `${at} (sticky): the reset freed everything`);
+      // (Unless the workflow's own recover() met the fault and poisoned the GPU: keep.recover() then resets nothing.)
+      if (!error.restartRequired) assert.equal(fake.live, 0, `${at} (sticky): the reset freed everything`);
       const after = fake.calls.length;
       assert.throws(() => keep.alloc(64), restart);
       assert.throws(() => Device.openWithDriver(fake), restart);
@@ -345,8 +355,17 @@ sweepTest("check mode (diagnostics)", (fake) => {
   return [report.op, report.input.count, report.output.count, stats.count];
 });
 
+sweepTest("recover() of a healthy device, then use", (fake) => {
+  using dev = Device.openWithDriver(fake);
+  const before = dev.alloc(64);
+  dev.recover();
+  assert.ok(before.closed);
+  using x = dev.tensor(X, [4, 64]);
+  return bytesOf(x);
+});
+
 test("fault injection: counts", () => {
-  assert.equal(workflows, 10, "every workflow above was swept");
+  assert.equal(workflows, 11, "every workflow above was swept");
   assert.ok(faultPoints > 100, `${faultPoints} fault points`);
   console.log(
     `# fault injection: ${workflows} workflows, ${faultPoints} fault points, each failed once recoverable and once sticky`,

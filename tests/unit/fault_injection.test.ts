@@ -183,7 +183,7 @@ function sweepTest(name: string, w: Workflow): void {
 // ---- the workflows ----
 
 const LONG = randoms(65536, 14), LONG_W = randoms(65536, 15);
-const XL = randoms(2 * 8192, 3);
+const XL = randoms(2 * 8192, 3), STAGED = randoms(32768, 16), STAGED_W = randoms(32768, 17);
 const DY = randoms(256, 5),
   XW = randoms(4 * 4096, 6),
   DYW = randoms(4 * 4096, 7),
@@ -299,6 +299,16 @@ sweepTest("backward: layerNormBackward and rmsNormBackward", (fake) => {
   return [g.dx.shape, gr.dweight?.shape];
 });
 
+sweepTest("backward: staged cluster kernels (the plan asks whether a cluster fits)", (fake) => {
+  using dev = Device.openWithDriver(fake);
+  using x = dev.tensor(STAGED, [1, 32768], { dtype: "bf16" }), w = dev.tensor(STAGED_W, [32768], { dtype: "bf16" });
+  const f = rmsNorm(x, { weight: w, stats: true });
+  using _y = f.y, _m = f.mean, _r = f.rstd;
+  const g = rmsNormBackward(x, x, { rstd: f.rstd, weight: w });
+  g.dx.close(), g.dweight?.close();
+  return g.dx.shape;
+});
+
 sweepTest("modules: RMSNorm and LayerNorm forward, backward, zeroGrad", (fake) => {
   using dev = Device.openWithDriver(fake);
   using rms = new RMSNorm(dev, 64, { zeroCentered: true });
@@ -365,9 +375,30 @@ sweepTest("recover() of a healthy device, then use", (fake) => {
 });
 
 test("fault injection: counts", () => {
-  assert.equal(workflows, 11, "every workflow above was swept");
+  assert.equal(workflows, 12, "every workflow above was swept");
   assert.ok(faultPoints > 100, `${faultPoints} fault points`);
   console.log(
     `# fault injection: ${workflows} workflows, ${faultPoints} fault points, each failed once recoverable and once sticky`,
   );
+});
+
+test("a transient failure of the cluster-fit query (out of memory) is not remembered: the next backward asks again and gets the staged cluster plan", () => {
+  const fake = new FaultDriver();
+  using dev = Device.openWithDriver(fake);
+  using x = dev.tensor(STAGED, [1, 32768], { dtype: "bf16" }), w = dev.tensor(STAGED_W, [32768], { dtype: "bf16" });
+  const f = rmsNorm(x, { weight: w, stats: true });
+  using _y = f.y, _m = f.mean, _r = f.rstd;
+  const backwardKernel = () => {
+    const from = fake.launches.length;
+    const g = rmsNormBackward(x, x, { rstd: f.rstd, weight: w });
+    g.dx.close(), g.dweight?.close();
+    return fake.launches[from].kernel;
+  };
+  // Fail the first cluster-fit query: that call falls back to another plan.
+  const before = fake.calls.length;
+  fake.failNext("cuOccupancyMaxActiveClusters");
+  const fallback = backwardKernel();
+  assert.ok(fake.calls.slice(before).includes("cuOccupancyMaxActiveClusters"), "the query was made (and failed)");
+  assert.doesNotMatch(fallback, /staged/);
+  assert.equal(backwardKernel(), "nk_rms_bwd_clusterstaged_bf16_bf16_bf16", "the next call asks again");
 });

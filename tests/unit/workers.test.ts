@@ -20,14 +20,17 @@ function runWorker(job: NormJob): { result: Promise<NormJobResult>; worker: Work
   const worker = new Worker(new URL("../fixtures/norm_worker.ts", import.meta.url).href, { type: "module" });
   const result = new Promise<NormJobResult>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`worker ${job.id}: no answer in 120 s`)), 120_000);
-    worker.onmessage = (e: MessageEvent<NormJobResult>) => (clearTimeout(timer), resolve(e.data));
+    worker.onmessage = (e: MessageEvent<NormJobResult>) => {
+      if (e.data.ready) return worker.postMessage(job); // the worker listens now
+      clearTimeout(timer);
+      resolve(e.data);
+    };
     worker.onerror = (e: ErrorEvent) => {
       clearTimeout(timer);
       e.preventDefault?.();
       reject(new Error(`worker ${job.id} crashed: ${e.message}`));
     };
   });
-  worker.postMessage(job);
   return { result, worker };
 }
 

@@ -7,7 +7,8 @@
  * - nothing leaks: with a second Device keeping the primary context alive (so that closing the workflow's
  *   device does not free everything wholesale), the fake's live handles and allocations return to their
  *   baseline once the workflow's device is closed;
- * - outputs given to an op (`out`, accumulated gradients) hold either their old bytes or the complete result;
+ * - outputs given to an op (`out`, `dx`, accumulated gradients) keep their bytes when it fails (the fake's kernels
+ *   write nothing, so what could change them is a copy or memset of the op);
  * - recoverable: the same device works afterwards (the workflow runs again cleanly with the clean run's result);
  * - sticky: every later use throws a sticky GpuError saying the process must be restarted, without driver calls;
  *   recover() then reports restartRequired (the fake's reset does not clear the error, as on NVIDIA 580), the
@@ -28,6 +29,7 @@ import {
   rmsNormBackward,
   tensorStats,
 } from "../../mod.ts";
+import type { DType, Tensor } from "../../mod.ts";
 import { launch, LaunchConfig } from "../../gpu.ts";
 import { CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_OUT_OF_MEMORY, FaultDriver } from "../fixtures/fault_driver.ts";
 import { randoms } from "../fixtures/helpers.ts";
@@ -242,16 +244,18 @@ function keepsOutput<T>(
   dev: Device,
   fake: FaultDriver,
   shape: number[],
-  run: (out: ReturnType<Device["empty"]>) => T,
+  dtype: DType,
+  run: (out: Tensor) => T,
+  also: Tensor[] = [],
 ): T {
-  using out = dev.empty(shape);
+  using out = dev.empty(shape, { dtype });
   out.buffer.fill(0x5a);
-  const before = Array.from(fake.deviceBytes(out.ptr, out.buffer.byteLength));
+  const bytes = (t: Tensor) => Array.from(fake.deviceBytes(t.buffer.ptr, t.buffer.byteLength));
+  const before = [out, ...also].map(bytes);
   try {
     return run(out);
   } catch (e) {
-    const now = Array.from(fake.deviceBytes(out.ptr, out.buffer.byteLength));
-    assert.deepEqual(now, before, "an output given to a failed op keeps its bytes");
+    assert.deepEqual([out, ...also].map(bytes), before, "outputs given to a failed op keep their bytes");
     throw e;
   }
 }
@@ -263,7 +267,7 @@ sweepTest("forward: layerNorm and rmsNorm, dtypes, out, stats", (fake) => {
   using y1 = layerNorm(x, { weight: w, bias: b });
   const r = rmsNorm(xh, { weight: w, stats: true });
   r.y.close(), r.mean.close(), r.rstd.close();
-  keepsOutput(dev, fake, [4, 64], (out) => layerNorm(x, { weight: w, out }));
+  keepsOutput(dev, fake, [4, 64], "f32", (out) => layerNorm(x, { weight: w, out }));
   using xl = dev.tensor(XL, [2, 8192], { dtype: "f16" });
   using y2 = rmsNorm(xl, { outDtype: "f32" });
   return [y1.shape, y2.dtype];
@@ -281,15 +285,14 @@ sweepTest("backward: layerNormBackward and rmsNormBackward", (fake) => {
   const fr = rmsNorm(xw, { weight: ww, stats: true });
   using _y2 = fr.y, _m2 = fr.mean, _r2 = fr.rstd;
   using dweight = dev.tensor(new Float32Array(4096), [4096]);
-  const gr = keepsOutput(dev, fake, [4, 4096], (dxOut) => {
-    const dx = dev.empty([4, 4096], { dtype: "bf16" });
-    try {
-      return rmsNormBackward(dyw, xw, { rstd: fr.rstd, weight: ww, dx, dweight, accumulate: true });
-    } finally {
-      dx.close();
-      void dxOut;
-    }
-  });
+  const gr = keepsOutput(
+    dev,
+    fake,
+    [4, 4096],
+    "bf16",
+    (dx) => rmsNormBackward(dyw, xw, { rstd: fr.rstd, weight: ww, dx, dweight, accumulate: true }),
+    [dweight],
+  );
   // Long rows: the cluster kernels, whose plan asks the driver how many clusters fit.
   using xc = dev.tensor(LONG, [1, 65536], { dtype: "bf16" }), wc = dev.tensor(LONG_W, [65536]);
   const fc = layerNorm(xc, { weight: wc, stats: true });

@@ -182,6 +182,9 @@ export function devicePlanBackward(device: Device, input: BwdPlanInput, override
   return residentStaged(planNormBackward(input, portable), portable);
 }
 
+// CUDA_ERROR_OUT_OF_MEMORY (hipErrorOutOfMemory has the same number).
+const CUDA_ERROR_OUT_OF_MEMORY = 2;
+
 /** Per prepared kernel (a module loaded again has new ones), per block/shared/cluster: whether one cluster fits. */
 const clusterFits = new WeakMap<Kernel, Map<number, boolean>>();
 function holdsCluster(k: Kernel, p: { block: number; sharedBytes: number; cluster: number }): boolean {
@@ -197,6 +200,8 @@ function holdsCluster(k: Kernel, p: { block: number; sharedBytes: number; cluste
       // A driver that refuses the non-portable size (its opt-in or the query): the portable plan. A sticky error
       // would fail that plan's launch in its turn, with its own message.
       if (!(e instanceof GpuError)) throw e;
+      // Out of memory is no answer about the geometry: this call takes the portable plan, the next one asks again.
+      if (e.code === CUDA_ERROR_OUT_OF_MEMORY) return false;
       fits = false;
     }
     byGeometry.set(key, fits);

@@ -4,6 +4,7 @@
  * the user's script run (CPU norm against a float64 reference), type-checked with `tsc --noEmit` under the
  * tsconfig `bun init` writes, bundled with `bun build` and the bundle run from a folder of its own.
  * Bun's types are linked from this repository's node_modules (where `bun init` would download @types/bun).
+ * The .d.ts files are also checked on their own with no runtime's types and skipLibCheck off.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -153,6 +154,27 @@ test("npm pack → bun add in a fresh project: import, run, tsc --noEmit, bun bu
     assert.ok(tar.unpackedSize <= UNPACKED_BUDGET, `unpacked ${tar.unpackedSize} bytes, budget ${UNPACKED_BUDGET}`);
     const manifest = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { dependencies?: object };
     assert.deepEqual(Object.keys(manifest.dependencies ?? {}), [], "normkit must not pull in dependencies");
+
+    // The published .d.ts alone, stricter than any user: no runtime's types, skipLibCheck off.
+    const strict = join(work, "tsconfig.dts.json");
+    writeFileSync(
+      strict,
+      JSON.stringify({
+        compilerOptions: {
+          lib: ["ESNext"],
+          types: [],
+          strict: true,
+          noUncheckedIndexedAccess: true,
+          skipLibCheck: false,
+          noEmit: true,
+          module: "Preserve",
+          moduleResolution: "bundler",
+        },
+        files: [join(root, "dist/mod.d.ts"), join(root, "dist/gpu.d.ts")],
+      }),
+    );
+    const dts = run(bin("tsc"), ["-p", strict], work);
+    assert.equal(dts.code, 0, `the .d.ts files do not check on their own:\n${dts.out}`);
 
     // 2. A fresh project outside the repository, as `bun init` leaves it, with the tarball installed.
     const app = join(work, "app");

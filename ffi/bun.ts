@@ -28,7 +28,14 @@ function bunFfiModule(): BunFfiModule {
 }
 
 const BUN_TYPE: Record<NativeType, string> = {
-  void: "void", i32: "i32", u32: "u32", i64: "i64", u64: "u64", f32: "f32", f64: "f64", buffer: "ptr",
+  void: "void",
+  i32: "i32",
+  u32: "u32",
+  i64: "i64",
+  u64: "u64",
+  f32: "f32",
+  f64: "f64",
+  buffer: "ptr",
 };
 
 /** The FFI over bun:ffi; use it only under Bun (ffi/runtime.ts picks it when `globalThis.Bun` exists). */

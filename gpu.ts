@@ -22,7 +22,8 @@ export {
   GraphUpdateError,
   type GraphUpdateRefusal,
 } from "./runtime/graph.ts";
-export { DeviceBuffer, PinnedBuffer } from "./runtime/memory.ts";
+export { type AsyncCopyOptions, type CopyOptions, DeviceBuffer, PinnedBuffer } from "./runtime/memory.ts";
+export type { Resource } from "./runtime/resource.ts";
 export { type ArgType, type DevicePointer, Kernel, type KernelArg, launch, LaunchConfig, Module } from "./runtime/module.ts";
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";

@@ -4,7 +4,13 @@ import type { NativeLibrary, SymbolTable } from "./types.ts";
 
 /** Thrown when a native library cannot be loaded; `reason` says why in one line. */
 export class LibraryLoadError extends Error {
+  /** "LibraryLoadError". */
   override name = "LibraryLoadError";
+  /**
+   * Made when a native library cannot be opened.
+   * @param library The path (or name) that was tried.
+   * @param reason Why it could not be opened, in one line.
+   */
   constructor(readonly library: string, readonly reason: string) {
     super(`cannot load ${library}: ${reason}`);
   }

@@ -30,7 +30,7 @@ const BWD_STAGES_SHIFT = 4;
 /** Parameters of nk_bwd_finalize_{f32|f16|bf16}: part, nparts, d, nacc, dweight, dbias, accumulate. */
 export const NORM_FINALIZE_ARGS: readonly ArgType[] = ["ptr", "i32", "i32", "i32", "ptr", "ptr", "i32"];
 
-
+/** Options of rmsNormBackward (and the shared part of layerNormBackward's). */
 export interface RMSNormBackwardOptions {
   /** Per-row 1/σ from the forward (`stats: true`): f32, one per row of x. */
   rstd: Tensor;
@@ -42,9 +42,11 @@ export interface RMSNormBackwardOptions {
   dweight?: Tensor;
   /** Add the parameter gradients to `dweight` / `dbias` instead of overwriting them. */
   accumulate?: boolean;
+  /** Stream to run on (default: the device's). */
   stream?: Stream;
 }
 
+/** Options of layerNormBackward: those of rmsNormBackward, plus the forward's mean and the bias. */
 export interface LayerNormBackwardOptions extends RMSNormBackwardOptions {
   /** Per-row mean from the forward: f32, one per row of x. */
   mean: Tensor;
@@ -54,18 +56,66 @@ export interface LayerNormBackwardOptions extends RMSNormBackwardOptions {
   dbias?: Tensor;
 }
 
+/** The gradients of a backward call. The tensors are the ones given as dx / dweight / dbias, or new ones. */
 export interface NormBackwardResult {
+  /** ∂L/∂x: x's shape and dtype. */
   dx: Tensor;
+  /** ∂L/∂weight summed over the rows ([D], weight's dtype): present when a weight was given. */
   dweight?: Tensor;
+  /** ∂L/∂bias summed over the rows ([D], bias's dtype): present when a bias was given (layerNormBackward). */
   dbias?: Tensor;
 }
 
-/** Gradients of y = layerNorm(x, {weight, bias}) given dy = ∂L/∂y. Asynchronous on the stream. */
+/**
+ * Gradients of y = layerNorm(x, { weight, bias }) given dy = ∂L/∂y, from the forward's statistics (run it with
+ * `stats: true`). Asynchronous on the stream. The parameter gradients are summed over the rows in a fixed
+ * order, without atomics: results are bitwise identical run to run.
+ *
+ * @param dy The gradient of the forward's output: x's shape.
+ * @param x The forward's input.
+ * @param opts The forward's `mean` and `rstd` (required), its `weight` and `bias`, and optional outputs.
+ * @returns dx, plus dweight with a weight and dbias with a bias.
+ * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, outputs that overlap the inputs,
+ *   or `accumulate` without the tensors to add into.
+ * @throws {DisposedError} when a tensor, the stream or the device is closed.
+ * @throws {UnsupportedError} on HIP (the backward kernels are CUDA only), for a row length the kernels do not
+ *   cover, or when it would allocate while a stream captures (pass dx, dweight and dbias then).
+ * @throws {GpuError} when the driver fails.
+ *
+ * @example
+ * ```ts
+ * using x = dev.tensor(values, [rows, d]);
+ * using w = dev.tensor(weights, [d]);
+ * using b = dev.tensor(biases, [d]);
+ * const fwd = layerNorm(x, { weight: w, bias: b, stats: true });
+ * using dy = dev.tensor(upstreamGrad, [rows, d]);
+ * const { dx, dweight, dbias } = layerNormBackward(dy, x, { mean: fwd.mean, rstd: fwd.rstd, weight: w, bias: b });
+ * ```
+ */
 export function layerNormBackward(dy: Tensor, x: Tensor, opts: LayerNormBackwardOptions): NormBackwardResult {
   return runBackward("layer", dy, x, opts);
 }
 
-/** Gradients of y = rmsNorm(x, {weight}) given dy = ∂L/∂y. Asynchronous on the stream. */
+/**
+ * Gradients of y = rmsNorm(x, { weight }) given dy = ∂L/∂y, from the forward's rstd (run it with
+ * `stats: true`). Asynchronous on the stream; deterministic, as layerNormBackward.
+ *
+ * @param dy The gradient of the forward's output: x's shape.
+ * @param x The forward's input.
+ * @param opts The forward's `rstd` (required) and `weight`, and optional outputs.
+ * @returns dx, plus dweight with a weight.
+ * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, or outputs that overlap the inputs.
+ * @throws {DisposedError} when a tensor, the stream or the device is closed.
+ * @throws {UnsupportedError} on HIP, for a row length the kernels do not cover, or when it would allocate while a
+ *   stream captures.
+ * @throws {GpuError} when the driver fails.
+ *
+ * @example
+ * ```ts
+ * const fwd = rmsNorm(x, { weight: w, stats: true });
+ * const { dx, dweight } = rmsNormBackward(dy, x, { rstd: fwd.rstd, weight: w });
+ * ```
+ */
 export function rmsNormBackward(dy: Tensor, x: Tensor, opts: RMSNormBackwardOptions): NormBackwardResult {
   return runBackward("rms", dy, x, opts as LayerNormBackwardOptions);
 }

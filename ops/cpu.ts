@@ -4,25 +4,34 @@
  * the square root, weight then bias applied after normalising).
  */
 
+/** Which norm: LayerNorm ("layer") or RMSNorm ("rms"). */
 export type NormKind = "layer" | "rms";
 
+/** The input of cpuNormForward: rows of `d` values read from `x` with a stride, and the norm's parameters. */
 export interface CpuNormInput {
-  kind: NormKind;
+  /** "layer" (LayerNorm) or "rms" (RMSNorm). */
+  kind: "layer" | "rms";
+  /** How many rows to normalize. */
   rows: number;
+  /** Values per row (the normalized dimension). */
   d: number;
   /** Element index of row r is xOffset + r * xStride. */
   x: ArrayLike<number>;
+  /** Index of the first row's first element in `x` (default 0). */
   xOffset?: number;
+  /** Elements from one row's start to the next's (d for contiguous rows). */
   xStride: number;
   /** Length d. */
   weight?: ArrayLike<number>;
   /** Length d; ignored for rms. */
   bias?: ArrayLike<number>;
+  /** Added to the variance (mean of squares for rms) inside the square root. */
   eps: number;
   /** Scale is 1 + weight (Gemma-style); without a weight the scale is 1. */
   zeroCenteredWeight?: boolean;
 }
 
+/** The result of cpuNormForward, in float64. */
 export interface CpuNormOutput {
   /** rows * d, contiguous. */
   y: Float64Array;
@@ -38,6 +47,20 @@ function checkLength(name: string, arr: ArrayLike<number> | undefined, d: number
   }
 }
 
+/**
+ * LayerNorm or RMSNorm of `rows` rows in float64, on the host: the reference the GPU kernels are tested against,
+ * and the maths of the CPU backend. Same semantics as PyTorch's F.layer_norm / F.rms_norm over the last
+ * dimension (biased variance, eps inside the square root, weight then bias after normalizing); sums are
+ * compensated, so the result is within about an ulp of the exact one on long rows.
+ *
+ * @returns y (rows × d, contiguous) and each row's mean (0 for rms) and rstd.
+ * @throws {RangeError} when `x`, `weight` or `bias` is too short for rows, d, xStride and xOffset.
+ *
+ * @example
+ * ```ts
+ * const { y, rstd } = cpuNormForward({ kind: "rms", rows: 2, d: 3, x: [1, 2, 3, 4, 5, 6], xStride: 3, eps: 1e-6 });
+ * ```
+ */
 export function normForward(input: CpuNormInput): CpuNormOutput {
   const { kind, rows, d, x, xStride, eps } = input;
   const xOffset = input.xOffset ?? 0;

@@ -6,25 +6,35 @@
  * The statistics are the forward's (given), or recomputed here in float64 when absent.
  * tests/unit/reference_backward.test.ts checks these formulas against finite differences of ops/cpu.ts's forward.
  */
-import { normForward, type NormKind } from "./cpu.ts";
+import { normForward } from "./cpu.ts";
 
+/** The input of cpuNormBackward: the forward's input rows, the gradient of its output, and its statistics or eps. */
 export interface CpuNormBackwardInput {
-  kind: NormKind;
+  /** "layer" (LayerNorm) or "rms" (RMSNorm). */
+  kind: "layer" | "rms";
+  /** How many rows. */
   rows: number;
+  /** Values per row (the normalized dimension). */
   d: number;
   /** Element index of row r is r * xStride (and r * dyStride). */
   x: ArrayLike<number>;
+  /** Elements from one row of `x` to the next. */
   xStride: number;
+  /** The gradient of the forward's output y. */
   dy: ArrayLike<number>;
+  /** Elements from one row of `dy` to the next. */
   dyStride: number;
   /** Per-row mean (LN) and rstd from the forward; recomputed in float64 with `eps` when absent. */
   mean?: ArrayLike<number>;
+  /** Per-row rstd from the forward (see `mean`). */
   rstd?: ArrayLike<number>;
+  /** The forward's eps, needed only when the statistics are not given. */
   eps?: number;
   /** Length d; without it the scale is 1. */
   weight?: ArrayLike<number>;
 }
 
+/** The result of cpuNormBackward, in float64. */
 export interface CpuNormBackwardOutput {
   /** rows · d, contiguous. */
   dx: Float64Array;
@@ -34,6 +44,18 @@ export interface CpuNormBackwardOutput {
   dbias: Float64Array;
 }
 
+/**
+ * The LayerNorm or RMSNorm backward pass in float64, on the host (PyTorch semantics): dx, and dweight / dbias
+ * summed over the rows. The reference the GPU backward kernels are tested against, and the CPU backend's maths.
+ *
+ * @throws {RangeError} when neither the statistics (rstd, and mean for "layer") nor `eps` are given.
+ *
+ * @example
+ * ```ts
+ * const x = [1, 2, 3, 4, 5, 6], dy = [0.1, -0.2, 0.3, 0.5, 0, -0.5];
+ * const { dx, dweight } = cpuNormBackward({ kind: "layer", rows: 2, d: 3, x, xStride: 3, dy, dyStride: 3, eps: 1e-5 });
+ * ```
+ */
 export function normBackward(p: CpuNormBackwardInput): CpuNormBackwardOutput {
   const { kind, rows, d } = p;
   let mean = p.mean, rstd = p.rstd;

@@ -93,8 +93,21 @@ export function statsOfValues(values: ArrayLike<number>): TensorStats {
 }
 
 /**
- * Non-finite count and abs-max of the finite values of `t`, after earlier work on the stream (default: the
+ * Non-finite count and abs-max of the finite values of `tensor`, after earlier work on the stream (default: the
  * device's). On GPUs computed by the diagnostics kernels, then 24 bytes are read back (the stream is synchronized).
+ * Use it to find where NaN/Inf enter a model, or how close f16 activations are to overflow.
+ *
+ * @param tensor Any tensor (f32, f16 or bf16, any shape).
+ * @param opts.stream The stream to run on (default: the tensor's device's).
+ * @throws {ArgumentError} when `tensor` is not a Tensor.
+ * @throws {DisposedError} when the tensor or its device is closed.
+ * @throws {UnsupportedError} while the stream captures a graph (the stream would be synchronized).
+ *
+ * @example
+ * ```ts
+ * const s = tensorStats(y);
+ * if (s.nonFinite > 0) console.warn(`${s.nonFinite} of ${s.count} values are NaN/Inf`);
+ * ```
  */
 export function tensorStats(tensor: Tensor, opts: { stream?: Stream } = {}): TensorStats {
   const t = checkTensor("tensor", tensor);
@@ -162,18 +175,34 @@ function warningsFor(x: Tensor, input: TensorStats, y: Tensor, output: TensorSta
 export interface Histogram {
   /** bins + 1 increasing edges; bin i holds values in [edges[i], edges[i+1]) (the last bin includes its top). */
   edges: number[];
+  /** How many values fell in each bin. */
   counts: number[];
-  /** Finite values below edges[0] / above the last edge. */
+  /** Finite values below edges[0]. */
   below: number;
+  /** Finite values above the last edge. */
   above: number;
+  /** NaN and ±Inf values (in no bin). */
   nonFinite: number;
   /** Elements looked at. */
   count: number;
 }
 
 /**
- * Histogram of `t`'s values (read to the host) over `range` (default [-4, 4]: LLM activations after a norm
+ * Histogram of `tensor`'s values (read to the host) over `range` (default [-4, 4]: LLM activations after a norm
  * mostly sit in [-3, 3]; mass outside says the scale is off) in `bins` equal bins (default 16).
+ *
+ * @param tensor Any tensor; its values are read back after earlier work on `opts.stream` (synchronizes it).
+ * @param opts.bins Number of equal bins, 1 to 1e6 (default 16).
+ * @param opts.range [lo, hi], finite, lo < hi (default [-4, 4]).
+ * @param opts.stream The stream to read on (default: the tensor's device's).
+ * @throws {ArgumentError} for a bad `bins` or `range`, or when `tensor` is not a Tensor.
+ * @throws {DisposedError} when the tensor or its device is closed.
+ *
+ * @example
+ * ```ts
+ * const h = histogram(y, { bins: 8, range: [-4, 4] });
+ * console.log(h.edges, h.counts, `outside: ${h.below + h.above}`);
+ * ```
  */
 export function histogram(tensor: Tensor, opts: { bins?: number; range?: readonly [number, number]; stream?: Stream } = {}): Histogram {
   const t = checkTensor("tensor", tensor);

@@ -5,23 +5,33 @@
  */
 import type { GpuError } from "./errors.ts";
 
-/** What a device can do, read once at open. */
+/** What a device can do, read once at open (`device.info`). The CPU backend reports one host "device". */
 export interface DeviceInfo {
+  /** The device's index among the backend's devices (0 on the CPU backend). */
   readonly ordinal: number;
+  /** The name the driver reports, e.g. "NVIDIA H200". */
   readonly name: string;
   /** e.g. "sm_90" (CUDA) or "gfx942" (HIP). */
   readonly arch: string;
+  /** Major and minor compute capability, e.g. [9, 0]; HIP reports its own numbering; [0, 0] on the CPU backend. */
   readonly computeCapability: readonly [number, number];
+  /** Streaming multiprocessors (compute units on HIP). */
   readonly multiprocessors: number;
+  /** Device memory in bytes. */
   readonly totalMemory: number;
+  /** Threads per warp (32 on NVIDIA, 64 on most AMD GPUs). */
   readonly warpSize: number;
+  /** The most threads a block may have. */
   readonly maxThreadsPerBlock: number;
+  /** The largest block along x, y and z. */
   readonly maxBlockDim: readonly [number, number, number];
+  /** The largest grid along x, y and z. */
   readonly maxGridDim: readonly [number, number, number];
   /** Shared memory a block gets without opting in (48 KiB on NVIDIA). */
   readonly maxSharedPerBlock: number;
   /** Shared memory a block may get after raising the kernel's limit. */
   readonly maxSharedPerBlockOptin: number;
+  /** The L2 cache's size in bytes. */
   readonly l2CacheBytes: number;
 }
 

@@ -20,7 +20,12 @@ export type { CaptureMode, CaptureStatus, GraphUpdateRefusal } from "./driver.ts
 
 /** The driver refused to update an executable graph in place; it is unchanged and still launchable. */
 export class GraphUpdateError extends Error {
+  /** "GraphUpdateError". */
   override name = "GraphUpdateError";
+  /**
+   * Made by GraphExec.update(), not by users.
+   * @param reason Why the driver refused (its CUgraphExecUpdateResult).
+   */
   constructor(readonly reason: GraphUpdateRefusal) {
     super(
       `the executable graph cannot be updated from this graph (${reason}): only kernel arguments, copy and ` +
@@ -41,8 +46,20 @@ export function graphDriver(device: Device, what: string): GraphDriver {
   return d.graphs;
 }
 
-/** A captured graph (CUgraph): a template; instantiate() makes something launchable. */
+/**
+ * A captured graph (CUgraph): a template; instantiate() makes something launchable. Made by
+ * `stream.capture()` or `stream.endCapture()`. CUDA only: the CPU backend has nothing to capture.
+ * Every method throws DisposedError once it (or its device) is closed.
+ *
+ * @example
+ * ```ts
+ * using graph = stream.capture(() => rmsNorm(x, { weight, out: y, stream }));
+ * using exec = graph.instantiate();
+ * exec.launch(stream);
+ * ```
+ */
 export class Graph extends Resource {
+  /** The device whose context holds the graph. */
   readonly device: Device;
   readonly #handle: bigint;
 
@@ -56,6 +73,7 @@ export class Graph extends Resource {
     this.#handle = handle;
   }
 
+  /** "Graph", for error messages. */
   protected get label(): string {
     return "Graph";
   }
@@ -66,7 +84,10 @@ export class Graph extends Resource {
     return this.#handle;
   }
 
-  /** Compiles the graph into an executable one (CUgraphExec). The Graph may be closed afterwards. */
+  /**
+   * Compiles the graph into an executable one (CUgraphExec). The Graph may be closed afterwards.
+   * Throws GpuError when the driver refuses.
+   */
   instantiate(): GraphExec {
     const h = this.handle;
     const graphs = graphDriver(this.device, "Graph.instantiate");
@@ -74,8 +95,12 @@ export class Graph extends Resource {
   }
 }
 
-/** An executable graph (CUgraphExec): launch it on any stream of its device. */
+/**
+ * An executable graph (CUgraphExec): launch it on any stream of its device, as often as wanted. Made by
+ * `graph.instantiate()`. Every method throws DisposedError once it (or its device) is closed.
+ */
 export class GraphExec extends Resource {
+  /** The device whose context holds the executable graph. */
   readonly device: Device;
   readonly #handle: bigint;
 
@@ -87,16 +112,23 @@ export class GraphExec extends Resource {
     this.#handle = handle;
   }
 
+  /** "GraphExec", for error messages. */
   protected get label(): string {
     return "GraphExec";
   }
 
+  /** The native handle (CUgraphExec), for interop. */
   get handle(): bigint {
     this.assertOpen();
     return this.#handle;
   }
 
-  /** Queues the whole graph on `stream` (default: the device's stream). One driver call. */
+  /**
+   * Queues the whole graph on `stream` (default: the device's stream). One driver call.
+   *
+   * @throws {ArgumentError} when `stream` belongs to another device.
+   * @throws {GpuError} when the driver refuses the launch.
+   */
   launch(stream: Stream = this.device.stream): void {
     const h = this.handle;
     if (stream.device !== this.device) throw new ArgumentError("stream", "a Stream of the graph's device", stream);
@@ -108,6 +140,9 @@ export class GraphExec extends Resource {
    * Takes the parameters (kernel arguments, copy addresses) of `graph`, which must have the same nodes in
    * the same order (typically: the same code captured with other buffers). Throws GraphUpdateError when
    * the driver refuses; this executable graph is then unchanged.
+   *
+   * @throws {ArgumentError} when `graph` is not a Graph of this device.
+   * @throws {GraphUpdateError} when the driver refuses the update.
    */
   update(graph: Graph): void {
     const h = this.handle;

@@ -16,14 +16,16 @@ import { ArgumentError } from "./errors.ts";
 import { Resource } from "./resource.ts";
 import type { Stream } from "./stream.ts";
 
-interface CopyOptions {
+/** Options of DeviceBuffer.write(), read() and copyFrom(). */
+export interface CopyOptions {
   /** Byte offset into this buffer. */
   offset?: number;
   /** The stream the copy is ordered on (default: the device's stream). */
   stream?: Stream;
 }
 
-interface AsyncCopyOptions extends CopyOptions {
+/** Options of DeviceBuffer.writeAsync() and readAsync(). */
+export interface AsyncCopyOptions extends CopyOptions {
   /** Byte offset into the pinned buffer. */
   pinnedOffset?: number;
   /** Bytes to copy (default: the rest of the pinned buffer). */
@@ -42,9 +44,24 @@ function bytesOf(view: ArrayBufferView): Uint8Array {
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 }
 
-/** Memory on a device. `using buf = device.alloc(bytes)`. */
+/**
+ * Memory on a device; plain host bytes on the CPU backend. Made by `device.alloc(bytes)`; a Tensor is a typed
+ * view of one (`tensor.buffer`). Every method throws DisposedError once it (or its device) is closed, and
+ * ArgumentError for a range outside the buffer or a stream of another device.
+ *
+ * @example Round trip through device memory
+ * ```ts
+ * using dev = Device.open();
+ * using buf = dev.alloc(4 * 1024);
+ * buf.write(new Float32Array(1024).fill(1));
+ * const back = new Float32Array(1024);
+ * buf.read(back);
+ * ```
+ */
 export class DeviceBuffer extends Resource {
+  /** The device the memory is on. */
   readonly device: Device;
+  /** The size in bytes. */
   readonly byteLength: number;
   readonly #ptr: bigint;
   /** CPU backend: the bytes themselves. */
@@ -59,6 +76,7 @@ export class DeviceBuffer extends Resource {
     this.#host = host;
   }
 
+  /** "DeviceBuffer(N bytes)", for error messages. */
   protected get label(): string {
     return `DeviceBuffer(${this.byteLength} bytes)`;
   }
@@ -76,14 +94,20 @@ export class DeviceBuffer extends Resource {
     return this.#ptr;
   }
 
-  /** CPU backend only: the bytes. */
+  /** CPU backend only: the bytes themselves (no copy). Throws ArgumentError for a buffer on a GPU. */
   get hostBytes(): Uint8Array {
     this.assertOpen();
     if (!this.#host) throw new ArgumentError("buffer", "a buffer of the CPU backend (this one is on the GPU)");
     return this.#host;
   }
 
-  /** Copies `src` into this buffer at `offset`. The source may be reused as soon as this returns. */
+  /**
+   * Copies `src` into this buffer at `opts.offset` (bytes, default 0), ordered on `opts.stream`. The source may
+   * be reused as soon as this returns (it synchronizes the stream).
+   *
+   * @throws {ArgumentError} when the bytes do not fit at the offset.
+   * @throws {UnsupportedError} while the stream captures (use writeAsync from a PinnedBuffer).
+   */
   write(src: ArrayBufferView, opts: CopyOptions = {}): void {
     const offset = opts.offset ?? 0;
     checkRange("write", offset, src.byteLength, this.byteLength);
@@ -97,7 +121,13 @@ export class DeviceBuffer extends Resource {
     d.streamSynchronize(stream.handle);
   }
 
-  /** Copies bytes from this buffer (at `offset`) into `dst`, after earlier work on the stream. */
+  /**
+   * Copies `dst.byteLength` bytes from this buffer (at `opts.offset`, default 0) into `dst`, after earlier work
+   * on the stream; they have arrived when this returns.
+   *
+   * @throws {ArgumentError} when the range is outside the buffer.
+   * @throws {UnsupportedError} while the stream captures (use readAsync into a PinnedBuffer).
+   */
   read(dst: ArrayBufferView, opts: CopyOptions = {}): void {
     const offset = opts.offset ?? 0;
     checkRange("read", offset, dst.byteLength, this.byteLength);
@@ -111,7 +141,10 @@ export class DeviceBuffer extends Resource {
     d.streamSynchronize(stream.handle);
   }
 
-  /** Queues an upload from pinned memory; returns at once. */
+  /**
+   * Queues an upload from pinned memory; returns at once. Leave `src` untouched until the stream (or an event
+   * recorded after the copy) has completed. Throws ArgumentError when a range is outside either buffer.
+   */
   writeAsync(src: PinnedBuffer, opts: AsyncCopyOptions = {}): void {
     const { offset = 0, pinnedOffset = 0 } = opts;
     const bytes = opts.bytes ?? src.byteLength - pinnedOffset;
@@ -125,7 +158,10 @@ export class DeviceBuffer extends Resource {
     d.copyHtoDAsync(this.ptr + BigInt(offset), src.address + BigInt(pinnedOffset), bytes, stream.handle);
   }
 
-  /** Queues a download into pinned memory; returns at once. */
+  /**
+   * Queues a download into pinned memory; returns at once. The bytes are in `dst` once the stream (or an event
+   * recorded after the copy) has completed. Throws ArgumentError when a range is outside either buffer.
+   */
   readAsync(dst: PinnedBuffer, opts: AsyncCopyOptions = {}): void {
     const { offset = 0, pinnedOffset = 0 } = opts;
     const bytes = opts.bytes ?? dst.byteLength - pinnedOffset;
@@ -139,7 +175,11 @@ export class DeviceBuffer extends Resource {
     d.copyDtoHAsync(dst.address + BigInt(pinnedOffset), this.ptr + BigInt(offset), bytes, stream.handle);
   }
 
-  /** Queues a device-to-device copy of `bytes` from `src` into this buffer. */
+  /**
+   * Queues a device-to-device copy of `opts.bytes` (default: the rest of `src`) from `src` at `opts.srcOffset`
+   * into this buffer at `opts.offset`. Throws ArgumentError for ranges outside the buffers, a buffer of another
+   * device, or overlapping ranges of one buffer.
+   */
   copyFrom(src: DeviceBuffer, opts: CopyOptions & { srcOffset?: number; bytes?: number } = {}): void {
     const { offset = 0, srcOffset = 0 } = opts;
     const bytes = opts.bytes ?? src.byteLength - srcOffset;
@@ -157,7 +197,7 @@ export class DeviceBuffer extends Resource {
     d.copyDtoD(this.ptr + BigInt(offset), src.ptr + BigInt(srcOffset), bytes, stream.handle);
   }
 
-  /** Queues filling the whole buffer with the byte `value` (0–255). */
+  /** Queues filling the whole buffer with the byte `value` (0–255; anything else is an ArgumentError). */
   fill(value: number, opts: { stream?: Stream } = {}): void {
     if (!Number.isInteger(value) || value < 0 || value > 255) throw new ArgumentError("value", "a byte 0–255", value);
     this.#checkStream(opts.stream);
@@ -168,7 +208,10 @@ export class DeviceBuffer extends Resource {
     d.memset8(this.ptr, value, this.byteLength, stream.handle);
   }
 
-  /** Queues filling the buffer with the 32-bit pattern `bits` (e.g. a float's bits); byteLength % 4 must be 0. */
+  /**
+   * Queues filling the buffer with the 32-bit pattern `bits` (e.g. a float's bits). Throws ArgumentError unless
+   * byteLength is a multiple of 4.
+   */
   fill32(bits: number, opts: { stream?: Stream } = {}): void {
     if (this.byteLength % 4 !== 0) throw new ArgumentError("buffer", "a byte length divisible by 4", this.byteLength);
     this.#checkStream(opts.stream);
@@ -180,9 +223,22 @@ export class DeviceBuffer extends Resource {
   }
 }
 
-/** Page-locked host memory (cuMemHostAlloc). `bytes` is a view of it; don't touch it after close(). */
+/**
+ * Page-locked host memory (cuMemHostAlloc), for copies that do not block: DeviceBuffer.writeAsync() and
+ * readAsync(). Made by `device.pinned(bytes)`. `bytes` is a view of it; don't touch it after close().
+ *
+ * @example An asynchronous download
+ * ```ts
+ * using host = dev.pinned(buf.byteLength);
+ * buf.readAsync(host);
+ * dev.stream.synchronize();
+ * const values = new Float32Array(host.bytes.buffer, host.bytes.byteOffset, buf.byteLength / 4);
+ * ```
+ */
 export class PinnedBuffer extends Resource {
+  /** The device whose context pinned the memory. */
   readonly device: Device;
+  /** The size in bytes. */
   readonly byteLength: number;
   readonly #address: bigint;
   readonly #bytes: Uint8Array;
@@ -196,10 +252,12 @@ export class PinnedBuffer extends Resource {
     this.#bytes = bytes;
   }
 
+  /** "PinnedBuffer(N bytes)", for error messages. */
   protected get label(): string {
     return `PinnedBuffer(${this.byteLength} bytes)`;
   }
 
+  /** The host address of the memory, for interop. Throws DisposedError when closed. */
   get address(): bigint {
     this.assertOpen();
     return this.#address;

@@ -14,6 +14,7 @@ export type ArgType = "ptr" | "i32" | "u32" | "i64" | "u64" | "f32" | "f64";
 
 /** Anything with a device address: a DeviceBuffer or a Tensor. */
 export interface DevicePointer {
+  /** The device address (CUdeviceptr). */
   readonly ptr: bigint;
 }
 
@@ -33,12 +34,26 @@ function dim3(name: string, v: number | readonly number[]): Dim3 {
 
 /** Portable thread-block clusters have up to 8 CTAs; sm_90 also runs 16 once a kernel opts in. */
 export const MAX_PORTABLE_CLUSTER = 8;
+/** The largest cluster LaunchConfig accepts (non-portable: the kernel opts in at launch). */
 export const MAX_CLUSTER = 16;
 
-/** Grid, block and dynamic shared memory of a launch, validated against the device at launch. */
+/**
+ * Grid, block, dynamic shared memory and cluster size of a launch (cuda.core's LaunchConfig). The constructor
+ * checks the values themselves; the limits of a device are checked at launch (validateFor()).
+ *
+ * @example
+ * ```ts
+ * const n = 1 << 20;
+ * const config = new LaunchConfig({ grid: [Math.ceil(n / 256)], block: [256] });
+ * launch(dev.stream, config, kernel, x, y, 2, n);
+ * ```
+ */
 export class LaunchConfig {
-  readonly grid: Dim3;
-  readonly block: Dim3;
+  /** Blocks along x, y and z (missing dimensions are 1). */
+  readonly grid: readonly [number, number, number];
+  /** Threads per block along x, y and z (missing dimensions are 1). */
+  readonly block: readonly [number, number, number];
+  /** Dynamic shared memory per block, in bytes. */
   readonly sharedBytes: number;
   /**
    * Thread-block cluster size along x (1 = no cluster; 2–8 need compute capability 9.0+; 9–16 are
@@ -47,6 +62,14 @@ export class LaunchConfig {
   readonly cluster: number;
   #validFor: Device | null = null;
 
+  /**
+   * A launch configuration; the values are checked here, the device's limits at launch.
+   * @param opts.grid Blocks: a number or 1 to 3 positive integers (x, y, z).
+   * @param opts.block Threads per block: a number or 1 to 3 positive integers (x, y, z).
+   * @param opts.sharedBytes Dynamic shared memory per block in bytes (default 0).
+   * @param opts.cluster Thread-block cluster size along x (default 1); grid x must be a multiple of it.
+   * @throws {ArgumentError} naming the value that is not as described.
+   */
   constructor(opts: {
     grid: number | readonly number[];
     block: number | readonly number[];
@@ -65,6 +88,7 @@ export class LaunchConfig {
     this.cluster = cluster;
   }
 
+  /** block x × y × z. */
   get threadsPerBlock(): number {
     return this.block[0] * this.block[1] * this.block[2];
   }
@@ -94,8 +118,20 @@ export class LaunchConfig {
   }
 }
 
-/** Code loaded into a device's context. `using mod = device.loadModule(fatbinBytes)`. */
+/**
+ * Code loaded into a device's context (cuModuleLoadData): PTX, a cubin or a fatbin, made by
+ * `device.loadModule(image)`. Closing it unloads the code; its kernels then throw DisposedError.
+ *
+ * @example Your own kernel
+ * ```ts
+ * using dev = Device.open({ backend: "cuda" });
+ * using mod = dev.loadModule(ptxText);
+ * const scale = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
+ * launch(dev.stream, new LaunchConfig({ grid: [64], block: [256] }), scale, x, y, 2, n);
+ * ```
+ */
 export class Module extends Resource {
+  /** The device whose context holds the code. */
   readonly device: Device;
   readonly #handle: bigint;
   readonly #kernels = new Map<string, bigint>();
@@ -107,16 +143,25 @@ export class Module extends Resource {
     this.#handle = handle;
   }
 
+  /** "Module", for error messages. */
   protected get label(): string {
     return "Module";
   }
 
+  /** The native handle (CUmodule, hipModule_t), for interop. Throws DisposedError when closed. */
   get handle(): bigint {
     this.assertOpen();
     return this.#handle;
   }
 
-  /** A kernel of this module with its parameter types, declared once (`extern "C"` names). */
+  /**
+   * A kernel of this module with its parameter types, declared once (`extern "C"` names).
+   *
+   * @param name The kernel's symbol name.
+   * @param argTypes The C type of each parameter, in order.
+   * @throws {ArgumentError} for an unknown argument type.
+   * @throws {GpuError} when the module has no kernel of that name (CUDA_ERROR_NOT_FOUND).
+   */
   kernel(name: string, argTypes: readonly ArgType[]): Kernel {
     const h = this.handle;
     let fn = this.#kernels.get(name);
@@ -193,10 +238,16 @@ export class ArgBlock {
   }
 }
 
-/** A kernel function with a prepared argument block. Not a native resource of its own (the Module is). */
+/**
+ * A kernel function with a prepared argument block, made by `module.kernel(name, argTypes)`. Not a native
+ * resource of its own (the Module is): once the module is closed, its methods throw DisposedError.
+ */
 export class Kernel {
+  /** The module the kernel's code is in. */
   readonly module: Module;
+  /** The kernel's symbol name. */
   readonly name: string;
+  /** The C type of each parameter, as declared. */
   readonly argTypes: readonly ArgType[];
   readonly #fn: bigint;
   /** The block launch(args) writes. */
@@ -205,6 +256,7 @@ export class Kernel {
   /** Whether the kernel was let launch clusters above MAX_PORTABLE_CLUSTER (once, on first need). */
   #nonPortableClusters = false;
   #dependentLaunch = false;
+  /** The most threads per block this kernel can be launched with (registers permitting), as the driver reports. */
   readonly maxThreadsPerBlock: number;
 
   /** @internal use module.kernel() */
@@ -333,7 +385,10 @@ export class Kernel {
     }
   }
 
-  /** Queues the kernel on `stream`. Prefer the free function `launch()`. */
+  /**
+   * Queues the kernel on `stream` with `config` and one value per parameter. Prefer the free function `launch()`.
+   * Throws as launch() does.
+   */
   launch(stream: Stream, config: LaunchConfig, args: readonly KernelArg[]): void {
     this.checkLaunch(stream, config);
     this.#write(args);
@@ -375,7 +430,28 @@ export class Kernel {
   }
 }
 
-/** Queues `kernel` on `stream` with `config` and `args` (cuda.core's launch()). */
+/**
+ * Queues `kernel` on `stream` with `config` and one value per parameter (cuda.core's launch()). Returns at once:
+ * the kernel runs after the work queued before it on the stream.
+ *
+ * @param stream The stream to queue on; a stream of the kernel's module's device.
+ * @param config Grid, block, dynamic shared memory and cluster size.
+ * @param kernel The kernel, from `module.kernel()`.
+ * @param args One value per declared parameter: numbers, bigints, a DeviceBuffer/Tensor (or anything with a
+ *   `ptr`) or null for "ptr".
+ * @throws {ArgumentError} for a stream of another device, a configuration over the device's or the kernel's
+ *   limits, or an argument that does not fit its declared type (the launch is then not made).
+ * @throws {DisposedError} when the module or the stream is closed.
+ * @throws {UnsupportedError} on the CPU backend (kernels run on GPUs only).
+ * @throws {GpuError} when the driver refuses the launch.
+ *
+ * @example
+ * ```ts
+ * using mod = dev.loadModule(fatbinBytes);
+ * const k = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
+ * launch(dev.stream, new LaunchConfig({ grid: [64], block: [256] }), k, x, y, 2, n);
+ * ```
+ */
 export function launch(stream: Stream, config: LaunchConfig, kernel: Kernel, ...args: KernelArg[]): void {
   kernel.launch(stream, config, args);
 }

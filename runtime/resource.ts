@@ -67,7 +67,12 @@ const collected = new FinalizationRegistry<{ owner: Owner; id: number }>(({ owne
   }
 });
 
-/** Base of every object that owns a native resource: idempotent close(), `using`, use-after-close errors. */
+/**
+ * Base of every object that owns a native resource (Device, DeviceBuffer, PinnedBuffer, Stream, Event, Module,
+ * Graph, GraphExec): idempotent close(), `using`, and DisposedError on use after close. Closing a Device closes
+ * everything made from it. An object that is never closed is released when it is garbage-collected, as a
+ * safety net only: close what you make (or declare it with `using`).
+ */
 export abstract class Resource implements Disposable {
   #owner: Owner;
   #id: number;
@@ -98,6 +103,7 @@ export abstract class Resource implements Disposable {
     this.#owner.release(this.#id);
   }
 
+  /** close(), for `using` declarations. */
   [Symbol.dispose](): void {
     this.close();
   }

@@ -19,10 +19,26 @@ export function deviceCapturing(device: Device): boolean {
   return set.size > 0;
 }
 
-/** An ordered queue of device work (a CUstream). Created by `device.createStream()`. */
+/**
+ * An ordered queue of device work (a CUstream). Created by `device.createStream()`; every device also has a
+ * default one, `device.stream`. Work queued on one stream runs in order; work on different streams may
+ * overlap. On the CPU backend work runs when it is called, and a Stream exists so that code runs unchanged.
+ *
+ * Every method throws DisposedError once the stream (or its device) is closed.
+ *
+ * @example Two streams, ordered by an event
+ * ```ts
+ * using dev = Device.open();
+ * using side = dev.createStream();
+ * const y = rmsNorm(x, { stream: side });
+ * using done = side.record();           // a new event at the end of `side`
+ * dev.stream.waitEvent(done);           // later work on dev.stream waits for y
+ * ```
+ */
 export class Stream extends Resource {
   /** The driver handle; 0n on the CPU backend. */
   readonly #handle: bigint;
+  /** The device this stream queues work on. */
   readonly device: Device;
   #capturing = false;
 
@@ -33,24 +49,28 @@ export class Stream extends Resource {
     this.#handle = handle;
   }
 
+  /** "Stream", for error messages. */
   protected get label(): string {
     return "Stream";
   }
 
-  /** The native handle (CUstream), for interop. */
+  /** The native handle (CUstream, hipStream_t), for interop; 0n on the CPU backend. Throws DisposedError when closed. */
   get handle(): bigint {
     this.assertOpen();
     return this.#handle;
   }
 
-  /** Blocks until all work queued so far on this stream has finished. */
+  /**
+   * Blocks until all work queued so far on this stream has finished. Throws UnsupportedError while the stream
+   * captures, GpuError when queued work failed.
+   */
   synchronize(): void {
     const h = this.handle;
     this.assertNotCapturing("Stream.synchronize");
     this.device.activeDriver?.streamSynchronize(h);
   }
 
-  /** true when all queued work has finished (never blocks). */
+  /** True when all queued work has finished (never blocks). Throws UnsupportedError while the stream captures. */
   query(): boolean {
     const h = this.handle;
     this.assertNotCapturing("Stream.query");
@@ -80,6 +100,11 @@ export class Stream extends Resource {
    * no synchronization, no reads to JS memory, no allocation (pass `out` to the norms). In "global" mode
    * (the default, as in PyTorch) the driver also refuses unsafe calls made for other streams meanwhile.
    * Run each op once before capturing it, so that its kernel is loaded and its plan cached.
+   *
+   * @param opts.mode How strictly the driver refuses unsafe calls meanwhile (default "global").
+   * @throws {ArgumentError} for an unknown mode.
+   * @throws {UnsupportedError} when the stream already captures, or on the CPU backend (nothing to capture).
+   * @throws {GpuError} when the driver refuses to start the capture.
    */
   beginCapture(opts: { mode?: CaptureMode } = {}): void {
     const h = this.handle;
@@ -98,6 +123,9 @@ export class Stream extends Resource {
   /**
    * Ends the capture and returns the recorded Graph. The capture ends even when this throws (GpuError
    * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when an illegal call broke it).
+   *
+   * @throws {UnsupportedError} when the stream is not capturing.
+   * @throws {GpuError} when the capture was invalidated.
    */
   endCapture(): Graph {
     const h = this.handle;
@@ -113,7 +141,30 @@ export class Stream extends Resource {
     return new Graph(this.device, graph, graphs);
   }
 
-  /** Captures what `record` queues on this stream: beginCapture(), record(), endCapture(), even when record throws. */
+  /**
+   * Captures what `record` queues on this stream: beginCapture(), record(), endCapture(), even when `record`
+   * throws (its error is then rethrown and the partial graph discarded). Inside `record`, pass `out` tensors
+   * to the ops (no allocation) and `stream: this` (or use the stream the capture runs on).
+   *
+   * @param record Queues the work to capture; it runs once, now.
+   * @param opts.mode How strictly the driver refuses unsafe calls meanwhile (default "global").
+   * @returns The captured Graph; `instantiate()` it to launch it.
+   * @throws {UnsupportedError} on the CPU backend, or when the stream already captures.
+   * @throws {GpuError} when the driver invalidated the capture (an illegal call inside `record`).
+   *
+   * @example Capture a norm once, replay it
+   * ```ts
+   * using dev = Device.open({ backend: "cuda" });
+   * using stream = dev.createStream();
+   * using x = dev.tensor(values, [4, 1024]);
+   * using w = dev.tensor(weights, [1024]);
+   * using y = dev.empty([4, 1024]);
+   * rmsNorm(x, { weight: w, out: y, stream });          // once outside the capture: loads the kernel
+   * using graph = stream.capture(() => rmsNorm(x, { weight: w, out: y, stream }));
+   * using exec = graph.instantiate();
+   * exec.launch(stream);                                // reads x, writes y, in one driver call
+   * ```
+   */
   capture(record: () => void, opts: { mode?: CaptureMode } = {}): Graph {
     this.beginCapture(opts);
     try {
@@ -130,7 +181,7 @@ export class Stream extends Resource {
     return this.endCapture();
   }
 
-  /** What the driver says about this stream's capture ("invalidated" after an illegal call). */
+  /** What the driver says about this stream's capture ("invalidated" after an illegal call); "none" on the CPU backend. */
   captureStatus(): CaptureStatus {
     const h = this.handle;
     const d = this.device.activeDriver;
@@ -138,7 +189,10 @@ export class Stream extends Resource {
     return d.graphs.captureStatus(h);
   }
 
-  /** Work queued on this stream after this call waits until `event` (recorded elsewhere) has completed. */
+  /**
+   * Work queued on this stream after this call waits until `event` (recorded elsewhere) has completed.
+   * Throws DisposedError when either is closed.
+   */
   waitEvent(event: Event): void {
     const h = this.handle;
     this.device.activeDriver?.streamWaitEvent(h, event.handle);
@@ -152,10 +206,26 @@ export class Stream extends Resource {
   }
 }
 
-/** A marker in a stream (a CUevent): for ordering across streams and for timing. */
+/**
+ * A marker in a stream (a CUevent): for ordering across streams and for timing. Created by
+ * `device.createEvent()` or `stream.record()`. Every method throws DisposedError once it (or its device) is closed.
+ *
+ * @example Timing work on a stream
+ * ```ts
+ * using start = dev.createEvent();
+ * using stop = dev.createEvent();
+ * start.record(stream);
+ * layerNorm(x, { out: y, stream });
+ * stop.record(stream);
+ * stop.synchronize();
+ * console.log(`${stop.elapsedSince(start)} ms`);
+ * ```
+ */
 export class Event extends Resource {
   readonly #handle: bigint;
+  /** The device this event belongs to. */
   readonly device: Device;
+  /** Whether the event records time (elapsedSince() needs it on both events). */
   readonly timing: boolean;
   /** CPU backend: the host time (ms) of the last record. */
   #hostTime = 0;
@@ -168,15 +238,23 @@ export class Event extends Resource {
     this.timing = timing;
   }
 
+  /** "Event", for error messages. */
   protected get label(): string {
     return "Event";
   }
 
+  /** The native handle (CUevent, hipEvent_t), for interop; 0n on the CPU backend. */
   get handle(): bigint {
     this.assertOpen();
     return this.#handle;
   }
 
+  /**
+   * Marks the current end of `stream` (default: the device's stream): the event completes when the work
+   * queued there so far has finished. Recording again moves the marker.
+   *
+   * @throws {ArgumentError} when `stream` belongs to another device.
+   */
   record(stream: Stream = this.device.stream): void {
     const h = this.handle;
     if (stream.device !== this.device) throw new ArgumentError("stream", "a Stream of the event's device", stream);
@@ -186,17 +264,22 @@ export class Event extends Resource {
     else this.#hostTime = performance.now();
   }
 
+  /** Blocks until the work before the recorded marker has finished. Throws GpuError when that work failed. */
   synchronize(): void {
     const h = this.handle;
     this.device.activeDriver?.eventSynchronize(h);
   }
 
+  /** True when the work before the recorded marker has finished (never blocks). */
   query(): boolean {
     const h = this.handle;
     return this.device.activeDriver?.eventQuery(h) ?? true;
   }
 
-  /** Milliseconds from `start` to this event; both recorded, with timing enabled, and completed. */
+  /**
+   * Milliseconds from `start` to this event; both recorded, with timing enabled, and completed. On the CPU
+   * backend: the host time between the two record() calls. Throws GpuError when the driver cannot tell.
+   */
   elapsedSince(start: Event): number {
     const h = this.handle;
     const d = this.device.activeDriver;

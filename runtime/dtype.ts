@@ -6,8 +6,10 @@
  * that the original value was not on.
  */
 
+/** An element type: 32-bit float, IEEE half ("f16") or bfloat16 ("bf16"). Tensors keep values in it. */
 export type DType = "f32" | "f16" | "bf16";
 
+/** Every DType, in the order f32, f16, bf16. */
 export const DTYPES: readonly DType[] = Object.freeze(["f32", "f16", "bf16"]);
 
 /** Bytes per element. */

@@ -29,13 +29,24 @@ export const STICKY_ERROR_CODES: ReadonlyMap<number, string> = new Map([
  * and leaves the device refusing further use (`device.poisoned`).
  */
 export class GpuError extends Error {
+  /** "GpuError". */
   override name = "GpuError";
+  /** True when the error left the context unusable: every later call on it fails (see STICKY_ERROR_CODES). */
   readonly sticky: boolean;
   /**
    * True when this process can no longer use the GPU at all (device.recover() found the context still
    * unusable after a reset, or the GPU was already found so): restart the process. Implies `sticky`.
    */
   readonly restartRequired: boolean;
+  /**
+   * Made by normkit when a driver call fails.
+   * @param backend The backend whose driver failed.
+   * @param call The call that failed, e.g. "cuMemAlloc".
+   * @param code The driver's numeric error code.
+   * @param codeName The driver's name for it, e.g. "CUDA_ERROR_OUT_OF_MEMORY".
+   * @param description The driver's description of it.
+   * @param opts.restartRequired The GPU cannot be used again in this process.
+   */
   constructor(
     readonly backend: "cuda" | "hip",
     readonly call: string,
@@ -66,15 +77,27 @@ export class GpuError extends Error {
 
 /** A bad argument: names the argument, what was expected and what was given. Nothing ran or was written. */
 export class ArgumentError extends TypeError {
+  /** "ArgumentError". */
   override name = "ArgumentError";
+  /**
+   * Made by normkit when it refuses an argument.
+   * @param argument The argument (or option, or element of one) that was refused, e.g. "weight.dtype".
+   * @param expected What it should have been.
+   * @param got What was given (described briefly in the message).
+   */
   constructor(readonly argument: string, readonly expected: string, got?: unknown) {
     super(`${argument}: expected ${expected}${got === undefined ? "" : `, got ${describe(got)}`}`);
   }
 }
 
-/** Use of an object after close()/dispose. */
+/** Use of an object after close()/dispose, or after its device was closed or recovered. */
 export class DisposedError extends Error {
+  /** "DisposedError". */
   override name = "DisposedError";
+  /**
+   * Made by normkit when a closed object is used.
+   * @param what The object that was used, e.g. "DeviceBuffer(1024 bytes)".
+   */
   constructor(readonly what: string) {
     super(`${what} has been closed (disposed) and cannot be used`);
   }
@@ -82,14 +105,24 @@ export class DisposedError extends Error {
 
 /** The requested backend cannot be used here; `reason` says why. */
 export class BackendUnavailableError extends Error {
+  /** "BackendUnavailableError". */
   override name = "BackendUnavailableError";
+  /**
+   * Made by Device.open() when the backend asked for cannot be used.
+   * @param backend The backend asked for ("cuda" or "hip").
+   * @param reason Why it cannot be used, e.g. no driver library or no device.
+   */
   constructor(readonly backend: string, readonly reason: string) {
     super(`backend "${backend}" is unavailable: ${reason}`);
   }
 }
 
-/** The operation exists, but not for this combination (dtype, backend, …). */
+/**
+ * The operation exists, but not for this combination (dtype, backend, row length, …) or not in this state (a
+ * synchronizing call while a stream captures, a GPU norm before loadKernels()). The message says which.
+ */
 export class UnsupportedError extends Error {
+  /** "UnsupportedError". */
   override name = "UnsupportedError";
 }
 
@@ -103,7 +136,16 @@ function describe(v: unknown): string {
 
 /** Device.open()'s sanity check (ones → LayerNorm 0, RMSNorm 1) got a wrong value: the norms cannot be trusted here. */
 export class SanityCheckError extends Error {
+  /** "SanityCheckError". */
   override name = "SanityCheckError";
+  /**
+   * Made by the sanity check.
+   * @param op The op that gave a wrong value ("layerNorm" or "rmsNorm").
+   * @param index The first wrong element.
+   * @param expected The value it should have had.
+   * @param got The value it had.
+   * @param backend The device's backend, for the message.
+   */
   constructor(readonly op: string, readonly index: number, readonly expected: number, readonly got: number, backend: string) {
     super(
       `sanity check failed on ${backend}: ${op} of all-ones gave ${got} at element ${index}, expected ${expected} ` +

@@ -143,8 +143,7 @@ abstract class NormModule implements Disposable {
    */
   load(values: { weight?: ParamValues; bias?: ParamValues }): void {
     this.#check();
-    checkOptions(values, "an object { weight?, bias? }");
-    if (values === undefined) throw new ArgumentError("values", "an object { weight?, bias? }", values);
+    if (typeof values !== "object" || values === null) throw new ArgumentError("values", "an object { weight?, bias? }", values);
     for (const key of Object.keys(values)) {
       if (key !== "weight" && key !== "bias") throw new ArgumentError(`values.${key}`, "only weight and bias", "an unknown key");
     }

@@ -10,7 +10,7 @@ export const MAX_D = 262_144;
 
 export function checkTensor(name: string, t: unknown, device?: Device): Tensor {
   // A brand check: a Proxy of a Tensor passes instanceof, then fails on its private fields with a bare TypeError.
-  if (!Tensor.isTensor(t)) throw new ArgumentError(name, "a Tensor", t);
+  if (!Tensor.isTensor(t)) throw new ArgumentError(name, "a Tensor (a Proxy of one or a look-alike object is refused)", t);
   // The device first: its tensors are closed with it, and "the device was closed" is the useful message.
   if (t.device.closed) throw new DisposedError(`${name}'s device`);
   if (t.closed) throw new DisposedError(`${name} (Tensor)`);
@@ -26,7 +26,7 @@ export function checkTensor(name: string, t: unknown, device?: Device): Tensor {
  */
 export function checkEps(eps: unknown): number {
   if (typeof eps !== "number" || !(Math.fround(eps) > 0) || Math.fround(eps) === Infinity) {
-    throw new ArgumentError("eps", "a number that is finite and > 0 as the f32 the kernels get (1.4e-45 ≤ eps < 3.4e38)", eps);
+    throw new ArgumentError("eps", "a number whose f32, as the kernels get it, is finite and > 0 (Math.fround(eps): about 1e-45 to 3.4e38)", eps);
   }
   return eps;
 }

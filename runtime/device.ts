@@ -383,12 +383,13 @@ export class Device extends Resource {
 
   /** Loads PTX (text or bytes), a cubin or a fatbin into this device's context. */
   loadModule(image: Uint8Array | string): Module {
-    const d = this.activeDriver;
-    if (!d) throw new UnsupportedError("the CPU backend cannot load GPU modules");
+    // The argument first: bad input is an ArgumentError on every backend.
     let bytes: Uint8Array;
-    if (typeof image === "string") bytes = new TextEncoder().encode(image + "\0");
+    if (typeof image === "string" && image !== "") bytes = new TextEncoder().encode(image + "\0");
     else if (image instanceof Uint8Array && image.byteLength > 0) bytes = image;
     else throw new ArgumentError("image", "PTX text or non-empty PTX/cubin/fatbin bytes", image);
+    const d = this.activeDriver;
+    if (!d) throw new UnsupportedError("the CPU backend cannot load GPU modules");
     // The driver reads PTX up to a NUL: make sure one is there.
     if (bytes[0] !== 0x7f && bytes[0] !== 0x50 && bytes[bytes.length - 1] !== 0 && isText(bytes)) {
       const z = new Uint8Array(bytes.length + 1);
@@ -499,7 +500,8 @@ function hostMemory(bytes: number): Uint8Array {
     return new Uint8Array(bytes);
   } catch (e) {
     if (!(e instanceof RangeError)) throw e;
-    throw new ArgumentError("bytes", `a size the CPU backend can allocate in host memory (${e.message})`, bytes);
+    // (Not the engine's own message: it differs between engines and says less.)
+    throw new ArgumentError("bytes", "a size the CPU backend can allocate in host memory (the JavaScript engine refused it)", bytes);
   }
 }
 

@@ -95,7 +95,7 @@ export class UnsupportedError extends Error {
 
 /** A short description of a bad value for a message: long strings and arrays are cut, objects named by their class. */
 function describe(v: unknown): string {
-  if (typeof v === "string") return JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v);
+  if (typeof v === "string") return JSON.stringify(v.length > 100 ? `${v.slice(0, 100)}…` : v);
   if (typeof v === "bigint") return `${v}n`;
   if (typeof v === "function") return "a function";
   if (typeof v === "symbol") return String(v);

@@ -82,7 +82,7 @@ export function tensorBytes(shape: readonly number[], rowStride: number, offset:
   for (let i = 0; i < shape.length - 1; i++) rows *= shape[i];
   const bytes = (offset + spanElements(rows, d, rowStride)) * dtypeBytes(dtype);
   // Below 2^52 every product above was exact (integer factors ≥ 1 only grow; a 0 makes the rest exact 0).
-  if (rows * d < EXACT && bytes < EXACT) return bytes;
+  if (rows < EXACT && rows * d < EXACT && bytes < EXACT) return bytes;
   let r = 1n;
   for (let i = 0; i < shape.length - 1; i++) r *= BigInt(shape[i]);
   const numel = r * BigInt(d);

@@ -100,7 +100,7 @@ export function sameView(a: Tensor, b: Tensor): boolean {
 
 /** The stream an op runs on: an open Stream of x's device. */
 export function checkStream(stream: unknown, device: Device): Stream {
-  if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", `a Stream of x's device (${device.id})`, stream);
+  if (!Stream.isStream(stream) || stream.device !== device) throw new ArgumentError("stream", `a Stream of x's device (${device.id})`, stream);
   if (stream.closed) throw new DisposedError("stream");
   return stream;
 }

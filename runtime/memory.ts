@@ -14,7 +14,7 @@ import { ffi } from "../ffi/runtime.ts";
 import type { Device } from "./device.ts";
 import { ArgumentError } from "./errors.ts";
 import { Resource } from "./resource.ts";
-import type { Stream } from "./stream.ts";
+import { Stream } from "./stream.ts";
 
 interface CopyOptions {
   /** Byte offset into this buffer. */
@@ -71,7 +71,7 @@ export class DeviceBuffer extends Resource {
   /** A given stream must belong to this buffer's device and be open. */
   #checkStream(stream: Stream | undefined): void {
     if (stream === undefined) return;
-    if (typeof stream !== "object" || stream === null || stream.device !== this.device) {
+    if (!Stream.isStream(stream) || stream.device !== this.device) {
       throw new ArgumentError("stream", `a Stream of the buffer's device (${this.device.id})`, stream);
     }
     void stream.handle; // throws DisposedError when closed

@@ -7,7 +7,7 @@ import { ffi } from "../ffi/runtime.ts";
 import type { Device } from "./device.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "./errors.ts";
 import { Resource } from "./resource.ts";
-import type { Stream } from "./stream.ts";
+import { Stream } from "./stream.ts";
 
 /** The C type of one kernel parameter. "ptr" is a device pointer. */
 export type ArgType = "ptr" | "i32" | "u32" | "i64" | "u64" | "f32" | "f64";
@@ -349,7 +349,7 @@ export class Kernel {
   checkLaunch(stream: Stream, config: LaunchConfig): void {
     const device = this.module.device;
     if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
-    if (typeof stream !== "object" || stream === null || stream.device !== device) {
+    if (!Stream.isStream(stream) || stream.device !== device) {
       throw new ArgumentError("stream", `a Stream of the module's device (${device.id})`, stream);
     }
     if (!(config instanceof LaunchConfig)) throw new ArgumentError("config", "a LaunchConfig", config);

@@ -35,7 +35,7 @@ export function readStreamOption(opts: unknown, device: Device): Stream | undefi
   if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { stream? } or nothing", opts);
   const stream = (opts as { stream?: unknown }).stream;
   if (stream === undefined) return undefined;
-  if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", `a Stream of ${device.id}`, stream);
+  if (!Stream.isStream(stream) || stream.device !== device) throw new ArgumentError("stream", `a Stream of ${device.id}`, stream);
   return stream;
 }
 

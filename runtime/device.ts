@@ -331,7 +331,9 @@ export class Device extends Resource {
     return this.#stream;
   }
 
-  createStream(): Stream {
+  createStream(...none: unknown[]): Stream {
+    // It takes no options (no priority, no flags): one given is refused, not silently ignored.
+    if (none.length > 0) throw new ArgumentError("createStream options", "none (createStream takes no arguments)", none[0]);
     const d = this.activeDriver;
     if (!d) return new Stream(this, 0n, () => {});
     const h = d.streamCreate();

@@ -57,6 +57,7 @@ test("bad input: at least 100 kinds, covering every public function that takes i
       "Tensor.readSync",
       "Tensor.toArray",
       "new Tensor",
+      "dev.createStream",
       "dev.createEvent",
       "dev.loadModule",
       "Module.kernel",

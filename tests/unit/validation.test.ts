@@ -322,7 +322,7 @@ gpuTest("GPU ops refuse the same bad inputs before launching (out overlap, eps, 
   refused(dev, ArgumentError, "out", () => layerNorm(x3, { out: shifted }), { keep: [x] });
 });
 
-// ---- Refusals of the reliability review: each test fails without its check. ----
+// ---- Each test below fails without the check it is named after. ----
 
 test("Module.load with a good weight and a bad bias → ArgumentError(bias), the weight unchanged", () => {
   using dev = cpu();
@@ -598,9 +598,9 @@ test("a CUDA library that cannot be loaded: the fallback reason says so once, na
   using dev = Device.open({ sanityCheck: false });
   if (dev.backend !== "cpu") return void assert.equal(dev.fallbackReason, undefined);
   const reason = dev.fallbackReason ?? "";
+  // (HIP may load here and find no device: then its part says that instead.)
   assert.match(reason, /^CUDA: cannot load [^ ]+: [^;]+; HIP: /);
-  assert.equal(reason.split("Could not open library").length, 1, reason);
   assert.equal(reason.split("open library").length, 1, reason);
   assert.ok(!reason.includes(process.cwd()), `no working-directory path: ${reason}`);
-  for (const part of reason.split("; ")) assert.equal((part.match(/cannot load/g) ?? []).length, 1, part);
+  for (const part of reason.split("; ")) assert.ok((part.match(/cannot load/g) ?? []).length <= 1, part);
 });

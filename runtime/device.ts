@@ -109,6 +109,35 @@ const liveContexts = new Set<Context>();
 // GPUs (driver, ordinal) whose context recover() could not bring back: this process cannot use them any more.
 const poisonedGpus = new WeakMap<Driver, Map<number, GpuError>>();
 
+/**
+ * A driver error seen on the context current on this thread: after a sticky one (a faulting kernel) every
+ * Device on that context refuses further use at once, without driver calls (which would all fail anyway).
+ */
+function noteDriverError(driver: Driver, e: GpuError): void {
+  if (!e.sticky || currentContext === 0n) return;
+  for (const c of liveContexts) if (c.driver === driver && c.handle === currentContext) c.faulted ??= e;
+}
+
+// Drivers whose errors this runtime listens to. A listener already there (another instance of this module over
+// the same driver object, as tests make) keeps being called.
+const listening = new WeakSet<Driver>();
+function listenForErrors(driver: Driver): void {
+  if (listening.has(driver)) return;
+  listening.add(driver);
+  const earlier = driver.onError;
+  driver.onError = earlier
+    ? (e) => {
+      earlier(e);
+      noteDriverError(driver, e);
+    }
+    : (e) => noteDriverError(driver, e);
+}
+
+/** The error every use of a context that hit a sticky error throws until recover() finds out more. */
+function faultedError(cause: GpuError, what: string): GpuError {
+  return new GpuError(cause.backend, `${what} (the context is unusable since ${cause.call} failed)`, cause.code, cause.codeName, cause.description);
+}
+
 /** The error every use of a poisoned GPU throws: restart the process. */
 function restartError(cause: GpuError, what: string): GpuError {
   return new GpuError(cause.backend, `${what} (poisoned by ${cause.call})`, cause.code, cause.codeName, cause.description, {
@@ -131,6 +160,8 @@ class Context {
   suspended = false;
   /** Set when recover() found the context unusable after a reset: every use throws it (restartRequired). */
   poisoned: GpuError | undefined;
+  /** Set by a sticky error on this context: every use throws (sticky) until recover() resets the context. */
+  faulted: GpuError | undefined;
   /** Clears the owning Device's caches (prepared kernels, plans) after a reset; weak, so no Device is kept alive. */
   dropCaches: () => void = () => {};
   constructor(readonly driver: Driver, public handle: bigint, readonly ordinal: number, readonly children: Owner) {
@@ -139,6 +170,7 @@ class Context {
 
   activate(): Driver {
     if (this.poisoned) throw restartError(this.poisoned, "device use");
+    if (this.faulted) throw faultedError(this.faulted, "device use");
     if (currentContext !== this.handle) {
       this.driver.setCurrent(this.handle);
       currentContext = this.handle;
@@ -148,7 +180,8 @@ class Context {
 
   /** For releasing children: the driver if the context still exists, else null (the memory went with it). */
   forRelease(): Driver | null {
-    return this.alive && !this.suspended && !this.poisoned ? this.activate() : null;
+    // A context with a sticky error frees nothing (every call would fail): a reset or the process's end does.
+    return this.alive && !this.suspended && !this.poisoned && !this.faulted ? this.activate() : null;
   }
 
   release(): void {
@@ -157,7 +190,13 @@ class Context {
     liveContexts.delete(this);
     if (currentContext === this.handle) currentContext = 0n;
     // A poisoned context is not released: the call would fail, and the process has to restart anyway.
-    if (!this.poisoned) this.driver.releaseContext(this.ordinal);
+    if (this.poisoned) return;
+    try {
+      this.driver.releaseContext(this.ordinal);
+    } catch (e) {
+      // After a sticky error the release may fail too: close() still has to work.
+      if (!(this.faulted && e instanceof GpuError)) throw e;
+    }
   }
 }
 
@@ -266,6 +305,7 @@ export class Device extends Resource {
   static #openGpu(backend: "cuda" | "hip", driver: Driver, ordinal: number, check: OpenOptions["check"]): Device {
     const dead = poisonedGpus.get(driver)?.get(ordinal);
     if (dead) throw restartError(dead, `Device.open(${backend}:${ordinal})`);
+    listenForErrors(driver);
     const info = driver.deviceInfo(ordinal);
     const owner = new Owner();
     const ctx = new Context(driver, driver.retainContext(ordinal), ordinal, owner);
@@ -321,6 +361,17 @@ export class Device extends Resource {
   get activeDriver(): Driver | null {
     this.assertOpen();
     return this.#context ? this.#context.activate() : null;
+  }
+
+  /**
+   * @internal For release functions that call the driver directly (graphs): whether a release may call it now
+   * (false while recover() resets the context, which drops everything, or after a sticky error, when every call
+   * fails; true on a device without a context of its own, e.g. a test double). It does not hold the Device, so a
+   * forgotten resource releasing through it does not keep the Device alive.
+   */
+  get canRelease(): () => boolean {
+    const ctx = this.#context;
+    return ctx ? () => ctx.forRelease() !== null : () => true;
   }
 
   /** The device's default stream (non-blocking), where ops and copies go unless told otherwise. */
@@ -464,13 +515,17 @@ export class Device extends Resource {
           // The reset keeps the retain count; retain + release reads the (re-initialized) context's handle.
           const handle = ctx.driver.retainContext(ctx.ordinal);
           ctx.driver.releaseContext(ctx.ordinal);
-          for (const c of peers) c.handle = handle;
+          for (const c of peers) c.handle = handle, c.faulted = undefined;
           // Is it usable? After a sticky error the reset "succeeds" and the context still is not.
           ctx.activate();
           ctx.driver.synchronize();
           ctx.driver.memFree(ctx.driver.memAlloc(256));
         } catch (e) {
           if (!(e instanceof GpuError)) throw e;
+          currentContext = 0n;
+          // A recoverable failure (e.g. out of memory at the check) says nothing about the context: the device
+          // stays usable and recover() may be called again (what a failed reset dropped goes with the next one).
+          if (!e.sticky) throw e;
           const err = new GpuError(e.backend, `device.recover(): ${e.call}`, e.code, e.codeName, e.description, {
             restartRequired: true,
           });

@@ -200,9 +200,23 @@ class Context {
   }
 }
 
+/** Devices opened so far per backend:ordinal, for each Device's distinct id. */
+const openedCount = new Map<string, number>();
+function nextDeviceId(backend: Backend, ordinal: number): string {
+  const key = `${backend}:${ordinal}`;
+  const n = (openedCount.get(key) ?? 0) + 1;
+  openedCount.set(key, n);
+  return n === 1 ? key : `${key}#${n}`;
+}
+
 export class Device extends Resource {
   readonly backend: Backend;
   readonly info: DeviceInfo;
+  /**
+   * This Device in messages: backend:ordinal, and #n for the n-th Device opened on the same one in this process
+   * ("cpu:0", "cpu:0#2"), so that two Devices of one GPU (or two CPU devices) are told apart.
+   */
+  readonly id: string;
   /** Why "auto" fell back to the CPU, when it did. */
   readonly fallbackReason: string | undefined;
   /** @internal owns every resource created from this device */
@@ -235,6 +249,7 @@ export class Device extends Resource {
     this.owner = owner;
     this.backend = backend;
     this.info = info;
+    this.id = nextDeviceId(backend, info.ordinal);
     this.#context = context;
     this.fallbackReason = fallback;
     this.check = check ? (typeof check === "function" ? check : () => {}) : null;
@@ -243,22 +258,24 @@ export class Device extends Resource {
   /** Opens a device. See OpenOptions. */
   static open(options?: OpenOptions | null): Device {
     const opts = options ?? {};
-    if (typeof opts !== "object") throw new ArgumentError("options", "an object { backend?, ordinal? }", opts);
+    if (typeof opts !== "object") throw new ArgumentError("options", "an options object { backend?, ordinal?, sanityCheck?, check? } or nothing", opts);
+    // Each option read once: an object with getters cannot pass one value to the checks and another to the open.
     const backend = opts.backend ?? "auto";
     const ordinal = opts.ordinal ?? 0;
+    const sanityCheck = opts.sanityCheck;
+    const check = opts.check;
     if (!["auto", "cuda", "hip", "cpu"].includes(backend)) {
       throw new ArgumentError("backend", `"auto", "cuda", "hip" or "cpu"`, backend);
     }
     if (!Number.isInteger(ordinal) || ordinal < 0) throw new ArgumentError("ordinal", "an integer ≥ 0", ordinal);
-    if (opts.sanityCheck !== undefined && typeof opts.sanityCheck !== "boolean") {
-      throw new ArgumentError("sanityCheck", "a boolean", opts.sanityCheck);
+    if (sanityCheck !== undefined && typeof sanityCheck !== "boolean") {
+      throw new ArgumentError("sanityCheck", "a boolean", sanityCheck);
     }
-    const check = opts.check;
     if (check !== undefined && typeof check !== "boolean" && typeof check !== "function") {
       throw new ArgumentError("check", "a boolean or a function (report) => void", check);
     }
     const dev = Device.#pickAndOpen(backend, ordinal, check);
-    if (opts.sanityCheck !== false && sanityCheckHook) {
+    if (sanityCheck !== false && sanityCheckHook) {
       try {
         sanityCheckHook(dev);
       } catch (e) {
@@ -316,7 +333,12 @@ export class Device extends Resource {
   }
 
   protected get label(): string {
-    return `Device(${this.backend}:${this.info.ordinal})`;
+    return `Device(${this.id})`;
+  }
+
+  /** True for a Device (not a Proxy of one, nor an object that only looks like one). */
+  static isDevice(v: unknown): v is Device {
+    return typeof v === "object" && v !== null && #context in v;
   }
 
   get name(): string {
@@ -360,7 +382,9 @@ export class Device extends Resource {
     return this.#stream;
   }
 
-  createStream(): Stream {
+  createStream(...none: unknown[]): Stream {
+    // It takes no options (no priority, no flags): one given is refused, not silently ignored.
+    if (none.length > 0) throw new ArgumentError("createStream options", "none (createStream takes no arguments)", none[0]);
     const d = this.activeDriver;
     if (!d) return new Stream(this, 0n, () => {});
     const h = d.streamCreate();
@@ -369,8 +393,12 @@ export class Device extends Resource {
   }
 
   /** An event; `timing: false` makes it cheaper when only used for ordering. */
-  createEvent(opts: { timing?: boolean } = {}): Event {
-    const timing = opts.timing ?? true;
+  createEvent(opts?: { timing?: boolean }): Event {
+    if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
+      throw new ArgumentError("options", "an options object { timing? } or nothing", opts);
+    }
+    const timing = opts?.timing ?? true;
+    if (typeof timing !== "boolean") throw new ArgumentError("timing", "a boolean", timing);
     const d = this.activeDriver;
     if (!d) return new Event(this, 0n, timing, () => {});
     const h = d.eventCreate(timing);
@@ -382,7 +410,7 @@ export class Device extends Resource {
   alloc(bytes: number): DeviceBuffer {
     if (!Number.isSafeInteger(bytes) || bytes < 0) throw new ArgumentError("bytes", "an integer ≥ 0", bytes);
     const d = this.activeDriver;
-    if (!d) return new DeviceBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
+    if (!d) return new DeviceBuffer(this, bytes, 0n, hostMemory(bytes), () => {});
     if (bytes === 0) return new DeviceBuffer(this, 0, 0n, null, () => {});
     const ptr = d.memAlloc(bytes);
     const ctx = this.#context!;
@@ -393,7 +421,7 @@ export class Device extends Resource {
   pinned(bytes: number): PinnedBuffer {
     if (!Number.isSafeInteger(bytes) || bytes < 1) throw new ArgumentError("bytes", "an integer ≥ 1", bytes);
     const d = this.activeDriver;
-    if (!d) return new PinnedBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
+    if (!d) return new PinnedBuffer(this, bytes, 0n, hostMemory(bytes), () => {});
     const addr = d.hostAlloc(bytes);
     let view: Uint8Array;
     try {
@@ -408,12 +436,13 @@ export class Device extends Resource {
 
   /** Loads PTX (text or bytes), a cubin or a fatbin into this device's context. */
   loadModule(image: Uint8Array | string): Module {
-    const d = this.activeDriver;
-    if (!d) throw new UnsupportedError("the CPU backend cannot load GPU modules");
+    // The argument first: bad input is an ArgumentError on every backend.
     let bytes: Uint8Array;
-    if (typeof image === "string") bytes = new TextEncoder().encode(image + "\0");
+    if (typeof image === "string" && image !== "") bytes = new TextEncoder().encode(image + "\0");
     else if (image instanceof Uint8Array && image.byteLength > 0) bytes = image;
     else throw new ArgumentError("image", "PTX text or non-empty PTX/cubin/fatbin bytes", image);
+    const d = this.activeDriver;
+    if (!d) throw new UnsupportedError("the CPU backend cannot load GPU modules");
     // The driver reads PTX up to a NUL: make sure one is there.
     if (bytes[0] !== 0x7f && bytes[0] !== 0x50 && bytes[bytes.length - 1] !== 0 && isText(bytes)) {
       const z = new Uint8Array(bytes.length + 1);
@@ -519,6 +548,17 @@ export class Device extends Resource {
   memoryInfo(): { free: number; total: number } {
     const d = this.activeDriver;
     return d ? d.memInfo() : { free: 0, total: 0 };
+  }
+}
+
+/** The CPU backend's memory: the engine's RangeError (a size past its ArrayBuffer limit, or no memory) named. */
+function hostMemory(bytes: number): Uint8Array {
+  try {
+    return new Uint8Array(bytes);
+  } catch (e) {
+    if (!(e instanceof RangeError)) throw e;
+    // (Not the engine's own message: it differs between engines and says less.)
+    throw new ArgumentError("bytes", "a size the CPU backend can allocate in host memory (the JavaScript engine refused it)", bytes);
   }
 }
 

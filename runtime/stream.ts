@@ -54,6 +54,11 @@ export class Stream extends Resource {
     return "Stream";
   }
 
+  /** True for a Stream (not a Proxy of one, which passes instanceof and then fails on its private fields). */
+  static isStream(v: unknown): v is Stream {
+    return typeof v === "object" && v !== null && #handle in v;
+  }
+
   /** The native handle (CUstream, hipStream_t), for interop; 0n on the CPU backend. Throws DisposedError when closed. */
   get handle(): bigint {
     this.assertOpen();

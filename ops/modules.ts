@@ -10,7 +10,6 @@ import type { Stream } from "../runtime/stream.ts";
 import { checkValues, type Tensor } from "../runtime/tensor.ts";
 import { layerNormBackward, rmsNormBackward } from "./backward.ts";
 import { layerNorm, rmsNorm } from "./norm.ts";
-import type { NormKind } from "./plan.ts";
 import { checkD, checkEps, checkFlag, checkInput, checkOptions, checkStream } from "./validate.ts";
 
 /** The `{ stream? }` options of forward/backward/zeroGrad, read once (checked where it is used). */
@@ -21,6 +20,7 @@ function readStream(opts: unknown): Stream | undefined {
 /** Parameter values: f32 (or any numbers), or int8 codes with a scale (one, or one per channel). */
 export type ParamValues = ArrayLike<number> | { int8: Int8Array; scale: number | ArrayLike<number> };
 
+/** Options of the LayerNorm and RMSNorm modules. All optional. */
 export interface NormModuleOptions {
   /** Default 1e-5 (LayerNorm) / 1e-6 (RMSNorm). */
   eps?: number;
@@ -81,23 +81,36 @@ function readModuleOptions(opts: unknown, defaultEps: number, hasBias: boolean):
   };
 }
 
-abstract class NormModule implements Disposable {
+/**
+ * What LayerNorm and RMSNorm share: parameters resident on the device (f32, [d]), forward() that keeps what
+ * backward() needs, gradients accumulated in f32 until zeroGrad(). Every method throws DisposedError once the
+ * module is closed; closing it frees its parameters, gradients and saved statistics (not the device).
+ */
+export abstract class NormModule implements Disposable {
+  /** The device the parameters are on. */
   readonly device: Device;
+  /** The normalized dimension: the last dimension of every x. */
   readonly d: number;
+  /** Added to the variance (mean of squares for RMSNorm) inside the square root. */
   readonly eps: number;
+  /** Whether the weight is stored as an offset from 1 (Gemma-style: the kernels use 1 + weight). */
   readonly zeroCentered: boolean;
-  /** The stored parameters (f32, [d]); with zeroCentered the weight is the offset from 1. */
+  /** The stored weight (f32, [d]); with zeroCentered the offset from 1. Absent with `weight: false`. */
   readonly weight?: Tensor;
+  /** The stored bias (f32, [d]); LayerNorm only, absent with `bias: false`. */
   readonly bias?: Tensor;
-  /** Accumulated gradients (f32, [d]). */
+  /** The weight's accumulated gradient (f32, [d]). */
   readonly weightGrad?: Tensor;
+  /** The bias's accumulated gradient (f32, [d]). */
   readonly biasGrad?: Tensor;
   /** The weight the kernels read: `weight`, or 1 + weight when zeroCentered. */
   #scale?: Tensor;
   #saved?: { x: Tensor; mean?: Tensor; rstd: Tensor };
   #closed = false;
-  protected abstract readonly kind: NormKind;
+  /** Which norm the module computes. */
+  protected abstract readonly kind: "layer" | "rms";
 
+  /** @internal use new LayerNorm(…) or new RMSNorm(…) */
   constructor(device: Device, d: number, optsIn: NormModuleOptions | undefined, defaultEps: number, hasBias: boolean) {
     // Everything the forward checks per call that is fixed at construction is checked here: a module that cannot run
     // is refused now, not at its first forward.
@@ -140,6 +153,17 @@ abstract class NormModule implements Disposable {
   /**
    * Sets parameters from typed arrays (f32 or int8 + scale); uploads once. Everything is checked before anything is
    * written: a refused call leaves both parameters as they were.
+   *
+   * @param values weight and/or bias: d numbers, or `{ int8, scale }` (d int8 codes with one scale or d
+   *   per-channel scales, dequantized to f32 on the host).
+   * @throws {ArgumentError} for a wrong length, a non-finite value or scale, an unknown key, or a parameter the
+   *   module was made without.
+   *
+   * @example
+   * ```ts
+   * ln.load({ weight: new Float32Array(768).fill(1), bias: new Float32Array(768) });
+   * ln.load({ weight: { int8: codes, scale: 0.02 } });
+   * ```
    */
   load(values: { weight?: ParamValues; bias?: ParamValues }): void {
     this.#check();
@@ -164,7 +188,7 @@ abstract class NormModule implements Disposable {
     if (b) this.bias!.write(b);
   }
 
-  /** The parameters and their gradients, as f32 arrays (waits for the device's stream). */
+  /** The parameters and their gradients, as f32 arrays (waits for the device's stream); absent ones are undefined. */
   state(): { weight?: Float32Array; bias?: Float32Array; weightGrad?: Float32Array; biasGrad?: Float32Array } {
     this.#check();
     return {
@@ -173,7 +197,15 @@ abstract class NormModule implements Disposable {
     };
   }
 
-  /** Normalizes x and keeps x (by reference: do not close or overwrite it before backward) and the stats. */
+  /**
+   * Normalizes x and keeps x (by reference: do not close or overwrite it before backward) and the statistics
+   * for one backward(). Returns y, a new tensor.
+   *
+   * @param x The input: last dimension d; f32, f16 or bf16.
+   * @param opts.stream The stream to run on (default: the device's).
+   * @throws {ArgumentError} when x's last dimension is not d, or as layerNorm / rmsNorm do.
+   * @throws {UnsupportedError} and {GpuError} as layerNorm / rmsNorm do.
+   */
   forward(xIn: Tensor, opts?: { stream?: Stream }): Tensor {
     this.#check();
     const stream = readStream(opts);
@@ -188,7 +220,14 @@ abstract class NormModule implements Disposable {
     return r.y;
   }
 
-  /** dx for the last forward's x, adding dweight/dbias into weightGrad/biasGrad. Consumes what forward kept. */
+  /**
+   * dx for the last forward's x, adding dweight/dbias into weightGrad/biasGrad. Consumes what forward kept.
+   *
+   * @param dy The gradient of the last forward's y (its shape).
+   * @param opts.stream The stream to run on (default: the device's).
+   * @throws {ArgumentError} without a forward() since the last backward(), or as the backward ops do.
+   * @throws {UnsupportedError} and {GpuError} as layerNormBackward / rmsNormBackward do.
+   */
   backward(dy: Tensor, opts?: { stream?: Stream }): Tensor {
     this.#check();
     const stream = readStream(opts);
@@ -205,7 +244,7 @@ abstract class NormModule implements Disposable {
     return r.dx;
   }
 
-  /** Sets the accumulated gradients to zero. */
+  /** Sets the accumulated gradients to zero (queued on `opts.stream`, default: the device's). */
   zeroGrad(opts?: { stream?: Stream }): void {
     this.#check();
     const stream = readStream(opts);
@@ -220,6 +259,7 @@ abstract class NormModule implements Disposable {
     this.#saved = undefined;
   }
 
+  /** Frees the parameters, gradients and saved statistics. Safe to call more than once. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -227,22 +267,68 @@ abstract class NormModule implements Disposable {
     for (const t of [this.weight, this.bias, this.weightGrad, this.biasGrad, this.zeroCentered ? this.#scale : undefined]) t?.close();
   }
 
+  /** close(), for `using` declarations. */
   [Symbol.dispose](): void {
     this.close();
   }
 }
 
-/** LayerNorm over the last dimension, with learnable weight and bias. */
+/**
+ * LayerNorm over the last dimension, with learnable weight (initialized to 1) and bias (0), as PyTorch's
+ * nn.LayerNorm(d).
+ *
+ * @example A training step
+ * ```ts
+ * using dev = Device.open();
+ * using ln = new LayerNorm(dev, 768);
+ * using x = dev.tensor(activations, [batch, 768]);
+ * using y = ln.forward(x);
+ * using dy = dev.tensor(upstreamGrad, [batch, 768]);
+ * using dx = ln.backward(dy);         // adds into ln.weightGrad and ln.biasGrad
+ * const { weightGrad, biasGrad } = ln.state();
+ * ln.zeroGrad();
+ * ```
+ */
 export class LayerNorm extends NormModule {
+  /** "layer". */
   protected readonly kind = "layer" as const;
+  /**
+   * A LayerNorm module on `device`, its parameters allocated there.
+   *
+   * @param device The device for the parameters and the work.
+   * @param d The normalized dimension (the last dimension of x).
+   * @param opts eps (default 1e-5), weight / bias (default true: learnable), zeroCentered.
+   * @throws {ArgumentError} for a bad device, d or option.
+   * @throws {DisposedError} when the device is closed.
+   */
   constructor(device: Device, d: number, opts?: NormModuleOptions) {
     super(device, d, opts, 1e-5, true);
   }
 }
 
-/** RMSNorm over the last dimension, with a learnable weight. */
+/**
+ * RMSNorm over the last dimension, with a learnable weight (initialized to 1, or 0 with zeroCentered), as
+ * PyTorch's nn.RMSNorm(d).
+ *
+ * @example Gemma-style weights, loaded from int8
+ * ```ts
+ * using norm = new RMSNorm(dev, 2048, { zeroCentered: true });
+ * norm.load({ weight: { int8: codes, scale: scales } });   // per-channel scales
+ * using y = norm.forward(x);
+ * ```
+ */
 export class RMSNorm extends NormModule {
+  /** "rms". */
   protected readonly kind = "rms" as const;
+  /**
+   * An RMSNorm module on `device`, its weight allocated there.
+   *
+   * @param device The device for the weight and the work.
+   * @param d The normalized dimension (the last dimension of x).
+   * @param opts eps (default 1e-6), weight (default true: learnable), zeroCentered. A bias is refused.
+   * @throws {ArgumentError} for a bad device, d or option.
+   * @throws {DisposedError} when the device is closed.
+   */
   constructor(device: Device, d: number, opts?: NormModuleOptions) {
     super(device, d, opts, 1e-6, false);
   }

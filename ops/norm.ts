@@ -14,6 +14,7 @@ import { lookupNormPlan } from "./plan_cache.ts";
 import { checkEps, checkFlag, checkInput, checkOut, checkOutDtype, checkParam, checkStream } from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
 
+/** Options of rmsNorm (and the shared part of layerNorm's). All optional. */
 export interface RMSNormOptions {
   /** Per-feature scale, shape [D], f32 or x's dtype. */
   weight?: Tensor;
@@ -27,10 +28,14 @@ export interface RMSNormOptions {
   stream?: Stream;
   /** Also return the per-row statistics. */
   stats?: boolean;
-  /** Check mode for this call (default: the device's, Device.open({ check })): see ops/diag.ts. */
+  /**
+   * Check mode for this call (default: the device's, Device.open({ check })): count non-finite values and take
+   * the abs-max of x and y, reported in `device.lastCheck`. Synchronizes the stream.
+   */
   check?: boolean;
 }
 
+/** Options of layerNorm: those of rmsNorm, plus a bias. All optional. */
 export interface LayerNormOptions extends RMSNormOptions {
   /** Per-feature shift, shape [D]. */
   bias?: Tensor;
@@ -40,21 +45,95 @@ export interface LayerNormOptions extends RMSNormOptions {
 
 /** y and, with `stats: true`, per-row mean and rstd (f32, shape = the leading dimensions of x). */
 export interface NormResult {
+  /** The normalized output (`out` when given). */
   y: Tensor;
-  /** For rmsNorm: zeros. */
+  /** Per-row mean (f32). For rmsNorm: zeros. */
   mean: Tensor;
+  /** Per-row 1 / sqrt(variance + eps) (f32; for rmsNorm 1 / sqrt(mean(x²) + eps)): what the backward takes. */
   rstd: Tensor;
 }
 
-/** LayerNorm over the last dimension. Asynchronous on the stream; the result is a new tensor unless `out`. */
+/**
+ * LayerNorm over the last dimension, as PyTorch's F.layer_norm (biased variance, eps inside the square root):
+ * y = (x − mean) / sqrt(var + eps) · weight + bias, accumulated in f32 or better. Asynchronous on the stream: it
+ * returns once the work is queued; read y with toArray() / readSync(). The result is a new tensor unless `out`
+ * (which may be x itself, in place). With `stats: true` it returns y and the per-row mean and rstd, which
+ * layerNormBackward takes. Everything is checked before anything is allocated or queued: a refused call
+ * changes nothing.
+ *
+ * @param x The input: f32, f16 or bf16, any number of leading dimensions; rows may be strided.
+ * @param opts weight, bias ([D], f32 or x's dtype), eps (default 1e-5), out, outDtype, stream, stats, check.
+ * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, a bad eps, or an `out` that partly
+ *   overlaps x or overlaps weight/bias.
+ * @throws {DisposedError} when x, a parameter, `out`, the stream or the device is closed.
+ * @throws {UnsupportedError} for a row length or dtype combination the kernels do not cover, or when the call
+ *   would allocate (no `out`, `stats`, check mode) while a stream of the device captures a graph.
+ * @throws {GpuError} when the driver fails.
+ *
+ * @example
+ * ```ts
+ * import { Device, layerNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * using x = dev.tensor(values, [rows, 768]);
+ * using w = dev.tensor(gamma, [768]);
+ * using b = dev.tensor(beta, [768]);
+ * using y = layerNorm(x, { weight: w, bias: b });
+ * const out = await y.toArray();
+ * const { y: y2, mean, rstd } = layerNorm(x, { weight: w, bias: b, stats: true }); // for the backward
+ * layerNorm(x, { weight: w, bias: b, out: x });                                       // in place
+ * ```
+ */
 export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
+/**
+ * LayerNorm over the last dimension; returns y (a new tensor, or `out`). See the `stats: true` form above for the
+ * semantics, the options and the errors.
+ *
+ * @example
+ * ```ts
+ * using y = layerNorm(x, { weight: w, bias: b, eps: 1e-5 });
+ * ```
+ */
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResult {
   return runNorm("layer", x, readOptions("layer", opts));
 }
 
-/** RMSNorm over the last dimension: y = x / sqrt(mean(x²) + eps) * weight. */
+/**
+ * RMSNorm over the last dimension, as PyTorch's F.rms_norm: y = x / sqrt(mean(x²) + eps) · weight, accumulated
+ * in f32 or better. Asynchronous on the stream; the result is a new tensor unless `out` (x itself for in place).
+ * With `stats: true` it returns y and the per-row rstd (mean: zeros), which rmsNormBackward takes. Everything is
+ * checked before anything is allocated or queued: a refused call changes nothing.
+ *
+ * @param x The input: f32, f16 or bf16, any number of leading dimensions; rows may be strided.
+ * @param opts weight ([D], f32 or x's dtype), eps (default 1e-6), out, outDtype, stream, stats, check. A bias is
+ *   refused (RMSNorm has none).
+ * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, a bad eps, a bias, or an `out` that
+ *   partly overlaps x or overlaps the weight.
+ * @throws {DisposedError} when x, the weight, `out`, the stream or the device is closed.
+ * @throws {UnsupportedError} for a row length or dtype combination the kernels do not cover, or when the call
+ *   would allocate while a stream of the device captures a graph.
+ * @throws {GpuError} when the driver fails.
+ *
+ * @example
+ * ```ts
+ * import { Device, rmsNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * using x = dev.tensor(values, [rows, 4096], { dtype: "bf16" });
+ * using w = dev.tensor(weights, [4096], { dtype: "bf16" });
+ * using y = rmsNorm(x, { weight: w });
+ * const { y: y2, rstd } = rmsNorm(x, { weight: w, stats: true });   // for rmsNormBackward
+ * ```
+ */
 export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
+/**
+ * RMSNorm over the last dimension; returns y (a new tensor, or `out`). See the `stats: true` form above for the
+ * semantics, the options and the errors.
+ *
+ * @example
+ * ```ts
+ * using y = rmsNorm(x, { weight: w, eps: 1e-6 });
+ * ```
+ */
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor | NormResult {
   return runNorm("rms", x, readOptions("rms", opts));

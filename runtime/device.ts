@@ -17,8 +17,10 @@ import { Owner, Resource } from "./resource.ts";
 import { Event, Stream } from "./stream.ts";
 import { emptyTensor, type Tensor, tensorFrom, type TensorOptions } from "./tensor.ts";
 
+/** Where a Device runs: an NVIDIA GPU (CUDA driver API), an AMD GPU (HIP) or the float64 CPU backend. */
 export type Backend = "cuda" | "hip" | "cpu";
 
+/** Options of Device.open(). */
 export interface OpenOptions {
   /** "auto" (default): CUDA when a CUDA device exists, else HIP when an AMD (HIP) device exists, else CPU. */
   backend?: Backend | "auto";
@@ -31,7 +33,7 @@ export interface OpenOptions {
    */
   sanityCheck?: boolean;
   /**
-   * Check mode (seed 002 §4.4): after every norm call, count the non-finite values and take the abs-max of
+   * Check mode: after every norm call, count the non-finite values and take the abs-max of
    * input and output on the device, and report them (`device.lastCheck`, and to the callback if one is
    * given). Each checked call synchronizes its stream: for debugging, not for speed. Default false.
    */
@@ -50,8 +52,11 @@ export interface TensorStats {
 
 /** What check mode reports for one norm call. */
 export interface CheckReport {
+  /** The op that was checked, e.g. "layerNorm". */
   op: string;
+  /** Statistics of its input, taken before the op ran (it may write in place). */
   input: TensorStats;
+  /** Statistics of its output. */
   output: TensorStats;
   /** Human-readable findings (non-finite values, f16 near overflow, …); empty when nothing is suspicious. */
   warnings: string[];
@@ -209,8 +214,24 @@ function nextDeviceId(backend: Backend, ordinal: number): string {
   return n === 1 ? key : `${key}#${n}`;
 }
 
+/**
+ * A GPU (or the CPU backend) and everything made on it: its context, default stream, memory, tensors, modules.
+ * Closing it (or `using`) releases all of them; using any of them afterwards throws DisposedError.
+ *
+ * @example
+ * ```ts
+ * import { Device, rmsNorm } from "@normkit/normkit";
+ * using dev = Device.open();                  // CUDA, else HIP, else the CPU backend
+ * console.log(dev.backend, dev.name);
+ * using x = dev.tensor(new Float32Array(4 * 512).fill(0.5), [4, 512]);
+ * using y = rmsNorm(x);
+ * console.log(await y.toArray());
+ * ```
+ */
 export class Device extends Resource {
+  /** Where this device runs: "cuda", "hip" or "cpu". */
   readonly backend: Backend;
+  /** What the device can do (name, architecture, limits), read at open. */
   readonly info: DeviceInfo;
   /**
    * This Device in messages: backend:ordinal, and #n for the n-th Device opened on the same one in this process
@@ -255,7 +276,24 @@ export class Device extends Resource {
     this.check = check ? (typeof check === "function" ? check : () => {}) : null;
   }
 
-  /** Opens a device. See OpenOptions. */
+  /**
+   * Opens a device: with the default `backend: "auto"`, the CUDA GPU `ordinal` when there is one, else the HIP
+   * (AMD) GPU, else the CPU backend (`fallbackReason` then says why). Then runs the norm sanity check unless
+   * `sanityCheck: false`. Needs --allow-ffi under Deno for the GPU backends (without it "auto" opens the CPU).
+   *
+   * @param options Backend, ordinal, sanity check and check mode (see OpenOptions); all optional.
+   * @throws {ArgumentError} for an unknown backend or a bad option.
+   * @throws {BackendUnavailableError} when the backend asked for ("cuda" or "hip") cannot be used here.
+   * @throws {GpuError} when the driver fails to open the device.
+   * @throws {SanityCheckError} when the sanity check gets a wrong value.
+   *
+   * @example
+   * ```ts
+   * using dev = Device.open();                                   // best available
+   * using gpu1 = Device.open({ backend: "cuda", ordinal: 1 });   // or BackendUnavailableError
+   * using cpu = Device.open({ backend: "cpu", check: (r) => console.log(r.warnings) });
+   * ```
+   */
   static open(options?: OpenOptions | null): Device {
     const opts = options ?? {};
     if (typeof opts !== "object") throw new ArgumentError("options", "an options object { backend?, ordinal?, sanityCheck?, check? } or nothing", opts);
@@ -332,6 +370,7 @@ export class Device extends Resource {
     return "driver" in h ? h.driver.deviceCount() : 0;
   }
 
+  /** "Device(id)", for error messages. */
   protected get label(): string {
     return `Device(${this.id})`;
   }
@@ -341,6 +380,7 @@ export class Device extends Resource {
     return typeof v === "object" && v !== null && #context in v;
   }
 
+  /** The device's name, e.g. "NVIDIA H200" (info.name). */
   get name(): string {
     return this.info.name;
   }
@@ -382,6 +422,10 @@ export class Device extends Resource {
     return this.#stream;
   }
 
+  /**
+   * A new stream of this device, for work that may overlap the default stream's. It takes no arguments
+   * (ArgumentError for any).
+   */
   createStream(...none: unknown[]): Stream {
     // It takes no options (no priority, no flags): one given is refused, not silently ignored.
     if (none.length > 0) throw new ArgumentError("createStream options", "none (createStream takes no arguments)", none[0]);
@@ -406,7 +450,13 @@ export class Device extends Resource {
     return new Event(this, h, timing, () => ctx.forRelease()?.eventDestroy(h));
   }
 
-  /** Device memory (host memory on the CPU backend), uninitialized on GPUs. */
+  /**
+   * Device memory (host memory on the CPU backend), uninitialized on GPUs.
+   *
+   * @param bytes The size, an integer ≥ 0.
+   * @throws {ArgumentError} for a bad size.
+   * @throws {GpuError} when the GPU is out of memory (CUDA_ERROR_OUT_OF_MEMORY).
+   */
   alloc(bytes: number): DeviceBuffer {
     if (!Number.isSafeInteger(bytes) || bytes < 0) throw new ArgumentError("bytes", "an integer ≥ 0", bytes);
     const d = this.activeDriver;
@@ -417,7 +467,13 @@ export class Device extends Resource {
     return new DeviceBuffer(this, bytes, ptr, null, () => ctx.forRelease()?.memFree(ptr));
   }
 
-  /** Page-locked host memory for asynchronous copies (ordinary memory on the CPU backend). */
+  /**
+   * Page-locked host memory for asynchronous copies (ordinary memory on the CPU backend).
+   *
+   * @param bytes The size, an integer ≥ 1.
+   * @throws {ArgumentError} for a bad size.
+   * @throws {GpuError} when the driver cannot pin that much.
+   */
   pinned(bytes: number): PinnedBuffer {
     if (!Number.isSafeInteger(bytes) || bytes < 1) throw new ArgumentError("bytes", "an integer ≥ 1", bytes);
     const d = this.activeDriver;
@@ -434,7 +490,13 @@ export class Device extends Resource {
     return new PinnedBuffer(this, bytes, addr, view, () => ctx.forRelease()?.hostFree(addr));
   }
 
-  /** Loads PTX (text or bytes), a cubin or a fatbin into this device's context. */
+  /**
+   * Loads PTX (text or bytes), a cubin or a fatbin into this device's context (HIP: a code object).
+   *
+   * @throws {ArgumentError} for an empty or non-binary, non-text image.
+   * @throws {UnsupportedError} on the CPU backend.
+   * @throws {GpuError} when the driver refuses the image (e.g. no code for this GPU's architecture).
+   */
   loadModule(image: Uint8Array | string): Module {
     // The argument first: bad input is an ArgumentError on every backend.
     let bytes: Uint8Array;
@@ -454,17 +516,36 @@ export class Device extends Resource {
     return new Module(this, h, () => ctx.forRelease()?.moduleUnload(h));
   }
 
-  /** A tensor holding `values` (row-major, rows × last dim), converted to `opts.dtype` (default f32). */
+  /**
+   * A new tensor holding `values` (row-major, rows × last dim, no padding), converted to `opts.dtype` (default
+   * f32, rounded to nearest-even). The upload is done when it returns: `values` may be reused.
+   *
+   * @param values Exactly as many numbers as the shape has elements (an Array or a typed array).
+   * @param shape The dimensions (at least one); the last is the one the norms normalize.
+   * @param opts dtype, rowStride (padded rows) and the stream of the upload.
+   * @throws {ArgumentError} for a bad shape, dtype or row stride, or a values count that does not match the shape.
+   * @throws {DisposedError} when the device is closed.
+   * @throws {GpuError} when the GPU is out of memory.
+   *
+   * @example
+   * ```ts
+   * using x = dev.tensor(new Float32Array(8 * 4096).map(() => Math.random()), [8, 4096]);
+   * using h = dev.tensor([0.5, -1, 2, 3], [2, 2], { dtype: "f16" });
+   * ```
+   */
   tensor(values: ArrayLike<number>, shape: readonly number[], opts: TensorOptions = {}): Tensor {
     return tensorFrom(this, values, shape, opts);
   }
 
-  /** An uninitialized tensor. */
+  /**
+   * A new tensor with uninitialized values (zeros on the CPU backend), e.g. for an op's `out`.
+   * Throws as tensor() does, but takes no values.
+   */
   empty(shape: readonly number[], opts: TensorOptions = {}): Tensor {
     return emptyTensor(this, shape, opts);
   }
 
-  /** Blocks until all work on this device has finished. */
+  /** Blocks until all work on this device has finished. Throws GpuError when queued work failed. */
   synchronize(): void {
     this.activeDriver?.synchronize();
   }

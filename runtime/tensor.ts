@@ -9,6 +9,7 @@ import { ArgumentError } from "./errors.ts";
 import { DeviceBuffer } from "./memory.ts";
 import { Stream } from "./stream.ts";
 
+/** Options of device.tensor() and device.empty(). */
 export interface TensorOptions {
   /** Element type on the device (default "f32"). Values are rounded to it (nearest-even). */
   dtype?: DType;
@@ -99,14 +100,37 @@ export function spanElements(rows: number, d: number, rowStride: number): number
   return rows === 0 || d === 0 ? 0 : (rows - 1) * rowStride + d;
 }
 
+/**
+ * A typed view of device memory: a dtype, a shape and rows in a DeviceBuffer. The last dimension (`d`, the one
+ * the norms normalize) is contiguous; the leading dimensions are flattened into `rows` that start `rowStride`
+ * elements apart, so a row-strided view needs no copy. A tensor's fields never change; its values do (write(),
+ * an op's `out`).
+ *
+ * Made by `device.tensor(values, shape)`, `device.empty(shape)` or an op; those own their memory, which close()
+ * (or `using`) frees. Methods throw DisposedError once the tensor or its device is closed, and ArgumentError for
+ * values or options that do not fit.
+ *
+ * @example
+ * ```ts
+ * using dev = Device.open();
+ * using x = dev.tensor([1, 2, 3, 4, 5, 6], [2, 3], { dtype: "bf16" });
+ * x.rows;                        // 2
+ * x.d;                           // 3
+ * const values = x.readSync();   // Float32Array [1, 2, 3, 4, 5, 6]
+ * ```
+ */
 export class Tensor implements Disposable {
+  /** The device the memory is on. */
   readonly device: Device;
+  /** The element type in memory; values are read back as float32. */
   readonly dtype: DType;
+  /** The dimensions, outermost first (frozen). */
   readonly shape: readonly number[];
   /** Elements between consecutive row starts. */
   readonly rowStride: number;
   /** Element offset of the first row in the buffer. */
   readonly offset: number;
+  /** The memory the tensor views (shared by views of one allocation). */
   readonly buffer: DeviceBuffer;
   readonly #ownsBuffer: boolean;
   // Derived once: a tensor is an immutable view (frozen shape, readonly fields), and the hot path of the ops
@@ -117,7 +141,17 @@ export class Tensor implements Disposable {
   /** buffer.ptr + the offset in bytes, made on first use (a bigint: no BigInt maths per launch). */
   #ptr: bigint | undefined;
 
-  /** Wraps `buffer` (owned: closed with the tensor when `owns`). Checks that the rows fit. */
+  /**
+   * Wraps `buffer` (owned: closed with the tensor when `opts.owns`). Checks that the rows fit.
+   *
+   * @param buffer The memory, from device.alloc().
+   * @param shape The dimensions (at least one; integers ≥ 0).
+   * @param opts.dtype Element type (default "f32").
+   * @param opts.rowStride Elements between row starts (default: the last dimension; not less).
+   * @param opts.offset Elements from the buffer's start to the first element (default 0).
+   * @param opts.owns Close the buffer when the tensor is closed (default false).
+   * @throws {ArgumentError} for a bad shape or option, or rows that do not fit in the buffer.
+   */
   constructor(
     buffer: DeviceBuffer,
     shape: readonly number[],
@@ -171,10 +205,12 @@ export class Tensor implements Disposable {
     return this.#d;
   }
 
+  /** The number of elements (rows × d). */
   get numel(): number {
     return this.#rows * this.#d;
   }
 
+  /** Bytes per element of the dtype (4 or 2). */
   get bytesPerElement(): number {
     return this.#bytesPerElement;
   }
@@ -190,11 +226,16 @@ export class Tensor implements Disposable {
     return this.#ptr ??= base + BigInt(this.offset * this.#bytesPerElement);
   }
 
+  /** True once the memory is closed (this tensor's close(), the buffer's owner, or the device). */
   get closed(): boolean {
     return this.buffer.closed;
   }
 
-  /** Uploads `values` (rows × d, row-major, no padding) into this tensor's rows, converting to its dtype. */
+  /**
+   * Uploads `values` (rows × d, row-major, no padding) into this tensor's rows, converting to its dtype
+   * (nearest-even), ordered on `opts.stream` (default: the device's). The values may be reused when it returns.
+   * Throws ArgumentError unless there are exactly numel numbers.
+   */
   write(valuesIn: ArrayLike<number>, opts?: { stream?: Stream }): void {
     const stream = readStreamOption(opts, this.device);
     const values = checkValues(valuesIn);
@@ -220,7 +261,11 @@ export class Tensor implements Disposable {
     this.buffer.write(host, { offset: this.offset * b, stream });
   }
 
-  /** Downloads the rows (after earlier work on the stream) as float32, row-major without padding. */
+  /**
+   * Downloads the rows (after earlier work on `opts.stream`, default: the device's) as float32, row-major
+   * without padding. Blocks until the work has finished; toArray() waits without blocking the event loop.
+   * Throws UnsupportedError while the stream captures a graph.
+   */
   readSync(opts?: { stream?: Stream }): Float32Array {
     const stream = readStreamOption(opts, this.device);
     const b = this.bytesPerElement, d = this.d, rows = this.rows;
@@ -234,18 +279,30 @@ export class Tensor implements Disposable {
     return out;
   }
 
-  /** Like readSync, but waits for the GPU without blocking the event loop. */
+  /**
+   * Like readSync, but waits for the GPU without blocking the event loop.
+   *
+   * @example
+   * ```ts
+   * using y = layerNorm(x);
+   * const values = await y.toArray();
+   * ```
+   */
   async toArray(opts?: { stream?: Stream }): Promise<Float32Array> {
     const stream = readStreamOption(opts, this.device) ?? this.device.stream;
     while (!stream.query()) await new Promise((r) => setTimeout(r, 0));
     return this.readSync({ stream });
   }
 
-  /** Closes the buffer when this tensor owns it (tensors made by the device or by ops do). */
+  /**
+   * Closes the buffer when this tensor owns it (tensors made by the device or by ops do); a view of memory it
+   * does not own is left as it is. Safe to call more than once.
+   */
   close(): void {
     if (this.#ownsBuffer) this.buffer.close();
   }
 
+  /** close(), for `using` declarations. */
   [Symbol.dispose](): void {
     this.close();
   }

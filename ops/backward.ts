@@ -84,12 +84,17 @@ export interface NormBackwardResult {
  *
  * @example
  * ```ts
- * using x = dev.tensor(values, [rows, d]);
- * using w = dev.tensor(weights, [d]);
- * using b = dev.tensor(biases, [d]);
+ * import { Device, layerNorm, layerNormBackward } from "@normkit/normkit";
+ * using dev = Device.open();
+ * const rows = 8, d = 1024;
+ * using x = dev.tensor(new Float32Array(rows * d).map(() => Math.random()), [rows, d]);
+ * using w = dev.tensor(new Float32Array(d).fill(1), [d]);
+ * using b = dev.tensor(new Float32Array(d), [d]);
  * const fwd = layerNorm(x, { weight: w, bias: b, stats: true });
- * using dy = dev.tensor(upstreamGrad, [rows, d]);
- * const { dx, dweight, dbias } = layerNormBackward(dy, x, { mean: fwd.mean, rstd: fwd.rstd, weight: w, bias: b });
+ * using dy = dev.tensor(new Float32Array(rows * d).map(() => Math.random() - 0.5), [rows, d]);
+ * const g = layerNormBackward(dy, x, { mean: fwd.mean, rstd: fwd.rstd, weight: w, bias: b });
+ * const dweight = await g.dweight!.toArray();
+ * for (const t of [fwd.y, fwd.mean, fwd.rstd, g.dx, g.dweight!, g.dbias!]) t.close();
  * ```
  */
 export function layerNormBackward(dy: Tensor, x: Tensor, opts: LayerNormBackwardOptions): NormBackwardResult {
@@ -112,8 +117,14 @@ export function layerNormBackward(dy: Tensor, x: Tensor, opts: LayerNormBackward
  *
  * @example
  * ```ts
+ * import { Device, rmsNorm, rmsNormBackward } from "@normkit/normkit";
+ * using dev = Device.open();
+ * using x = dev.tensor(new Float32Array(8 * 512).map(() => Math.random()), [8, 512]);
+ * using w = dev.tensor(new Float32Array(512).fill(1), [512]);
+ * using dy = dev.tensor(new Float32Array(8 * 512).fill(0.1), [8, 512]);
  * const fwd = rmsNorm(x, { weight: w, stats: true });
  * const { dx, dweight } = rmsNormBackward(dy, x, { rstd: fwd.rstd, weight: w });
+ * for (const t of [fwd.y, fwd.mean, fwd.rstd, dx, dweight!]) t.close();
  * ```
  */
 export function rmsNormBackward(dy: Tensor, x: Tensor, opts: RMSNormBackwardOptions): NormBackwardResult {

@@ -58,6 +58,7 @@ function checkLength(name: string, arr: ArrayLike<number> | undefined, d: number
  *
  * @example
  * ```ts
+ * import { cpuNormForward } from "@normkit/normkit";
  * const { y, rstd } = cpuNormForward({ kind: "rms", rows: 2, d: 3, x: [1, 2, 3, 4, 5, 6], xStride: 3, eps: 1e-6 });
  * ```
  */

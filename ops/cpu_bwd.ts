@@ -52,6 +52,7 @@ export interface CpuNormBackwardOutput {
  *
  * @example
  * ```ts
+ * import { cpuNormBackward } from "@normkit/normkit";
  * const x = [1, 2, 3, 4, 5, 6], dy = [0.1, -0.2, 0.3, 0.5, 0, -0.5];
  * const { dx, dweight } = cpuNormBackward({ kind: "layer", rows: 2, d: 3, x, xStride: 3, dy, dyStride: 3, eps: 1e-5 });
  * ```

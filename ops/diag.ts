@@ -105,7 +105,10 @@ export function statsOfValues(values: ArrayLike<number>): TensorStats {
  *
  * @example
  * ```ts
- * const s = tensorStats(y);
+ * import { Device, tensorStats } from "@normkit/normkit";
+ * using dev = Device.open();
+ * using y = dev.tensor([1, Infinity, -3, NaN], [2, 2]);
+ * const s = tensorStats(y);                    // { count: 4, nonFinite: 2, absMax: 3 }
  * if (s.nonFinite > 0) console.warn(`${s.nonFinite} of ${s.count} values are NaN/Inf`);
  * ```
  */
@@ -200,6 +203,10 @@ export interface Histogram {
  *
  * @example
  * ```ts
+ * import { Device, histogram, layerNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * using x = dev.tensor(new Float32Array(32 * 256).map(() => Math.random() * 10), [32, 256]);
+ * using y = layerNorm(x);
  * const h = histogram(y, { bins: 8, range: [-4, 4] });
  * console.log(h.edges, h.counts, `outside: ${h.below + h.above}`);
  * ```

@@ -161,8 +161,11 @@ export abstract class NormModule implements Disposable {
    *
    * @example
    * ```ts
-   * ln.load({ weight: new Float32Array(768).fill(1), bias: new Float32Array(768) });
-   * ln.load({ weight: { int8: codes, scale: 0.02 } });
+   * import { Device, LayerNorm } from "@normkit/normkit";
+   * using dev = Device.open();
+   * using ln = new LayerNorm(dev, 768);
+   * ln.load({ weight: new Float32Array(768).fill(1.5), bias: new Float32Array(768) });
+   * ln.load({ weight: { int8: new Int8Array(768).fill(50), scale: 0.02 } });   // weight 1.0 everywhere
    * ```
    */
   load(values: { weight?: ParamValues; bias?: ParamValues }): void {
@@ -279,11 +282,13 @@ export abstract class NormModule implements Disposable {
  *
  * @example A training step
  * ```ts
+ * import { Device, LayerNorm } from "@normkit/normkit";
  * using dev = Device.open();
+ * const batch = 16;
  * using ln = new LayerNorm(dev, 768);
- * using x = dev.tensor(activations, [batch, 768]);
+ * using x = dev.tensor(new Float32Array(batch * 768).map(() => Math.random()), [batch, 768]);
  * using y = ln.forward(x);
- * using dy = dev.tensor(upstreamGrad, [batch, 768]);
+ * using dy = dev.tensor(new Float32Array(batch * 768).fill(0.01), [batch, 768]);
  * using dx = ln.backward(dy);         // adds into ln.weightGrad and ln.biasGrad
  * const { weightGrad, biasGrad } = ln.state();
  * ln.zeroGrad();
@@ -312,8 +317,13 @@ export class LayerNorm extends NormModule {
  *
  * @example Gemma-style weights, loaded from int8
  * ```ts
+ * import { Device, RMSNorm } from "@normkit/normkit";
+ * using dev = Device.open();
  * using norm = new RMSNorm(dev, 2048, { zeroCentered: true });
+ * const codes = new Int8Array(2048).map((_, i) => (i % 255) - 127);
+ * const scales = new Float32Array(2048).fill(1 / 127);
  * norm.load({ weight: { int8: codes, scale: scales } });   // per-channel scales
+ * using x = dev.tensor(new Float32Array(4 * 2048).map(() => Math.random()), [4, 2048], { dtype: "bf16" });
  * using y = norm.forward(x);
  * ```
  */

@@ -74,13 +74,14 @@ export interface NormResult {
  * ```ts
  * import { Device, layerNorm } from "@normkit/normkit";
  * using dev = Device.open();
- * using x = dev.tensor(values, [rows, 768]);
- * using w = dev.tensor(gamma, [768]);
- * using b = dev.tensor(beta, [768]);
+ * using x = dev.tensor(new Float32Array(16 * 768).map(() => Math.random() * 4 - 2), [16, 768]);
+ * using w = dev.tensor(new Float32Array(768).fill(1), [768]);
+ * using b = dev.tensor(new Float32Array(768), [768]);
  * using y = layerNorm(x, { weight: w, bias: b });
- * const out = await y.toArray();
- * const { y: y2, mean, rstd } = layerNorm(x, { weight: w, bias: b, stats: true }); // for the backward
- * layerNorm(x, { weight: w, bias: b, out: x });                                       // in place
+ * const out = await y.toArray();                                     // Float32Array(16 * 768)
+ * const fwd = layerNorm(x, { weight: w, bias: b, stats: true });     // y, mean, rstd: for layerNormBackward
+ * for (const t of [fwd.y, fwd.mean, fwd.rstd]) t.close();
+ * layerNorm(x, { weight: w, bias: b, out: x });                      // in place
  * ```
  */
 export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
@@ -90,7 +91,10 @@ export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): 
  *
  * @example
  * ```ts
- * using y = layerNorm(x, { weight: w, bias: b, eps: 1e-5 });
+ * import { Device, layerNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * using x = dev.tensor(new Float32Array(2 * 64).map(() => Math.random()), [2, 64], { dtype: "f16" });
+ * using y = layerNorm(x, { eps: 1e-5, outDtype: "f32" });
  * ```
  */
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
@@ -118,10 +122,11 @@ export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResu
  * ```ts
  * import { Device, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open();
- * using x = dev.tensor(values, [rows, 4096], { dtype: "bf16" });
- * using w = dev.tensor(weights, [4096], { dtype: "bf16" });
+ * using x = dev.tensor(new Float32Array(4 * 4096).map(() => Math.random() - 0.5), [4, 4096], { dtype: "bf16" });
+ * using w = dev.tensor(new Float32Array(4096).fill(1), [4096], { dtype: "bf16" });
  * using y = rmsNorm(x, { weight: w });
- * const { y: y2, rstd } = rmsNorm(x, { weight: w, stats: true });   // for rmsNormBackward
+ * const fwd = rmsNorm(x, { weight: w, stats: true });   // y, rstd (and zeros as mean): for rmsNormBackward
+ * for (const t of [fwd.y, fwd.mean, fwd.rstd]) t.close();
  * ```
  */
 export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
@@ -131,7 +136,11 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): Norm
  *
  * @example
  * ```ts
- * using y = rmsNorm(x, { weight: w, eps: 1e-6 });
+ * import { Device, rmsNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * using x = dev.tensor([3, 4, 0, 0, 1, 1], [2, 3]);
+ * using y = rmsNorm(x, { eps: 1e-6 });
+ * console.log(y.readSync());
  * ```
  */
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;

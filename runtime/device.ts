@@ -289,6 +289,7 @@ export class Device extends Resource {
    *
    * @example
    * ```ts
+   * import { Device } from "@normkit/normkit";
    * using dev = Device.open();                                   // best available
    * using gpu1 = Device.open({ backend: "cuda", ordinal: 1 });   // or BackendUnavailableError
    * using cpu = Device.open({ backend: "cpu", check: (r) => console.log(r.warnings) });
@@ -529,6 +530,8 @@ export class Device extends Resource {
    *
    * @example
    * ```ts
+   * import { Device } from "@normkit/normkit";
+   * using dev = Device.open();
    * using x = dev.tensor(new Float32Array(8 * 4096).map(() => Math.random()), [8, 4096]);
    * using h = dev.tensor([0.5, -1, 2, 3], [2, 2], { dtype: "f16" });
    * ```

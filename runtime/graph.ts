@@ -53,6 +53,13 @@ export function graphDriver(device: Device, what: string): GraphDriver {
  *
  * @example
  * ```ts
+ * import { Device, rmsNorm } from "@normkit/normkit";
+ * using dev = Device.open({ backend: "cuda" });
+ * using stream = dev.createStream();
+ * using x = dev.tensor(new Float32Array(2 * 512).fill(3), [2, 512]);
+ * using weight = dev.tensor(new Float32Array(512).fill(1), [512]);
+ * using y = dev.empty([2, 512]);
+ * rmsNorm(x, { weight, out: y, stream });     // once before capturing: loads the kernel, caches the plan
  * using graph = stream.capture(() => rmsNorm(x, { weight, out: y, stream }));
  * using exec = graph.instantiate();
  * exec.launch(stream);

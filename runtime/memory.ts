@@ -51,6 +51,7 @@ function bytesOf(view: ArrayBufferView): Uint8Array {
  *
  * @example Round trip through device memory
  * ```ts
+ * import { Device } from "@normkit/normkit/gpu";
  * using dev = Device.open();
  * using buf = dev.alloc(4 * 1024);
  * buf.write(new Float32Array(1024).fill(1));
@@ -236,6 +237,10 @@ export class DeviceBuffer extends Resource {
  *
  * @example An asynchronous download
  * ```ts
+ * import { Device } from "@normkit/normkit/gpu";
+ * using dev = Device.open();
+ * using buf = dev.alloc(4 * 1024);
+ * buf.fill32(0x3f800000);                       // 1.0f in every element
  * using host = dev.pinned(buf.byteLength);
  * buf.readAsync(host);
  * dev.stream.synchronize();

@@ -43,9 +43,11 @@ export const MAX_CLUSTER = 16;
  *
  * @example
  * ```ts
+ * import { LaunchConfig } from "@normkit/normkit/gpu";
  * const n = 1 << 20;
  * const config = new LaunchConfig({ grid: [Math.ceil(n / 256)], block: [256] });
- * launch(dev.stream, config, kernel, x, y, 2, n);
+ * config.threadsPerBlock;                                                     // 256
+ * const clustered = new LaunchConfig({ grid: [132 * 2], block: [512], sharedBytes: 64 * 1024, cluster: 2 });
  * ```
  */
 export class LaunchConfig {
@@ -124,10 +126,18 @@ export class LaunchConfig {
  *
  * @example Your own kernel
  * ```ts
+ * import { Device, LaunchConfig, launch } from "@normkit/normkit/gpu";
+ * // scale.cu: extern "C" __global__ void scale_f32(const float* x, float* y, float a, long long n)
+ * // built with: nvcc -ptx -arch=sm_80 scale.cu -o scale.ptx
  * using dev = Device.open({ backend: "cuda" });
- * using mod = dev.loadModule(ptxText);
+ * using mod = dev.loadModule(await Deno.readTextFile("scale.ptx"));
  * const scale = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
- * launch(dev.stream, new LaunchConfig({ grid: [64], block: [256] }), scale, x, y, 2, n);
+ * const n = 1 << 20;
+ * using x = dev.alloc(4 * n);
+ * using y = dev.alloc(4 * n);
+ * x.fill32(0x3f800000);                                   // 1.0f
+ * launch(dev.stream, new LaunchConfig({ grid: [Math.ceil(n / 256)], block: [256] }), scale, x, y, 2, n);
+ * dev.stream.synchronize();
  * ```
  */
 export class Module extends Resource {
@@ -452,9 +462,18 @@ export class Kernel {
  *
  * @example
  * ```ts
- * using mod = dev.loadModule(fatbinBytes);
- * const k = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
- * launch(dev.stream, new LaunchConfig({ grid: [64], block: [256] }), k, x, y, 2, n);
+ * import { Device, LaunchConfig, launch } from "@normkit/normkit/gpu";
+ * // scale.cu: extern "C" __global__ void scale_f32(const float* x, float* y, float a, long long n)
+ * // built with: nvcc -ptx -arch=sm_80 scale.cu -o scale.ptx
+ * using dev = Device.open({ backend: "cuda" });
+ * using mod = dev.loadModule(await Deno.readTextFile("scale.ptx"));
+ * const scale = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
+ * const n = 1 << 20;
+ * using x = dev.alloc(4 * n);
+ * using y = dev.alloc(4 * n);
+ * x.fill32(0x3f800000);                                   // 1.0f
+ * launch(dev.stream, new LaunchConfig({ grid: [Math.ceil(n / 256)], block: [256] }), scale, x, y, 2, n);
+ * dev.stream.synchronize();
  * ```
  */
 export function launch(stream: Stream, config: LaunchConfig, kernel: Kernel, ...args: KernelArg[]): void {

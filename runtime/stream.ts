@@ -28,9 +28,11 @@ export function deviceCapturing(device: Device): boolean {
  *
  * @example Two streams, ordered by an event
  * ```ts
+ * import { Device, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open();
+ * using x = dev.tensor(new Float32Array(8 * 1024).fill(2), [8, 1024]);
  * using side = dev.createStream();
- * const y = rmsNorm(x, { stream: side });
+ * using y = rmsNorm(x, { stream: side });
  * using done = side.record();           // a new event at the end of `side`
  * dev.stream.waitEvent(done);           // later work on dev.stream waits for y
  * ```
@@ -159,10 +161,11 @@ export class Stream extends Resource {
    *
    * @example Capture a norm once, replay it
    * ```ts
+   * import { Device, rmsNorm } from "@normkit/normkit";
    * using dev = Device.open({ backend: "cuda" });
    * using stream = dev.createStream();
-   * using x = dev.tensor(values, [4, 1024]);
-   * using w = dev.tensor(weights, [1024]);
+   * using x = dev.tensor(new Float32Array(4 * 1024).map(() => Math.random()), [4, 1024]);
+   * using w = dev.tensor(new Float32Array(1024).fill(1), [1024]);
    * using y = dev.empty([4, 1024]);
    * rmsNorm(x, { weight: w, out: y, stream });          // once outside the capture: loads the kernel
    * using graph = stream.capture(() => rmsNorm(x, { weight: w, out: y, stream }));
@@ -217,6 +220,11 @@ export class Stream extends Resource {
  *
  * @example Timing work on a stream
  * ```ts
+ * import { Device, layerNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * using x = dev.tensor(new Float32Array(64 * 4096).map(() => Math.random()), [64, 4096]);
+ * using y = dev.empty([64, 4096]);
+ * const stream = dev.stream;
  * using start = dev.createEvent();
  * using stop = dev.createEvent();
  * start.record(stream);

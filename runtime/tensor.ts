@@ -112,6 +112,7 @@ export function spanElements(rows: number, d: number, rowStride: number): number
  *
  * @example
  * ```ts
+ * import { Device } from "@normkit/normkit";
  * using dev = Device.open();
  * using x = dev.tensor([1, 2, 3, 4, 5, 6], [2, 3], { dtype: "bf16" });
  * x.rows;                        // 2
@@ -284,6 +285,9 @@ export class Tensor implements Disposable {
    *
    * @example
    * ```ts
+   * import { Device, layerNorm } from "@normkit/normkit";
+   * using dev = Device.open();
+   * using x = dev.tensor(new Float32Array(4 * 256).map(() => Math.random()), [4, 256]);
    * using y = layerNorm(x);
    * const values = await y.toArray();
    * ```

@@ -541,7 +541,7 @@ export class Device extends Resource {
   }
 
   /**
-   * A new tensor with uninitialized values (zeros on the CPU backend), e.g. for an op's `out`.
+   * A new tensor with uninitialized values, e.g. for an op's `out`.
    * Throws as tensor() does, but takes no values.
    */
   empty(shape: readonly number[], opts: TensorOptions = {}): Tensor {

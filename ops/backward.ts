@@ -9,12 +9,25 @@ import { ArgumentError, GpuError, UnsupportedError } from "../runtime/errors.ts"
 import type { DeviceBuffer } from "../runtime/memory.ts";
 import { type Kernel, LaunchConfig, MAX_PORTABLE_CLUSTER } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
-import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
+import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import { type BwdLimits, type BwdPlan, type BwdPlanInput, type BwdPlanResult, bwdFull, planNormBackward } from "./plan_bwd.ts";
-import { checkFlag, checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
+import {
+  checkFlag,
+  checkInput,
+  checkNormalizedShape,
+  checkParam,
+  checkSameShape,
+  checkStream,
+  checkTensor,
+  flattenNormalized,
+  flattenParam,
+  overlaps,
+  reshapeOwned,
+  sameView,
+} from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 
 /** Parameters of nk_{ln|rms}_bwd_{cached|wide}_* (kernels/norm_bwd.cuh, NK_BWD_PARAMS). */
@@ -42,7 +55,13 @@ export interface RMSNormBackwardOptions {
   dweight?: Tensor;
   /** Add the parameter gradients to `dweight` / `dbias` instead of overwriting them. */
   accumulate?: boolean;
+  /** Stream to run on (default: the device's). */
   stream?: Stream;
+  /**
+   * The forward's `normalizedShape` (default: the last dimension): the trailing dimensions of x it normalized
+   * over. dweight and dbias then have that shape; the normalized dimensions must be contiguous.
+   */
+  normalizedShape?: number | readonly number[];
 }
 
 export interface LayerNormBackwardOptions extends RMSNormBackwardOptions {
@@ -89,6 +108,7 @@ function checkGradOut(name: string, t: unknown, x: Tensor, dtype: DType): Tensor
 interface BackwardOptions {
   readonly mean: unknown; readonly rstd: unknown; readonly weight: unknown; readonly bias: unknown;
   readonly dx: unknown; readonly dweight: unknown; readonly dbias: unknown; readonly accumulate: unknown; readonly stream: unknown;
+  readonly normalizedShape: unknown;
 }
 
 function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
@@ -98,19 +118,44 @@ function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
   const o = opts as LayerNormBackwardOptions;
   return {
     mean: o.mean, rstd: o.rstd, weight: o.weight, bias: o.bias, dx: o.dx, dweight: o.dweight, dbias: o.dbias,
-    accumulate: o.accumulate, stream: o.stream,
+    accumulate: o.accumulate, stream: o.stream, normalizedShape: o.normalizedShape,
   };
 }
 
 function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, optsIn: LayerNormBackwardOptions): NormBackwardResult {
   const opts = readBackwardOptions(kind, optsIn);
+  const ns = checkNormalizedShape(opts.normalizedShape);
+  if (ns === undefined || ns.length === 1) {
+    if (ns) flattenNormalized("x", checkInput(xIn), ns); // the last dimension must be the one named
+    return runFlatBackward(kind, dyIn, xIn, opts);
+  }
+  // Several normalized dimensions: x, dy, dx and the parameters viewed flat over them, the results given back.
+  const x = checkInput(xIn), dy = checkTensor("dy", dyIn, x.device);
+  const view = (name: string, t: unknown) => Tensor.isTensor(t) && !t.closed ? flattenNormalized(name, t, ns) : t;
+  const given = (t: unknown) => t !== undefined && t !== null;
+  const r = runFlatBackward(kind, flattenNormalized("dy", dy, ns), flattenNormalized("x", x, ns), {
+    ...opts,
+    dx: view("dx", opts.dx),
+    weight: flattenParam("weight", opts.weight, ns), bias: flattenParam("bias", opts.bias, ns),
+    dweight: flattenParam("dweight", opts.dweight, ns), dbias: flattenParam("dbias", opts.dbias, ns),
+  });
+  const dx = given(opts.dx) ? opts.dx as Tensor : reshapeOwned(r.dx, x.shape);
+  const dweight = r.dweight && (given(opts.dweight) ? opts.dweight as Tensor : reshapeOwned(r.dweight, ns));
+  const dbias = r.dbias && (given(opts.dbias) ? opts.dbias as Tensor : reshapeOwned(r.dbias, ns));
+  return { dx, ...(dweight ? { dweight } : {}), ...(dbias ? { dbias } : {}) };
+}
+
+function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: BackwardOptions): NormBackwardResult {
   const x = checkInput(xIn);
   const dy = checkTensor("dy", dyIn, x.device);
   checkSameShape("dy", dy, x);
   if (kind === "rms") {
-    // RMSNorm has no bias: a bias or dbias given is a mistake (a LayerNorm's arguments), not something to ignore.
-    for (const [name, v] of [["bias", opts.bias], ["dbias", opts.dbias]] as const) {
-      if (v !== undefined && v !== null) throw new ArgumentError(name, `no ${name}: RMSNorm has no bias (layerNormBackward takes one)`, v);
+    // RMSNorm has no bias and no mean: one given is a mistake (a LayerNorm's arguments), not something to ignore.
+    for (const [name, v] of [["mean", opts.mean], ["bias", opts.bias], ["dbias", opts.dbias]] as const) {
+      if (v !== undefined && v !== null) {
+        const why = name === "mean" ? "RMSNorm has no mean (only rstd; layerNormBackward takes one)" : "RMSNorm has no bias (layerNormBackward takes one)";
+        throw new ArgumentError(name, `no ${name}: ${why}`, v);
+      }
     }
   }
   const mean = kind === "layer" ? checkStat("mean", opts.mean, x) : undefined;

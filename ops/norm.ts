@@ -11,7 +11,19 @@ import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import { fwdFull, type LaunchPlan, type NormKind } from "./plan.ts";
 import { lookupNormPlan } from "./plan_cache.ts";
-import { checkEps, checkFlag, checkInput, checkOut, checkOutDtype, checkParam, checkStream } from "./validate.ts";
+import {
+  checkEps,
+  checkFlag,
+  checkInput,
+  checkNormalizedShape,
+  checkOut,
+  checkOutDtype,
+  checkParam,
+  checkStream,
+  flattenNormalized,
+  flattenParam,
+  reshapeOwned,
+} from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
 
 export interface RMSNormOptions {
@@ -29,6 +41,12 @@ export interface RMSNormOptions {
   stats?: boolean;
   /** Check mode for this call (default: the device's, Device.open({ check })): see ops/diag.ts. */
   check?: boolean;
+  /**
+   * The trailing dimensions normalized over, as PyTorch's `normalized_shape` (default: the last one). E.g.
+   * `[8, 64]` for x of shape [..., 8, 64] normalizes 512 elements per row; weight and bias then have shape
+   * [8, 64] (or [512]), the statistics one value per leading index. The normalized dimensions must be contiguous.
+   */
+  normalizedShape?: number | readonly number[];
 }
 
 export interface LayerNormOptions extends RMSNormOptions {
@@ -38,26 +56,60 @@ export interface LayerNormOptions extends RMSNormOptions {
   eps?: number;
 }
 
-/** y and, with `stats: true`, per-row mean and rstd (f32, shape = the leading dimensions of x). */
-export interface NormResult {
+/**
+ * y and, with `stats: true`, per-row mean and rstd (f32, shape = the leading dimensions of x). Disposable:
+ * `using r = rmsNorm(x, { stats: true })` closes all three; `const { y, mean, rstd } = …` still works.
+ */
+export interface NormResult extends Disposable {
   y: Tensor;
   /** For rmsNorm: zeros. */
   mean: Tensor;
   rstd: Tensor;
 }
 
+/** A NormResult whose dispose closes y, mean and rstd (y not when it is the caller's `out`). */
+function normResult(y: Tensor, mean: Tensor, rstd: Tensor, outGiven: boolean): NormResult {
+  return {
+    y,
+    mean,
+    rstd,
+    [Symbol.dispose]() {
+      if (!outGiven) y.close();
+      mean.close();
+      rstd.close();
+    },
+  };
+}
+
 /** LayerNorm over the last dimension. Asynchronous on the stream; the result is a new tensor unless `out`. */
 export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResult {
-  return runNorm("layer", x, readOptions("layer", opts));
+  const o = readOptions("layer", opts);
+  return o.normalizedShape === undefined ? runNorm("layer", x, o) : runFlattened("layer", x, o);
 }
 
 /** RMSNorm over the last dimension: y = x / sqrt(mean(x²) + eps) * weight. */
 export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor | NormResult {
-  return runNorm("rms", x, readOptions("rms", opts));
+  const o = readOptions("rms", opts);
+  return o.normalizedShape === undefined ? runNorm("rms", x, o) : runFlattened("rms", x, o);
+}
+
+/** A call with `normalizedShape`: x, out, weight and bias viewed flat over the normalized dims, y given back in x's shape. */
+function runFlattened(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResult {
+  const ns = checkNormalizedShape(o.normalizedShape)!;
+  const x = checkInput(xIn);
+  const xv = flattenNormalized("x", x, ns);
+  const outv = Tensor.isTensor(o.out) && !o.out.closed ? flattenNormalized("out", o.out, ns) : o.out;
+  const r = runNorm(kind, xv, {
+    ...o, out: outv, weight: flattenParam("weight", o.weight, ns), bias: flattenParam("bias", o.bias, ns), normalizedShape: undefined,
+  });
+  const given = o.out !== undefined && o.out !== null;
+  const back = (y: Tensor): Tensor => (given ? o.out as Tensor : y === xv ? x : reshapeOwned(y, x.shape));
+  if (Tensor.isTensor(r)) return back(r);
+  return normResult(back(r.y), r.mean, r.rstd, given);
 }
 
 /**
@@ -73,12 +125,16 @@ interface CallOptions {
   readonly stream: unknown;
   readonly stats: unknown;
   readonly check: unknown;
+  readonly normalizedShape: unknown;
 }
 
 function readOptions(kind: NormKind, opts: unknown): CallOptions {
   const eps0 = kind === "layer" ? 1e-5 : 1e-6;
   if (opts === undefined) {
-    return { weight: undefined, bias: undefined, eps: eps0, out: undefined, outDtype: undefined, stream: undefined, stats: undefined, check: undefined };
+    return {
+      weight: undefined, bias: undefined, eps: eps0, out: undefined, outDtype: undefined, stream: undefined, stats: undefined, check: undefined,
+      normalizedShape: undefined,
+    };
   }
   if (typeof opts !== "object" || opts === null) {
     throw new ArgumentError("options", "an options object { weight?, eps?, out?, … } or nothing", opts);
@@ -87,7 +143,7 @@ function readOptions(kind: NormKind, opts: unknown): CallOptions {
   const eps = o.eps;
   return {
     weight: o.weight, bias: o.bias, eps: eps === undefined ? eps0 : eps, out: o.out, outDtype: o.outDtype, stream: o.stream,
-    stats: o.stats, check: o.check,
+    stats: o.stats, check: o.check, normalizedShape: o.normalizedShape,
   };
 }
 
@@ -274,7 +330,7 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
     rstd?.close();
     throw e;
   }
-  return stats ? { y, mean: mean!, rstd: rstd! } : y;
+  return stats ? normResult(y, mean!, rstd!, outGiven !== undefined) : y;
 }
 
 /** The CPU backend: float64 maths straight on the host bytes. */

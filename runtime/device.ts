@@ -38,6 +38,27 @@ export interface OpenOptions {
   check?: boolean | ((report: CheckReport) => void);
 }
 
+/** Options of device.wrapPointer() and device.wrapStream(). */
+export interface WrapOptions {
+  /**
+   * Take ownership (default false): close() then frees the memory (cuMemFree) or destroys the stream. Without it,
+   * close() and the device's close release nothing: the memory or stream stays the other code's to free, and must
+   * outlive every use through the wrapper.
+   */
+  own?: boolean;
+}
+
+/** Reads WrapOptions once: the `own` flag. */
+function readWrapOptions(opts: unknown): boolean {
+  if (opts === undefined) return false;
+  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { own? } or nothing", opts);
+  const own = (opts as WrapOptions).own ?? false;
+  if (typeof own !== "boolean") throw new ArgumentError("own", "a boolean", own);
+  return own;
+}
+
+const hex = (v: bigint): string => `0x${v.toString(16)}`;
+
 /** Non-finite count and abs-max (over the finite values) of one tensor, computed where it lives. */
 export interface TensorStats {
   /** Elements looked at (rows × last dim). */
@@ -415,6 +436,70 @@ export class Device extends Resource {
     const ptr = d.memAlloc(bytes);
     const ctx = this.#context!;
     return new DeviceBuffer(this, bytes, ptr, null, () => ctx.forRelease()?.memFree(ptr));
+  }
+
+  /**
+   * Device memory allocated by other code (another library's cuMemAlloc, a framework's tensor) as a DeviceBuffer,
+   * without a copy. `ptr` must be memory of this device's context (checked with cuPointerGetAttribute), and
+   * `bytes` from it must lie inside its allocation. Nothing is taken over unless `own: true` (then `ptr` must
+   * be the start of the allocation, and close() frees it). Make a Tensor over it with
+   * `new Tensor(buf, shape, { dtype, rowStride, byteOffset })`. Overlap checks of the ops compare absolute
+   * addresses, so two wrappers of one allocation are held to the same in-place rules as one buffer.
+   * GPU only (the CPU backend wraps host memory with wrapHost(); HIP throws UnsupportedError for now).
+   */
+  wrapPointer(ptr: bigint, bytes: number, opts?: WrapOptions): DeviceBuffer {
+    if (typeof ptr !== "bigint" || ptr <= 0n || ptr >= 1n << 64n) throw new ArgumentError("ptr", "a device address: a bigint > 0n", ptr);
+    if (!Number.isSafeInteger(bytes) || bytes < 1) throw new ArgumentError("bytes", "an integer ≥ 1", bytes);
+    const own = readWrapOptions(opts);
+    const d = this.activeDriver;
+    if (!d) throw new UnsupportedError("wrapPointer on the CPU backend: it has no device memory (wrap a typed array with device.wrapHost())");
+    if (!d.pointerInfo) throw new UnsupportedError(`wrapPointer on ${this.backend}: no pointer query is bound for this backend`);
+    let info;
+    try {
+      info = d.pointerInfo(ptr);
+    } catch (e) {
+      if (!(e instanceof GpuError) || e.sticky) throw e;
+      throw new ArgumentError("ptr", "device memory the driver knows (e.g. from cuMemAlloc)", `${hex(ptr)}: ${e.codeName}`);
+    }
+    const ctx = this.#context!;
+    if (info.context !== ctx.handle) {
+      throw new ArgumentError("ptr", `memory of ${this.id}'s context (${hex(ctx.handle)})`, `${hex(ptr)}, memory of context ${hex(info.context)}`);
+    }
+    const room = info.base + BigInt(info.bytes) - ptr;
+    if (BigInt(bytes) > room) {
+      throw new ArgumentError("bytes", `at most ${room} (the rest of the allocation at ${hex(ptr)})`, bytes);
+    }
+    if (own && ptr !== info.base) {
+      throw new ArgumentError("own", `false for a pointer inside an allocation (only its start ${hex(info.base)} can be freed)`, own);
+    }
+    return new DeviceBuffer(this, bytes, ptr, null, own ? () => ctx.forRelease()?.memFree(ptr) : () => {}, true);
+  }
+
+  /**
+   * CPU backend: the bytes of a typed array (or any ArrayBufferView) as a DeviceBuffer, without a copy: tensors
+   * over it read and write the array itself. Closing it releases nothing. Views of one ArrayBuffer that overlap
+   * are held to the ops' overlap rules. On a GPU backend: UnsupportedError (use wrapPointer()).
+   */
+  wrapHost(view: ArrayBufferView): DeviceBuffer {
+    if (!ArrayBuffer.isView(view)) throw new ArgumentError("view", "a typed array or DataView", view);
+    if (this.activeDriver) throw new UnsupportedError(`wrapHost on ${this.id}: only the CPU backend computes in host memory (use wrapPointer())`);
+    const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+    return new DeviceBuffer(this, bytes.byteLength, 0n, bytes, () => {}, true);
+  }
+
+  /**
+   * A stream made by other code (a CUstream / hipStream_t handle) as a Stream, for the ops' `stream` option and
+   * for copies. It must belong to this device's context. Closing it destroys nothing unless `own: true`.
+   * The legacy and per-thread default streams (handles 0n, 1n, 2n) can be wrapped but never owned. GPU only.
+   */
+  wrapStream(handle: bigint, opts?: WrapOptions): Stream {
+    if (typeof handle !== "bigint" || handle < 0n || handle >= 1n << 64n) throw new ArgumentError("handle", "a stream handle: a bigint ≥ 0n", handle);
+    const own = readWrapOptions(opts);
+    if (own && handle <= 2n) throw new ArgumentError("own", "false for a default stream (0n, 1n, 2n: it cannot be destroyed)", own);
+    const d = this.activeDriver;
+    if (!d) throw new UnsupportedError("wrapStream on the CPU backend: it has no native streams");
+    const ctx = this.#context!;
+    return new Stream(this, handle, own ? () => ctx.forRelease()?.streamDestroy(handle) : () => {}, true);
   }
 
   /** Page-locked host memory for asynchronous copies (ordinary memory on the CPU backend). */

@@ -440,12 +440,13 @@ export class Device extends Resource {
 
   /**
    * Device memory allocated by other code (another library's cuMemAlloc, a framework's tensor) as a DeviceBuffer,
-   * without a copy. `ptr` must be memory of this device's context (checked with cuPointerGetAttribute), and
+   * without a copy. `ptr` must be memory of this device's context (checked with cuPointerGetAttribute; on HIP,
+   * memory of this device, with hipPointerGetAttributes), and
    * `bytes` from it must lie inside its allocation. Nothing is taken over unless `own: true` (then `ptr` must
    * be the start of the allocation, and close() frees it). Make a Tensor over it with
    * `new Tensor(buf, shape, { dtype, rowStride, byteOffset })`. Overlap checks of the ops compare absolute
    * addresses, so two wrappers of one allocation are held to the same in-place rules as one buffer.
-   * GPU only (the CPU backend wraps host memory with wrapHost(); HIP throws UnsupportedError for now).
+   * GPU only (the CPU backend wraps host memory with wrapHost()).
    */
   wrapPointer(ptr: bigint, bytes: number, opts?: WrapOptions): DeviceBuffer {
     if (typeof ptr !== "bigint" || ptr <= 0n || ptr >= 1n << 64n) throw new ArgumentError("ptr", "a device address: a bigint > 0n", ptr);

@@ -63,7 +63,7 @@ export interface GraphDriver {
 
 /** What the driver knows about a device pointer (Driver.pointerInfo). */
 export interface PointerInfo {
-  /** The context (CUcontext) the memory was allocated in. */
+  /** The context (CUcontext) the memory was allocated in; on HIP the device's ordinal + 1 (its retainContext handle). */
   readonly context: bigint;
   /** First address of the allocation holding the pointer. */
   readonly base: bigint;

@@ -33,7 +33,8 @@ gpuTest("interop: a cuMemAlloc'd x and out and a cuStreamCreate'd stream run a n
     assert.equal(rmsNorm(x, { weight: w, out: y, stream: s, eps: 1e-6 }), y);
     s.synchronize();
     const got = y.readSync({ stream: s });
-    const ref = cpuNormForward({ kind: "rms", rows, d, x: x.readSync({ stream: s }), xStride: d, weight: ws, eps: 1e-6 }).y;
+    const ref =
+      cpuNormForward({ kind: "rms", rows, d, x: x.readSync({ stream: s }), xStride: d, weight: ws, eps: 1e-6 }).y;
     // bf16 output: 8 bits of mantissa, rounding of the result plus f32 accumulation.
     for (let i = 0; i < ref.length; i++) {
       assert.ok(Math.abs(got[i] - ref[i]) <= 2 ** -7 * Math.abs(ref[i]) + 1e-3, `y[${i}] ${got[i]} vs ${ref[i]}`);
@@ -49,7 +50,10 @@ gpuTest("interop: a cuMemAlloc'd x and out and a cuStreamCreate'd stream run a n
   assert.equal(cu.cuMemFree_v2(yPtr), 0);
   // Host memory is not device memory of this context.
   const host = new Uint8Array(4096);
-  assert.throws(() => dev.wrapPointer(ffi!.addressOf(host), 4096), (e: unknown) => e instanceof ArgumentError && e.argument === "ptr");
+  assert.throws(
+    () => dev.wrapPointer(ffi!.addressOf(host), 4096),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "ptr",
+  );
 });
 
 gpuTest("interop: own: true frees the wrapped allocation on close", () => {
@@ -64,13 +68,29 @@ gpuTest("interop: own: true frees the wrapped allocation on close", () => {
   assert.throws(() => dev.wrapPointer(ptr, 16), (e: unknown) => e instanceof ArgumentError && e.argument === "ptr");
 });
 
-gpuTest("interop: raw bf16 and f32 bits (NaN payloads, ±0, subnormals, ±Inf) round trip unchanged on the GPU", async () => {
-  using dev = Device.open({ backend: "cuda" });
-  const b16 = new Uint16Array([0x7fc1, 0x7f81, 0xffa5, 0x0000, 0x8000, 0x0001, 0x807f, 0x7f80, 0xff80, 0x3f80, 0x1234, 0xabcd]);
-  using t = dev.tensor(b16, [3, 4], { dtype: "bf16", bits: true });
-  assert.deepEqual(Array.from(await t.toBits()), Array.from(b16));
-  const b32 = new Uint32Array([0x7fc00123, 0x7f800001, 0xffa00001, 0, 0x80000000, 1, 0x807fffff, 0x7f800000]);
-  using f = dev.tensor(b32, [2, 4], { dtype: "f32", bits: true });
-  const back = await f.toBits();
-  assert.deepEqual(Array.from(new Uint32Array(back.buffer, back.byteOffset, back.length)), Array.from(b32));
-});
+gpuTest(
+  "interop: raw bf16 and f32 bits (NaN payloads, ±0, subnormals, ±Inf) round trip unchanged on the GPU",
+  async () => {
+    using dev = Device.open({ backend: "cuda" });
+    const b16 = new Uint16Array([
+      0x7fc1,
+      0x7f81,
+      0xffa5,
+      0x0000,
+      0x8000,
+      0x0001,
+      0x807f,
+      0x7f80,
+      0xff80,
+      0x3f80,
+      0x1234,
+      0xabcd,
+    ]);
+    using t = dev.tensor(b16, [3, 4], { dtype: "bf16", bits: true });
+    assert.deepEqual(Array.from(await t.toBits()), Array.from(b16));
+    const b32 = new Uint32Array([0x7fc00123, 0x7f800001, 0xffa00001, 0, 0x80000000, 1, 0x807fffff, 0x7f800000]);
+    using f = dev.tensor(b32, [2, 4], { dtype: "f32", bits: true });
+    const back = await f.toBits();
+    assert.deepEqual(Array.from(new Uint32Array(back.buffer, back.byteOffset, back.length)), Array.from(b32));
+  },
+);

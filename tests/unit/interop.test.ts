@@ -6,13 +6,27 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { inspect } from "node:util";
-import { ArgumentError, Device, LayerNorm, layerNorm, layerNormBackward, RMSNorm, rmsNorm, Tensor, UnsupportedError } from "../../mod.ts";
+import {
+  ArgumentError,
+  Device,
+  LayerNorm,
+  layerNorm,
+  layerNormBackward,
+  RMSNorm,
+  rmsNorm,
+  Tensor,
+  UnsupportedError,
+} from "../../mod.ts";
 import { CUDA_ERROR_OUT_OF_MEMORY, FaultDriver } from "../fixtures/fault_driver.ts";
 import { mulberry32, randoms } from "../fixtures/random.ts";
 
 /** Asserts that `fn` throws ArgumentError naming `argument`. */
 function refuses(fn: () => unknown, argument: string): void {
-  assert.throws(fn, (e: unknown) => e instanceof ArgumentError && e.argument === argument, `ArgumentError naming ${argument}`);
+  assert.throws(
+    fn,
+    (e: unknown) => e instanceof ArgumentError && e.argument === argument,
+    `ArgumentError naming ${argument}`,
+  );
 }
 
 /** Random 16-bit patterns with the special ones: NaN payloads (quiet, signalling, negative), ±0, subnormals, ±Inf. */
@@ -26,7 +40,17 @@ function bits16(n: number, dtype: "f16" | "bf16", seed: number): Uint16Array {
 }
 
 function bits32(n: number, seed: number): Uint32Array {
-  const special = [0x7fc00123, 0x7f800001, 0xffa00001, 0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x7f800000, 0xff800000];
+  const special = [
+    0x7fc00123,
+    0x7f800001,
+    0xffa00001,
+    0x00000000,
+    0x80000000,
+    0x00000001,
+    0x807fffff,
+    0x7f800000,
+    0xff800000,
+  ];
   const next = mulberry32(seed), out = new Uint32Array(n);
   for (let i = 0; i < n; i++) out[i] = i < special.length ? special[i] : Math.floor(next() * 2 ** 32) >>> 0;
   return out;
@@ -85,7 +109,14 @@ test("a Uint16Array for a 16-bit dtype must say bits: true or false; bits: false
 });
 
 /** Float64 RMSNorm / LayerNorm of rows of n elements (the reference). */
-function reference(kind: "rms" | "layer", x: ArrayLike<number>, n: number, w?: ArrayLike<number>, b?: ArrayLike<number>, eps = 1e-6): Float64Array {
+function reference(
+  kind: "rms" | "layer",
+  x: ArrayLike<number>,
+  n: number,
+  w?: ArrayLike<number>,
+  b?: ArrayLike<number>,
+  eps = 1e-6,
+): Float64Array {
   const out = new Float64Array(x.length);
   for (let r = 0; r < x.length / n; r++) {
     let mean = 0, sq = 0;
@@ -101,7 +132,10 @@ function reference(kind: "rms" | "layer", x: ArrayLike<number>, n: number, w?: A
 function close(actual: ArrayLike<number>, expected: ArrayLike<number>, tol: number, what: string): void {
   assert.equal(actual.length, expected.length, what);
   for (let i = 0; i < expected.length; i++) {
-    assert.ok(Math.abs(actual[i] - expected[i]) <= tol * (1 + Math.abs(expected[i])), `${what}[${i}]: ${actual[i]} vs ${expected[i]}`);
+    assert.ok(
+      Math.abs(actual[i] - expected[i]) <= tol * (1 + Math.abs(expected[i])),
+      `${what}[${i}]: ${actual[i]} vs ${expected[i]}`,
+    );
   }
 }
 
@@ -199,7 +233,9 @@ test("CPU backend: wrapHost computes in the typed arrays themselves; overlapping
   const shared = new Float32Array(4 * d);
   shared.set(randoms(4 * d, 12));
   const expected = reference("layer", shared.subarray(0, 2 * d), d, undefined, undefined, 1e-5);
-  using v1 = dev.wrapHost(shared.subarray(0, 2 * d)), v2 = dev.wrapHost(shared.subarray(d, 3 * d)), v3 = dev.wrapHost(shared);
+  using v1 = dev.wrapHost(shared.subarray(0, 2 * d)),
+    v2 = dev.wrapHost(shared.subarray(d, 3 * d)),
+    v3 = dev.wrapHost(shared);
   refuses(() => layerNorm(new Tensor(v1, [2, d]), { out: new Tensor(v2, [2, d]) }), "out");
   layerNorm(new Tensor(v1, [2, d]), { out: new Tensor(v3, [2, d]) });
   close(shared.subarray(0, 2 * d), expected, 1e-6, "in place through another view");
@@ -247,7 +283,10 @@ test("normalizedShape of two trailing dims: modules and ops against the float64 
     return reference("layer", xs, n, w2, bs, 1e-5).reduce((s, v, i) => s + v * dys[i], 0);
   };
   const numeric = (loss(ws[j] + h) - loss(ws[j] - h)) / (2 * h);
-  assert.ok(Math.abs(g.dweight!.readSync()[j] - numeric) < 1e-3, `dweight[${j}] ${g.dweight!.readSync()[j]} vs ${numeric}`);
+  assert.ok(
+    Math.abs(g.dweight!.readSync()[j] - numeric) < 1e-3,
+    `dweight[${j}] ${g.dweight!.readSync()[j]} vs ${numeric}`,
+  );
   g.dx.close(), g.dweight!.close(), g.dbias!.close();
   // Refusals: trailing dims that differ, non-contiguous normalized dims, bad normalizedShape.
   refuses(() => rmsNorm(x, { normalizedShape: [4, 64] }), "x");
@@ -319,6 +358,10 @@ test("Module.load is all or nothing: a failed upload leaves state() and the forw
     using x = dev.tensor(randoms(2 * d, 43), [2, d]);
     using _y = m.forward(x);
     const scale = new Float32Array(fake.deviceBytes(fake.launches.at(-1)!.args[2], d * 4).slice().buffer);
-    assert.deepEqual(Array.from(scale), Array.from(expected, (v) => Math.fround(1 + v)), `k=${k}: the forward's weight`);
+    assert.deepEqual(
+      Array.from(scale),
+      Array.from(expected, (v) => Math.fround(1 + v)),
+      `k=${k}: the forward's weight`,
+    );
   }
 });

@@ -102,12 +102,13 @@ function runFlattened(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | Nor
   const ns = checkNormalizedShape(o.normalizedShape)!;
   const x = checkInput(xIn);
   const xv = flattenNormalized("x", x, ns);
+  if (ns.length === 1) return runNorm(kind, x, { ...o, normalizedShape: undefined });
   const outv = Tensor.isTensor(o.out) && !o.out.closed ? flattenNormalized("out", o.out, ns) : o.out;
   const r = runNorm(kind, xv, {
     ...o, out: outv, weight: flattenParam("weight", o.weight, ns), bias: flattenParam("bias", o.bias, ns), normalizedShape: undefined,
   });
   const given = o.out !== undefined && o.out !== null;
-  const back = (y: Tensor): Tensor => (given ? o.out as Tensor : y === xv ? x : reshapeOwned(y, x.shape));
+  const back = (y: Tensor): Tensor => (given ? o.out as Tensor : reshapeOwned(y, x.shape));
   if (Tensor.isTensor(r)) return back(r);
   return normResult(back(r.y), r.mean, r.rstd, given);
 }

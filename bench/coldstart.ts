@@ -26,7 +26,14 @@ if (process.argv.includes("--child")) {
   const t0 = performance.now();
   const nk = await import("../mod.ts");
   const tImport = performance.now();
-  const dev = nk.Device.open({ backend: "cuda" });
+  let dev;
+  try {
+    dev = nk.Device.open({ backend: "cuda" });
+  } catch (e) {
+    if (!(e instanceof nk.BackendUnavailableError)) throw e;
+    console.error(`bench/coldstart.ts: needs a CUDA GPU (${e.reason})`);
+    process.exit(2);
+  }
   const tOpen = performance.now();
   const d = 4096, rows = 8;
   const x = dev.tensor(Float32Array.from({ length: rows * d }, (_, i) => Math.sin(i) * 2 + (i % 7)), [rows, d], { dtype: "bf16" });
@@ -68,6 +75,10 @@ function child(env: Record<string, string>): Record<string, number> {
   const t0 = performance.now();
   const r = spawnSync(process.execPath, childArgs, { env: { ...process.env, ...env }, encoding: "utf8", timeout: 120_000 });
   const wall = performance.now() - t0;
+  if (r.status === 2) { // the child's one-line message: no CUDA GPU
+    console.error(r.stderr.trim());
+    process.exit(2);
+  }
   if (r.status !== 0) throw new Error(`coldstart child failed (${r.status}): ${r.stderr || r.error}`);
   const line = r.stdout.trim().split("\n").pop()!;
   return { ...JSON.parse(line), spawn_to_exit_ms: wall };

@@ -1,8 +1,9 @@
 // Cold start from C, for comparison with bench/coldstart.ts: wall time of cuInit, primary-context retain,
 // cuModuleLoadData of precompiled/norm.fatbin, and the first launch + synchronize of a norm kernel.
-// Build: gcc -O2 -I/usr/local/cuda/include -o bench/coldstart_c bench/coldstart_c.c -ldl
+// Build: bash bench/build-c.sh
 // Usage: bench/coldstart_c precompiled/norm.fatbin   (one line of milliseconds; run it in a fresh process;
 // bash scripts/fatbin.sh writes the fatbin out of precompiled/norm_fatbin.json)
+#define _POSIX_C_SOURCE 199309L
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>

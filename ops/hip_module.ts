@@ -73,6 +73,6 @@ export function hipCodeObject(target: string): Uint8Array {
 
 /** Inflates gzip data with the web-standard DecompressionStream (Deno and Bun both have it). */
 async function gunzip(data: Uint8Array): Promise<Uint8Array> {
-  const stream = new Blob([data as BlobPart]).stream().pipeThrough(new DecompressionStream("gzip"));
+  const stream = new Blob([data as Uint8Array<ArrayBuffer>]).stream().pipeThrough(new DecompressionStream("gzip"));
   return new Uint8Array(await new Response(stream).arrayBuffer());
 }

@@ -3,7 +3,7 @@
  * (fake_hip.c): the driver is loaded once per process, so each scenario needs a fresh one. Prints one JSON line.
  */
 import process from "node:process";
-import { Device, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
+import { Device, layerNorm, loadKernels, rmsNorm } from "../../../mod.ts";
 
 const [scenario, d = "2600"] = process.argv.slice(2);
 const D = Number(d), rows = 3;

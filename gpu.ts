@@ -11,8 +11,8 @@
  * ```
  * @module
  */
-export { Device, type Backend, type OpenOptions } from "./runtime/device.ts";
-export type { DeviceInfo } from "./runtime/driver.ts";
+export { Device, type Backend, type OpenOptions, type WrapOptions } from "./runtime/device.ts";
+export type { DeviceInfo, PointerInfo } from "./runtime/driver.ts";
 export { Event, Stream } from "./runtime/stream.ts";
 export {
   type CaptureMode,

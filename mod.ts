@@ -10,8 +10,8 @@
  * ```
  * @module
  */
-export { Device, type Backend, type OpenOptions } from "./runtime/device.ts";
-export { Tensor, type TensorOptions } from "./runtime/tensor.ts";
+export { Device, type Backend, type OpenOptions, type WrapOptions } from "./runtime/device.ts";
+export { type BitsArray, Tensor, type TensorOptions } from "./runtime/tensor.ts";
 export { type DType, DTYPES } from "./runtime/dtype.ts";
 export {
   ArgumentError,

@@ -85,6 +85,9 @@ export const CUDA_SYMBOLS = {
   cuMemcpyDtoHAsync_v2: { parameters: ["u64", "u64", "u64", "u64"], result: "i32" },
   // CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
   cuMemcpyDtoDAsync_v2: { parameters: ["u64", "u64", "u64", "u64"], result: "i32" },
+  // Interop: which context a pointer made by other code belongs to, and the allocation it lies in.
+  // CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+  cuPointerGetAttribute: { parameters: ["buffer", "i32", "u64"], result: "i32" },
   // CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
   cuMemHostAlloc: { parameters: ["buffer", "u64", "u32"], result: "i32" },
   // CUresult cuMemFreeHost(void *p);
@@ -217,6 +220,13 @@ export const CU_FUNC_ATTRIBUTE = {
   NUM_REGS: 4,
   MAX_DYNAMIC_SHARED_SIZE_BYTES: 8,
   NON_PORTABLE_CLUSTER_SIZE_ALLOWED: 14,
+} as const;
+
+/** CUpointer_attribute values (cuPointerGetAttribute); each answer is 8 bytes (CUcontext, CUdeviceptr, size_t). */
+export const CU_POINTER_ATTRIBUTE = {
+  CONTEXT: 1,
+  RANGE_START_ADDR: 11,
+  RANGE_SIZE: 12,
 } as const;
 
 export const CU_STREAM_NON_BLOCKING = 1;

@@ -42,6 +42,11 @@ export const HIP_SYMBOLS = {
   hipMalloc: { parameters: ["buffer", "u64"], result: "i32" },
   // hipError_t hipFree(void* ptr);
   hipFree: { parameters: ["u64"], result: "i32" },
+  // Interop: the device a pointer made by other code lives on (see HIP_POINTER_ATTRIBUTE), and its allocation.
+  // hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attributes, const void* ptr);
+  hipPointerGetAttributes: { parameters: ["buffer", "u64"], result: "i32" },
+  // hipError_t hipMemGetAddressRange(hipDeviceptr_t* pbase, size_t* psize, hipDeviceptr_t dptr);
+  hipMemGetAddressRange: { parameters: ["buffer", "buffer", "u64"], result: "i32" },
   // hipError_t hipMemGetInfo(size_t* free, size_t* total);
   hipMemGetInfo: { parameters: ["buffer", "buffer"], result: "i32" },
   // hipError_t hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count, hipStream_t stream);
@@ -169,3 +174,10 @@ export const HIP_STREAM_NON_BLOCKING = 1; // hipStreamNonBlocking
 export const HIP_EVENT_DEFAULT = 0; // hipEventDefault
 export const HIP_EVENT_DISABLE_TIMING = 2; // hipEventDisableTiming
 export const HIP_HOST_MALLOC_PORTABLE = 1; // hipHostMallocPortable
+
+/**
+ * hipPointerAttribute_t (hip_runtime_api.h, LP64): { hipMemoryType memoryType; int device @4; void* devicePointer;
+ * void* hostPointer; int isManaged; unsigned allocationFlags } size 32; checked against the installed header's
+ * offsetof/sizeof by tests/hip/binding.test.ts.
+ */
+export const HIP_POINTER_ATTRIBUTE = { size: 32, device: 4 } as const;

@@ -5,7 +5,7 @@
 // One source for nvcc and clang-HIP: only portable.h, no runtime headers.
 // Build: scripts/build-kernels.sh (writes precompiled/; never edit those files by hand).
 //
-// The fast forward kernels (templates in norm_fwd.cuh, contracts in kernels/README.md) are
+// The fast forward kernels (templates in the fwd_*.cuh files norm_fwd.cuh includes, contracts in kernels/README.md) are
 // instantiated at the end of this file as extern "C" nk_{ln|rms}_{rows|block|cluster|wide|latency|stash}_{tin}_{tout}_{tw},
 // nk_ln_{block|cluster}full_* (LayerNorm's FULL path alone), nk_ln_rowstwopass_* (short rows, two passes) and
 // nk_{ln|rms}_rowstile_* (short rows, FULL path alone, a transposed warp tile).
@@ -70,9 +70,9 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
 // call qualifies (ops/plan.ts, fwdFull mirrors nk_fwd_full; a call that does not traps). With the masked path
 // beside it in one kernel, ptxas sm_90 spills 16-32 bytes in LN's 16-bit clusters and 8 in LN's bf16-input
 // blocks with f32 weights (here: none, but 8 in the clusters of 16-bit x to f32 y with f32 weights), and a
-// FULL-only copy ran up to 12 points of copy faster (H200, LN bf16 D=131072: bench/RESULTS.md); as a call of
+// FULL-only copy ran up to 12 points of copy faster (H200, LN bf16 D=131072: bench/README.md); as a call of
 // its own (NK_NOINLINE) it lost up to 23 points. RMSNorm's kernels have none: they spill nowhere, and the
-// fatbin must stay small (tests/precompiled.test.ts).
+// fatbin must stay small (tests/unit/precompiled.test.ts).
 #define NK_FWD_FULL_KERNEL(kind, isln, map, bounds, ti, to, tw)                                      \
   extern "C" NK_GLOBAL void bounds nk_##kind##_##map##full_##ti##_##to##_##tw(NK_FWD_PARAMS) {        \
     nk_pdl_enter();                                                                                   \
@@ -83,10 +83,10 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
 // LayerNorm's `rows` with the statistics in two passes (mean, then the centred variance; no ONEPASS), for rows of
 // 1 or 2 lanes (nk_ln_rowstwopass_*, the plan's choice there). With one pass compiled in, 16-bit rows of D = 128
 // (2 lanes) ran at 77-78% of copy even where every row took the centred pass, against 85 without it (H200,
-// bench/kexp.cu v10/v14): the kernel's code, not the work, slows them. Longer rows gain from one pass.
+// bench/README.md): the kernel's code, not the work, slows them. Longer rows gain from one pass.
 #define NK_FWD_TWOPASS_KERNEL(ti, to, tw) \
   NK_FWD_KERNEL_AS(ln, true, rowstwopass, rows, NK_LAUNCH_BOUNDS_MIN(256, 4), ti, to, tw, , false)
-// The `rows` vector-only kernel, a transposed warp tile (nk_{ln|rms}_rowstile_*, nk_fwd_rowstile in norm_fwd.cuh): the
+// The `rows` vector-only kernel, a transposed warp tile (nk_{ln|rms}_rowstile_*, nk_fwd_rowstile in fwd_rows.cuh): the
 // plan's choice for calls that qualify (ops/plan.ts: tileRows and fwdFull). Launch bounds by x and weight dtype: 16-bit
 // x with 16-bit weights (no shift k, 4 words per weight chunk) at 48 registers, 5 CTAs of 256 per SM (H200, LN bf16
 // D=128: 94.7% of copy, against 91.7 at 64 registers; ptxas sm_90 spills 4 bytes, sm_80 28); f32 weights (8 words
@@ -187,7 +187,7 @@ NK_BWD_DTYPES(NK_BWD_TRIPLE)
 // nk_ln_bwd_{cachedstaged|clusterstaged}_* and nk_rms_bwd_clusterstaged_*, the plan's choices (ops/plan_bwd.ts,
 // bwdStages: RMSNorm's one-row blocks lost with staging). For x and dy of one dtype (16-byte chunks of both:
 // nk_bwd_tma_ok), weights f32 or x's: S(tx, tdy, tw), one per line (scripts/build-kernels.sh reads them). The fatbin's
-// size keeps the list to these (tests/precompiled.test.ts bounds it).
+// size keeps the list to these (tests/unit/precompiled.test.ts bounds it).
 #define NK_BWD_STAGED_DTYPES(S) \
   S(f32, f32, f32)              \
   S(f16, f16, f32)              \

@@ -9,12 +9,25 @@ import { ArgumentError, GpuError, UnsupportedError } from "../runtime/errors.ts"
 import type { DeviceBuffer } from "../runtime/memory.ts";
 import { type Kernel, LaunchConfig, MAX_PORTABLE_CLUSTER } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
-import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
+import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import { type BwdLimits, type BwdPlan, type BwdPlanInput, type BwdPlanResult, bwdFull, planNormBackward } from "./plan_bwd.ts";
-import { checkFlag, checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
+import {
+  checkFlag,
+  checkInput,
+  checkNormalizedShape,
+  checkParam,
+  checkSameShape,
+  checkStream,
+  checkTensor,
+  flattenNormalized,
+  flattenParam,
+  overlaps,
+  reshapeOwned,
+  sameView,
+} from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 
 /** Parameters of nk_{ln|rms}_bwd_{cached|wide}_* (kernels/norm_bwd.cuh, NK_BWD_PARAMS). */
@@ -44,6 +57,11 @@ export interface RMSNormBackwardOptions {
   accumulate?: boolean;
   /** Stream to run on (default: the device's). */
   stream?: Stream;
+  /**
+   * The forward's `normalizedShape` (default: the last dimension): the trailing dimensions of x it normalized
+   * over. dweight and dbias then have that shape; the normalized dimensions must be contiguous.
+   */
+  normalizedShape?: number | readonly number[];
 }
 
 /** Options of layerNormBackward: those of rmsNormBackward, plus the forward's mean and the bias. */
@@ -73,7 +91,8 @@ export interface NormBackwardResult {
  *
  * @param dy The gradient of the forward's output: x's shape.
  * @param x The forward's input.
- * @param opts The forward's `mean` and `rstd` (required), its `weight` and `bias`, and optional outputs.
+ * @param opts The forward's `mean` and `rstd` (required), its `weight`, `bias` and `normalizedShape`, and
+ *   optional outputs.
  * @returns dx, plus dweight with a weight and dbias with a bias.
  * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, outputs that overlap the inputs,
  *   or `accumulate` without the tensors to add into.
@@ -90,11 +109,11 @@ export interface NormBackwardResult {
  * using x = dev.tensor(new Float32Array(rows * d).map(() => Math.random()), [rows, d]);
  * using w = dev.tensor(new Float32Array(d).fill(1), [d]);
  * using b = dev.tensor(new Float32Array(d), [d]);
- * const fwd = layerNorm(x, { weight: w, bias: b, stats: true });
+ * using fwd = layerNorm(x, { weight: w, bias: b, stats: true });
  * using dy = dev.tensor(new Float32Array(rows * d).map(() => Math.random() - 0.5), [rows, d]);
  * const g = layerNormBackward(dy, x, { mean: fwd.mean, rstd: fwd.rstd, weight: w, bias: b });
  * const dweight = await g.dweight!.toArray();
- * for (const t of [fwd.y, fwd.mean, fwd.rstd, g.dx, g.dweight!, g.dbias!]) t.close();
+ * for (const t of [g.dx, g.dweight!, g.dbias!]) t.close();
  * ```
  */
 export function layerNormBackward(dy: Tensor, x: Tensor, opts: LayerNormBackwardOptions): NormBackwardResult {
@@ -107,7 +126,7 @@ export function layerNormBackward(dy: Tensor, x: Tensor, opts: LayerNormBackward
  *
  * @param dy The gradient of the forward's output: x's shape.
  * @param x The forward's input.
- * @param opts The forward's `rstd` (required) and `weight`, and optional outputs.
+ * @param opts The forward's `rstd` (required), `weight` and `normalizedShape`, and optional outputs.
  * @returns dx, plus dweight with a weight.
  * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, or outputs that overlap the inputs.
  * @throws {DisposedError} when a tensor, the stream or the device is closed.
@@ -122,9 +141,9 @@ export function layerNormBackward(dy: Tensor, x: Tensor, opts: LayerNormBackward
  * using x = dev.tensor(new Float32Array(8 * 512).map(() => Math.random()), [8, 512]);
  * using w = dev.tensor(new Float32Array(512).fill(1), [512]);
  * using dy = dev.tensor(new Float32Array(8 * 512).fill(0.1), [8, 512]);
- * const fwd = rmsNorm(x, { weight: w, stats: true });
+ * using fwd = rmsNorm(x, { weight: w, stats: true });
  * const { dx, dweight } = rmsNormBackward(dy, x, { rstd: fwd.rstd, weight: w });
- * for (const t of [fwd.y, fwd.mean, fwd.rstd, dx, dweight!]) t.close();
+ * for (const t of [dx, dweight!]) t.close();
  * ```
  */
 export function rmsNormBackward(dy: Tensor, x: Tensor, opts: RMSNormBackwardOptions): NormBackwardResult {
@@ -150,6 +169,7 @@ function checkGradOut(name: string, t: unknown, x: Tensor, dtype: DType): Tensor
 interface BackwardOptions {
   readonly mean: unknown; readonly rstd: unknown; readonly weight: unknown; readonly bias: unknown;
   readonly dx: unknown; readonly dweight: unknown; readonly dbias: unknown; readonly accumulate: unknown; readonly stream: unknown;
+  readonly normalizedShape: unknown;
 }
 
 function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
@@ -159,19 +179,44 @@ function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
   const o = opts as LayerNormBackwardOptions;
   return {
     mean: o.mean, rstd: o.rstd, weight: o.weight, bias: o.bias, dx: o.dx, dweight: o.dweight, dbias: o.dbias,
-    accumulate: o.accumulate, stream: o.stream,
+    accumulate: o.accumulate, stream: o.stream, normalizedShape: o.normalizedShape,
   };
 }
 
 function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, optsIn: LayerNormBackwardOptions): NormBackwardResult {
   const opts = readBackwardOptions(kind, optsIn);
+  const ns = checkNormalizedShape(opts.normalizedShape);
+  if (ns === undefined || ns.length === 1) {
+    if (ns) flattenNormalized("x", checkInput(xIn), ns); // the last dimension must be the one named
+    return runFlatBackward(kind, dyIn, xIn, opts);
+  }
+  // Several normalized dimensions: x, dy, dx and the parameters viewed flat over them, the results given back.
+  const x = checkInput(xIn), dy = checkTensor("dy", dyIn, x.device);
+  const view = (name: string, t: unknown) => Tensor.isTensor(t) && !t.closed ? flattenNormalized(name, t, ns) : t;
+  const given = (t: unknown) => t !== undefined && t !== null;
+  const r = runFlatBackward(kind, flattenNormalized("dy", dy, ns), flattenNormalized("x", x, ns), {
+    ...opts,
+    dx: view("dx", opts.dx),
+    weight: flattenParam("weight", opts.weight, ns), bias: flattenParam("bias", opts.bias, ns),
+    dweight: flattenParam("dweight", opts.dweight, ns), dbias: flattenParam("dbias", opts.dbias, ns),
+  });
+  const dx = given(opts.dx) ? opts.dx as Tensor : reshapeOwned(r.dx, x.shape);
+  const dweight = r.dweight && (given(opts.dweight) ? opts.dweight as Tensor : reshapeOwned(r.dweight, ns));
+  const dbias = r.dbias && (given(opts.dbias) ? opts.dbias as Tensor : reshapeOwned(r.dbias, ns));
+  return { dx, ...(dweight ? { dweight } : {}), ...(dbias ? { dbias } : {}) };
+}
+
+function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: BackwardOptions): NormBackwardResult {
   const x = checkInput(xIn);
   const dy = checkTensor("dy", dyIn, x.device);
   checkSameShape("dy", dy, x);
   if (kind === "rms") {
-    // RMSNorm has no bias: a bias or dbias given is a mistake (a LayerNorm's arguments), not something to ignore.
-    for (const [name, v] of [["bias", opts.bias], ["dbias", opts.dbias]] as const) {
-      if (v !== undefined && v !== null) throw new ArgumentError(name, `no ${name}: RMSNorm has no bias (layerNormBackward takes one)`, v);
+    // RMSNorm has no bias and no mean: one given is a mistake (a LayerNorm's arguments), not something to ignore.
+    for (const [name, v] of [["mean", opts.mean], ["bias", opts.bias], ["dbias", opts.dbias]] as const) {
+      if (v !== undefined && v !== null) {
+        const why = name === "mean" ? "RMSNorm has no mean (only rstd; layerNormBackward takes one)" : "RMSNorm has no bias (layerNormBackward takes one)";
+        throw new ArgumentError(name, `no ${name}: ${why}`, v);
+      }
     }
   }
   const mean = kind === "layer" ? checkStat("mean", opts.mean, x) : undefined;

@@ -10,7 +10,17 @@ import type { Stream } from "../runtime/stream.ts";
 import { checkValues, type Tensor } from "../runtime/tensor.ts";
 import { layerNormBackward, rmsNormBackward } from "./backward.ts";
 import { layerNorm, rmsNorm } from "./norm.ts";
-import { checkD, checkEps, checkFlag, checkInput, checkOptions, checkStream } from "./validate.ts";
+import {
+  checkD,
+  checkEps,
+  checkFlag,
+  checkInput,
+  checkNormalizedShape,
+  checkOptions,
+  checkStream,
+  flattenNormalized,
+  MAX_D,
+} from "./validate.ts";
 
 /** The `{ stream? }` options of forward/backward/zeroGrad, read once (checked where it is used). */
 function readStream(opts: unknown): Stream | undefined {
@@ -81,27 +91,39 @@ function readModuleOptions(opts: unknown, defaultEps: number, hasBias: boolean):
   };
 }
 
+/** A module's normalized shape: d (a number, named "d" in errors) or trailing dimensions, their product ≤ MAX_D. */
+function checkModuleShape(v: unknown): readonly number[] {
+  if (typeof v === "number" || !Array.isArray(v)) return [checkD(v)];
+  const ns = checkNormalizedShape(v)!;
+  const n = ns.reduce((a, b) => a * b, 1);
+  if (n > MAX_D) throw new ArgumentError("normalizedShape", `at most ${MAX_D} elements in all`, `[${ns}]: ${n} elements`);
+  return ns;
+}
+
 /**
- * What LayerNorm and RMSNorm share: parameters resident on the device (f32, [d]), forward() that keeps what
- * backward() needs, gradients accumulated in f32 until zeroGrad(). Every method throws DisposedError once the
- * module is closed; closing it frees its parameters, gradients and saved statistics (not the device).
+ * What LayerNorm and RMSNorm share: parameters resident on the device (f32, of shape normalizedShape), forward()
+ * that keeps what backward() needs, gradients accumulated in f32 until zeroGrad(). Every method throws
+ * DisposedError once the module is closed; closing it frees its parameters, gradients and saved statistics (not
+ * the device).
  */
 export abstract class NormModule implements Disposable {
   /** The device the parameters are on. */
   readonly device: Device;
-  /** The normalized dimension: the last dimension of every x. */
+  /** Elements normalized per row: the product of normalizedShape. */
   readonly d: number;
+  /** The trailing dimensions normalized over (PyTorch's normalized_shape); the parameters have this shape. */
+  readonly normalizedShape: readonly number[];
   /** Added to the variance (mean of squares for RMSNorm) inside the square root. */
   readonly eps: number;
   /** Whether the weight is stored as an offset from 1 (Gemma-style: the kernels use 1 + weight). */
   readonly zeroCentered: boolean;
-  /** The stored weight (f32, [d]); with zeroCentered the offset from 1. Absent with `weight: false`. */
+  /** The stored weight (f32, normalizedShape); with zeroCentered the offset from 1. Absent with `weight: false`. */
   readonly weight?: Tensor;
-  /** The stored bias (f32, [d]); LayerNorm only, absent with `bias: false`. */
+  /** The stored bias (f32, normalizedShape); LayerNorm only, absent with `bias: false`. */
   readonly bias?: Tensor;
-  /** The weight's accumulated gradient (f32, [d]). */
+  /** The weight's accumulated gradient (f32, normalizedShape). */
   readonly weightGrad?: Tensor;
-  /** The bias's accumulated gradient (f32, [d]). */
+  /** The bias's accumulated gradient (f32, normalizedShape). */
   readonly biasGrad?: Tensor;
   /** The weight the kernels read: `weight`, or 1 + weight when zeroCentered. */
   #scale?: Tensor;
@@ -111,26 +133,33 @@ export abstract class NormModule implements Disposable {
   protected abstract readonly kind: "layer" | "rms";
 
   /** @internal use new LayerNorm(…) or new RMSNorm(…) */
-  constructor(device: Device, d: number, optsIn: NormModuleOptions | undefined, defaultEps: number, hasBias: boolean) {
+  constructor(
+    device: Device,
+    shape: number | readonly number[],
+    optsIn: NormModuleOptions | undefined,
+    defaultEps: number,
+    hasBias: boolean,
+  ) {
     // Everything the forward checks per call that is fixed at construction is checked here: a module that cannot run
     // is refused now, not at its first forward.
     if (!Device.isDevice(device)) throw new ArgumentError("device", "a Device (Device.open())", device);
     if (device.closed) throw new DisposedError("device");
-    checkD(d);
+    const ns = checkModuleShape(shape), d = ns.reduce((a, b) => a * b, 1);
     const opts = readModuleOptions(optsIn, defaultEps, hasBias);
     this.device = device;
     this.d = d;
+    this.normalizedShape = ns;
     this.eps = opts.eps;
     this.zeroCentered = opts.zeroCentered;
     const made: Tensor[] = [];
     const zeros = () => {
-      const t = device.tensor(new Float32Array(d), [d]);
+      const t = device.tensor(new Float32Array(d), ns);
       made.push(t);
       return t;
     };
     try {
       if (opts.weight) {
-        this.weight = device.tensor(new Float32Array(d).fill(this.zeroCentered ? 0 : 1), [d]);
+        this.weight = device.tensor(new Float32Array(d).fill(this.zeroCentered ? 0 : 1), ns);
         made.push(this.weight);
         this.weightGrad = zeros();
         this.#scale = this.zeroCentered ? zeros() : this.weight;
@@ -184,11 +213,25 @@ export abstract class NormModule implements Disposable {
       if (!this.bias) throw new ArgumentError("bias", "no bias (the module was made without one)", "values");
       b = dequantize("bias", biasIn, this.d);
     }
+    // All or nothing: a failed upload puts back what was there, so state() and forward() always agree.
+    const writes: [Tensor, Float32Array][] = [];
     if (w) {
-      this.weight!.write(w);
-      if (this.zeroCentered) this.#scale!.write(w.map((v) => 1 + v));
+      writes.push([this.weight!, w]);
+      if (this.zeroCentered) writes.push([this.#scale!, w.map((v) => 1 + v)]);
     }
-    if (b) this.bias!.write(b);
+    if (b) writes.push([this.bias!, b]);
+    const before = writes.map(([t]) => t.readSync());
+    let done = 0;
+    try {
+      for (const [t, v] of writes) t.write(v), done++;
+    } catch (e) {
+      try {
+        for (let i = 0; i <= Math.min(done, writes.length - 1); i++) writes[i][0].write(before[i]);
+      } catch {
+        // The device refuses uploads now: the original error is the one worth reporting.
+      }
+      throw e;
+    }
   }
 
   /** The parameters and their gradients, as f32 arrays (waits for the device's stream); absent ones are undefined. */
@@ -204,20 +247,23 @@ export abstract class NormModule implements Disposable {
    * Normalizes x and keeps x (by reference: do not close or overwrite it before backward) and the statistics
    * for one backward(). Returns y, a new tensor.
    *
-   * @param x The input: last dimension d; f32, f16 or bf16.
+   * @param x The input: trailing dimensions normalizedShape (last dimension d); f32, f16 or bf16.
    * @param opts.stream The stream to run on (default: the device's).
-   * @throws {ArgumentError} when x's last dimension is not d, or as layerNorm / rmsNorm do.
+   * @throws {ArgumentError} when x's trailing dimensions are not normalizedShape, or as layerNorm / rmsNorm do.
    * @throws {UnsupportedError} and {GpuError} as layerNorm / rmsNorm do.
    */
   forward(xIn: Tensor, opts?: { stream?: Stream }): Tensor {
     this.#check();
     const stream = readStream(opts);
     const x = checkInput(xIn);
-    // x's D against the module's d first: else the weight (of d elements) would be blamed for the mismatch.
-    if (x.d !== this.d) throw new ArgumentError("x", `a last dimension of ${this.d} (the module's d)`, `shape [${x.shape}]`);
+    // x's shape against the module's first: else the weight (of d elements) would be blamed for the mismatch.
+    const ns = this.normalizedShape;
+    if (ns.length === 1 && x.d !== this.d) throw new ArgumentError("x", `a last dimension of ${this.d} (the module's d)`, `shape [${x.shape}]`);
+    flattenNormalized("x", x, ns);
+    const normalizedShape = ns.length === 1 ? undefined : ns;
     const r = this.kind === "layer"
-      ? layerNorm(x, { weight: this.#scale, bias: this.bias, eps: this.eps, stats: true, stream })
-      : rmsNorm(x, { weight: this.#scale, eps: this.eps, stats: true, stream });
+      ? layerNorm(x, { weight: this.#scale, bias: this.bias, eps: this.eps, stats: true, stream, normalizedShape })
+      : rmsNorm(x, { weight: this.#scale, eps: this.eps, stats: true, stream, normalizedShape });
     this.#release();
     this.#saved = { x, mean: this.kind === "layer" ? r.mean : (r.mean.close(), undefined), rstd: r.rstd };
     return r.y;
@@ -239,6 +285,7 @@ export abstract class NormModule implements Disposable {
     // d(1 + w)/dw = 1: the scale's gradient is the stored weight's.
     const common = {
       rstd: s.rstd, weight: this.#scale, dweight: this.weightGrad, accumulate: true, stream,
+      normalizedShape: this.normalizedShape.length === 1 ? undefined : this.normalizedShape,
     };
     const r = this.kind === "layer"
       ? layerNormBackward(dy, s.x, { ...common, mean: s.mean!, bias: this.bias, dbias: this.biasGrad })
@@ -277,8 +324,9 @@ export abstract class NormModule implements Disposable {
 }
 
 /**
- * LayerNorm over the last dimension, with learnable weight (initialized to 1) and bias (0), as PyTorch's
- * nn.LayerNorm(d).
+ * LayerNorm with learnable weight and bias, as PyTorch's nn.LayerNorm: over the last dimension (`d`, a number) or
+ * the trailing dimensions `normalizedShape` (e.g. `[8, 64]`: 512 elements per row, weight and bias of shape [8, 64]).
+ * The weight starts at 1, the bias at 0.
  *
  * @example A training step
  * ```ts
@@ -301,19 +349,20 @@ export class LayerNorm extends NormModule {
    * A LayerNorm module on `device`, its parameters allocated there.
    *
    * @param device The device for the parameters and the work.
-   * @param d The normalized dimension (the last dimension of x).
+   * @param normalizedShape The last dimension's size, or the trailing dimensions normalized over.
    * @param opts eps (default 1e-5), weight / bias (default true: learnable), zeroCentered.
-   * @throws {ArgumentError} for a bad device, d or option.
+   * @throws {ArgumentError} for a bad device, shape or option.
    * @throws {DisposedError} when the device is closed.
    */
-  constructor(device: Device, d: number, opts?: NormModuleOptions) {
-    super(device, d, opts, 1e-5, true);
+  constructor(device: Device, normalizedShape: number | readonly number[], opts?: NormModuleOptions) {
+    super(device, normalizedShape, opts, 1e-5, true);
   }
 }
 
 /**
- * RMSNorm over the last dimension, with a learnable weight (initialized to 1, or 0 with zeroCentered), as
- * PyTorch's nn.RMSNorm(d).
+ * RMSNorm with a learnable weight, as PyTorch's nn.RMSNorm: over the last dimension (`d`, a number) or the
+ * trailing dimensions `normalizedShape` (e.g. `[8, 64]`: 512 elements per row, weight of shape [8, 64]).
+ * The weight starts at 1 (0 with zeroCentered, used as 1 + weight).
  *
  * @example Gemma-style weights, loaded from int8
  * ```ts
@@ -334,12 +383,12 @@ export class RMSNorm extends NormModule {
    * An RMSNorm module on `device`, its weight allocated there.
    *
    * @param device The device for the weight and the work.
-   * @param d The normalized dimension (the last dimension of x).
+   * @param normalizedShape The last dimension's size, or the trailing dimensions normalized over.
    * @param opts eps (default 1e-6), weight (default true: learnable), zeroCentered. A bias is refused.
-   * @throws {ArgumentError} for a bad device, d or option.
+   * @throws {ArgumentError} for a bad device, shape or option.
    * @throws {DisposedError} when the device is closed.
    */
-  constructor(device: Device, d: number, opts?: NormModuleOptions) {
-    super(device, d, opts, 1e-6, false);
+  constructor(device: Device, normalizedShape: number | readonly number[], opts?: NormModuleOptions) {
+    super(device, normalizedShape, opts, 1e-6, false);
   }
 }

@@ -11,7 +11,19 @@ import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import { fwdFull, type LaunchPlan, type NormKind } from "./plan.ts";
 import { lookupNormPlan } from "./plan_cache.ts";
-import { checkEps, checkFlag, checkInput, checkOut, checkOutDtype, checkParam, checkStream } from "./validate.ts";
+import {
+  checkEps,
+  checkFlag,
+  checkInput,
+  checkNormalizedShape,
+  checkOut,
+  checkOutDtype,
+  checkParam,
+  checkStream,
+  flattenNormalized,
+  flattenParam,
+  reshapeOwned,
+} from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
 
 /** Options of rmsNorm (and the shared part of layerNorm's). All optional. */
@@ -33,6 +45,12 @@ export interface RMSNormOptions {
    * the abs-max of x and y, reported in `device.lastCheck`. Synchronizes the stream.
    */
   check?: boolean;
+  /**
+   * The trailing dimensions normalized over, as PyTorch's `normalized_shape` (default: the last one). E.g.
+   * `[8, 64]` for x of shape [..., 8, 64] normalizes 512 elements per row; weight and bias then have shape
+   * [8, 64] (or [512]), the statistics one value per leading index. The normalized dimensions must be contiguous.
+   */
+  normalizedShape?: number | readonly number[];
 }
 
 /** Options of layerNorm: those of rmsNorm, plus a bias. All optional. */
@@ -43,9 +61,12 @@ export interface LayerNormOptions extends RMSNormOptions {
   eps?: number;
 }
 
-/** y and, with `stats: true`, per-row mean and rstd (f32, shape = the leading dimensions of x). */
-export interface NormResult {
-  /** The normalized output (`out` when given). */
+/**
+ * y and, with `stats: true`, per-row mean and rstd (f32, shape = the leading dimensions of x). Disposable:
+ * `using r = rmsNorm(x, { stats: true })` closes all three; `const { y, mean, rstd } = …` still works.
+ */
+export interface NormResult extends Disposable {
+  /** The normalized output (`out` when given; disposing the result leaves `out` open). */
   y: Tensor;
   /** Per-row mean (f32). For rmsNorm: zeros. */
   mean: Tensor;
@@ -53,18 +74,33 @@ export interface NormResult {
   rstd: Tensor;
 }
 
+/** A NormResult whose dispose closes y, mean and rstd (y not when it is the caller's `out`). */
+function normResult(y: Tensor, mean: Tensor, rstd: Tensor, outGiven: boolean): NormResult {
+  return {
+    y,
+    mean,
+    rstd,
+    [Symbol.dispose]() {
+      if (!outGiven) y.close();
+      mean.close();
+      rstd.close();
+    },
+  };
+}
+
 /**
- * LayerNorm over the last dimension, as PyTorch's F.layer_norm (biased variance, eps inside the square root):
- * y = (x − mean) / sqrt(var + eps) · weight + bias, accumulated in f32 or better. Asynchronous on the stream: it
- * returns once the work is queued; read y with toArray() / readSync(). The result is a new tensor unless `out`
- * (which may be x itself, in place). With `stats: true` it returns y and the per-row mean and rstd, which
- * layerNormBackward takes. Everything is checked before anything is allocated or queued: a refused call
- * changes nothing.
+ * LayerNorm over the last dimension (or the trailing `normalizedShape` dimensions), as PyTorch's F.layer_norm
+ * (biased variance, eps inside the square root): y = (x − mean) / sqrt(var + eps) · weight + bias, accumulated in
+ * f32 or better. Asynchronous on the stream: it returns once the work is queued; read y with toArray() /
+ * readSync(). The result is a new tensor unless `out` (which may be x itself, in place). With `stats: true` it
+ * returns a disposable NormResult: y and the per-row mean and rstd, which layerNormBackward takes. Everything is
+ * checked before anything is allocated or queued: a refused call changes nothing.
  *
  * @param x The input: f32, f16 or bf16, any number of leading dimensions; rows may be strided.
- * @param opts weight, bias ([D], f32 or x's dtype), eps (default 1e-5), out, outDtype, stream, stats, check.
- * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, a bad eps, or an `out` that partly
- *   overlaps x or overlaps weight/bias.
+ * @param opts weight, bias ([D], f32 or x's dtype), eps (default 1e-5), out, outDtype, stream, stats, check,
+ *   normalizedShape.
+ * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, a bad eps or normalizedShape, or an
+ *   `out` that partly overlaps x or overlaps weight/bias.
  * @throws {DisposedError} when x, a parameter, `out`, the stream or the device is closed.
  * @throws {UnsupportedError} for a row length or dtype combination the kernels do not cover, or when the call
  *   would allocate (no `out`, `stats`, check mode) while a stream of the device captures a graph.
@@ -79,40 +115,42 @@ export interface NormResult {
  * using b = dev.tensor(new Float32Array(768), [768]);
  * using y = layerNorm(x, { weight: w, bias: b });
  * const out = await y.toArray();                                     // Float32Array(16 * 768)
- * const fwd = layerNorm(x, { weight: w, bias: b, stats: true });     // y, mean, rstd: for layerNormBackward
- * for (const t of [fwd.y, fwd.mean, fwd.rstd]) t.close();
+ * using fwd = layerNorm(x, { weight: w, bias: b, stats: true });     // y, mean, rstd: for layerNormBackward
  * layerNorm(x, { weight: w, bias: b, out: x });                      // in place
  * ```
  */
 export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
 /**
- * LayerNorm over the last dimension; returns y (a new tensor, or `out`). See the `stats: true` form above for the
- * semantics, the options and the errors.
+ * LayerNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
+ * `stats: true` form above for the semantics, the options and the errors.
  *
  * @example
  * ```ts
  * import { Device, layerNorm } from "@normkit/normkit";
  * using dev = Device.open();
- * using x = dev.tensor(new Float32Array(2 * 64).map(() => Math.random()), [2, 64], { dtype: "f16" });
- * using y = layerNorm(x, { eps: 1e-5, outDtype: "f32" });
+ * using x = dev.tensor(new Float32Array(2 * 8 * 64).map(() => Math.random()), [2, 8, 64], { dtype: "f16" });
+ * using y = layerNorm(x, { eps: 1e-5, outDtype: "f32" });          // over the last dimension (64)
+ * using z = layerNorm(x, { normalizedShape: [8, 64] });             // over the last two (512 per row)
  * ```
  */
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResult {
-  return runNorm("layer", x, readOptions("layer", opts));
+  const o = readOptions("layer", opts);
+  return o.normalizedShape === undefined ? runNorm("layer", x, o) : runFlattened("layer", x, o);
 }
 
 /**
- * RMSNorm over the last dimension, as PyTorch's F.rms_norm: y = x / sqrt(mean(x²) + eps) · weight, accumulated
- * in f32 or better. Asynchronous on the stream; the result is a new tensor unless `out` (x itself for in place).
- * With `stats: true` it returns y and the per-row rstd (mean: zeros), which rmsNormBackward takes. Everything is
- * checked before anything is allocated or queued: a refused call changes nothing.
+ * RMSNorm over the last dimension (or the trailing `normalizedShape` dimensions), as PyTorch's F.rms_norm:
+ * y = x / sqrt(mean(x²) + eps) · weight, accumulated in f32 or better. Asynchronous on the stream; the result is
+ * a new tensor unless `out` (x itself for in place). With `stats: true` it returns a disposable NormResult: y and
+ * the per-row rstd (mean: zeros), which rmsNormBackward takes. Everything is checked before anything is allocated
+ * or queued: a refused call changes nothing.
  *
  * @param x The input: f32, f16 or bf16, any number of leading dimensions; rows may be strided.
- * @param opts weight ([D], f32 or x's dtype), eps (default 1e-6), out, outDtype, stream, stats, check. A bias is
- *   refused (RMSNorm has none).
- * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, a bad eps, a bias, or an `out` that
- *   partly overlaps x or overlaps the weight.
+ * @param opts weight ([D], f32 or x's dtype), eps (default 1e-6), out, outDtype, stream, stats, check,
+ *   normalizedShape. A bias is refused (RMSNorm has none).
+ * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, a bad eps or normalizedShape, a bias,
+ *   or an `out` that partly overlaps x or overlaps the weight.
  * @throws {DisposedError} when x, the weight, `out`, the stream or the device is closed.
  * @throws {UnsupportedError} for a row length or dtype combination the kernels do not cover, or when the call
  *   would allocate while a stream of the device captures a graph.
@@ -125,14 +163,13 @@ export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResu
  * using x = dev.tensor(new Float32Array(4 * 4096).map(() => Math.random() - 0.5), [4, 4096], { dtype: "bf16" });
  * using w = dev.tensor(new Float32Array(4096).fill(1), [4096], { dtype: "bf16" });
  * using y = rmsNorm(x, { weight: w });
- * const fwd = rmsNorm(x, { weight: w, stats: true });   // y, rstd (and zeros as mean): for rmsNormBackward
- * for (const t of [fwd.y, fwd.mean, fwd.rstd]) t.close();
+ * using fwd = rmsNorm(x, { weight: w, stats: true });   // y, rstd (and zeros as mean): for rmsNormBackward
  * ```
  */
 export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
 /**
- * RMSNorm over the last dimension; returns y (a new tensor, or `out`). See the `stats: true` form above for the
- * semantics, the options and the errors.
+ * RMSNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
+ * `stats: true` form above for the semantics, the options and the errors.
  *
  * @example
  * ```ts
@@ -145,7 +182,24 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): Norm
  */
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor | NormResult {
-  return runNorm("rms", x, readOptions("rms", opts));
+  const o = readOptions("rms", opts);
+  return o.normalizedShape === undefined ? runNorm("rms", x, o) : runFlattened("rms", x, o);
+}
+
+/** A call with `normalizedShape`: x, out, weight and bias viewed flat over the normalized dims, y given back in x's shape. */
+function runFlattened(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResult {
+  const ns = checkNormalizedShape(o.normalizedShape)!;
+  const x = checkInput(xIn);
+  const xv = flattenNormalized("x", x, ns);
+  if (ns.length === 1) return runNorm(kind, x, { ...o, normalizedShape: undefined });
+  const outv = Tensor.isTensor(o.out) && !o.out.closed ? flattenNormalized("out", o.out, ns) : o.out;
+  const r = runNorm(kind, xv, {
+    ...o, out: outv, weight: flattenParam("weight", o.weight, ns), bias: flattenParam("bias", o.bias, ns), normalizedShape: undefined,
+  });
+  const given = o.out !== undefined && o.out !== null;
+  const back = (y: Tensor): Tensor => (given ? o.out as Tensor : reshapeOwned(y, x.shape));
+  if (Tensor.isTensor(r)) return back(r);
+  return normResult(back(r.y), r.mean, r.rstd, given);
 }
 
 /**
@@ -161,12 +215,16 @@ interface CallOptions {
   readonly stream: unknown;
   readonly stats: unknown;
   readonly check: unknown;
+  readonly normalizedShape: unknown;
 }
 
 function readOptions(kind: NormKind, opts: unknown): CallOptions {
   const eps0 = kind === "layer" ? 1e-5 : 1e-6;
   if (opts === undefined) {
-    return { weight: undefined, bias: undefined, eps: eps0, out: undefined, outDtype: undefined, stream: undefined, stats: undefined, check: undefined };
+    return {
+      weight: undefined, bias: undefined, eps: eps0, out: undefined, outDtype: undefined, stream: undefined, stats: undefined, check: undefined,
+      normalizedShape: undefined,
+    };
   }
   if (typeof opts !== "object" || opts === null) {
     throw new ArgumentError("options", "an options object { weight?, eps?, out?, … } or nothing", opts);
@@ -175,7 +233,7 @@ function readOptions(kind: NormKind, opts: unknown): CallOptions {
   const eps = o.eps;
   return {
     weight: o.weight, bias: o.bias, eps: eps === undefined ? eps0 : eps, out: o.out, outDtype: o.outDtype, stream: o.stream,
-    stats: o.stats, check: o.check,
+    stats: o.stats, check: o.check, normalizedShape: o.normalizedShape,
   };
 }
 
@@ -362,7 +420,7 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
     rstd?.close();
     throw e;
   }
-  return stats ? { y, mean: mean!, rstd: rstd! } : y;
+  return stats ? normResult(y, mean!, rstd!, outGiven !== undefined) : y;
 }
 
 /** The CPU backend: float64 maths straight on the host bytes. */

@@ -71,19 +71,22 @@ export function checkOutDtype(outDtype: unknown, x: Tensor): DType {
   return outDtype;
 }
 
-function byteRange(t: Tensor): [number, number] {
+/** The absolute range of addresses the rows of `t` span (first to last byte), in its buffer's address space. */
+function addressRange(t: Tensor): { space: ArrayBufferLike | null; start: bigint; end: bigint } {
   const b = t.bytesPerElement;
-  return [t.offset * b, (t.offset + spanElements(t.rows, t.d, t.rowStride)) * b];
+  const { space, address } = t.buffer.addressOf(t.offset * b);
+  return { space, start: address, end: address + BigInt(spanElements(t.rows, t.d, t.rowStride) * b) };
 }
 
 /**
- * Whether the byte spans of two tensors (first to last byte of their rows) intersect. Conservative: rows
- * interleaved by their strides count as overlapping although no element is shared.
+ * Whether the byte spans of two tensors (first to last byte of their rows) intersect, by absolute address: two
+ * buffers over the same memory (wrappers of one allocation) are compared as the memory they are. Conservative:
+ * rows interleaved by their strides count as overlapping although no element is shared.
  */
 export function overlaps(a: Tensor, b: Tensor): boolean {
-  if (a.buffer !== b.buffer) return false; // distinct allocations never alias
-  const [a0, a1] = byteRange(a), [b0, b1] = byteRange(b);
-  return a0 < b1 && b0 < a1;
+  if (a.numel === 0 || b.numel === 0) return false; // no byte is read or written
+  const ra = addressRange(a), rb = addressRange(b);
+  return ra.space === rb.space && ra.start < rb.end && rb.start < ra.end;
 }
 
 /** `t` (named `name`) must have x's shape. */
@@ -95,7 +98,9 @@ export function checkSameShape(name: string, t: Tensor, x: Tensor): void {
 
 /** The same elements in the same layout and dtype: an exact alias (in place), not a partial overlap. */
 export function sameView(a: Tensor, b: Tensor): boolean {
-  return a.buffer === b.buffer && a.offset === b.offset && a.rowStride === b.rowStride && a.dtype === b.dtype;
+  if (a.rowStride !== b.rowStride || a.dtype !== b.dtype) return false;
+  const pa = a.buffer.addressOf(a.offset * a.bytesPerElement), pb = b.buffer.addressOf(b.offset * b.bytesPerElement);
+  return pa.space === pb.space && pa.address === pb.address;
 }
 
 /** The stream an op runs on: an open Stream of x's device. */
@@ -126,4 +131,46 @@ export function checkOut(
     if (p && overlaps(t, p)) throw new ArgumentError("out", `memory that does not overlap ${name}`, `an overlap with ${name}`);
   }
   return t;
+}
+
+/** A `normalizedShape` option: undefined (the last dimension), a dimension, or an array of ≥ 1 dimensions ≥ 1. */
+export function checkNormalizedShape(v: unknown): readonly number[] | undefined {
+  if (v === undefined) return undefined;
+  const dims = typeof v === "number" ? [v] : v;
+  if (!Array.isArray(dims) || dims.length === 0) throw new ArgumentError("normalizedShape", "a dimension or an array of ≥ 1 dimensions", v);
+  for (const [i, n] of dims.entries()) {
+    if (!Number.isSafeInteger(n) || n < 1) throw new ArgumentError(`normalizedShape[${i}]`, "an integer ≥ 1", n);
+  }
+  return Object.freeze([...dims]);
+}
+
+/**
+ * `t` (named `name`) viewed with its trailing `normalizedShape` dimensions as one (no copy): [...leading, N]. They
+ * must be t's trailing dimensions and contiguous (rows back to back inside them). `t` itself for one dimension.
+ */
+export function flattenNormalized(name: string, t: Tensor, normalizedShape: readonly number[]): Tensor {
+  const k = normalizedShape.length, r = t.shape.length;
+  if (r < k || normalizedShape.some((n, i) => t.shape[r - k + i] !== n)) {
+    throw new ArgumentError(name, `trailing dimensions [${normalizedShape}] (normalizedShape)`, `shape [${t.shape}]`);
+  }
+  if (k === 1) return t;
+  let inner = 1;
+  for (let i = 0; i < k - 1; i++) inner *= normalizedShape[i];
+  if (inner > 1 && t.rowStride !== t.d) {
+    throw new ArgumentError(name, `contiguous normalized dimensions [${normalizedShape}] (rowStride = the last dimension, ${t.d})`, `rowStride ${t.rowStride}`);
+  }
+  const n = inner * t.d, lead = t.shape.slice(0, r - k);
+  return new Tensor(t.buffer, [...lead, n], { dtype: t.dtype, offset: t.offset, rowStride: inner === 1 ? t.rowStride : n });
+}
+
+/** A parameter (weight, bias, their gradients) of shape `normalizedShape` viewed flat as [N]; anything else as it is. */
+export function flattenParam(name: string, p: unknown, normalizedShape: readonly number[]): unknown {
+  if (!Tensor.isTensor(p) || p.closed || normalizedShape.length === 1) return p;
+  const same = p.shape.length === normalizedShape.length && p.shape.every((n, i) => n === normalizedShape[i]);
+  return same ? flattenNormalized(name, p, normalizedShape) : p;
+}
+
+/** A fresh, contiguous, owning result tensor given back in `shape` (same element count; no copy). */
+export function reshapeOwned(t: Tensor, shape: readonly number[]): Tensor {
+  return new Tensor(t.buffer, shape, { dtype: t.dtype, offset: t.offset, owns: true });
 }

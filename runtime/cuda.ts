@@ -10,6 +10,7 @@ import {
   CU_FUNC_ATTRIBUTE as F,
   CU_GRAPH_EXEC_UPDATE_RESULT_INFO,
   CU_MEMHOSTALLOC_PORTABLE,
+  CU_POINTER_ATTRIBUTE as P,
   CU_STREAM_CAPTURE_MODE,
   CU_STREAM_CAPTURE_STATUS,
   CU_STREAM_NON_BLOCKING,
@@ -175,6 +176,12 @@ export function openCudaDriver(): Driver {
       check("cuMemcpyHtoDAsync_v2", s.cuMemcpyHtoDAsync_v2(dst, src, BigInt(bytes), stream)),
     copyDtoHAsync: (dst, src, bytes, stream) =>
       check("cuMemcpyDtoHAsync_v2", s.cuMemcpyDtoHAsync_v2(dst, src, BigInt(bytes), stream)),
+    pointerInfo(ptr) {
+      const context = u64("cuPointerGetAttribute", s.cuPointerGetAttribute(u64Out, P.CONTEXT, ptr));
+      const base = u64("cuPointerGetAttribute", s.cuPointerGetAttribute(u64Out, P.RANGE_START_ADDR, ptr));
+      const bytes = Number(u64("cuPointerGetAttribute", s.cuPointerGetAttribute(u64Out, P.RANGE_SIZE, ptr)));
+      return { context, base, bytes };
+    },
     hostAlloc: (bytes) =>
       u64("cuMemHostAlloc", s.cuMemHostAlloc(u64Out, BigInt(bytes), CU_MEMHOSTALLOC_PORTABLE)),
     hostFree: (addr) => check("cuMemFreeHost", s.cuMemFreeHost(addr)),

@@ -40,6 +40,27 @@ export interface OpenOptions {
   check?: boolean | ((report: CheckReport) => void);
 }
 
+/** Options of device.wrapPointer() and device.wrapStream(). */
+export interface WrapOptions {
+  /**
+   * Take ownership (default false): close() then frees the memory (cuMemFree) or destroys the stream. Without it,
+   * close() and the device's close release nothing: the memory or stream stays the other code's to free, and must
+   * outlive every use through the wrapper.
+   */
+  own?: boolean;
+}
+
+/** Reads WrapOptions once: the `own` flag. */
+function readWrapOptions(opts: unknown): boolean {
+  if (opts === undefined) return false;
+  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { own? } or nothing", opts);
+  const own = (opts as WrapOptions).own ?? false;
+  if (typeof own !== "boolean") throw new ArgumentError("own", "a boolean", own);
+  return own;
+}
+
+const hex = (v: bigint): string => `0x${v.toString(16)}`;
+
 /** Non-finite count and abs-max (over the finite values) of one tensor, computed where it lives. */
 export interface TensorStats {
   /** Elements looked at (rows × last dim). */
@@ -469,6 +490,71 @@ export class Device extends Resource {
   }
 
   /**
+   * Device memory allocated by other code (another library's cuMemAlloc, a framework's tensor) as a DeviceBuffer,
+   * without a copy. `ptr` must be memory of this device's context (checked with cuPointerGetAttribute; on HIP,
+   * memory of this device, with hipPointerGetAttributes), and
+   * `bytes` from it must lie inside its allocation. Nothing is taken over unless `own: true` (then `ptr` must
+   * be the start of the allocation, and close() frees it). Make a Tensor over it with
+   * `new Tensor(buf, shape, { dtype, rowStride, byteOffset })`. Overlap checks of the ops compare absolute
+   * addresses, so two wrappers of one allocation are held to the same in-place rules as one buffer.
+   * GPU only (the CPU backend wraps host memory with wrapHost()).
+   */
+  wrapPointer(ptr: bigint, bytes: number, opts?: WrapOptions): DeviceBuffer {
+    if (typeof ptr !== "bigint" || ptr <= 0n || ptr >= 1n << 64n) throw new ArgumentError("ptr", "a device address: a bigint > 0n", ptr);
+    if (!Number.isSafeInteger(bytes) || bytes < 1) throw new ArgumentError("bytes", "an integer ≥ 1", bytes);
+    const own = readWrapOptions(opts);
+    const d = this.activeDriver;
+    if (!d) throw new UnsupportedError("wrapPointer on the CPU backend: it has no device memory (wrap a typed array with device.wrapHost())");
+    if (!d.pointerInfo) throw new UnsupportedError(`wrapPointer on ${this.backend}: no pointer query is bound for this backend`);
+    let info;
+    try {
+      info = d.pointerInfo(ptr);
+    } catch (e) {
+      if (!(e instanceof GpuError) || e.sticky) throw e;
+      throw new ArgumentError("ptr", "device memory the driver knows (e.g. from cuMemAlloc)", `${hex(ptr)}: ${e.codeName}`);
+    }
+    const ctx = this.#context!;
+    if (info.context !== ctx.handle) {
+      throw new ArgumentError("ptr", `memory of ${this.id}'s context (${hex(ctx.handle)})`, `${hex(ptr)}, memory of context ${hex(info.context)}`);
+    }
+    const room = info.base + BigInt(info.bytes) - ptr;
+    if (BigInt(bytes) > room) {
+      throw new ArgumentError("bytes", `at most ${room} (the rest of the allocation at ${hex(ptr)})`, bytes);
+    }
+    if (own && ptr !== info.base) {
+      throw new ArgumentError("own", `false for a pointer inside an allocation (only its start ${hex(info.base)} can be freed)`, own);
+    }
+    return new DeviceBuffer(this, bytes, ptr, null, own ? () => ctx.forRelease()?.memFree(ptr) : () => {}, true);
+  }
+
+  /**
+   * CPU backend: the bytes of a typed array (or any ArrayBufferView) as a DeviceBuffer, without a copy: tensors
+   * over it read and write the array itself. Closing it releases nothing. Views of one ArrayBuffer that overlap
+   * are held to the ops' overlap rules. On a GPU backend: UnsupportedError (use wrapPointer()).
+   */
+  wrapHost(view: ArrayBufferView): DeviceBuffer {
+    if (!ArrayBuffer.isView(view)) throw new ArgumentError("view", "a typed array or DataView", view);
+    if (this.activeDriver) throw new UnsupportedError(`wrapHost on ${this.id}: only the CPU backend computes in host memory (use wrapPointer())`);
+    const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+    return new DeviceBuffer(this, bytes.byteLength, 0n, bytes, () => {}, true);
+  }
+
+  /**
+   * A stream made by other code (a CUstream / hipStream_t handle) as a Stream, for the ops' `stream` option and
+   * for copies. It must belong to this device's context. Closing it destroys nothing unless `own: true`.
+   * The legacy and per-thread default streams (handles 0n, 1n, 2n) can be wrapped but never owned. GPU only.
+   */
+  wrapStream(handle: bigint, opts?: WrapOptions): Stream {
+    if (typeof handle !== "bigint" || handle < 0n || handle >= 1n << 64n) throw new ArgumentError("handle", "a stream handle: a bigint ≥ 0n", handle);
+    const own = readWrapOptions(opts);
+    if (own && handle <= 2n) throw new ArgumentError("own", "false for a default stream (0n, 1n, 2n: it cannot be destroyed)", own);
+    const d = this.activeDriver;
+    if (!d) throw new UnsupportedError("wrapStream on the CPU backend: it has no native streams");
+    const ctx = this.#context!;
+    return new Stream(this, handle, own ? () => ctx.forRelease()?.streamDestroy(handle) : () => {}, true);
+  }
+
+  /**
    * Page-locked host memory for asynchronous copies (ordinary memory on the CPU backend).
    *
    * @param bytes The size, an integer ≥ 1.
@@ -519,12 +605,14 @@ export class Device extends Resource {
 
   /**
    * A new tensor holding `values` (row-major, rows × last dim, no padding), converted to `opts.dtype` (default
-   * f32, rounded to nearest-even). The upload is done when it returns: `values` may be reused.
+   * f32, rounded to nearest-even), or with `opts.bits: true` the element bits as they are (a Uint16Array for
+   * f16/bf16). The upload is done when it returns: `values` may be reused.
    *
    * @param values Exactly as many numbers as the shape has elements (an Array or a typed array).
-   * @param shape The dimensions (at least one); the last is the one the norms normalize.
-   * @param opts dtype, rowStride (padded rows) and the stream of the upload.
-   * @throws {ArgumentError} for a bad shape, dtype or row stride, or a values count that does not match the shape.
+   * @param shape The dimensions (at least one); the last is the one the norms normalize by default.
+   * @param opts dtype, rowStride (padded rows), bits, and the stream of the upload.
+   * @throws {ArgumentError} for a bad shape, dtype or row stride, a values count that does not match the shape,
+   *   or a Uint16Array for a 16-bit dtype without `bits` saying whether it holds bits or numbers.
    * @throws {DisposedError} when the device is closed.
    * @throws {GpuError} when the GPU is out of memory.
    *
@@ -534,6 +622,7 @@ export class Device extends Resource {
    * using dev = Device.open();
    * using x = dev.tensor(new Float32Array(8 * 4096).map(() => Math.random()), [8, 4096]);
    * using h = dev.tensor([0.5, -1, 2, 3], [2, 2], { dtype: "f16" });
+   * using b = dev.tensor(new Uint16Array([0x3f80, 0x4000]), [2], { dtype: "bf16", bits: true });   // 1, 2
    * ```
    */
   tensor(values: ArrayLike<number>, shape: readonly number[], opts: TensorOptions = {}): Tensor {

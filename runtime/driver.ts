@@ -71,6 +71,16 @@ export interface GraphDriver {
   destroyExec(exec: bigint): void;
 }
 
+/** What the driver knows about a device pointer (Driver.pointerInfo). */
+export interface PointerInfo {
+  /** The context (CUcontext) the memory was allocated in; on HIP the device's ordinal + 1 (its retainContext handle). */
+  readonly context: bigint;
+  /** First address of the allocation holding the pointer. */
+  readonly base: bigint;
+  /** Bytes of that allocation. */
+  readonly bytes: number;
+}
+
 export interface Driver {
   readonly backend: "cuda" | "hip";
   /** Stream capture and graphs; undefined where the backend has no binding for them. */
@@ -107,6 +117,12 @@ export interface Driver {
   /** Async copies take pinned host addresses. */
   copyHtoDAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
   copyDtoHAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
+  /**
+   * Interop: the context `ptr` (device memory made by any code) belongs to, and the allocation holding it
+   * (start address and size). Throws GpuError for an address the driver does not know. Undefined where the
+   * backend has no binding for it (wrapping a pointer is then refused).
+   */
+  pointerInfo?(ptr: bigint): PointerInfo;
   hostAlloc(bytes: number): bigint;
   hostFree(addr: bigint): void;
 

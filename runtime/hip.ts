@@ -21,6 +21,7 @@ import {
   HIP_EVENT_DISABLE_TIMING,
   HIP_FUNC_ATTRIBUTE as F,
   HIP_HOST_MALLOC_PORTABLE,
+  HIP_POINTER_ATTRIBUTE,
   HIP_STREAM_NON_BLOCKING,
   HIP_SYMBOLS,
 } from "../ffi/hip.ts";
@@ -197,6 +198,14 @@ export function openHipDriver(): Driver {
       check("hipMemcpyHtoDAsync", s.hipMemcpyHtoDAsync(dst, src, BigInt(bytes), stream)),
     copyDtoHAsync: (dst, src, bytes, stream) =>
       check("hipMemcpyDtoHAsync", s.hipMemcpyDtoHAsync(dst, src, BigInt(bytes), stream)),
+    pointerInfo(ptr) {
+      // HIP's "context" of a device is its ordinal + 1 (retainContext): the device the memory lives on.
+      const attrs = new Int32Array(HIP_POINTER_ATTRIBUTE.size / 4);
+      check("hipPointerGetAttributes", s.hipPointerGetAttributes(attrs, ptr));
+      const device = attrs[HIP_POINTER_ATTRIBUTE.device / 4];
+      check("hipMemGetAddressRange", s.hipMemGetAddressRange(u64Out.subarray(0, 1), u64Out.subarray(1, 2), ptr));
+      return { context: BigInt(device) + 1n, base: u64Out[0], bytes: Number(u64Out[1]) };
+    },
     hostAlloc: (bytes) => u64("hipHostMalloc", s.hipHostMalloc(u64Out, BigInt(bytes), HIP_HOST_MALLOC_PORTABLE)),
     hostFree: (addr) => check("hipHostFree", s.hipHostFree(addr)),
 

@@ -67,19 +67,38 @@ export class DeviceBuffer extends Resource {
   readonly #ptr: bigint;
   /** CPU backend: the bytes themselves. */
   readonly #host: Uint8Array | null;
+  readonly #wrapped: boolean;
 
-  /** @internal use device.alloc() */
-  constructor(device: Device, byteLength: number, ptr: bigint, host: Uint8Array | null, release: () => void) {
+  /** @internal use device.alloc(), device.wrapPointer() or device.wrapHost() */
+  constructor(device: Device, byteLength: number, ptr: bigint, host: Uint8Array | null, release: () => void, wrapped = false) {
     super(device.owner, release, device);
     this.device = device;
     this.byteLength = byteLength;
     this.#ptr = ptr;
     this.#host = host;
+    this.#wrapped = wrapped;
   }
 
   /** "DeviceBuffer(N bytes)", for error messages. */
   protected get label(): string {
-    return `DeviceBuffer(${this.byteLength} bytes)`;
+    return `DeviceBuffer(${this.byteLength} bytes on ${this.device.id}${this.#wrapped ? ", wrapped" : ""})`;
+  }
+
+  /** True for memory made by other code and wrapped (device.wrapPointer(), device.wrapHost()). */
+  get wrapped(): boolean {
+    return this.#wrapped;
+  }
+
+  /**
+   * @internal Where `byteOffset` of this buffer lies in absolute terms: the address space (the host ArrayBuffer on
+   * the CPU backend, null for the process's device address space) and the address in it. Two buffers over the
+   * same memory (two wrappers of one allocation, or views of one ArrayBuffer) give the same answer, so overlap
+   * checks compare these, never buffer objects.
+   */
+  addressOf(byteOffset: number): { space: ArrayBufferLike | null; address: bigint } {
+    this.assertOpen();
+    const h = this.#host;
+    return h ? { space: h.buffer, address: BigInt(h.byteOffset + byteOffset) } : { space: null, address: this.#ptr + BigInt(byteOffset) };
   }
 
   /** True for a DeviceBuffer made by this class (not a Proxy of one, nor an object that only looks like one). */
@@ -194,7 +213,8 @@ export class DeviceBuffer extends Resource {
     checkRange("copyFrom source", srcOffset, bytes, src.byteLength);
     checkRange("copyFrom", offset, bytes, this.byteLength);
     if (src.device !== this.device) throw new ArgumentError("copyFrom source", "a buffer of the same device");
-    if (src === this && bytes > 0 && offset < srcOffset + bytes && srcOffset < offset + bytes) {
+    const from = src.addressOf(srcOffset), to = this.addressOf(offset), n = BigInt(bytes);
+    if (from.space === to.space && bytes > 0 && to.address < from.address + n && from.address < to.address + n) {
       throw new ArgumentError("copyFrom", "source and destination ranges that do not overlap", `[${srcOffset}, +${bytes}) → [${offset}, +${bytes})`);
     }
     this.#checkStream(opts.stream);

@@ -95,6 +95,21 @@ export abstract class Resource implements Disposable {
     return this.#closed || !this.#owner.isLive(this.#id) || (this.#parent?.closed ?? false);
   }
 
+  /** A short description, e.g. "Device(cuda:0)" or "DeviceBuffer(1024 bytes), closed" (what console.log prints). */
+  toString(): string {
+    return this.closed ? `${this.label}, closed` : this.label;
+  }
+
+  /** Deno's console.log / Deno.inspect: the short description (not every field, nor the whole Device). */
+  [Symbol.for("Deno.customInspect")](): string {
+    return this.toString();
+  }
+
+  /** Node's and Bun's console.log / util.inspect: the short description (not every field, nor the whole Device). */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString();
+  }
+
   /** Releases the resource now. Safe to call more than once. */
   close(): void {
     if (this.#closed) return;

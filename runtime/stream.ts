@@ -44,16 +44,24 @@ export class Stream extends Resource {
   readonly device: Device;
   #capturing = false;
 
-  /** @internal use device.createStream() */
-  constructor(device: Device, handle: bigint, release: () => void) {
+  readonly #wrapped: boolean;
+
+  /** @internal use device.createStream() or device.wrapStream() */
+  constructor(device: Device, handle: bigint, release: () => void, wrapped = false) {
     super(device.owner, release, device);
     this.device = device;
     this.#handle = handle;
+    this.#wrapped = wrapped;
   }
 
   /** "Stream", for error messages. */
   protected get label(): string {
-    return "Stream";
+    return `Stream(${this.device.id}${this.#wrapped ? ", wrapped" : ""})`;
+  }
+
+  /** True for a stream made by other code and wrapped (device.wrapStream()). */
+  get wrapped(): boolean {
+    return this.#wrapped;
   }
 
   /** True for a Stream (not a Proxy of one, which passes instanceof and then fails on its private fields). */

@@ -17,7 +17,16 @@ export interface TensorOptions {
   rowStride?: number;
   /** Stream for the upload (default: the device's). */
   stream?: Stream;
+  /**
+   * `true`: the values are the element bits themselves, uploaded without conversion (a Uint16Array for f16/bf16;
+   * a Uint32Array or Float32Array for f32). `false`: they are numbers, rounded to the dtype. A Uint16Array for a
+   * 16-bit dtype is ambiguous and must say which (an ArgumentError otherwise).
+   */
+  bits?: boolean;
 }
+
+/** The typed array holding raw element bits of `dtype` (Tensor.toBits): Uint16Array for f16/bf16, Float32Array for f32. */
+export type BitsArray = Uint16Array | Float32Array;
 
 /** Checks a shape: an array of ≥ 1 non-negative safe integers. */
 export function checkShape(shape: unknown, argument = "shape"): readonly number[] {
@@ -41,13 +50,38 @@ export function readStreamOption(opts: unknown, device: Device): Stream | undefi
 }
 
 /** TensorOptions read once, each option checked. */
-function readTensorOptions(opts: unknown): { dtype: DType; rowStride: unknown; stream: unknown } {
-  if (opts === undefined) return { dtype: "f32", rowStride: undefined, stream: undefined };
-  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { dtype?, rowStride?, stream? } or nothing", opts);
+function readTensorOptions(opts: unknown): { dtype: DType; rowStride: unknown; stream: unknown; bits: boolean | undefined } {
+  if (opts === undefined) return { dtype: "f32", rowStride: undefined, stream: undefined, bits: undefined };
+  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { dtype?, rowStride?, stream?, bits? } or nothing", opts);
   const o = opts as TensorOptions;
-  const dtype = o.dtype ?? "f32", rowStride = o.rowStride, stream = o.stream;
+  const dtype = o.dtype ?? "f32", rowStride = o.rowStride, stream = o.stream, bits = o.bits;
   if (!isDType(dtype)) throw new ArgumentError("dtype", `"f32", "f16" or "bf16"`, dtype);
-  return { dtype, rowStride, stream };
+  if (bits !== undefined && typeof bits !== "boolean") throw new ArgumentError("bits", "a boolean", bits);
+  return { dtype, rowStride, stream, bits };
+}
+
+/**
+ * Raw element bits of `dtype` checked, as bytes (a view, no copy): a Uint16Array for f16/bf16, a Uint32Array or
+ * Float32Array for f32.
+ */
+function checkBits(values: unknown, dtype: DType): Uint8Array {
+  const ok = dtype === "f32" ? values instanceof Uint32Array || values instanceof Float32Array : values instanceof Uint16Array;
+  if (!ok) {
+    throw new ArgumentError("values", `${dtype} bits: ${dtype === "f32" ? "a Uint32Array or Float32Array" : "a Uint16Array"} (bits: true)`, values);
+  }
+  const v = values as Uint16Array | Uint32Array | Float32Array;
+  return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+}
+
+/** A Uint16Array given as values for a 16-bit dtype without `bits` saying whether it holds numbers or bits. */
+function refuseAmbiguous(values: unknown, dtype: DType, bits: boolean | undefined): void {
+  if (bits === undefined && dtype !== "f32" && values instanceof Uint16Array) {
+    throw new ArgumentError(
+      "bits",
+      `true (the Uint16Array holds ${dtype} bits) or false (it holds integer values to round to ${dtype})`,
+      "not given, for a Uint16Array as values of a 16-bit dtype",
+    );
+  }
 }
 
 /**
@@ -101,14 +135,14 @@ export function spanElements(rows: number, d: number, rowStride: number): number
 }
 
 /**
- * A typed view of device memory: a dtype, a shape and rows in a DeviceBuffer. The last dimension (`d`, the one
- * the norms normalize) is contiguous; the leading dimensions are flattened into `rows` that start `rowStride`
- * elements apart, so a row-strided view needs no copy. A tensor's fields never change; its values do (write(),
- * an op's `out`).
+ * A typed view of device memory: a dtype, a shape and rows in a DeviceBuffer. The last dimension (`d`) is
+ * contiguous; the leading dimensions are flattened into `rows` that start `rowStride` elements apart, so a
+ * row-strided view needs no copy. A tensor's fields never change; its values do (write(), an op's `out`).
  *
  * Made by `device.tensor(values, shape)`, `device.empty(shape)` or an op; those own their memory, which close()
- * (or `using`) frees. Methods throw DisposedError once the tensor or its device is closed, and ArgumentError for
- * values or options that do not fit.
+ * (or `using`) frees. `new Tensor(buffer, shape, opts)` views memory it does not own unless `owns: true`, e.g. a
+ * buffer from device.wrapPointer() or device.wrapHost(). Methods throw DisposedError once the tensor or its device
+ * is closed, and ArgumentError for values or options that do not fit.
  *
  * @example
  * ```ts
@@ -118,6 +152,8 @@ export function spanElements(rows: number, d: number, rowStride: number): number
  * x.rows;                        // 2
  * x.d;                           // 3
  * const values = x.readSync();   // Float32Array [1, 2, 3, 4, 5, 6]
+ * const bits = x.readBitsSync(); // Uint16Array [0x3f80, 0x4000, …]: the bf16 bits
+ * console.log(`${x}`);           // Tensor(bf16 [2, 3] on cpu:0)
  * ```
  */
 export class Tensor implements Disposable {
@@ -145,23 +181,28 @@ export class Tensor implements Disposable {
   /**
    * Wraps `buffer` (owned: closed with the tensor when `opts.owns`). Checks that the rows fit.
    *
-   * @param buffer The memory, from device.alloc().
+   * @param buffer The memory: from device.alloc(), wrapPointer() or wrapHost().
    * @param shape The dimensions (at least one; integers ≥ 0).
    * @param opts.dtype Element type (default "f32").
    * @param opts.rowStride Elements between row starts (default: the last dimension; not less).
    * @param opts.offset Elements from the buffer's start to the first element (default 0).
+   * @param opts.byteOffset The same in bytes (a multiple of the element size); not with `offset`.
    * @param opts.owns Close the buffer when the tensor is closed (default false).
    * @throws {ArgumentError} for a bad shape or option, or rows that do not fit in the buffer.
    */
   constructor(
     buffer: DeviceBuffer,
     shape: readonly number[],
-    opts: { dtype?: DType; rowStride?: number; offset?: number; owns?: boolean } = {},
+    opts: { dtype?: DType; rowStride?: number; offset?: number; byteOffset?: number; owns?: boolean } = {},
   ) {
     // A brand check, not instanceof: a Proxy or a look-alike object passes instanceof or duck typing and then fails
     // inside (private fields) with a bare TypeError.
-    if (!DeviceBuffer.isBuffer(buffer)) throw new ArgumentError("buffer", "a DeviceBuffer (from device.alloc())", buffer);
-    if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { dtype?, rowStride?, offset?, owns? }", opts);
+    if (!DeviceBuffer.isBuffer(buffer)) {
+      throw new ArgumentError("buffer", "a DeviceBuffer (device.alloc(), wrapPointer() or wrapHost())", buffer);
+    }
+    if (typeof opts !== "object" || opts === null) {
+      throw new ArgumentError("options", "an options object { dtype?, rowStride?, offset?, byteOffset?, owns? }", opts);
+    }
     this.shape = checkShape(shape);
     const dtype = opts.dtype ?? "f32";
     if (!isDType(dtype)) throw new ArgumentError("dtype", `"f32", "f16" or "bf16"`, dtype);
@@ -170,7 +211,12 @@ export class Tensor implements Disposable {
     if (!Number.isSafeInteger(rowStride) || rowStride < d) {
       throw new ArgumentError("rowStride", `an integer ≥ the last dimension (${d}): the last dimension must be contiguous`, rowStride);
     }
-    const offset = opts.offset ?? 0;
+    const byteOffset = opts.byteOffset;
+    if (byteOffset !== undefined && opts.offset !== undefined) throw new ArgumentError("byteOffset", "not given together with offset", byteOffset);
+    if (byteOffset !== undefined && (!Number.isSafeInteger(byteOffset) || byteOffset < 0 || byteOffset % dtypeBytes(dtype) !== 0)) {
+      throw new ArgumentError("byteOffset", `an integer ≥ 0, a multiple of ${dtypeBytes(dtype)} (the ${dtype} element size)`, byteOffset);
+    }
+    const offset = byteOffset !== undefined ? byteOffset / dtypeBytes(dtype) : opts.offset ?? 0;
     if (!Number.isSafeInteger(offset) || offset < 0) throw new ArgumentError("offset", "an integer ≥ 0", offset);
     this.device = buffer.device;
     this.dtype = dtype;
@@ -233,12 +279,18 @@ export class Tensor implements Disposable {
   }
 
   /**
-   * Uploads `values` (rows × d, row-major, no padding) into this tensor's rows, converting to its dtype
-   * (nearest-even), ordered on `opts.stream` (default: the device's). The values may be reused when it returns.
-   * Throws ArgumentError unless there are exactly numel numbers.
+   * Uploads `values` (rows × d, row-major, no padding) into this tensor's rows, converting to its dtype; with
+   * `bits: true`, raw element bits uploaded as they are (see TensorOptions.bits).
    */
-  write(valuesIn: ArrayLike<number>, opts?: { stream?: Stream }): void {
-    const stream = readStreamOption(opts, this.device);
+  write(valuesIn: ArrayLike<number>, opts?: { stream?: Stream; bits?: boolean }): void {
+    if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
+      throw new ArgumentError("options", "an options object { stream?, bits? } or nothing", opts);
+    }
+    const bits = opts?.bits;
+    if (bits !== undefined && typeof bits !== "boolean") throw new ArgumentError("bits", "a boolean", bits);
+    const stream = readStreamOption(opts === undefined ? undefined : { stream: opts.stream }, this.device);
+    refuseAmbiguous(valuesIn, this.dtype, bits);
+    if (bits) return this.#writeBytes(checkBits(valuesIn, this.dtype), valuesIn.length, stream);
     const values = checkValues(valuesIn);
     if (values.length !== this.numel) {
       throw new ArgumentError("values", `${this.numel} elements for shape [${this.shape}]`, `${values.length}`);
@@ -260,6 +312,42 @@ export class Tensor implements Disposable {
       );
     }
     this.buffer.write(host, { offset: this.offset * b, stream });
+  }
+
+  /** Uploads packed element bytes (rows × d elements, `count` of them) into the rows, padding left as it is. */
+  #writeBytes(src: Uint8Array, count: number, stream: Stream | undefined): void {
+    if (count !== this.numel) throw new ArgumentError("values", `${this.numel} elements for shape [${this.shape}]`, `${count}`);
+    const b = this.bytesPerElement, row = this.d * b;
+    if (this.contiguous) return this.buffer.write(src, { offset: this.offset * b, stream });
+    const host = new Uint8Array(spanElements(this.rows, this.d, this.rowStride) * b);
+    this.buffer.read(host, { offset: this.offset * b, stream });
+    for (let r = 0; r < this.rows; r++) host.set(src.subarray(r * row, (r + 1) * row), r * this.rowStride * b);
+    this.buffer.write(host, { offset: this.offset * b, stream });
+  }
+
+  /**
+   * Downloads the raw element bits (after earlier work on the stream), row-major without padding: a Uint16Array
+   * for f16/bf16, a Float32Array for f32 (its bytes are the device's exactly; `new Uint32Array(a.buffer)` shows
+   * them as integers). Nothing is converted, so NaN payloads, −0 and subnormals come back as they are.
+   */
+  readBitsSync(opts?: { stream?: Stream }): BitsArray {
+    const stream = readStreamOption(opts, this.device);
+    const b = this.bytesPerElement, d = this.d, rows = this.rows, row = d * b;
+    const host = new Uint8Array(spanElements(rows, d, this.rowStride) * b);
+    this.buffer.read(host, { offset: this.offset * b, stream });
+    let packed = host;
+    if (!this.contiguous) {
+      packed = new Uint8Array(rows * row);
+      for (let r = 0; r < rows; r++) packed.set(host.subarray(r * this.rowStride * b, r * this.rowStride * b + row), r * row);
+    }
+    return this.dtype === "f32" ? new Float32Array(packed.buffer, 0, rows * d) : new Uint16Array(packed.buffer, 0, rows * d);
+  }
+
+  /** Like readBitsSync, but waits for the GPU without blocking the event loop. */
+  async toBits(opts?: { stream?: Stream }): Promise<BitsArray> {
+    const stream = readStreamOption(opts, this.device) ?? this.device.stream;
+    while (!stream.query()) await new Promise((r) => setTimeout(r, 0));
+    return this.readBitsSync({ stream });
   }
 
   /**
@@ -298,6 +386,22 @@ export class Tensor implements Disposable {
     return this.readSync({ stream });
   }
 
+  /** A short description, e.g. "Tensor(bf16 [4, 8] on cuda:0)" (what console.log and String() print). */
+  toString(): string {
+    const where = this.device.id, stride = this.contiguous ? "" : `, rowStride ${this.rowStride}`;
+    return `Tensor(${this.dtype} [${this.shape.join(", ")}]${stride} on ${where}${this.closed ? ", closed" : ""})`;
+  }
+
+  /** Deno's console.log / Deno.inspect: the short description, not the whole Device. */
+  [Symbol.for("Deno.customInspect")](): string {
+    return this.toString();
+  }
+
+  /** Node's and Bun's console.log / util.inspect: the short description, not the whole Device. */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString();
+  }
+
   /**
    * Closes the buffer when this tensor owns it (tensors made by the device or by ops do); a view of memory it
    * does not own is left as it is. Safe to call more than once.
@@ -334,16 +438,18 @@ function allocTensor(device: Device, s: readonly number[], o: { dtype: DType; ro
 
 /** Allocates a tensor on `device` and uploads `values` (row-major, rows × d, no padding). */
 export function tensorFrom(device: Device, valuesIn: ArrayLike<number>, shape: readonly number[], opts?: TensorOptions): Tensor {
-  const values = checkValues(valuesIn);
-  const s = checkShape(shape);
   const o = readTensorOptions(opts);
+  refuseAmbiguous(valuesIn, o.dtype, o.bits);
+  const values = o.bits ? valuesIn : checkValues(valuesIn);
+  if (o.bits) checkBits(valuesIn, o.dtype);
+  const s = checkShape(shape);
   const stream = o.stream === undefined ? undefined : readStreamOption({ stream: o.stream }, device);
   tensorBytes(s, s[s.length - 1], 0, o.dtype); // refuses a size past 2^53 − 1, exactly
   const numel = s.reduce((a, n) => a * n, 1);
   if (values.length !== numel) throw new ArgumentError("values", `${numel} numbers for shape [${s}]`, `${values.length} numbers`);
   const t = allocTensor(device, s, o);
   try {
-    t.write(values, { stream });
+    t.write(values, { stream, bits: o.bits ?? false });
   } catch (e) {
     t.close();
     throw e;

@@ -36,7 +36,9 @@ export LC_ALL=C
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SRC_REL="kernels/norm.cu"
 # Everything norm.cu compiles from, in hash order (NORM_SOURCE_FILES in the generated module).
-HASHED_REL=(kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh kernels/diag.cuh kernels/norm_bwd.cuh)
+HASHED_REL=(
+  kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh kernels/fwd_common.cuh kernels/fwd_row_cache.cuh kernels/fwd_rows.cuh kernels/fwd_block.cuh kernels/fwd_cluster.cuh kernels/fwd_wide.cuh kernels/fwd_stash.cuh
+  kernels/diag.cuh kernels/norm_bwd.cuh kernels/bwd_common.cuh kernels/bwd_cached.cuh kernels/bwd_wide.cuh kernels/bwd_rowsum_tile.cuh kernels/bwd_finalize.cuh)
 OUT_REL="precompiled"
 GENERATED=(norm.ptx.gz norm.fatbin norm_cuda.ts norm_fatbin.json)
 # What --check compares with the committed files: the fatbin through its base64 copy in norm_fatbin.json.

@@ -27,6 +27,7 @@ import {
   HIP_EVENT_DISABLE_TIMING,
   HIP_FUNC_ATTRIBUTE,
   HIP_HOST_MALLOC_PORTABLE,
+  HIP_POINTER_ATTRIBUTE,
   HIP_STREAM_NON_BLOCKING,
   HIP_SUCCESS,
   HIP_SYMBOLS,
@@ -226,6 +227,22 @@ int main() {
     execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-o", join(dir, "p"), join(dir, "p.cc")]);
     const [size, gcnArchNameOffset, gcnArchNameSize] = execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(" ").map(Number);
     assert.deepEqual({ size, gcnArchNameOffset, gcnArchNameSize }, { ...HIP_DEVICE_PROP });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test(hname("HIP_POINTER_ATTRIBUTE equals offsetof/sizeof in the header's hipPointerAttribute_t (compiled with g++)"), { skip: NO_HEADER }, () => {
+  const dir = mkdtempSync(join(tmpdir(), "normkit-hipptr-"));
+  try {
+    writeFileSync(join(dir, "p.cc"), `#include <hip/hip_runtime_api.h>
+#include <cstddef>
+#include <cstdio>
+int main() { std::printf("%zu %zu\\n", sizeof(hipPointerAttribute_t), offsetof(hipPointerAttribute_t, device)); }
+`);
+    execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-o", join(dir, "p"), join(dir, "p.cc")]);
+    const [size, device] = execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(" ").map(Number);
+    assert.deepEqual({ size, device }, { ...HIP_POINTER_ATTRIBUTE });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -311,7 +311,7 @@ test("backward plan: clusters of 16 CTAs (sm_90's non-portable size) only past 8
 });
 
 test("backward plan: the chunks per thread mirror the kernel's register budget (kernels/norm_bwd.cuh)", () => {
-  const src = readFileSync(new URL("../../kernels/norm_bwd.cuh", import.meta.url), "utf8");
+  const src = ["bwd_common.cuh", "bwd_cached.cuh"].map((f) => readFileSync(new URL(`../../kernels/${f}`, import.meta.url), "utf8")).join("");
   const define = (name: string) => Number(src.match(new RegExp(`#define ${name} (\\d+)`))?.[1]);
   assert.equal(define("NK_MAXV_BWD"), MAXV_BWD);
   assert.equal(define("NK_BWD_REG_BUDGET"), BWD_REG_BUDGET);
@@ -432,7 +432,7 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
     }
   }
   // The kernel's flags field: stages in bits 4..7 (NK_BWD_STAGES_SHIFT), at most NK_BWD_MAX_STAGES.
-  const src = readFileSync(new URL("../../kernels/norm_bwd.cuh", import.meta.url), "utf8");
+  const src = readFileSync(new URL("../../kernels/bwd_common.cuh", import.meta.url), "utf8");
   assert.match(src, /#define NK_BWD_STAGES_SHIFT 4\n#define NK_BWD_MAX_STAGES 4\n/);
 });
 

@@ -24,6 +24,7 @@ import {
   CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
   CU_LAUNCH_CONFIG,
   CU_MEMHOSTALLOC_PORTABLE,
+  CU_POINTER_ATTRIBUTE,
   CU_STREAM_CAPTURE_MODE,
   CU_STREAM_CAPTURE_STATUS,
   CU_STREAM_NON_BLOCKING,
@@ -79,7 +80,7 @@ const U64_TYPES = new Set([
   "CUdeviceptr", "size_t", "CUstream", "CUevent", "CUmodule", "CUfunction", "CUcontext", "CUgraph", "CUgraphExec",
   "unsigned long long",
 ]);
-const I32_TYPES = new Set(["int", "CUdevice", "CUresult", "CUdevice_attribute", "CUfunction_attribute", "CUstreamCaptureMode"]);
+const I32_TYPES = new Set(["int", "CUdevice", "CUresult", "CUdevice_attribute", "CUfunction_attribute", "CUstreamCaptureMode", "CUpointer_attribute"]);
 const U32_TYPES = new Set(["unsigned int", "unsigned char"]);
 
 /** The FFI types a C parameter type may travel as on x86-64 / aarch64 Linux (LP64). */
@@ -232,6 +233,7 @@ test(
     for (const [k, v] of Object.entries(CU_GRAPH_EXEC_UPDATE)) ours[`CU_GRAPH_EXEC_UPDATE_${k}`] = v;
     for (const [k, v] of Object.entries(CU_DEVICE_ATTRIBUTE)) ours[`CU_DEVICE_ATTRIBUTE_${k}`] = v;
     for (const [k, v] of Object.entries(CU_FUNC_ATTRIBUTE)) ours[`CU_FUNC_ATTRIBUTE_${k}`] = v;
+    for (const [k, v] of Object.entries(CU_POINTER_ATTRIBUTE)) ours[`CU_POINTER_ATTRIBUTE_${k}`] = v;
     assert.ok(Object.keys(ours).length >= 25);
     const wrong = Object.entries(ours)
       .filter(([k, v]) => headerValue(h, k) !== v)

@@ -240,7 +240,7 @@ test("LayerNorm's big blocks get the weight/bias staging slots where weights hav
 });
 
 test("the cluster exchange's shared memory mirrors the kernels' (kernels/norm_fwd.cuh, NK_CLUSTER_SUM_BYTES)", () => {
-  const src = readFileSync(new URL("../../kernels/norm_fwd.cuh", import.meta.url), "utf8");
+  const src = readFileSync(new URL("../../kernels/fwd_common.cuh", import.meta.url), "utf8");
   const ranks = Number(src.match(/#define NK_CLUSTER_SUM_RANKS (\d+)/)?.[1]);
   assert.equal(ranks, 16);
   // Two 8-byte mbarriers, then two halves of `ranks` × (at most) 2 floats.
@@ -368,7 +368,7 @@ test("fwdFull: the kernels' nk_fwd_full (D a multiple of the chunk, 16-byte x/w/
 });
 
 test("the weight/bias staging slots mirror the kernels' (kernels/norm_fwd.cuh, NK_STAGE_*)", () => {
-  const src = readFileSync(new URL("../../kernels/norm_fwd.cuh", import.meta.url), "utf8");
+  const src = ["fwd_row_cache.cuh", "fwd_block.cuh"].map((f) => readFileSync(new URL(`../../kernels/${f}`, import.meta.url), "utf8")).join("");
   assert.equal(Number(src.match(/#define NK_STAGE_OFFSET_BYTES (\d+)/)?.[1]), STAGE_OFFSET_BYTES);
   assert.equal(Number(src.match(/#define NK_STAGE_THREAD_BYTES (\d+)/)?.[1]), STAGE_THREAD_BYTES);
   // The offset holds the block reduction's two buffers of one float per warp (at most 32 warps), 16-byte aligned.
@@ -378,7 +378,7 @@ test("the weight/bias staging slots mirror the kernels' (kernels/norm_fwd.cuh, N
 });
 
 test("the stash geometry mirrors the kernel's (kernels/norm_fwd.cuh, NK_STASH_*, nk_stash_built)", () => {
-  const src = readFileSync(new URL("../../kernels/norm_fwd.cuh", import.meta.url), "utf8");
+  const src = readFileSync(new URL("../../kernels/fwd_stash.cuh", import.meta.url), "utf8");
   const nr = Number(src.match(/#define NK_STASH_NR (\d+)/)?.[1]), maxs = Number(src.match(/#define NK_STASH_MAXS (\d+)/)?.[1]);
   assert.deepEqual([nr, nr + maxs], [STASH_REG_CHUNKS, STASH_MAX_CHUNKS]);
   // Slots after the block reduction's buffers, 16 bytes per stashed chunk per thread; the stashed chunks go out in pairs.

@@ -147,8 +147,20 @@ test("NORM_SOURCE_SHA256 matches the kernel sources", () => {
     "kernels/norm.cu",
     "kernels/portable.h",
     "kernels/norm_fwd.cuh",
+    "kernels/fwd_common.cuh",
+    "kernels/fwd_row_cache.cuh",
+    "kernels/fwd_rows.cuh",
+    "kernels/fwd_block.cuh",
+    "kernels/fwd_cluster.cuh",
+    "kernels/fwd_wide.cuh",
+    "kernels/fwd_stash.cuh",
     "kernels/diag.cuh",
     "kernels/norm_bwd.cuh",
+    "kernels/bwd_common.cuh",
+    "kernels/bwd_cached.cuh",
+    "kernels/bwd_wide.cuh",
+    "kernels/bwd_rowsum_tile.cuh",
+    "kernels/bwd_finalize.cuh",
   ]);
   const h = createHash("sha256");
   for (const f of NORM_SOURCE_FILES) h.update(read(f));

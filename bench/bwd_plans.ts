@@ -7,7 +7,7 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, type DType, layerNorm, rmsNorm } from "../mod.ts";
+import { Device, type DType, layerNorm, rmsNorm, loadKernels } from "../mod.ts";
 import { launchBackward } from "../ops/backward.ts";
 import { bwdPlanLimits } from "../ops/kernels.ts";
 import { type BwdPlan, cachedShared, maxvBwd, planNormBackward, prefetchNextRow, smemDbias } from "../ops/plan_bwd.ts";
@@ -21,6 +21,7 @@ const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 const info = dev.info;
 using timer = deviceTimer(dev, 20);
 let copyGBs: number;

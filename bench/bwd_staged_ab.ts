@@ -12,7 +12,7 @@
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { Device, type DType, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import { Device, type DType, layerNorm, rmsNorm, type Tensor, loadKernels } from "../mod.ts";
 import { launchBackward, NORM_BWD_ARGS } from "../ops/backward.ts";
 import { bwdPlanLimits, normKernel, replaceNormModule } from "../ops/kernels.ts";
 import { type BwdPlan, cachedShared, MAX_BWD_STAGES, maxvBwd, planNormBackward, prefetchNextRow, smemDbias, stagedShared } from "../ops/plan_bwd.ts";
@@ -29,6 +29,7 @@ const DTYPES = (opt("--dtypes") ?? "f32,bf16").split(",") as DType[];
 const BLOCKS = opt("--blocks")?.split(",").map(Number);
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 const moduleArg = opt("--module");
 if (moduleArg) replaceNormModule(dev, readFileSync(moduleArg));
 const limits = bwdPlanLimits(dev);

@@ -8,7 +8,7 @@
  *   the portable plan (`split`), dx compared likewise.
  *   deno run -A bench/cluster16_ab.ts      bun bench/cluster16_ab.ts
  */
-import { Device, type DType, layerNorm, rmsNorm } from "../mod.ts";
+import { Device, type DType, layerNorm, rmsNorm, loadKernels } from "../mod.ts";
 import { devicePlanBackward, launchBackward } from "../ops/backward.ts";
 import { bwdPlanLimits, planLimits } from "../ops/kernels.ts";
 import { CLUSTER_SUM_BYTES, fwdFull, type LaunchPlan, planNorm } from "../ops/plan.ts";
@@ -20,6 +20,7 @@ import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 import { caseTensors, randomTile } from "./tile.ts";
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 using timer = deviceTimer(dev, 30);
 const copy = copyCeilingGBs(dev, timer);
 console.log(`# ${dev.info.name}, ${new Date().toISOString()}, copy ${copy.toFixed(0)} GB/s`);

@@ -14,7 +14,7 @@
 import { Buffer } from "node:buffer";
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { Device, type DType } from "../mod.ts";
+import { Device, type DType, loadKernels } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { fwdFull, type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { PlannedLaunch } from "../ops/plan_cache.ts";
@@ -31,6 +31,7 @@ const DS = dsArg ? dsArg.split(",").map(Number) : [128, 512, 768, 1024, 2048, 40
 const VARIANTS = [0, 1, 2, 3, 4, 5, 6, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55];
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 using mod = dev.loadModule(new Uint8Array(readFileSync(cubinPath)));
 using timer = deviceTimer(dev, 30); // memset before each call: device time only (bench/device_timer.ts)
 const timeIt = (fn: () => void): number => timer.time(fn);

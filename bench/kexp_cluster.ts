@@ -14,7 +14,7 @@
 import { Buffer } from "node:buffer";
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { Device, type DType, type Tensor } from "../mod.ts";
+import { Device, type DType, type Tensor, loadKernels } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, type NormKind, planNorm } from "../ops/plan.ts";
 import { decode } from "../runtime/dtype.ts";
@@ -28,6 +28,7 @@ const DS = (opt("--ds") ?? "16384,32768,65536,131072").split(",").map(Number);
 const jsonPath = opt("--json");
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 using mod = dev.loadModule(new Uint8Array(readFileSync(args[0])));
 using timer = deviceTimer(dev, 30);
 const copyGBs = copyCeilingGBs(dev, timer);

@@ -23,7 +23,7 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, setDependentLaunch } from "../mod.ts";
+import { Device, setDependentLaunch, loadKernels } from "../mod.ts";
 import { gridCases } from "./latency_grid.ts";
 import { planNorm } from "../ops/plan.ts";
 
@@ -68,6 +68,7 @@ if (compare > 0) {
 }
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 const pdlArg = arg("--pdl") ?? "on";
 if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pdlArg}`);
 const dependent = setDependentLaunch(dev, pdlArg === "on");

@@ -9,7 +9,7 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, type DType } from "../mod.ts";
+import { Device, type DType, loadKernels } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
@@ -23,6 +23,7 @@ const DT = (opt("--dtype") ?? "bf16") as DType;
 const GRAPH_OPS = 100, REPLAYS = 200, REPEATS = 3;
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 using stream = dev.createStream();
 using start = dev.createEvent(), end = dev.createEvent();
 const limits = planLimits(dev);

@@ -7,7 +7,7 @@
  * (WIDE_MAX_ROW_BYTES, LN_WIDE_MIN_ROWS_PER_SM); not part of the product.
  *   deno run -A bench/mapping_ab.ts [--ds 32768,65536,131072] [--json out.json]
  */
-import { Device, type DType } from "../mod.ts";
+import { Device, type DType, loadKernels } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel } from "../ops/kernels.ts";
 import { type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { LaunchConfig } from "../runtime/module.ts";
@@ -20,6 +20,7 @@ const DS = (argOf("--ds") ?? "32768,65536,131072").split(",").map(Number);
 const jsonPath = argOf("--json");
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 const info = dev.info;
 using timer = deviceTimer(dev, 30);
 const copyGBs = copyCeilingGBs(dev, timer);

@@ -7,7 +7,7 @@
  * relative: different reduction trees). Not part of the product; results in bench/RESULTS.md.
  *   deno run -A bench/stash_ab.ts      bun bench/stash_ab.ts
  */
-import { Device, type DType } from "../mod.ts";
+import { Device, type DType, loadKernels } from "../mod.ts";
 import { planLimits } from "../ops/kernels.ts";
 import { fwdFull, type LaunchPlan, planNorm } from "../ops/plan.ts";
 import { PlannedLaunch } from "../ops/plan_cache.ts";
@@ -16,6 +16,7 @@ import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 import { caseTensors, randomTile } from "./tile.ts";
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 using timer = deviceTimer(dev, 30);
 const copy = copyCeilingGBs(dev, timer);
 console.log(`# ${dev.info.name}, ${new Date().toISOString()}, copy ${copy.toFixed(0)} GB/s`);

@@ -3,11 +3,12 @@
  * shapes with γ/β, the way bench/bench.ts times a case (events, median, 1 GiB per case). Informs
  * ops/plan.ts; not part of the product.   deno run -A bench/sweep.ts
  */
-import { Device, type DType } from "../mod.ts";
+import { Device, type DType, loadKernels } from "../mod.ts";
 import { NORM_FWD_ARGS, normKernel } from "../ops/kernels.ts";
 import { LaunchConfig } from "../runtime/module.ts";
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 type Cand = { mapping: "rows" | "block" | "cluster"; tpr: number; cluster?: number };
 const cases: [DType, number, Cand[]][] = [

@@ -6,7 +6,7 @@
  *   bun bench/wdtype_ab.ts [--ds 2048,65536] [--kinds layer,rms] [--dtypes bf16,f16]
  */
 import process from "node:process";
-import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward } from "../mod.ts";
+import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, loadKernels } from "../mod.ts";
 import { bwdCase, lcg } from "./bwd_case.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 
@@ -17,6 +17,7 @@ const KINDS = (opt("--kinds") ?? "layer,rms").split(",") as ("layer" | "rms")[];
 const DTYPES = (opt("--dtypes") ?? "bf16").split(",") as DType[];
 
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 using timer = deviceTimer(dev, 20);
 const copyGBs = copyCeilingGBs(dev, timer);
 console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s, ${new Date().toISOString()}`);

@@ -1,6 +1,7 @@
 /** The Bun side of the FFI: bun:ffi. */
 import { CString, dlopen, ptr, toArrayBuffer } from "bun:ffi";
 import { Buffer } from "node:buffer";
+import { readFile } from "node:fs/promises";
 import type { FfiRuntime, NativeLibrary, NativeType, SymbolTable } from "./types.ts";
 
 const BUN_TYPE: Record<NativeType, string> = {
@@ -9,6 +10,10 @@ const BUN_TYPE: Record<NativeType, string> = {
 
 export const bunFfi: FfiRuntime = {
   name: "bun",
+  readFile: async (url) => {
+    const b = await readFile(url);
+    return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  },
   decodeBase64: (s) => {
     const b = Buffer.from(s, "base64");
     // A plain Uint8Array over the same bytes (large buffers are not pooled: the view starts at 0).

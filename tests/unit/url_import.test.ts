@@ -1,7 +1,8 @@
 /**
  * The package imported by URL: served over HTTP from 127.0.0.1, the quickstart runs under Deno with no
- * permission beyond --allow-ffi (kernels are embedded, so no file reads; the environment is read only
- * where permitted). Also: NORMKIT_CUDA_LIB is honoured when --allow-env grants it.
+ * permission beyond --allow-ffi on the CPU (no kernel image is read there; the environment is read only where
+ * permitted); a GPU device's image is fetched from the same server, which needs --allow-net for it.
+ * Also: NORMKIT_CUDA_LIB is honoured when --allow-env grants it.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -25,7 +26,7 @@ function serve(): Promise<{ server: Server; base: string }> {
       res.writeHead(404).end();
       return;
     }
-    // As web servers label them (Deno imports a JSON module only from a JSON media type: precompiled/norm_fatbin.json).
+    // As web servers label them (the kernel images are binary: application/octet-stream).
     const type = file.endsWith(".ts") ? "application/typescript" : file.endsWith(".json") ? "application/json" : "application/octet-stream";
     res.writeHead(200, { "content-type": type }).end(readFileSync(file));
   });
@@ -35,12 +36,16 @@ function serve(): Promise<{ server: Server; base: string }> {
   }));
 }
 
-async function runDeno(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string }> {
+async function runDeno(
+  args: string[],
+  env: Record<string, string> = {},
+  script = "examples/quickstart.ts",
+): Promise<{ code: number; out: string }> {
   const { server, base } = await serve();
   const work = mkdtempSync(join(tmpdir(), "normkit-url-"));
   try {
     // Asynchronous spawn: a synchronous one would block the event loop that serves the files.
-    const child = spawn(denoBin!, ["run", ...args, `${base}/examples/quickstart.ts`], {
+    const child = spawn(denoBin!, ["run", ...args, `${base}/${script}`], {
       cwd: work, // no deno.json here: a user's fresh directory
       env: { PATH: process.env.PATH ?? "", HOME: work, DENO_DIR: join(work, "cache"), NO_COLOR: "1", ...env },
     });
@@ -75,3 +80,13 @@ test("NORMKIT_CUDA_LIB is read when --allow-env permits it", { skip, timeout: 12
   assert.match(out, /backend: cpu .*\/nonexistent\/libcuda-test\.so/);
 });
 
+
+test("a GPU device's image by URL: fetched from the server with --allow-net, refused without it", { skip, timeout: 120_000 }, async () => {
+  const size = readFileSync(join(root, "precompiled/norm_sm90.fatbin")).length;
+  const granted = await runDeno(["--allow-net=127.0.0.1"], {}, "tests/fixtures/image_by_url.ts");
+  assert.equal(granted.code, 0, granted.out);
+  assert.deepEqual(JSON.parse(granted.out.trim().split("\n").pop()!), { bytes: size }, granted.out);
+  const denied = await runDeno([], {}, "tests/fixtures/image_by_url.ts");
+  assert.equal(denied.code, 0, denied.out);
+  assert.match(JSON.parse(denied.out.trim().split("\n").pop()!).error, /net access/, denied.out);
+});

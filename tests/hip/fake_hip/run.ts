@@ -3,7 +3,8 @@
  * (fake_hip.c): the driver is loaded once per process, so each scenario needs a fresh one. Prints one JSON line.
  */
 import process from "node:process";
-import { Device, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
+import { Device, layerNorm, loadKernels, rmsNorm } from "../../../mod.ts";
+import * as hipImages from "../../../packages/hip/mod.ts";
 
 const [scenario, d = "2600"] = process.argv.slice(2);
 const D = Number(d), rows = 3;
@@ -23,7 +24,7 @@ if (scenario === "auto") {
   } catch (e) {
     beforeLoad = message(e);
   }
-  await loadKernels(dev);
+  await loadKernels(dev, { images: hipImages });
   const r = layerNorm(x, { weight: w, bias: b, eps: 0.25, stats: true });
   using xh = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 5), [rows, D], { dtype: "bf16" });
   using y2 = rmsNorm(xh);
@@ -39,7 +40,7 @@ if (scenario === "auto") {
   using dev = Device.open({ backend: "hip" });
   using x = dev.tensor([1, 2, 3, 4], [1, 4]);
   let load = "", norm = "";
-  await loadKernels(dev).catch((e) => (load = message(e)));
+  await loadKernels(dev, { images: hipImages }).catch((e) => (load = message(e)));
   try {
     layerNorm(x).close();
   } catch (e) {

@@ -8,18 +8,18 @@
  * 3·N·D·bytes (x and dy read, dx written) plus the statistics and parameters.
  *
  * --passes N runs the whole grid N times in the one process (default 1): the JSON's `results` are the last pass, each
- * row with `pctCopyPasses` (every pass's % of copy, in order), to show the spread between passes (2026-12-04: LN f32's
- * staged cases read up to 19 points apart between processes on one card).
+ * row with `pctCopyPasses` (every pass's % of copy, in order), to show the spread between passes.
  *
- *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--passes N] [--pdl on|off] [--module x.cubin] [--json out.json]      bun bench/bench.ts [...]
+ *   deno run -A bench/bench.ts [--quick | --ds 32768,65536] [--backward] [--passes N] [--pdl on|off] [--json out.json]      bun bench/bench.ts [...]
  */
 import process from "node:process";
-import { readFileSync, writeFileSync } from "node:fs";
-import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor, loadKernels } from "../mod.ts";
+import { writeFileSync } from "node:fs";
+import { type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor, loadKernels } from "../mod.ts";
 import { fillFromTile, randomTile } from "./tile.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 import { planNormBackward } from "../ops/plan_bwd.ts";
-import { bwdPlanLimits, replaceNormModule } from "../ops/kernels.ts";
+import { bwdPlanLimits } from "../ops/kernels.ts";
+import { openCuda } from "./open_cuda.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
@@ -39,15 +39,12 @@ const REPS = quick ? 10 : 30;
 const PASSES = args.includes("--passes") ? Number(args[args.indexOf("--passes") + 1]) : 1;
 if (!Number.isInteger(PASSES) || PASSES < 1) throw new Error(`--passes: a whole number >= 1, not ${args[args.indexOf("--passes") + 1]}`);
 
-using dev = Device.open({ backend: "cuda" });
+using dev = openCuda("bench/bench.ts");
 await loadKernels(dev);
 // --pdl off: programmatic dependent launch off (on by default on sm_90), to measure what it changes.
 const pdlArg = args.includes("--pdl") ? args[args.indexOf("--pdl") + 1] : "on";
 if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pdlArg}`);
 const dependentLaunch = setDependentLaunch(dev, pdlArg === "on");
-// --module FILE: another build of kernels/norm.cu (a cubin or fatbin of an experiment) instead of the embedded one.
-const moduleArg = args.includes("--module") ? args[args.indexOf("--module") + 1] : undefined;
-if (moduleArg) replaceNormModule(dev, readFileSync(moduleArg));
 const info = dev.info;
 
 // Device time only: a memset before each call (bench/device_timer.ts).

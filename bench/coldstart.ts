@@ -41,7 +41,14 @@ if (process.argv.includes("--child")) {
   const nk = await import("../mod.ts");
   const gpu = await import("../gpu.ts"); // imageChoice, NORM_SOURCE_SHA256: modules mod.ts has loaded already
   const tImport = performance.now();
-  const dev = nk.Device.open({ backend: "cuda" });
+  let dev;
+  try {
+    dev = nk.Device.open({ backend: "cuda" });
+  } catch (e) {
+    if (!(e instanceof nk.BackendUnavailableError)) throw e;
+    console.error(`bench/coldstart.ts: needs a CUDA GPU (${e.reason})`);
+    process.exit(2);
+  }
   const tOpen = performance.now();
   // CUDA_FORCE_PTX_JIT: the PTX package's image, as a GPU newer than sm_90 loads it.
   const ptx = process.env.CUDA_FORCE_PTX_JIT === "1";
@@ -110,6 +117,10 @@ function child(env: Record<string, string>, jitCacheDir?: string): Record<string
     timeout: 300_000,
   });
   const wall = performance.now() - t0;
+  if (r.status === 2) { // the child's one-line message: no CUDA GPU
+    console.error(r.stderr.trim());
+    process.exit(2);
+  }
   if (r.status !== 0) throw new Error(`coldstart child failed (${r.status}): ${r.stderr || r.error}`);
   const { image, ...times } = JSON.parse(r.stdout.trim().split("\n").pop()!);
   const out: Record<string, number> = { ...times, spawn_to_exit_ms: wall };

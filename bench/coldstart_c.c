@@ -2,9 +2,10 @@
 // cuModuleLoadData of one per-architecture image (precompiled/norm_sm80.fatbin, norm_sm90.fatbin, or
 // packages/ptx/norm_compute90.fatbin: the one normkit's loadKernels picks for the GPU), and the first launch +
 // synchronize of a norm kernel.
-// Build: gcc -O2 -I/usr/local/cuda/include -o bench/coldstart_c bench/coldstart_c.c -ldl
+// Build: bash bench/build-c.sh
 // Usage: bench/coldstart_c precompiled/norm_sm90.fatbin   (one JSON line of milliseconds; run it in a fresh
 // process; bench/coldstart.ts --c bench/coldstart_c runs it beside each of its own runs)
+#define _POSIX_C_SOURCE 199309L
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>

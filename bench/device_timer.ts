@@ -1,5 +1,5 @@
 /**
- * The benchmarks' device timer (bench/bench.ts, bench/kexp.ts): before each timed call the stream gets a
+ * The benchmarks' device timer (bench/bench.ts, lab/kernel_ab/fwd_ab.ts): before each timed call the stream gets a
  * 256 MiB memset (~0.1 ms of device work, as triton's do_bench clears a cache buffer). The device is still busy
  * with it while the host queues the start event and the call, so the interval holds only device time (not the
  * host's validation and launch), and L2 holds nothing useful.

@@ -9,7 +9,8 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import { layerNorm, rmsNorm, type Tensor } from "../mod.ts";
+import type { Stream } from "../gpu.ts";
 import { fakeCudaDevice } from "../tests/fixtures/fake_cuda.ts";
 
 
@@ -50,8 +51,8 @@ if (import.meta.main) {
       ["rmsNorm", () => rmsNorm(x, { weight: w, out: y, stream })],
       ["layerNorm", () => layerNorm(x, { weight: w, bias: b, out: y, stream })],
       // Two weights taking turns (two norms of a layer): every call differs from the previous one; each repeats
-      // the last call with its weight (ops/norm.ts keeps one per weight; before 2026-12-03 only the last call, and
-      // these were validated in full: 450-550 ns per call under Bun, 650-730 under Deno).
+      // the last call with its weight (ops/norm.ts keeps one per weight; with only the last call remembered these
+      // were validated in full: 450-550 ns per call under Bun, 650-730 under Deno).
       ["rmsNorm-alternating-weight", () => rmsNorm(x, { weight: toggle() ? w : w2, out: y, stream })],
       ["layerNorm-alternating-weight", () => layerNorm(x, { weight: toggle() ? w : w2, bias: b, out: y, stream })],
       // A 32-layer model's norms, one weight per layer, in turn.

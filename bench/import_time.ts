@@ -77,7 +77,7 @@ for (let i = 0; i < runs; i++) for (const m of MODES) samples[m].push(child(m));
 const keys = ["wallMs", "inProcessMs", "cpuMs"] as const;
 const med = Object.fromEntries(
   MODES.map((m) => [m, Object.fromEntries(keys.map((k) => [k, median(samples[m].map((s) => s[k]))]))]),
-) as Record<Mode, Sample>;
+) as unknown as Record<Mode, Sample>;
 for (const m of MODES) {
   const over = (k: keyof Sample) => (m === "empty" ? "" : ` (+${(med[m][k] - med.empty[k]).toFixed(1)})`);
   console.log(

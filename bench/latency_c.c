@@ -8,8 +8,8 @@
 //   graph_host_us    cuGraphLaunch of a captured graph of 100 launches, median of 200, divided by 100
 //   graph_device_us  events around 200 replays, divided by 200 * 100
 //
-//   gcc -O2 -std=c11 -I/usr/local/cuda/include -o bench/latency_c bench/latency_c.c -ldl && bench/latency_c precompiled/norm.fatbin cases.txt [out.json]
-//   (bash scripts/fatbin.sh first: it writes precompiled/norm.fatbin out of precompiled/norm_fatbin.json)
+//   bash bench/build-c.sh && bench/latency_c precompiled/norm.fatbin cases.txt [out.json]
+//   (bash scripts/fatbin.sh first: it joins the per-architecture images into precompiled/norm.fatbin)
 //
 // cases.txt comes from `bench/latency.ts --cases`: one line per case,
 //   kind rows d kernel grid block shared cluster tpr nv prefetch dependent

@@ -1,4 +1,4 @@
-/** Issue 5's small-batch grid, shared by bench/latency.ts and bench/latency_inproc.ts: bf16, rows × D, both norms. */
+/** The small-batch grid, shared by bench/latency.ts and bench/latency_inproc.ts: bf16, rows × D, both norms. */
 import { type Device, layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import type { Stream } from "../gpu.ts";
 import { randoms } from "../tests/fixtures/random.ts";

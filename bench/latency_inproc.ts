@@ -1,7 +1,7 @@
 /**
- * TS against C launches in ONE process (issue 5's "eager launches within 1.1× of C"), batch against batch.
+ * TS against C launches in ONE process (the target: eager launches within 1.1× of C), batch against batch.
  *
- * bench/latency.ts and bench/latency_c.c run in two processes; on this VM one program's median launch cost
+ * bench/latency.ts and bench/latency_c.c run in two processes; on a virtualized host one program's median launch cost
  * moves by up to 1 µs between processes (C: 2.5 ↔ 3.7 µs), ten times the 10% the target allows. Here C code
  * (bench/launch_shim.c, loaded over the runtime's FFI) makes the same launches (kernel, grid, block, shared
  * memory, argument values, dependent-launch attribute) on the same thread, context, stream and buffers, and
@@ -15,13 +15,15 @@
  * and consecutive calls take them in turn, x and out staying the same (a decoder's layers over static buffers);
  * the C side takes the same pointers in the same order (nk_shim_layers).
  *
- *   gcc -O2 -std=c11 -shared -fPIC -I/usr/local/cuda/include -o /tmp/liblaunch_shim.so bench/launch_shim.c -ldl
- *   deno run -A bench/latency_inproc.ts [--shim /tmp/liblaunch_shim.so] [--pdl on|off] [--passes 2] [--layers 1] [--json out.json]
+ *   bash bench/build-c.sh
+ *   deno run -A bench/latency_inproc.ts [--shim bench/liblaunch_shim.so] [--pdl on|off] [--passes 2] [--layers 1] [--json out.json]
  *   bun bench/latency_inproc.ts ...
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { Device, setDependentLaunch, type Tensor, loadKernels } from "../mod.ts";
+import { fileURLToPath } from "node:url";
+import { setDependentLaunch, type Tensor, loadKernels } from "../mod.ts";
+import { openCuda } from "./open_cuda.ts";
 import type { Stream } from "../gpu.ts";
 import { gridCases, normOp } from "./latency_grid.ts";
 import { randoms } from "../tests/fixtures/random.ts";
@@ -53,11 +55,11 @@ const SHIM = {
   nk_shim_batch: { parameters: ["i32"], result: "f64" },
 } as const;
 
-using dev = Device.open({ backend: "cuda" });
+using dev = openCuda("bench/latency_inproc.ts");
 await loadKernels(dev);
 const dependent = setDependentLaunch(dev, (arg("--pdl") ?? "on") === "on");
 using stream = dev.createStream(); // creating it makes normkit's context current on this thread, for the shim
-const shim = ffi.open(arg("--shim") ?? "/tmp/liblaunch_shim.so", SHIM);
+const shim = ffi.open(arg("--shim") ?? fileURLToPath(new URL("./liblaunch_shim.so", import.meta.url)), SHIM);
 const image = await kernelImage(dev); // kept reachable while the module is loaded
 const loaded = shim.symbols.nk_shim_load(image);
 if (loaded !== 0) throw new Error(`nk_shim_load failed: CUresult ${loaded}`);

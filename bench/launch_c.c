@@ -1,6 +1,6 @@
 // Host-side cost of cuLaunchKernel from C: the floor that the TypeScript launch path is compared to.
 //
-//   bash bench/build-launch-c.sh && bench/launch_c precompiled/norm.fatbin
+//   bash bench/build-c.sh && bench/launch_c precompiled/norm.fatbin
 //
 // libcuda.so.1 is dlopen()ed (no link-time libcuda); cuda.h is included for types only.
 // Measures, for scale_f32 (grid 1, block 256, shared 0, non-blocking stream, n = 256):

@@ -1,10 +1,10 @@
 // The C side of bench/latency_inproc.ts: the same norm launches as normkit's, made by C code INSIDE the
 // JS process (loaded with dlopen over the runtime's FFI), so that TS and C are timed in the same process,
 // on the same thread, context, stream and buffers, batch against batch. bench/latency_c.c times C in a
-// process of its own; on this VM the same C program's median moves by up to 1 µs between processes,
+// process of its own; on a virtualized host the same C program's median moves by up to 1 µs between processes,
 // which is more than the 10% the TS/C target allows, so a ratio across two processes is mostly noise.
 //
-//   gcc -O2 -std=c11 -shared -fPIC -I/usr/local/cuda/include -o /tmp/liblaunch_shim.so bench/launch_shim.c -ldl
+//   bash bench/build-c.sh   (writes bench/liblaunch_shim.so)
 //
 // Calls (from the thread whose current context is normkit's, which is the JS thread after Device.open):
 //   nk_shim_load(image)           cuModuleLoadData of the fatbin into the current context (0 or a CUresult)

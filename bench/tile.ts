@@ -1,6 +1,6 @@
 /**
  * The benchmarks' random data (never zeros): a tile of 2^22 uniform values in [-2, 2) from a seeded LCG, uploaded
- * once per dtype and copied over large tensors on the device (bench/bench.ts, bench/kexp.ts, bench/mapping_ab.ts).
+ * once per dtype and copied over large tensors on the device (bench/bench.ts, lab/kernel_ab/fwd_ab.ts).
  */
 import type { Device, DType, Tensor } from "../mod.ts";
 import { encode } from "../runtime/dtype.ts";
@@ -24,7 +24,7 @@ export function fillFromTile(x: Tensor, tile: Float32Array): void {
 
 /**
  * One experiment case's tensors on `dev`: x (`rows` rows of d, from `tile`), y and a reference output of the same
- * shape, and γ = 1 + v/8, β = v from the tile, all in `dtype` (bench/kexp.ts, bench/kexp_cluster.ts). Disposing
+ * shape, and γ = 1 + v/8, β = v from the tile, all in `dtype` (lab/kernel_ab/fwd_ab.ts). Disposing
  * the result frees them all (and anything made before a throw is freed too).
  */
 export function caseTensors(dev: Device, tile: Float32Array, d: number, dtype: DType, rows: number) {

@@ -164,7 +164,7 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
  * The answer is kept per prepared kernel and geometry (one driver query, not one per call).
  * `overrides` replace some of the device's limits (tests: `smallStagedCtas: false` for the staged kernels in the
  * plan's own geometry).
- * @internal Exported for tests/unit/cluster_occupancy.test.ts, tests/gpu/norm_backward.test.ts and bench/cluster16_ab.ts.
+ * @internal Exported for tests/unit/cluster_occupancy.test.ts and tests/gpu/norm_backward.test.ts.
  */
 export function devicePlanBackward(device: Device, input: BwdPlanInput, overrides: Partial<BwdLimits> = {}): BwdPlanResult {
   const limits = { ...bwdPlanLimits(device), ...overrides };
@@ -212,13 +212,12 @@ export interface BackwardLaunch {
 
 /**
  * Queues the plan's kernels (x has rows): dx with per-block parameter sums, then the finalize.
- * @internal Exported for bench/bwd_plans.ts, which times plans other than planNormBackward's.
+ * @internal Exported for tests/gpu/norm_backward.test.ts, which runs the staged kernels' geometry unstaged.
  */
 export function launchBackward(plan: BwdPlan, a: BackwardLaunch): void {
   const { x, stream } = a, device = x.device;
-  // The plan's bulk-staged variant where every row of this call qualifies (its kernels hold the FULL path alone), for
-  // the mapping it was made for (a plan edited into another mapping, as the benchmarks do, keeps the register kernel).
-  const st = plan.staged && plan.rowsPerBlock === 1 && plan.staged.kernel.includes(`_bwd_${plan.mapping}staged_`) && bwdFull(
+  // The plan's bulk-staged variant where every row of this call qualifies (its kernels hold the FULL path alone).
+  const st = plan.staged && plan.rowsPerBlock === 1 && bwdFull(
     x.d, x.dtype, a.dy.dtype, a.weight?.dtype ?? "f32", x.ptr, x.rowStride, a.dx.ptr, a.dx.rowStride, a.dy.ptr,
     a.dy.rowStride, a.weight?.ptr ?? 0n,
   ) ? plan.staged : undefined;

@@ -78,13 +78,20 @@ export function imageChoice(device: { readonly backend: string; readonly info: D
 }
 
 /** The images normkit itself ships (SASS sm_80 and sm_90). */
-export const BUILTIN_IMAGES: KernelImageSet = Object.freeze({ sourceSha256: NORM_SOURCE_SHA256, images: NORM_CUDA_IMAGES });
+export const BUILTIN_IMAGES: KernelImageSet = Object.freeze({
+  sourceSha256: NORM_SOURCE_SHA256,
+  images: NORM_CUDA_IMAGES,
+});
 
 /**
  * Where the image for `choice` is: the first of `sets` that has its target, then normkit's own; UnsupportedError
  * naming the package to hand over when none has it, or when the set that has it was built from other sources.
  */
-export function findImage(choice: ImageChoice, sets: readonly KernelImageSet[], device: string): URL | string | Uint8Array {
+export function findImage(
+  choice: ImageChoice,
+  sets: readonly KernelImageSet[],
+  device: string,
+): URL | string | Uint8Array {
   for (const set of [...sets, BUILTIN_IMAGES]) {
     if (!Object.hasOwn(set.images, choice.target)) continue;
     if (set.sourceSha256 !== NORM_SOURCE_SHA256) {
@@ -110,7 +117,11 @@ export function imageSets(images: unknown): readonly KernelImageSet[] {
     const ok = typeof s === "object" && s !== null && typeof (s as KernelImageSet).sourceSha256 === "string" &&
       typeof (s as KernelImageSet).images === "object" && (s as KernelImageSet).images !== null;
     if (!ok) {
-      throw new ArgumentError("images", "a KernelImageSet { sourceSha256, images } (e.g. await import(\"@normkit/ptx\")) or an array of them", s);
+      throw new ArgumentError(
+        "images",
+        'a KernelImageSet { sourceSha256, images } (e.g. await import("@normkit/ptx")) or an array of them',
+        s,
+      );
     }
   }
   return sets;

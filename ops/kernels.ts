@@ -128,19 +128,6 @@ export function normModule(device: Device): Module {
 const KERNEL_KEY = "normkit.norm.kernel.";
 const DEPENDENT_KEY = "normkit.norm.dependentLaunch";
 
-/**
- * Kernel experiments (bench/): runs `device`'s norms from `image` (another build of kernels/norm.cu, e.g. a cubin
- * with one change, whose kernels keep the names and arguments) instead of the precompiled module. The image must
- * hold every kernel the ops pick (a build of the current kernels/: an older one may lack LayerNorm's `*full` and
- * `rowstwopass` kernels, and the op then fails to find them). Closes the module in use, so that normKernel and
- * the cached plans load their kernels again, from the replacement; that one is closed with the device.
- */
-export function replaceNormModule(device: Device, image: Uint8Array): void {
-  const old = device.cache.get(MODULE_KEY) as Module | undefined;
-  device.cache.set(MODULE_KEY, device.loadModule(image));
-  old?.close();
-}
-
 /** A prepared kernel of the norm module (one argument block per kernel name and device). */
 export function normKernel(device: Device, name: string, args: readonly ArgType[]): Kernel {
   const key = KERNEL_KEY + name;

@@ -1,12 +1,13 @@
 /**
- * The backward launch plan: one pure function from (kind, D, dtypes, whether parameter gradients are
- * wanted, device limits) to the dx kernel, its block, shared memory and rows per block. The grid is
- * persistent: the caller sizes it from the kernel's occupancy (a driver fact), at most one block per
- * RPB rows. Contracts: kernels/norm_bwd.cuh.
+ * The backward launch plan: a pure function from (kind, D, dtypes, whether parameter gradients are wanted, device
+ * limits) to the dx kernel, its block, shared memory and rows per block. The grid is persistent: the caller sizes it
+ * from the kernel's occupancy, at most one block per RPB rows. Contracts: kernels/norm_bwd.cuh.
  *
- * A chunk is 16 bytes of the wider of x and dy (VEC = 4 elements if either is f32, else 8); a thread
- * caches up to maxvBwd() chunks of x and dy, and their columns' parameter sums, in registers (`cached`;
- * LayerNorm's dbias sums in shared memory when VEC = 8, and in the staged kernels: smemDbias), or re-reads them (`wide`).
+ * A chunk is 16 bytes of the wider of x and dy (VEC = 4 elements if either is f32, else 8); a thread caches up to
+ * maxvBwd() chunks of x and dy and their columns' parameter sums in registers (`cached`, `cluster`), or re-reads them
+ * (`wide`). BWD_MAPPING_RULES picks the mapping; the smaller tables pick the prefetch, the staged variant and its
+ * geometry. Each table row has a stable id; the measurements behind it are listed under that id in bench/README.md
+ * ("Decisions").
  */
 import type { DType } from "../runtime/dtype.ts";
 import { CLUSTER_SUM_BYTES, type NormKind } from "./plan.ts";
@@ -21,68 +22,31 @@ export const BWD_MAX_THREADS = 512;
 export const TILE_THREADS = 256;
 /** Block size of the several-rows-per-block layout. */
 export const BWD_ROWS_BLOCK = 256;
+/** Rows in flight at most (NK_BWD_MAX_STAGES). */
+export const MAX_BWD_STAGES = 4;
 /**
- * Cluster sizes tried, smallest first, up to BwdLimits.maxCluster. 8 is the portable maximum; 16 (non-portable:
- * the kernel opts in at launch, runtime/module.ts) takes rows past 8 CTAs' registers, up to 16 × 512 × maxvBwd
- * chunks (LN f32 D ≤ 131072, RMS f32 ≤ 196608, 16-bit ≤ 262144), which otherwise take `split` (5 row-sized
- * transfers: H200, LN / RMS f32 D=131072 32.4 / 41.5% of copy, bench/RESULTS.md 2026-11-30) or `wide`.
- */
-const CLUSTER_SIZES = [2, 4, 8, 16];
-/**
- * Chunks per thread at most in the several-rows layout: at more, one row per block with fewer chunks per
- * thread measured faster (H200, bench/bwd_plans.ts: RMS f32 D=768 rows of 32 lanes × 6 chunks 78.9% of copy,
- * a 64-thread block × 3 chunks 91.5%).
- */
-const ROWS_MAX_NV = 4;
-/** Chunks per thread aimed for with one row per block when the row has fewer than 512 chunks (as above). */
-const SMALL_ROW_NV = 3;
-
-/**
- * Whether a block asks L2 for its next row ahead (one row per block or cluster; sm_90 only, a no-op
- * elsewhere). From an A/B on the H200 with everything else fixed (bench/bwd_plans.ts, 2026-11-30; the
- * effect is shape-specific but repeats run to run within ~1 point):
- * - 16-bit x: on. It gained 3–12 points of copy for every one-row block measured (D = 1024–16384), except,
- *   since the weight is known at compile time (a8f365f; bench/results/2026-11-30-h200-bwd-plans-wk.*), for
- *   RMSNorm blocks of ≤ 256 threads on rows of ≥ 512 chunks: off there (D = 4096: 90.9 off vs 83.2 on, 8192:
- *   88.7 vs 85.5, bf16; 5120 within a point), while RMS D = 2048 (96 threads, 92.5 vs 81.3) and 12288–16384
- *   (384–512 threads, +5 to +10) keep it.
- * - clusters of 2 and 4: on (+1 to +11). Clusters of 8: off (f32 D=65536: LN 56.4 off vs 45.0 on); of 16 too
- *   (not measured).
- * - f32 x, one row per block: on for rows under 512 chunks (D = 768, 1024: +5 to +12) and for LayerNorm
- *   blocks above 256 threads (D = 5120 +13, 8192 +5); off otherwise (D = 2048 −8, LN 4096 −4.5,
- *   RMS 5120 −9, RMS 12288 −11; it would gain at RMS 4096 +2 and 8192 +7, which the rule gives up).
- */
-export function prefetchNextRow(
-  kind: NormKind, x: DType, mapping: "cached" | "cluster", block: number, chunks: number, cluster = 1,
-): boolean {
-  if (mapping === "cluster") return cluster < 8;
-  if (size(x) === 2) return !(kind === "rms" && block <= 256 && chunks >= 512);
-  return chunks < 512 || (kind === "layer" && block > 256);
-}
-/**
- * Shared memory the several-rows layout may spend on the slots where its row groups add up their
- * parameter sums at the end (R · nacc · D floats): halving the row groups below this keeps two or more
- * blocks resident per SM.
+ * Shared memory the several-rows layout may spend on the slots where its row groups add up their parameter sums
+ * (R · nacc · D floats): fewer row groups past it keep two or more blocks resident per SM.
  */
 const ROWS_SLOT_BUDGET = 64 * 1024;
 
 const size = (t: DType): number => (t === "f32" ? 4 : 2);
 
-/**
- * Whether `cached` / `cluster` keep LayerNorm's dbias sums in shared memory rather than registers
- * (nk_bwd_smem_dbias): with 16-bit x and dy (8-element chunks), and in the bulk-staged kernels (`staged`). With 16-bit
- * x it let LN cache 4 chunks per thread instead of 3 (H200, 2026-11-30: +8 to +25 points of copy at D = 128–1024, 8192
- * and ≥ 16384, about −5 at 2048 and 12288); the register kernels of f32 LN lost 2–8 points with them in shared memory
- * and keep them in registers. The staged f32 ones cache 6 chunks instead of 4 that way (see lnF32Staged).
- */
+type Staging = { kind: NormKind; x: DType; dy: DType; staged: boolean };
+/** Where LayerNorm's dbias sums live: shared memory where a row here holds (nk_bwd_smem_dbias), else registers. */
+// deno-fmt-ignore
+export const SMEM_DBIAS_RULES: readonly { id: string; when: (q: Staging) => boolean; why: string }[] = [
+  { id: "bwd.dbias-smem-16bit", when: (q) => size(q.x) === 2 && size(q.dy) === 2, why: "16-bit x and dy: 4 chunks a thread fit instead of 3" },
+  { id: "bwd.dbias-smem-staged", when: (q) => q.staged, why: "the staged kernels: 6 chunks a thread instead of 4 (f32); f32 register kernels lost with it" },
+];
+/** Whether `cached` / `cluster` keep LayerNorm's dbias sums in shared memory rather than registers (SMEM_DBIAS_RULES). */
 export function smemDbias(kind: NormKind, x: DType, dy: DType, staged = false): boolean {
-  return kind === "layer" && ((size(x) === 2 && size(dy) === 2) || staged);
+  return kind === "layer" && SMEM_DBIAS_RULES.some((r) => r.when({ kind, x, dy, staged }));
 }
 
 /**
- * Chunks one `cached` thread holds (nk_bwd_maxv): per chunk it keeps the raw words of x and dy and the
- * chunk's parameter sums in registers (VEC floats, 2·VEC for LayerNorm unless smemDbias), within
- * BWD_REG_BUDGET registers.
+ * Chunks one `cached` thread holds (nk_bwd_maxv): per chunk the raw words of x and dy and the chunk's parameter sums
+ * (VEC floats, 2·VEC for LayerNorm unless smemDbias), within BWD_REG_BUDGET registers.
  */
 export function maxvBwd(kind: NormKind, x: DType, dy: DType, staged = false): number {
   const vec = 16 / Math.max(size(x), size(dy));
@@ -92,84 +56,94 @@ export function maxvBwd(kind: NormKind, x: DType, dy: DType, staged = false): nu
 }
 
 /**
- * Dynamic shared memory of a `cached` / `cluster` block (kernels/norm_bwd.cuh, nk_bwd_cached): the two row
- * sums' block reductions (4 floats per warp); a cluster's exchange (CLUSTER_SUM_BYTES); then, with
- * parameter gradients, the row groups' slots (rpb > 1: rpb · nacc · D floats) or, with smemDbias, the block's
- * dbias sums (one float per column it owns: `columns`, the CTA's share of the row with clusters).
+ * Dynamic shared memory of a `cached` / `cluster` block (nk_bwd_cached): the two row sums' block reductions (4 floats
+ * per warp); a cluster's exchange (CLUSTER_SUM_BYTES); then, with parameter gradients, the row groups' slots (rpb > 1:
+ * rpb · nacc · D floats) or, with smemDbias, the block's dbias sums (one float per column it owns: `columns`).
  */
 export function cachedShared(
-  smemDbias: boolean, block: number, warp: number, rpb: number, nacc: number, d: number, columns = d, cluster = 1,
+  smemDbias: boolean,
+  block: number,
+  warp: number,
+  rpb: number,
+  nacc: number,
+  d: number,
+  columns = d,
+  cluster = 1,
 ): number {
   const slots = nacc === 0 ? 0 : rpb > 1 ? rpb * nacc * d : smemDbias ? columns : 0;
   return 16 * Math.ceil(block / warp) + (cluster > 1 ? CLUSTER_SUM_BYTES : 0) + 4 * slots;
 }
 
 /**
- * Rows a staged CTA keeps in flight (0: no staged variant; nor where the layout does not fit in shared memory, e.g.
- * LN bf16 D=16384 with f32 weights: 262432 bytes): 2 where bulk-staged rows measured faster (H200, Bun,
- * bench/bwd_staged_ab.ts, 2026-12-03, f32 and bf16, % of copy unstaged → 2 rows; bench/RESULTS.md). One row lost
- * everywhere (its copy waits on the row just before it); three matched two or lost.
- * - `cluster` of 4 or more CTAs: always (LN f32 D=32768–131072 +5.6 to +12.4, RMS f32 +19.8 to +21.3, LN bf16 +7.6 to
- *   +11.7, RMS bf16 65536–131072 +2.9 and +9.0); of 2: with blocks under 512 threads (LN f32 D=12288 82.6 → 91.1, RMS
- *   f32 D=16384 85.8 → 94.6), not at 512 (RMS bf16 D=32768 81.6 → 76.0, LN f32 D=16384 84.4 → 78.2; LN bf16 D=32768
- *   67.9 → 71.3 is given up).
- * - one-row `cached` blocks: LayerNorm with 384 threads or more (LN bf16 D=12288 72.4 → 83.5, 16384 74.9 → 81.9, LN f32
- *   D=8192 87.9 → 91.5); not RMSNorm (−0.6 to −5 at D = 2048–16384) nor smaller LayerNorm blocks (LN f32 D=2048 and
- *   4096 −0.5 to −1.3, LN bf16 D=2048 −5.6; bf16 D=4096/8192 +2.3/+0.8 given up).
+ * Dynamic shared memory of a staged block: the unstaged block's (`base`, cachedShared), then S + 1 mbarriers (rounded
+ * up to 16 bytes), the CTA's weight slice (`columns` elements of the weight dtype, rounded up to 16 bytes) and S stages
+ * of the x and dy slices (nk_bwd_cached's TM layout).
  */
-export function bwdStages(kind: NormKind, mapping: "cached" | "cluster", block: number, cluster = 1): number {
-  if (mapping === "cluster") return cluster >= 4 || block < 512 ? 2 : 0;
-  return kind === "layer" && block >= 384 ? 2 : 0;
+export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType): number {
+  const up16 = (n: number) => Math.ceil(n / 16) * 16;
+  return base + up16(8 * (stages + 1)) + up16(columns * size(w)) + stages * columns * (size(x) + size(dy));
 }
 
+type PrefetchQuery = {
+  kind: NormKind;
+  x: DType;
+  mapping: "cached" | "cluster";
+  block: number;
+  chunks: number;
+  cluster: number;
+};
+/** Whether a one-row block or cluster asks L2 for its next row (sm_90; a no-op elsewhere): the first row that holds. */
+// deno-fmt-ignore
+export const BWD_PREFETCH_RULES: readonly { id: string; when: (q: PrefetchQuery) => boolean; on: boolean; why: string }[] = [
+  { id: "bwd.prefetch-cluster-8", when: (q) => q.mapping === "cluster" && q.cluster >= 8, on: false, why: "clusters of 8 lost with it (16: as 8)" },
+  { id: "bwd.prefetch-cluster", when: (q) => q.mapping === "cluster", on: true, why: "clusters of 2 and 4 gained" },
+  { id: "bwd.prefetch-rms16-mid", when: (q) => size(q.x) === 2 && q.kind === "rms" && q.block <= 256 && q.chunks >= 512, on: false, why: "16-bit RMSNorm blocks of ≤ 256 threads on rows of ≥ 512 chunks lost" },
+  { id: "bwd.prefetch-16bit", when: (q) => size(q.x) === 2, on: true, why: "16-bit x: every other one-row block gained" },
+  { id: "bwd.prefetch-f32-short", when: (q) => q.chunks < 512, on: true, why: "f32 rows under 512 chunks gained" },
+  { id: "bwd.prefetch-f32-ln-big", when: (q) => q.kind === "layer" && q.block > 256, on: true, why: "f32 LayerNorm blocks above 256 threads gained" },
+  { id: "bwd.prefetch-f32", when: () => true, on: false, why: "other f32 blocks lost more often than they gained" },
+];
+export function prefetchNextRow(
+  kind: NormKind,
+  x: DType,
+  mapping: "cached" | "cluster",
+  block: number,
+  chunks: number,
+  cluster = 1,
+): boolean {
+  const q = { kind, x, mapping, block, chunks, cluster };
+  return BWD_PREFETCH_RULES.find((r) => r.when(q))!.on;
+}
+
+type StageQuery = { kind: NormKind; mapping: "cached" | "cluster"; block: number; cluster: number };
 /**
- * Whether a staged call of a row that takes clusters of 512-thread CTAs runs in more CTAs of at most
- * SMALL_STAGED_BLOCK threads instead (up to 16): RMSNorm 16-bit. With staged rows a CTA no longer holds its row through
- * registers alone, and four such CTAs share an SM (H200, bench/bwd_staged_ab.ts --geometries, 2026-12-03, % of copy,
- * the plan's geometry → 128-thread CTAs, both staged unless noted): RMS bf16 D=32768 2 × 512 unstaged 82.2 → 8 × 128
- * 85.7, 65536 4 × 512 72.6 → 16 × 128 83.3. LayerNorm 16-bit lost that way (its dbias slots fill shared memory: D =
- * 16384–65536 −7 to −9), RMS f32's 352-thread CTAs already ran at 85–95, and LayerNorm f32 takes lnF32Staged.
+ * Rows a staged CTA keeps in flight, the first row that holds (0: no staged variant). Two where bulk-staged rows
+ * measured faster; one lost everywhere (its copy waits on the row just before it), three matched two or lost.
  */
+// deno-fmt-ignore
+export const BWD_STAGE_RULES: readonly { id: string; when: (q: StageQuery) => boolean; stages: number; why: string }[] = [
+  { id: "bwd.stages-cluster-4", when: (q) => q.mapping === "cluster" && q.cluster >= 4, stages: 2, why: "clusters of 4 or more CTAs gained at every D" },
+  { id: "bwd.stages-cluster-2", when: (q) => q.mapping === "cluster" && q.block < 512, stages: 2, why: "clusters of 2 gained with CTAs under 512 threads" },
+  { id: "bwd.stages-cluster-2-512", when: (q) => q.mapping === "cluster", stages: 0, why: "clusters of 2 × 512 threads lost" },
+  { id: "bwd.stages-ln-cached", when: (q) => q.kind === "layer" && q.block >= 384, stages: 2, why: "one-row LayerNorm blocks of ≥ 384 threads gained" },
+  { id: "bwd.stages-cached", when: () => true, stages: 0, why: "RMSNorm and smaller LayerNorm one-row blocks lost" },
+];
+export function bwdStages(kind: NormKind, mapping: "cached" | "cluster", block: number, cluster = 1): number {
+  const q = { kind, mapping, block, cluster };
+  return BWD_STAGE_RULES.find((r) => r.when(q))!.stages;
+}
+
+/** Threads of the CTAs smallStagedCtas picks. */
+export const SMALL_STAGED_BLOCK = 128;
+/** RMSNorm 16-bit stages rows of 512-thread cluster CTAs in more CTAs of SMALL_STAGED_BLOCK threads (STAGED_GEOMETRIES). */
 export function smallStagedCtas(kind: NormKind, x: DType): boolean {
   return kind === "rms" && size(x) === 2;
 }
-/** Threads of the CTAs smallStagedCtas picks. */
-export const SMALL_STAGED_BLOCK = 128;
-
-/**
- * LayerNorm f32's staged geometry for rows that take clusters of 512-thread CTAs: its staged kernels keep the dbias
- * sums in shared memory (smemDbias `staged`), so a thread caches up to 6 chunks; the plan aims for LN_F32_STAGED_NV of
- * them in CTAs of at most LN_F32_STAGED_BLOCK threads, in the smallest cluster that holds the row. H200,
- * bench/bwd_staged_ab.ts --geometries, 2026-12-03 (stop 31), % of copy, 2 staged rows, the best geometry before → 5
- * chunks per thread: D=16384 8 × 128 87.5 → 2 × 416 90.3; 32768 16 × 128 84.4 → 4 × 416 90.3; 65536 8 × 512 75.8 →
- * 8 × 416 90.3–90.6; 131072 16 × 512 71.0 → 16 × 416 84.1–84.4. Six chunks (352 threads) ran 0–4 points slower, four
- * in 512-thread CTAs 10–15 slower. Not for smaller CTAs: D=12288 (2 × 384 × 4, staged 90.5–90.6) fell to 78.6 in 2 × 320
- * × 5, and the one-row D=8192 (512 × 4, staged 90.0–91.1) to 89.3–89.5 in 416 × 5 (same call).
- */
+/** LayerNorm f32 stages rows of 512-thread cluster CTAs at LN_F32_STAGED_NV chunks in CTAs of ≤ LN_F32_STAGED_BLOCK threads. */
 export const LN_F32_STAGED_NV = 5;
 export const LN_F32_STAGED_BLOCK = 416;
 export function lnF32Staged(kind: NormKind, x: DType): boolean {
   return kind === "layer" && size(x) === 4;
-}
-
-/**
- * The staged variant of a one-row `cached` or a `cluster` plan (geometry `block` × `cluster`, `columns` per CTA), where
- * bwdStages asks for one and it can run.
- */
-function stagedVariant(
-  kind: NormKind, x: DType, dy: DType, w: DType, block: number, columns: number, limits: BwdLimits, kernel: string,
-  cluster: number, nv: number, nacc: number,
-): BwdStaged | undefined {
-  const mapping = cluster > 1 ? "cluster" : "cached";
-  const stages = bwdStages(kind, mapping, block, cluster);
-  // Bulk copies: sm_90; kernels for x and dy of one dtype (16-byte chunks of both: nk_bwd_tma_ok; kernels/norm.cu's
-  // NK_BWD_STAGED_DTYPES).
-  // Compute capability 9.x only: measured there (sm_90 SASS); newer GPUs would run the compute_90 PTX, untimed.
-  if (stages === 0 || limits.ccMajor !== 9 || x !== dy || nv > maxvBwd(kind, x, dy, true)) return undefined;
-  // The staged kernels' own layout (their dbias sums in shared memory: smemDbias `staged`), then the stages.
-  const base = cachedShared(smemDbias(kind, x, dy, true), block, limits.warpSize, 1, nacc, columns, columns, cluster);
-  const sharedBytes = stagedShared(base, stages, columns, x, dy, w);
-  return sharedBytes <= limits.maxSharedPerBlockOptin ? { kernel, stages, sharedBytes, block, nv, cluster } : undefined;
 }
 
 export interface BwdPlanInput {
@@ -200,53 +174,50 @@ export interface BwdLimits {
 }
 
 /**
- * The bulk-staged variant of a `cached` (one row per block) or `cluster` plan (kernels/norm_bwd.cuh, nk_bwd_cached's
- * TM): its kernel (nk_{ln|rms}_bwd_{cached|cluster}staged_*, the FULL path alone), the rows each CTA keeps in flight in
- * shared memory (flags bits 4..7), and the block's shared memory with them. Taken for calls that qualify (bwdFull).
+ * The bulk-staged variant of a `cached` (one row per block) or `cluster` plan (nk_bwd_cached's TM): its kernel
+ * (nk_{ln|rms}_bwd_{cached|cluster}staged_*, the FULL path alone), the rows each CTA keeps in flight in shared memory
+ * (flags bits 4..7), and the block's shared memory with them. Taken for calls that qualify (bwdFull).
  */
 export interface BwdStaged {
   kernel: string;
   stages: number;
   sharedBytes: number;
-  /** Its geometry (tpr = block; one row per CTA or cluster): the plan's, or its own (smallStagedCtas, lnF32Staged). */
+  /** Its geometry (tpr = block; one row per CTA or cluster): the plan's, or its own (STAGED_GEOMETRIES). */
   block: number;
   nv: number;
   cluster: number;
 }
 
-/** Rows in flight at most (NK_BWD_MAX_STAGES). */
-export const MAX_BWD_STAGES = 4;
-
 /**
- * Whether a call's every row can take the FULL path (kernels/norm_bwd.cuh, nk_bwd_full): D a multiple of the
- * chunk, x, dx, dy and the weight aligned to their chunk, and the strides keeping every row so. Addresses in bytes.
+ * Whether a call's every row can take the FULL path (nk_bwd_full): D a multiple of the chunk, x, dx, dy and the weight
+ * aligned to their chunk, and the strides keeping every row so. Addresses in bytes.
  */
 export function bwdFull(
-  d: number, x: DType, dy: DType, w: DType, xPtr: bigint, xStride: number, dxPtr: bigint, dxStride: number,
-  dyPtr: bigint, dyStride: number, wPtr: bigint,
+  d: number,
+  x: DType,
+  dy: DType,
+  w: DType,
+  xPtr: bigint,
+  xStride: number,
+  dxPtr: bigint,
+  dxStride: number,
+  dyPtr: bigint,
+  dyStride: number,
+  wPtr: bigint,
 ): boolean {
   const vec = 16 / Math.max(size(x), size(dy));
   const align = (t: DType) => Math.min(vec * size(t), 16);
   const ok = (p: bigint, t: DType) => (p & BigInt(align(t) - 1)) === 0n;
   return d % vec === 0 && ok(xPtr, x) && ok(dxPtr, x) && ok(dyPtr, dy) && ok(wPtr, w) &&
-    (xStride * size(x)) % align(x) === 0 && (dxStride * size(x)) % align(x) === 0 && (dyStride * size(dy)) % align(dy) === 0;
-}
-
-/**
- * Dynamic shared memory of a staged block: the unstaged block's (`base`, cachedShared), then S + 1 mbarriers (rounded up
- * to 16 bytes), the CTA's weight slice (`columns` elements of the weight dtype, rounded up to 16 bytes) and S stages of
- * the x and dy slices (kernels/norm_bwd.cuh, nk_bwd_cached's TM layout).
- */
-export function stagedShared(base: number, stages: number, columns: number, x: DType, dy: DType, w: DType): number {
-  const up16 = (n: number) => Math.ceil(n / 16) * 16;
-  return base + up16(8 * (stages + 1)) + up16(columns * size(w)) + stages * columns * (size(x) + size(dy));
+    (xStride * size(x)) % align(x) === 0 && (dxStride * size(x)) % align(x) === 0 &&
+    (dyStride * size(dy)) % align(dy) === 0;
 }
 
 export interface BwdPlan {
   kernel: string;
   /**
-   * `split`: the `rowsum` kernel (block `rowsumBlock`), then `kernel` = the `tile` kernel. `cluster`: the
-   * `cached` scheme with each row split over a thread-block cluster of `cluster` CTAs (Hopper).
+   * `split`: the `rowsum` kernel (block `rowsumBlock`), then `kernel` = the `tile` kernel. `cluster`: the `cached`
+   * scheme with each row split over a thread-block cluster of `cluster` CTAs (Hopper).
    */
   mapping: "cached" | "cluster" | "wide" | "split";
   /** CTAs per thread-block cluster (1 = none). */
@@ -272,101 +243,282 @@ export interface BwdPlan {
 
 export type BwdPlanResult = { plan: BwdPlan } | { unsupported: string };
 
+/** What the rules look at: the problem and the device, reduced. */
+interface Shape {
+  p: BwdPlanInput;
+  tw: DType;
+  limits: BwdLimits;
+  vec: number;
+  chunks: number;
+  warp: number;
+  nacc: number;
+  /** Bytes of one row group's parameter sums. */
+  slotBytes: number;
+  /** Threads per block at most: BWD_MAX_THREADS within the device's. */
+  maxThreads: number;
+  /** Chunks per thread the registers hold (maxvBwd), and whether the dbias sums are in shared memory. */
+  maxv: number;
+  sdb: boolean;
+  clusterSizes: readonly number[];
+  name: (m: "cached" | "cluster" | "wide" | "rowsum" | "tile" | "cachedstaged" | "clusterstaged") => string;
+}
+
+interface BwdMappingRule {
+  id: string;
+  mapping: BwdPlan["mapping"];
+  /** Rows per block: several ("rows", tpr lanes each) or one. */
+  layout?: "rows" | "row";
+  /** Compute capability 9 and later (clusters). */
+  cc9?: true;
+  /** At most threads × min(maxv, perThread) chunks per row; "block": the block's threads at most. */
+  maxChunks?: readonly [threads: number | "block", perThread: number];
+  /** Rows under `belowChunks` chunks aim for `nv` chunks a thread. */
+  aimNv?: { belowChunks: number; nv: number };
+  why: string;
+}
+
+/** The mapping: the first row whose thresholds hold and whose geometry fits (BWD_GEOMETRY). */
+// deno-fmt-ignore
+export const BWD_MAPPING_RULES: readonly BwdMappingRule[] = [
+  { id: "bwd.rows", mapping: "cached", layout: "rows", maxChunks: [32, 4], why: "short rows: several per block; past 4 chunks a lane, a row per block with fewer chunks was faster" },
+  { id: "bwd.cached", mapping: "cached", layout: "row", maxChunks: ["block", MAXV_BWD], aimNv: { belowChunks: 512, nv: 3 }, why: "a row per block in registers; rows under 512 chunks spread to 3 chunks a thread" },
+  { id: "bwd.cluster", mapping: "cluster", cc9: true, why: "rows past a block's registers: the smallest cluster that holds the row (fewer, larger CTAs were faster)" },
+  { id: "bwd.split", mapping: "split", why: "parameter sums too large for shared memory: row sums, then column tiles with the sums in registers" },
+  { id: "bwd.wide", mapping: "wide", why: "long rows re-read from L2, the sums in shared memory where they fit" },
+];
+
+/** Cluster sizes tried, smallest first, up to BwdLimits.maxCluster. */
+// deno-fmt-ignore
+export const BWD_CLUSTER_SIZES: readonly { id: string; ctas: number; why: string }[] = [
+  { id: "bwd.cluster-2", ctas: 2, why: "the smallest cluster that holds the row" },
+  { id: "bwd.cluster-4", ctas: 4, why: "as above" },
+  { id: "bwd.cluster-8", ctas: 8, why: "the portable maximum" },
+  { id: "bwd.cluster-16", ctas: 16, why: "sm_90's non-portable size (runtime/module.ts opts in): rows that would take `split` or `wide`" },
+];
+
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
+/** Whole warps for `chunks` at `nv` each, at least one warp. */
+const warps = (s: Shape, chunks: number, nv: number): number =>
+  Math.max(s.warp, Math.ceil(Math.ceil(chunks / nv) / s.warp) * s.warp);
+/** `wide` and `rowsum`: their block reductions' 2 · warps floats, rounded up to 16 bytes (slots start there). */
+const reduceBytes = (s: Shape, block: number): number => 4 * ((2 * Math.ceil(block / s.warp) + 3) & ~3);
+const maxChunks = (s: Shape, r: BwdMappingRule): number =>
+  r.maxChunks === undefined
+    ? Infinity
+    : (r.maxChunks[0] === "block" ? s.maxThreads : r.maxChunks[0]) * Math.min(s.maxv, r.maxChunks[1]);
+
+/**
+ * The staged variant of a one-row `cached` or a `cluster` plan (geometry `block` × `cluster`), where BWD_STAGE_RULES
+ * asks for one and it can run: sm_90 (measured there), x and dy of one dtype (16-byte chunks of both: nk_bwd_tma_ok),
+ * within the staged kernels' registers and the opt-in shared memory.
+ */
+function stagedVariant(s: Shape, block: number, cluster: number, nv: number): BwdStaged | undefined {
+  const { kind } = s.p, x = s.p.xDtype, dy = s.p.dyDtype;
+  const stages = bwdStages(kind, cluster > 1 ? "cluster" : "cached", block, cluster);
+  if (stages === 0 || s.limits.ccMajor !== 9 || x !== dy || nv > maxvBwd(kind, x, dy, true)) return undefined;
+  const columns = Math.ceil(s.chunks / cluster) * s.vec;
+  const base = cachedShared(smemDbias(kind, x, dy, true), block, s.warp, 1, s.nacc, columns, columns, cluster);
+  const sharedBytes = stagedShared(base, stages, columns, x, dy, s.tw);
+  const kernel = s.name(cluster > 1 ? "clusterstaged" : "cachedstaged");
+  return sharedBytes <= s.limits.maxSharedPerBlockOptin
+    ? { kernel, stages, sharedBytes, block, nv, cluster }
+    : undefined;
+}
+
+type StagedQuery = { s: Shape; block: number; cluster: number; nv: number };
+/**
+ * A plan's staged geometry: the first row that holds and gives a variant. Rows of 512-thread cluster CTAs no longer
+ * need registers alone once staged, so smaller CTAs can share an SM.
+ */
+export const STAGED_GEOMETRIES: readonly {
+  id: string;
+  when: (q: StagedQuery) => boolean;
+  variant: (q: StagedQuery) => BwdStaged | undefined;
+  why: string;
+}[] = [
+  {
+    id: "bwd.staged-ln-f32",
+    why: "LayerNorm f32: 5 chunks a thread in CTAs of ≤ 416 threads, the smallest cluster that holds the row",
+    when: (q) =>
+      q.cluster > 1 && q.block === q.s.maxThreads && lnF32Staged(q.s.p.kind, q.s.p.xDtype) &&
+      q.s.limits.smallStagedCtas !== false,
+    variant: ({ s }) => {
+      for (const c of s.clusterSizes) {
+        const per = Math.ceil(s.chunks / c), block = warps(s, per, LN_F32_STAGED_NV);
+        if (block <= Math.min(LN_F32_STAGED_BLOCK, s.maxThreads)) {
+          return stagedVariant(s, block, c, Math.ceil(per / block));
+        }
+      }
+      return undefined;
+    },
+  },
+  {
+    id: "bwd.staged-rms16-small",
+    why: "RMSNorm 16-bit: CTAs of 128 threads, four to an SM (LayerNorm's dbias slots fill shared memory)",
+    when: (q) =>
+      q.cluster > 1 && q.block === q.s.maxThreads && smallStagedCtas(q.s.p.kind, q.s.p.xDtype) &&
+      q.s.limits.smallStagedCtas !== false,
+    variant: ({ s }) => {
+      const c = s.clusterSizes.find((c) => Math.ceil(s.chunks / c) <= SMALL_STAGED_BLOCK * s.maxv);
+      if (c === undefined) return undefined;
+      const per = Math.ceil(s.chunks / c), block = warps(s, per, s.maxv);
+      return stagedVariant(s, block, c, Math.ceil(per / block));
+    },
+  },
+  {
+    id: "bwd.staged-plan",
+    why: "otherwise the plan's own geometry",
+    when: () => true,
+    variant: (q) => stagedVariant(q.s, q.block, q.cluster, q.nv),
+  },
+];
+
+function staged(s: Shape, block: number, cluster: number, nv: number): { staged: BwdStaged } | Record<string, never> {
+  const q = { s, block, cluster, nv };
+  for (const g of STAGED_GEOMETRIES) {
+    const st = g.when(q) ? g.variant(q) : undefined;
+    if (st) return { staged: st };
+  }
+  return {};
+}
+
+/** A `cached` or `cluster` plan, with its staged variant where the layout has one (one row per block or cluster). */
+function registerPlan(
+  s: Shape,
+  g: Omit<BwdPlan, "kernel" | "nacc" | "mapping"> & { mapping: "cached" | "cluster" },
+  oneRow = true,
+): BwdPlan {
+  return { kernel: s.name(g.mapping), ...g, nacc: s.nacc, ...(oneRow ? staged(s, g.block, g.cluster, g.nv) : {}) };
+}
+
+/** Each mapping's plan, or null where it does not fit (the next rule is tried). */
+const BWD_GEOMETRY: Readonly<Record<BwdMappingRule["mapping"], (s: Shape, r: BwdMappingRule) => BwdPlan | null>> = {
+  cached: (s, r) => {
+    const { maxThreads, maxv, warp, nacc, chunks } = s, d = s.p.d, optin = s.limits.maxSharedPerBlockOptin;
+    if (r.layout === "rows") {
+      // tpr lanes per row (a power of two ≤ 32), block / tpr row groups: fewer while their slots pass the budget.
+      if (BWD_ROWS_BLOCK > maxThreads) return null;
+      const tpr = Math.min(32, nextPow2(Math.ceil(chunks / maxv)));
+      let block = BWD_ROWS_BLOCK;
+      while (block > Math.max(tpr, warp) && (block / tpr) * s.slotBytes > ROWS_SLOT_BUDGET) block /= 2;
+      const rowsPerBlock = block / tpr, sharedBytes = cachedShared(s.sdb, block, warp, rowsPerBlock, nacc, d);
+      if (sharedBytes > optin) return null;
+      const nv = Math.ceil(chunks / tpr);
+      return registerPlan(s, {
+        mapping: "cached",
+        cluster: 1,
+        prefetch: false,
+        block,
+        sharedBytes,
+        tpr,
+        nv,
+        rowsPerBlock,
+      }, false);
+    }
+    const nvAim = r.aimNv && chunks < r.aimNv.belowChunks ? Math.min(maxv, r.aimNv.nv) : maxv;
+    const block = Math.min(maxThreads, warps(s, chunks, nvAim));
+    const sharedBytes = cachedShared(s.sdb, block, warp, 1, nacc, d);
+    if (sharedBytes > optin) return null;
+    const nv = Math.ceil(chunks / block), prefetch = prefetchNextRow(s.p.kind, s.p.xDtype, "cached", block, chunks);
+    return registerPlan(s, {
+      mapping: "cached",
+      cluster: 1,
+      prefetch,
+      block,
+      sharedBytes,
+      tpr: block,
+      nv,
+      rowsPerBlock: 1,
+    });
+  },
+  cluster: (s) => {
+    for (const c of s.clusterSizes) {
+      const per = Math.ceil(s.chunks / c);
+      if (per > s.maxThreads * s.maxv) continue;
+      const block = warps(s, per, s.maxv);
+      const sharedBytes = cachedShared(s.sdb, block, s.warp, 1, s.nacc, s.p.d, per * s.vec, c);
+      if (sharedBytes > s.limits.maxSharedPerBlockOptin) return null;
+      const nv = Math.ceil(per / block),
+        prefetch = prefetchNextRow(s.p.kind, s.p.xDtype, "cluster", block, s.chunks, c);
+      return registerPlan(s, {
+        mapping: "cluster",
+        cluster: c,
+        prefetch,
+        block,
+        sharedBytes,
+        tpr: block,
+        nv,
+        rowsPerBlock: 1,
+      });
+    }
+    return null;
+  },
+  split: (s) => {
+    const block = s.maxThreads;
+    if (s.slotBytes === 0 || reduceBytes(s, block) + s.slotBytes <= s.limits.maxSharedPerBlockOptin) return null;
+    return {
+      kernel: s.name("tile"),
+      mapping: "split",
+      cluster: 1,
+      prefetch: false,
+      block: TILE_THREADS,
+      sharedBytes: 0,
+      tpr: TILE_THREADS,
+      nv: 0,
+      rowsPerBlock: 1,
+      nacc: s.nacc,
+      rowsumKernel: s.name("rowsum"),
+      rowsumBlock: block,
+      rowsumShared: reduceBytes(s, block),
+      tileColumns: TILE_THREADS * 16,
+    };
+  },
+  // The parameter sums in shared memory where they fit (nv = 1), else in the block's row of the partials (nv = 0).
+  wide: (s) => {
+    const block = s.maxThreads;
+    const inShared = s.slotBytes > 0 && reduceBytes(s, block) + s.slotBytes <= s.limits.maxSharedPerBlockOptin;
+    const shared = reduceBytes(s, block) + (inShared ? s.slotBytes : 0);
+    return {
+      kernel: s.name("wide"),
+      mapping: "wide",
+      cluster: 1,
+      prefetch: false,
+      block,
+      sharedBytes: shared,
+      tpr: block,
+      nv: inShared ? 1 : 0,
+      rowsPerBlock: 1,
+      nacc: s.nacc,
+    };
+  },
+};
 
 export function planNormBackward(p: BwdPlanInput, limits: BwdLimits): BwdPlanResult {
   const tx = p.xDtype, tdy = p.dyDtype, tw = p.weightDtype ?? "f32";
   if (tw !== "f32" && tw !== tx) return { unsupported: `weight must be f32 or x's dtype (${tx}), not ${tw}` };
   if (p.d < 1) return { unsupported: "d must be ≥ 1" };
   const vec = 16 / Math.max(size(tx), size(tdy));
-  const chunks = Math.ceil(p.d / vec);
-  const warp = limits.warpSize;
   const nacc = p.paramGrads ? (p.kind === "layer" ? 2 : 1) : 0;
-  const slotBytes = nacc * p.d * 4;
-  const name = (m: "cached" | "cluster" | "wide" | "rowsum" | "tile" | "cachedstaged" | "clusterstaged") => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`;
-  const maxThreads = Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock);
-  const clusterSizes = CLUSTER_SIZES.filter((c) => c <= (limits.maxCluster ?? 8));
-  const staged = (block: number, cluster: number, nv: number) =>
-    stagedVariant(p.kind, tx, tdy, tw, block, Math.ceil(chunks / cluster) * vec, limits, name(cluster > 1 ? "clusterstaged" : "cachedstaged"), cluster, nv, nacc);
-  // lnF32Staged's geometry: the smallest cluster whose CTAs of ≤ LN_F32_STAGED_BLOCK threads hold the row at
-  // LN_F32_STAGED_NV chunks each.
-  const lnF32Geometry = (): BwdStaged | undefined => {
-    if (!lnF32Staged(p.kind, tx) || limits.smallStagedCtas === false) return undefined;
-    for (const c of clusterSizes) {
-      const per = Math.ceil(chunks / c), block = Math.max(warp, Math.ceil(Math.ceil(per / LN_F32_STAGED_NV) / warp) * warp);
-      if (block <= Math.min(LN_F32_STAGED_BLOCK, maxThreads)) return staged(block, c, Math.ceil(per / block));
-    }
-    return undefined;
+  const s: Shape = {
+    p,
+    tw,
+    limits,
+    vec,
+    nacc,
+    chunks: Math.ceil(p.d / vec),
+    warp: limits.warpSize,
+    slotBytes: nacc * p.d * 4,
+    maxThreads: Math.min(BWD_MAX_THREADS, limits.maxThreadsPerBlock),
+    maxv: maxvBwd(p.kind, tx, tdy),
+    sdb: smemDbias(p.kind, tx, tdy),
+    clusterSizes: BWD_CLUSTER_SIZES.map((c) => c.ctas).filter((c) => c <= (limits.maxCluster ?? 8)),
+    name: (m) => `nk_${p.kind === "layer" ? "ln" : "rms"}_bwd_${m}_${tx}_${tdy}_${tw}`,
   };
-  // `wide` and `rowsum`: their block reductions' 2 · warps floats, rounded up to 16 bytes (slots start there).
-  const reduceBytes = (block: number) => 4 * ((2 * Math.ceil(block / warp) + 3) & ~3);
-
-  // Chunks per thread: as many as the registers hold (few lanes per row, deep caches, as in the forward).
-  const maxv = maxvBwd(p.kind, tx, tdy), sdb = smemDbias(p.kind, tx, tdy);
-  // Several rows per block: tpr lanes per row (a power of two ≤ 32), R = block / tpr row groups.
-  if (chunks <= 32 * Math.min(maxv, ROWS_MAX_NV) && BWD_ROWS_BLOCK <= maxThreads) {
-    const tpr = Math.min(32, nextPow2(Math.ceil(chunks / maxv)));
-    let block = BWD_ROWS_BLOCK;
-    // Fewer row groups while their slots exceed the budget, keeping whole warps.
-    while (block > Math.max(tpr, warp) && (block / tpr) * slotBytes > ROWS_SLOT_BUDGET) block /= 2;
-    const rpb = block / tpr;
-    const shared = cachedShared(sdb, block, warp, rpb, nacc, p.d);
-    if (shared <= limits.maxSharedPerBlockOptin) {
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: false, block, sharedBytes: shared, tpr, nv: Math.ceil(chunks / tpr), rowsPerBlock: rpb, nacc } };
-    }
+  for (const rule of BWD_MAPPING_RULES) {
+    if (rule.cc9 && (limits.ccMajor ?? 0) < 9) continue;
+    if (s.chunks > maxChunks(s, rule)) continue;
+    const plan = BWD_GEOMETRY[rule.mapping](s, rule);
+    if (plan) return { plan };
   }
-  // One row per block, cached in registers, when it fits (its sums go straight to `part`).
-  if (chunks <= maxThreads * maxv) {
-    const nvAim = chunks < 512 ? Math.min(maxv, SMALL_ROW_NV) : maxv;
-    const block = Math.min(maxThreads, Math.max(warp, Math.ceil(Math.ceil(chunks / nvAim) / warp) * warp));
-    const shared = cachedShared(sdb, block, warp, 1, nacc, p.d);
-    if (shared <= limits.maxSharedPerBlockOptin) {
-      const nv = Math.ceil(chunks / block);
-      const st = staged(block, 1, nv);
-      return { plan: { kernel: name("cached"), mapping: "cached", cluster: 1, prefetch: prefetchNextRow(p.kind, tx, "cached", block, chunks), block, sharedBytes: shared, tpr: block, nv, rowsPerBlock: 1, nacc, ...(st ? { staged: st } : {}) } };
-    }
-  }
-  // Rows past one block's registers, on Hopper: split over a cluster of CTAs, each caching its slice in
-  // registers as above (row sums over DSMEM). The smallest cluster that holds the row: fewer, larger CTAs
-  // measured faster at every size tried (bench/bwd_plans.ts, H200: LN f32 D=32768 4 × 512 threads 63.5% of
-  // copy, 8 × 256 46.7%; RMS bf16 D=65536 4 × 512 60.5%, 8 × 256 46.0%).
-  // A cluster CTA's threads for `per` chunks at maxv each, whole warps.
-  const ctaBlock = (per: number) => Math.max(warp, Math.ceil(Math.ceil(per / maxv) / warp) * warp);
-  // The staged geometry of smallStagedCtas: the smallest cluster whose CTAs of SMALL_STAGED_BLOCK threads hold the row.
-  const smallStaged = (): BwdStaged | undefined => {
-    const c = clusterSizes.find((c) => Math.ceil(chunks / c) <= SMALL_STAGED_BLOCK * maxv);
-    if (c === undefined) return undefined;
-    const per = Math.ceil(chunks / c), block = ctaBlock(per);
-    return staged(block, c, Math.ceil(per / block));
-  };
-  if ((limits.ccMajor ?? 0) >= 9) {
-    for (const c of clusterSizes) {
-      const per = Math.ceil(chunks / c);
-      if (per <= maxThreads * maxv) {
-        const block = ctaBlock(per);
-        const shared = cachedShared(sdb, block, warp, 1, nacc, p.d, per * vec, c);
-        if (shared > limits.maxSharedPerBlockOptin) break;
-        const small = block === maxThreads && smallStagedCtas(p.kind, tx) && limits.smallStagedCtas !== false;
-        const st = (block === maxThreads ? lnF32Geometry() : undefined) ?? (small ? smallStaged() : undefined) ?? staged(block, c, Math.ceil(per / block));
-        return { plan: { kernel: name("cluster"), mapping: "cluster", cluster: c, prefetch: prefetchNextRow(p.kind, tx, "cluster", block, chunks, c), block, sharedBytes: shared, tpr: block, nv: Math.ceil(per / block), rowsPerBlock: 1, nacc, ...(st ? { staged: st } : {}) } };
-      }
-    }
-  }
-  // Long rows: re-read from L2. The parameter sums live in shared memory when they fit (nv = 1), else
-  // in the block's row of the global partials (nv = 0).
-  const block = maxThreads;
-  const inShared = slotBytes > 0 && reduceBytes(block) + slotBytes <= limits.maxSharedPerBlockOptin;
-  if (slotBytes > 0 && !inShared) {
-    // Sums too large for shared memory: row sums first, then column tiles with the sums in registers
-    // (kernels/norm_bwd.cuh, `rowsum` + `tile`): TILE_THREADS threads × 16 columns per tile.
-    return {
-      plan: {
-        kernel: name("tile"), mapping: "split", cluster: 1, prefetch: false, block: TILE_THREADS, sharedBytes: 0, tpr: TILE_THREADS, nv: 0,
-        rowsPerBlock: 1, nacc, rowsumKernel: name("rowsum"), rowsumBlock: block, rowsumShared: reduceBytes(block),
-        tileColumns: TILE_THREADS * 16,
-      },
-    };
-  }
-  const shared = reduceBytes(block) + (inShared ? slotBytes : 0);
-  return { plan: { kernel: name("wide"), mapping: "wide", cluster: 1, prefetch: false, block, sharedBytes: shared, tpr: block, nv: inShared ? 1 : 0, rowsPerBlock: 1, nacc } };
+  throw new Error("unreachable: the last mapping rule always applies");
 }

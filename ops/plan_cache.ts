@@ -27,7 +27,10 @@ export class PlannedLaunch {
     this.plan = plan;
     const c = new LaunchConfig(plan);
     // The `rows` tile takes its own grid (tileGrid in ops/plan.ts); the others share the plan's.
-    this.#configs = [c, plan.fullGridX === plan.grid[0] ? c : new LaunchConfig({ ...plan, grid: [plan.fullGridX, 1, 1] })];
+    this.#configs = [
+      c,
+      plan.fullGridX === plan.grid[0] ? c : new LaunchConfig({ ...plan, grid: [plan.fullGridX, 1, 1] }),
+    ];
   }
 
   /** The launch configuration of kernel(device): see configFor. */
@@ -36,11 +39,10 @@ export class PlannedLaunch {
   }
 
   /**
-   * The launch configuration of kernel(device, full): the plan's (the `rows` tile: with its fullGridX), except that a `cluster` plan launches at most
-   * as many clusters as are resident at once (known once kernel() has loaded that kernel: the vector-only
-   * kernel's registers may differ). Its CTAs loop over the rows, so every cluster sets up its exchange once,
-   * not once per row: on the H200 the plan's grid of a cluster per row ran 3 to 16 points of copy below the
-   * persistent one (bench/kexp_cluster.ts, 2026-11-30).
+   * The launch configuration of kernel(device, full): the plan's (the `rows` tile: with its fullGridX), except that a
+   * `cluster` plan launches at most as many clusters as are resident at once (known once kernel() has loaded that
+   * kernel: the vector-only kernel's registers may differ). Its CTAs loop over the rows, so every cluster sets up its
+   * exchange once, not once per row (decision fwd.cluster-persistent).
    */
   configFor(full: boolean): LaunchConfig {
     return this.#configs[this.#variant(full)];
@@ -73,7 +75,12 @@ export class PlannedLaunch {
       // (0 resident: the kernel cannot run with this geometry; the launch of one cluster then fails in the driver
       // with its own error, as the plan's grid would.)
       const clusters = Math.max(1, Math.min((i === 1 ? p.fullGridX : p.grid[0]) / p.cluster, resident));
-      this.#configs[i] = new LaunchConfig({ grid: [clusters * p.cluster, 1, 1], block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster });
+      this.#configs[i] = new LaunchConfig({
+        grid: [clusters * p.cluster, 1, 1],
+        block: p.block,
+        sharedBytes: p.sharedBytes,
+        cluster: p.cluster,
+      });
     }
     this.#kernels[i] = loaded;
   }
@@ -120,7 +127,8 @@ export function lookupNormPlan(
 ): CachedPlan {
   const table = planTable(cache);
   // ((d·2 + kind)·4 + input)·4 + output)·4 + param (3 = none): exact below 2^53 for any D the ops accept.
-  const problem = (((d * 2 + (kind === "layer" ? 1 : 0)) * 4 + DTYPE_CODE[inputDtype]) * 4 + DTYPE_CODE[outputDtype]) * 4 +
+  const problem =
+    (((d * 2 + (kind === "layer" ? 1 : 0)) * 4 + DTYPE_CODE[inputDtype]) * 4 + DTYPE_CODE[outputDtype]) * 4 +
     (paramDtype === undefined ? 3 : DTYPE_CODE[paramDtype]);
   let byRows = table.byProblem.get(problem);
   let hit = byRows?.get(rows);

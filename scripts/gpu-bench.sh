@@ -8,6 +8,7 @@
 # so a call that runs both passes (or saves more beside them) should pack its outputs: tar czf $OUT/all.tgz -C <dir> .
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/gpu-carry-check.sh  # the development setup's carry limit
 rt=${1:?deno or bun}; shift
 OUT=${OUT:-/tmp/gpu-bench}; mkdir -p "$OUT"
 quick=""; ds=(); passes=(); torch=""; bwd=""; sfx=""; pass=forward; torchpy=bench/compare_torch.py
@@ -16,7 +17,7 @@ echo "== normkit $pass benchmark ($rt)"
 # Which card: device calls may land on different machines, and the long rows have read 10 points apart between calls.
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader 2>/dev/null || true
 # The card's clocks, power and temperature every 500 ms while normkit runs ($OUT/clocks-*.csv): LN f32's staged cases
-# read up to 19 points apart between processes a minute apart (2026-12-04), and a clock still ramping is one suspect.
+# read up to 19 points apart between processes a minute apart, and a clock still ramping is one suspect.
 # GPU 0: the one normkit opens by default.
 nvidia-smi -i 0 --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 500 \
   > "$OUT/clocks-$rt$sfx.csv" 2>/dev/null & smi=$!

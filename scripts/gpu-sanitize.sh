@@ -13,6 +13,7 @@
 # Exit status: 0 only when every tool reported 0 errors and its test run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/gpu-carry-check.sh  # the development setup's carry limit
 rt=${1:?usage: gpu-sanitize.sh deno|bun}
 case "$rt" in deno|bun) ;; *) echo "gpu-sanitize: runtime must be deno or bun, got '$rt'" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/gpu-sanitize}; mkdir -p "$OUT"

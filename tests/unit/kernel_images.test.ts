@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { Device, layerNorm, loadKernels } from "../../mod.ts";
 import { kernelImage, NORM_SOURCE_SHA256 } from "../../gpu.ts";
 import { findImage, type ImageChoice, imageChoice, imageSets, readImage } from "../../ops/images.ts";
-import { normKernel, NORM_FWD_ARGS } from "../../ops/kernels.ts";
+import { NORM_FWD_ARGS, normKernel } from "../../ops/kernels.ts";
 import { ArgumentError, UnsupportedError } from "../../runtime/errors.ts";
 import type { DeviceInfo } from "../../runtime/driver.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
@@ -24,9 +24,15 @@ test("imageChoice: 8.x → sm_80 SASS, 9.x → sm_90 SASS, 10.0 and newer → co
   const sass90: ImageChoice = { target: "sm_90", package: "@normkit/normkit", jit: false };
   const ptx: ImageChoice = { target: "compute_90", package: "@normkit/ptx", jit: true };
   const cases: [[number, number], ImageChoice][] = [
-    [[8, 0], sass80], [[8, 6], sass80], [[8, 7], sass80], [[8, 9], sass80],
+    [[8, 0], sass80],
+    [[8, 6], sass80],
+    [[8, 7], sass80],
+    [[8, 9], sass80],
     [[9, 0], sass90],
-    [[10, 0], ptx], [[10, 3], ptx], [[12, 0], ptx], [[12, 1], ptx],
+    [[10, 0], ptx],
+    [[10, 3], ptx],
+    [[12, 0], ptx],
+    [[12, 1], ptx],
   ];
   for (const [cc, want] of cases) assert.deepEqual(imageChoice(cuda(cc)), want, cc.join("."));
   for (const cc of [[7, 5], [7, 0], [6, 1]] as [number, number][]) {
@@ -51,7 +57,10 @@ test("findImage: normkit's own SASS; the PTX only when @normkit/ptx is handed ov
   });
   assert.equal(findImage(ptx, [ptxPackage], "d"), ptxPackage.images.compute_90);
   const own = new Uint8Array([1, 2, 3]);
-  assert.equal(findImage(imageChoice(cuda([9, 0])), [{ sourceSha256: NORM_SOURCE_SHA256, images: { sm_90: own } }], "d"), own);
+  assert.equal(
+    findImage(imageChoice(cuda([9, 0])), [{ sourceSha256: NORM_SOURCE_SHA256, images: { sm_90: own } }], "d"),
+    own,
+  );
   assert.throws(
     () => findImage(ptx, [{ sourceSha256: "0".repeat(64), images: { compute_90: own } }], "d"),
     /built from other kernel sources \(sha256 000000000000…\) than this normkit .*use @normkit\/ptx of the same version/,
@@ -63,7 +72,11 @@ test("imageSets: one set, an array, or nothing; anything else is an ArgumentErro
   assert.deepEqual(imageSets(ptxPackage), [ptxPackage]);
   assert.deepEqual(imageSets([ptxPackage, ptxPackage]), [ptxPackage, ptxPackage]);
   [null, 3, "x", { images: {} }, { sourceSha256: "x" }, [ptxPackage, {}]].forEach((bad, i) => {
-    assert.throws(() => imageSets(bad), (e: unknown) => e instanceof ArgumentError && e.argument === "images", `case ${i}`);
+    assert.throws(
+      () => imageSets(bad),
+      (e: unknown) => e instanceof ArgumentError && e.argument === "images",
+      `case ${i}`,
+    );
   });
 });
 
@@ -73,7 +86,9 @@ test("readImage: the file's bytes (read once per process); gzip inflated; bytes 
   assert.deepEqual(a, read("precompiled/norm_sm80.fatbin"));
   assert.equal(await readImage(url.href), a, "the same bytes, not read again");
   const raw = Uint8Array.from({ length: 5000 }, (_, i) => (i * 7919) % 251);
-  const gz = new Uint8Array(await new Response(new Blob([raw]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+  const gz = new Uint8Array(
+    await new Response(new Blob([raw]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer(),
+  );
   assert.deepEqual(await readImage(gz), raw);
   assert.equal(await readImage(raw), raw);
   await assert.rejects(readImage(new URL("precompiled/missing.fatbin", root)));
@@ -81,9 +96,12 @@ test("readImage: the file's bytes (read once per process); gzip inflated; bytes 
 });
 
 test("fake H200: a norm before loadKernels is an UnsupportedError saying to await it; after it, the sm_90 image is loaded", async () => {
-  const { dev, made } = await fakeCudaDevice((d) => ({ x: d.tensor(new Float32Array(64).fill(1), [2, 32]), y: d.empty([2, 32]) }), {
-    load: false,
-  });
+  const { dev, made } = await fakeCudaDevice(
+    (d) => ({ x: d.tensor(new Float32Array(64).fill(1), [2, 32]), y: d.empty([2, 32]) }),
+    {
+      load: false,
+    },
+  );
   assert.throws(() => layerNorm(made.x, { out: made.y }), (e: unknown) => {
     assert.ok(e instanceof UnsupportedError);
     assert.match(e.message, /the norm kernels of fake NVIDIA H200 are not loaded: `await loadKernels\(dev\)`/);

@@ -157,7 +157,7 @@ test("a light import: mod.ts and gpu.ts reach no image, no JSON module and no im
     assert.match(f, /\.ts$/, `${f} in the static graph`);
     // Without comments and string literals (error messages quote `await import("@normkit/ptx")` for the user).
     const src = readFileSync(new URL(f, root), "utf8").replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "")
-      .replace(/`(?:[^`\\]|\\.)*`|"(?:[^"\\\n]|\\.)*"/g, '""');
+      .replace(/`(?:[^`\\]|\\.)*`|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'/g, '""');
     // The one dynamic import (ffi/runtime.ts: bun.ts under Bun only) is by a variable; none by a literal, which
     // Deno would fetch while building the graph.
     assert.doesNotMatch(src, /import\(\s*["'`]/, f);

@@ -61,7 +61,15 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
   const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;
   if (pending) {
     device.cache.delete(PENDING_SANITY_KEY);
-    pending(device);
+    try {
+      pending(device);
+    } catch (e) {
+      // A module that fails the check is not kept: the norms refuse to run rather than give wrong results.
+      (device.cache.get(MODULE_KEY) as Module).close();
+      device.cache.delete(MODULE_KEY);
+      loadedImages.delete(device);
+      throw e;
+    }
   }
 }
 

@@ -6,8 +6,8 @@ import { readFileSync } from "node:fs";
 import { Device, layerNorm, loadKernels } from "../../mod.ts";
 import { kernelImage, NORM_SOURCE_SHA256 } from "../../gpu.ts";
 import { findImage, type ImageChoice, imageChoice, imageSets, readImage } from "../../ops/images.ts";
-import { NORM_FWD_ARGS, normKernel } from "../../ops/kernels.ts";
-import { ArgumentError, UnsupportedError } from "../../runtime/errors.ts";
+import { deferSanityCheck, NORM_FWD_ARGS, normKernel, normModuleLoaded } from "../../ops/kernels.ts";
+import { ArgumentError, SanityCheckError, UnsupportedError } from "../../runtime/errors.ts";
 import type { DeviceInfo } from "../../runtime/driver.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
 import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
@@ -123,6 +123,27 @@ test("fake A100 gets the sm_80 image; a fake 10.0 GPU needs @normkit/ptx and the
   await loadKernels(next.dev, { images: ptxPackage });
   assert.deepEqual(await kernelImage(next.dev, { images: ptxPackage }), read("packages/ptx/norm_compute90.fatbin"));
   next.dev.close();
+});
+
+test("fake H200: the sanity check Device.open() deferred runs in loadKernels, once; a module failing it is not kept", async () => {
+  const { dev, made } = await fakeCudaDevice(
+    (d) => ({ x: d.tensor(new Float32Array(64).fill(1), [2, 32]), y: d.empty([2, 32]) }),
+    { load: false },
+  );
+  let calls = 0;
+  // What ops/diag_sanity.ts does at Device.open() on a GPU, with a check that fails (the fake runs no kernel).
+  deferSanityCheck(dev, (d) => {
+    calls++;
+    assert.equal(normModuleLoaded(d), true, "the check runs with the module loaded");
+    throw new SanityCheckError("rmsNorm", 0, 1, 0, "cuda");
+  });
+  await assert.rejects(loadKernels(dev), SanityCheckError);
+  assert.equal(normModuleLoaded(dev), false);
+  assert.throws(() => layerNorm(made.x, { out: made.y }), /not loaded: `await loadKernels\(dev\)`/);
+  await loadKernels(dev);
+  assert.equal(normModuleLoaded(dev), true);
+  assert.equal(calls, 1);
+  dev.close();
 });
 
 test("CPU: loadKernels is a no-op (bad options still refused)", async () => {

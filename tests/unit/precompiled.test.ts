@@ -11,17 +11,15 @@ import { fileURLToPath } from "node:url";
 import { Buffer } from "node:buffer";
 import { zstdDecompressSync } from "node:zlib";
 import { decodeBase64 } from "../../runtime/base64.ts";
-import {
-  NORM_CUDA_IMAGES,
-  NORM_KERNELS,
-  NORM_SOURCE_FILES,
-  NORM_SOURCE_SHA256,
-} from "../../precompiled/norm_cuda.ts";
+import { NORM_CUDA_IMAGES, NORM_KERNELS, NORM_SOURCE_FILES, NORM_SOURCE_SHA256 } from "../../precompiled/norm_cuda.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
+import { planLimits } from "../../ops/kernels.ts";
+import { planNorm } from "../../ops/plan.ts";
+import { DTYPES } from "../../runtime/dtype.ts";
+import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
 
 const root = new URL("../../", import.meta.url);
-const read = (rel: string): Uint8Array =>
-  new Uint8Array(readFileSync(new URL(rel, root)));
+const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
 const IMAGES = ["precompiled/norm_sm80.fatbin", "precompiled/norm_sm90.fatbin", "packages/ptx/norm_compute90.fatbin"];
 
 const FATBIN_MAGIC = 0xba55ed50;
@@ -94,7 +92,11 @@ test("scripts/fatbin.sh writes one fatbin of the three images' entries (what the
     assert.equal(entries.length, 3);
     IMAGES.forEach((f, i) => {
       const [e] = parseFatbin(read(f));
-      assert.deepEqual(all.subarray(entries[i].offset, entries[i].offset + entries[i].size), read(f).subarray(e.offset, e.offset + e.size), f);
+      assert.deepEqual(
+        all.subarray(entries[i].offset, entries[i].offset + entries[i].size),
+        read(f).subarray(e.offset, e.offset + e.size),
+        f,
+      );
     });
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -103,7 +105,9 @@ test("scripts/fatbin.sh writes one fatbin of the three images' entries (what the
 
 test("the compute_90 PTX (packages/ptx) targets sm_90 and has an .entry for every kernel", () => {
   const [e] = parseFatbin(read("packages/ptx/norm_compute90.fatbin"));
-  const ptx = new TextDecoder().decode(zstdDecompressSync(read("packages/ptx/norm_compute90.fatbin").subarray(e.offset, e.offset + e.size)));
+  const ptx = new TextDecoder().decode(
+    zstdDecompressSync(read("packages/ptx/norm_compute90.fatbin").subarray(e.offset, e.offset + e.size)),
+  );
   assert.match(ptx, /^\.target sm_90$/m);
   const entries = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)].map((m) => m[1]);
   assert.deepEqual([...entries].sort(), [...NORM_KERNELS].sort());
@@ -112,13 +116,33 @@ test("the compute_90 PTX (packages/ptx) targets sm_90 and has an .entry for ever
 
 // The fast forward kernels: kind x mapping x (input, output, weight/bias) dtype triple.
 const FWD_TRIPLES = [
-  "f32_f32_f32", "f32_f16_f32", "f32_bf16_f32",
-  "f16_f32_f32", "f16_f16_f32", "f16_bf16_f32", "f16_f32_f16", "f16_f16_f16", "f16_bf16_f16",
-  "bf16_f32_f32", "bf16_f16_f32", "bf16_bf16_f32", "bf16_f32_bf16", "bf16_f16_bf16", "bf16_bf16_bf16",
+  "f32_f32_f32",
+  "f32_f16_f32",
+  "f32_bf16_f32",
+  "f16_f32_f32",
+  "f16_f16_f32",
+  "f16_bf16_f32",
+  "f16_f32_f16",
+  "f16_f16_f16",
+  "f16_bf16_f16",
+  "bf16_f32_f32",
+  "bf16_f16_f32",
+  "bf16_bf16_f32",
+  "bf16_f32_bf16",
+  "bf16_f16_bf16",
+  "bf16_bf16_bf16",
 ];
 const FWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
   ["ln", "rms"].flatMap((k) =>
-    ["rows", "block", "cluster", "wide", "latency", "stash", ...(k === "ln" ? ["blockfull", "clusterfull", "rowstwopass", "rowstile"] : ["rowstile"])].map((m) => `nk_${k}_${m}_${t}`)
+    [
+      "rows",
+      "block",
+      "cluster",
+      "wide",
+      "latency",
+      "stash",
+      ...(k === "ln" ? ["blockfull", "clusterfull", "rowstwopass", "rowstile"] : ["rowstile"]),
+    ].map((m) => `nk_${k}_${m}_${t}`)
   )
 );
 
@@ -128,9 +152,9 @@ const BWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
 );
 // The bulk-staged backward kernels (sm_90): LayerNorm's one-row blocks and both kinds' clusters, for x and dy of one
 // dtype (kernels/norm.cu, NK_BWD_STAGED_DTYPES).
-const STAGED_KERNELS = ["f32_f32_f32", "f16_f16_f32", "f16_f16_f16", "bf16_bf16_f32", "bf16_bf16_bf16"].flatMap((t) =>
-  [`nk_ln_bwd_cachedstaged_${t}`, `nk_ln_bwd_clusterstaged_${t}`, `nk_rms_bwd_clusterstaged_${t}`]
-);
+const STAGED_KERNELS = ["f32_f32_f32", "f16_f16_f32", "f16_f16_f16", "bf16_bf16_f32", "bf16_bf16_bf16"].flatMap((
+  t,
+) => [`nk_ln_bwd_cachedstaged_${t}`, `nk_ln_bwd_clusterstaged_${t}`, `nk_rms_bwd_clusterstaged_${t}`]);
 const DIAG_KERNELS = ["nk_diag_partial_f32", "nk_diag_partial_f16", "nk_diag_partial_bf16", "nk_diag_final"];
 const FINALIZE_KERNELS = ["nk_bwd_finalize_f32", "nk_bwd_finalize_f16", "nk_bwd_finalize_bf16"];
 
@@ -139,7 +163,14 @@ test("NORM_KERNELS: scale_f32, the diagnostics, the finalize, then 255 forward, 
   assert.equal(FWD_KERNELS.length, 255);
   assert.equal(BWD_KERNELS.length, 150);
   assert.equal(STAGED_KERNELS.length, 15);
-  assert.deepEqual([...NORM_KERNELS], ["scale_f32", ...DIAG_KERNELS, ...FINALIZE_KERNELS, ...FWD_KERNELS, ...BWD_KERNELS, ...STAGED_KERNELS]);
+  assert.deepEqual([...NORM_KERNELS], [
+    "scale_f32",
+    ...DIAG_KERNELS,
+    ...FINALIZE_KERNELS,
+    ...FWD_KERNELS,
+    ...BWD_KERNELS,
+    ...STAGED_KERNELS,
+  ]);
 });
 
 test("NORM_SOURCE_SHA256 matches the kernel sources", () => {
@@ -193,10 +224,17 @@ function elfFunctions(elf: Uint8Array): Set<string> {
   assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], "ELF magic");
   assert.equal(elf[4], 2, "ELF64");
   assert.equal(elf[5], 1, "little-endian");
-  const shoff = Number(v.getBigUint64(0x28, true)), shentsize = v.getUint16(0x3a, true), shnum = v.getUint16(0x3c, true);
+  const shoff = Number(v.getBigUint64(0x28, true)),
+    shentsize = v.getUint16(0x3a, true),
+    shnum = v.getUint16(0x3c, true);
   const section = (i: number) => {
     const o = shoff + i * shentsize;
-    return { type: v.getUint32(o + 4, true), offset: Number(v.getBigUint64(o + 0x18, true)), size: Number(v.getBigUint64(o + 0x20, true)), link: v.getUint32(o + 0x28, true) };
+    return {
+      type: v.getUint32(o + 4, true),
+      offset: Number(v.getBigUint64(o + 0x18, true)),
+      size: Number(v.getBigUint64(o + 0x20, true)),
+      link: v.getUint32(o + 0x28, true),
+    };
   };
   const SHT_SYMTAB = 2, STT_FUNC = 2, STB_GLOBAL = 1;
   const names = new Set<string>();
@@ -214,8 +252,35 @@ function elfFunctions(elf: Uint8Array): Set<string> {
   return names;
 }
 
+/** The forward kernels the plan names (kernel and vector-only variant) for a device of compute capability `cc`. */
+function plannedForwardKernels(cc: [number, number]): Set<string> {
+  const limits = planLimits({
+    backend: "cuda",
+    info: { ...FAKE_H200, computeCapability: cc, multiprocessors: cc[0] === 9 ? 132 : 108 },
+  });
+  const names = new Set<string>();
+  const ds = [1, 3, 127, 128, 1000, 1024, 2048, 2049, 4096, 4097, 8192, 16384, 16385, 32768, 65537, 262144];
+  for (const d of ds) {
+    for (const tin of DTYPES) {
+      for (const tout of DTYPES) {
+        for (const tw of [undefined, "f32", tin] as const) {
+          for (const kind of ["layer", "rms"] as const) {
+            for (const rows of [1, 64, 100_000]) {
+              const r = planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, limits);
+              if (!("plan" in r)) continue;
+              names.add(r.plan.kernel);
+              if (r.plan.fullKernel !== null) names.add(r.plan.fullKernel);
+            }
+          }
+        }
+      }
+    }
+  }
+  return names;
+}
+
 for (const [target, file] of [["sm_80", "precompiled/norm_sm80.fatbin"], ["sm_90", "precompiled/norm_sm90.fatbin"]]) {
-  test(`the ${target} image defines every kernel of NORM_KERNELS (its ELF symbol table), and those only`, () => {
+  test(`the ${target} image defines every kernel of NORM_KERNELS and every forward plan's kernel (its ELF symbol table), and no other`, () => {
     const bytes = read(file);
     const [e] = parseFatbin(bytes);
     const elf = new Uint8Array(zstdDecompressSync(bytes.subarray(e.offset, e.offset + e.size)));
@@ -226,5 +291,9 @@ for (const [target, file] of [["sm_80", "precompiled/norm_sm80.fatbin"], ["sm_90
     // Every extern "C" kernel is in NORM_KERNELS (device functions are not global symbols of their own here).
     const extra = [...funcs].filter((f) => !NORM_KERNELS.includes(f));
     assert.deepEqual(extra, [], `${target} has kernels NORM_KERNELS does not list`);
+    // And what the ops can name: every forward plan for a GPU this image serves.
+    const planned = plannedForwardKernels(target === "sm_80" ? [8, 0] : [9, 0]);
+    assert.ok(planned.size > 50, `${planned.size} planned kernels`);
+    assert.deepEqual([...planned].filter((k) => !funcs.has(k)), [], `${target}: planned kernels missing`);
   });
 }

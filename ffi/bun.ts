@@ -1,13 +1,45 @@
-/** The Bun side of the FFI: bun:ffi. */
-import { CString, dlopen, ptr, toArrayBuffer } from "bun:ffi";
+/**
+ * The Bun side of the FFI: bun:ffi.
+ *
+ * bun:ffi is reached through Bun's `import.meta.require`, only when this module's `bunFfi` is used under Bun,
+ * not through an `import` declaration: ffi/runtime.ts imports this file statically under every runtime, and
+ * neither Deno's module graph (`deno check`, `deno publish`, JSR) nor a type-checker without Bun's types may
+ * see the `bun:ffi` specifier. `bun build` leaves `import.meta.require("bun:ffi")` for Bun to resolve at run time.
+ */
 import { Buffer } from "node:buffer";
 import { readFile } from "node:fs/promises";
+import process from "node:process";
 import type { FfiRuntime, NativeLibrary, NativeType, SymbolTable } from "./types.ts";
 
+/** The part of bun:ffi used here (its own types live in bun-types, which Deno and plain tsc users lack). */
+interface BunFfiModule {
+  dlopen(path: string, defs: Record<string, { args: string[]; returns: string }>): {
+    // deno-lint-ignore no-explicit-any
+    symbols: Record<string, (...args: any[]) => any>;
+    close(): void;
+  };
+  ptr(view: ArrayBufferView): number;
+  toArrayBuffer(addr: number, offset: number, bytes: number): ArrayBuffer;
+  CString: new (addr: number) => { toString(): string };
+}
+
+let module: BunFfiModule | undefined;
+function bunFfiModule(): BunFfiModule {
+  return module ??= (import.meta as unknown as { require(id: string): BunFfiModule }).require("bun:ffi");
+}
+
 const BUN_TYPE: Record<NativeType, string> = {
-  void: "void", i32: "i32", u32: "u32", i64: "i64", u64: "u64", f32: "f32", f64: "f64", buffer: "ptr",
+  void: "void",
+  i32: "i32",
+  u32: "u32",
+  i64: "i64",
+  u64: "u64",
+  f32: "f32",
+  f64: "f64",
+  buffer: "ptr",
 };
 
+/** The FFI over bun:ffi; use it only under Bun (ffi/runtime.ts picks it when `globalThis.Bun` exists). */
 export const bunFfi: FfiRuntime = {
   name: "bun",
   readFile: async (url) => {
@@ -24,24 +56,20 @@ export const bunFfi: FfiRuntime = {
     for (const [name, s] of Object.entries(table)) {
       defs[name] = { args: s.parameters.map((t) => BUN_TYPE[t]), returns: BUN_TYPE[s.result] };
     }
-    // deno-lint-ignore no-explicit-any
-    const lib = dlopen(path, defs as any);
-    // deno-lint-ignore no-explicit-any
-    return { path, symbols: lib.symbols as any, close: () => lib.close() };
+    const lib = bunFfiModule().dlopen(path, defs);
+    return { path, symbols: lib.symbols as NativeLibrary<T>["symbols"], close: () => lib.close() };
   },
   addressOf(view: ArrayBufferView): bigint {
     // JSC keeps small typed arrays in its GC heap and moves their bytes out the first time their
     // ArrayBuffer is materialized: an address taken before that would dangle. Touch .buffer first.
     void view.buffer;
-    return BigInt(ptr(view));
+    return BigInt(bunFfiModule().ptr(view));
   },
   readCString(addr: bigint): string {
-    // deno-lint-ignore no-explicit-any
-    return String(new CString(Number(addr) as any));
+    return String(new (bunFfiModule().CString)(Number(addr)));
   },
   viewMemory(addr: bigint, bytes: number): ArrayBuffer {
-    // deno-lint-ignore no-explicit-any
-    return toArrayBuffer(Number(addr) as any, 0, bytes);
+    return bunFfiModule().toArrayBuffer(Number(addr), 0, bytes);
   },
   env(name: string): string | undefined {
     return process.env[name];

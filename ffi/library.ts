@@ -22,7 +22,23 @@ export function openLibrary<T extends SymbolTable>(defaultPath: string, envVar: 
   try {
     return ffi.open(path, table);
   } catch (e) {
-    const msg = e instanceof Error ? e.message.split("\n")[0] : String(e);
-    throw new LibraryLoadError(path, msg);
+    throw new LibraryLoadError(path, loadFailureReason(path, e instanceof Error ? e.message : String(e)));
   }
+}
+
+/**
+ * The loader's own reason (dlerror's) from a runtime's dlopen message: Deno wraps it in "Could not open library: "
+ * twice, Bun in `Failed to open library "name": ` and names the file it tried first, a bare name resolved against the
+ * working directory, which is not where the library was looked for in the end. What is left names the library as
+ * asked for, once: "cannot open shared object file: No such file or directory".
+ */
+export function loadFailureReason(path: string, message: string): string {
+  let m = message.split("\n")[0].trim();
+  const wrapper = /^(?:Could not open library: |Failed to open library "[^"]*": )/;
+  while (wrapper.test(m)) m = m.replace(wrapper, "");
+  // dlerror's "FILE: reason": FILE is the path as asked for or one made from it; the error names the library already.
+  const base = path.slice(path.lastIndexOf("/") + 1);
+  const colon = m.indexOf(": ");
+  if (colon > 0 && m.slice(0, colon).endsWith(base)) m = m.slice(colon + 2);
+  return m || "the loader gave no reason";
 }

@@ -14,7 +14,7 @@ import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import { type BwdLimits, type BwdPlan, type BwdPlanInput, type BwdPlanResult, bwdFull, planNormBackward } from "./plan_bwd.ts";
-import { checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
+import { checkFlag, checkInput, checkParam, checkSameShape, checkStream, checkTensor, overlaps, sameView } from "./validate.ts";
 import type { ArgType } from "../runtime/module.ts";
 
 /** Parameters of nk_{ln|rms}_bwd_{cached|wide}_* (kernels/norm_bwd.cuh, NK_BWD_PARAMS). */
@@ -85,11 +85,34 @@ function checkGradOut(name: string, t: unknown, x: Tensor, dtype: DType): Tensor
   return g;
 }
 
-function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormBackwardOptions): NormBackwardResult {
-  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", kind === "layer" ? "{ mean, rstd, … }" : "{ rstd, … }", opts);
+/** The options of one backward call, each read exactly once before anything is checked (see ops/norm.ts). */
+interface BackwardOptions {
+  readonly mean: unknown; readonly rstd: unknown; readonly weight: unknown; readonly bias: unknown;
+  readonly dx: unknown; readonly dweight: unknown; readonly dbias: unknown; readonly accumulate: unknown; readonly stream: unknown;
+}
+
+function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
+  if (typeof opts !== "object" || opts === null) {
+    throw new ArgumentError("options", kind === "layer" ? "an options object { mean, rstd, … }" : "an options object { rstd, … }", opts);
+  }
+  const o = opts as LayerNormBackwardOptions;
+  return {
+    mean: o.mean, rstd: o.rstd, weight: o.weight, bias: o.bias, dx: o.dx, dweight: o.dweight, dbias: o.dbias,
+    accumulate: o.accumulate, stream: o.stream,
+  };
+}
+
+function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, optsIn: LayerNormBackwardOptions): NormBackwardResult {
+  const opts = readBackwardOptions(kind, optsIn);
   const x = checkInput(xIn);
   const dy = checkTensor("dy", dyIn, x.device);
   checkSameShape("dy", dy, x);
+  if (kind === "rms") {
+    // RMSNorm has no bias: a bias or dbias given is a mistake (a LayerNorm's arguments), not something to ignore.
+    for (const [name, v] of [["bias", opts.bias], ["dbias", opts.dbias]] as const) {
+      if (v !== undefined && v !== null) throw new ArgumentError(name, `no ${name}: RMSNorm has no bias (layerNormBackward takes one)`, v);
+    }
+  }
   const mean = kind === "layer" ? checkStat("mean", opts.mean, x) : undefined;
   const rstd = checkStat("rstd", opts.rstd, x);
   const weight = checkParam("weight", opts.weight, x);
@@ -100,23 +123,30 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: LayerNormB
   const dbGiven = kind === "layer" ? checkGradOut("dbias", opts.dbias, x, pdtype) : undefined;
   if (dwGiven && !weight) throw new ArgumentError("dweight", "only with a weight", "a tensor");
   if (dbGiven && !bias) throw new ArgumentError("dbias", "only with a bias", "a tensor");
-  const dxGiven = opts.dx === undefined ? undefined : checkTensor("dx", opts.dx, x.device);
+  const dxGiven = opts.dx === undefined || opts.dx === null ? undefined : checkTensor("dx", opts.dx, x.device);
   if (dxGiven) {
     checkSameShape("dx", dxGiven, x);
     if (dxGiven.dtype !== x.dtype) throw new ArgumentError("dx.dtype", `x's dtype "${x.dtype}"`, dxGiven.dtype);
     if (overlaps(dxGiven, x)) throw new ArgumentError("dx", "memory that does not overlap x", "an overlap with x");
     if (!sameView(dxGiven, dy) && overlaps(dxGiven, dy)) throw new ArgumentError("dx", "dy itself (in place) or memory that does not overlap dy", "a partial overlap with dy");
   }
-  for (const [n, g] of [["dweight", dwGiven], ["dbias", dbGiven]] as const) {
-    for (const [m, t] of [["x", x], ["dy", dy], ["dx", dxGiven]] as const) {
-      if (g && t && overlaps(g, t)) throw new ArgumentError(n, `memory that does not overlap ${m}`, `an overlap with ${m}`);
+  // The outputs are written while other blocks still read the inputs (the forward refuses the same race for out).
+  const read = [["x", x], ["dy", dy], ["weight", weight], ["mean", mean], ["rstd", rstd]] as const;
+  for (const [n, g] of [["dx", dxGiven], ["dweight", dwGiven], ["dbias", dbGiven]] as const) {
+    for (const [m, t] of read) {
+      if (g && t && !(n === "dx" && (m === "x" || m === "dy")) && overlaps(g, t)) {
+        throw new ArgumentError(n, `memory that does not overlap ${m}`, `an overlap with ${m}`);
+      }
     }
   }
+  for (const [n, g] of [["dweight", dwGiven], ["dbias", dbGiven]] as const) {
+    if (g && dxGiven && overlaps(g, dxGiven)) throw new ArgumentError(n, "memory that does not overlap dx", "an overlap with dx");
+  }
   if (dwGiven && dbGiven && overlaps(dwGiven, dbGiven)) throw new ArgumentError("dbias", "memory that does not overlap dweight", "an overlap");
+  const accumulate = checkFlag("accumulate", opts.accumulate) === true;
   const device = x.device;
   const stream = checkStream(opts.stream ?? device.stream, device);
   if (device.backend === "hip") throw new UnsupportedError(`${kind}NormBackward on HIP: the backward kernels have not been run on an AMD GPU`);
-  const accumulate = opts.accumulate === true;
   if (accumulate && ((weight && !dwGiven) || (bias && !dbGiven))) {
     throw new ArgumentError("accumulate", "dweight (and dbias with a bias) to add into", "no tensor to accumulate into");
   }
@@ -182,6 +212,9 @@ export function devicePlanBackward(device: Device, input: BwdPlanInput, override
   return residentStaged(planNormBackward(input, portable), portable);
 }
 
+// CUDA_ERROR_OUT_OF_MEMORY (hipErrorOutOfMemory has the same number).
+const CUDA_ERROR_OUT_OF_MEMORY = 2;
+
 /** Per prepared kernel (a module loaded again has new ones), per block/shared/cluster: whether one cluster fits. */
 const clusterFits = new WeakMap<Kernel, Map<number, boolean>>();
 function holdsCluster(k: Kernel, p: { block: number; sharedBytes: number; cluster: number }): boolean {
@@ -197,6 +230,8 @@ function holdsCluster(k: Kernel, p: { block: number; sharedBytes: number; cluste
       // A driver that refuses the non-portable size (its opt-in or the query): the portable plan. A sticky error
       // would fail that plan's launch in its turn, with its own message.
       if (!(e instanceof GpuError)) throw e;
+      // Out of memory is no answer about the geometry: this call takes the portable plan, the next one asks again.
+      if (e.code === CUDA_ERROR_OUT_OF_MEMORY) return false;
       fits = false;
     }
     byGeometry.set(key, fits);

@@ -4,13 +4,19 @@
  * until zeroGrad(). Parameters load from and save to typed arrays, including int8 with a per-tensor or
  * per-channel scale (dequantized once on the host, then uploaded as f32).
  */
-import type { Device } from "../runtime/device.ts";
+import { Device } from "../runtime/device.ts";
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import type { Stream } from "../runtime/stream.ts";
-import type { Tensor } from "../runtime/tensor.ts";
+import { checkValues, type Tensor } from "../runtime/tensor.ts";
 import { layerNormBackward, rmsNormBackward } from "./backward.ts";
 import { layerNorm, rmsNorm } from "./norm.ts";
 import type { NormKind } from "./plan.ts";
+import { checkD, checkEps, checkFlag, checkInput, checkOptions, checkStream } from "./validate.ts";
+
+/** The `{ stream? }` options of forward/backward/zeroGrad, read once (checked where it is used). */
+function readStream(opts: unknown): Stream | undefined {
+  return (checkOptions(opts, "an options object { stream? }") as { stream?: Stream } | undefined)?.stream;
+}
 
 /** Parameter values: f32 (or any numbers), or int8 codes with a scale (one, or one per channel). */
 export type ParamValues = ArrayLike<number> | { int8: Int8Array; scale: number | ArrayLike<number> };
@@ -26,23 +32,53 @@ export interface NormModuleOptions {
   zeroCentered?: boolean;
 }
 
-/** Dequantizes `v` to f32 (int8 codes × their scale), checking its length against d. */
-export function dequantize(name: string, v: ParamValues, d: number): Float32Array {
-  if (v && typeof v === "object" && "int8" in v) {
-    if (!(v.int8 instanceof Int8Array) || v.int8.length !== d) throw new ArgumentError(`${name}.int8`, `an Int8Array of ${d} codes`, v.int8);
-    const s = v.scale;
-    const perChannel = typeof s !== "number";
-    if (perChannel ? !s || s.length !== d : !Number.isFinite(s)) {
-      throw new ArgumentError(`${name}.scale`, `a finite number or ${d} per-channel scales`, s);
-    }
+/**
+ * Dequantizes `v` to f32 (int8 codes × their scale), checking it whole first: d numbers (an Array of numbers or a
+ * typed array), or d int8 codes with one scale or d per-channel scales, each a finite number ≥ 0; every value must be
+ * finite as an f32 (a scale of 1e39 would make the weights Infinity). Each field is read once.
+ */
+export function dequantize(name: string, v: unknown, d: number): Float32Array {
+  if (typeof v === "object" && v !== null && !Array.isArray(v) && !ArrayBuffer.isView(v)) {
+    if (!("int8" in v)) throw new ArgumentError(name, `${d} numbers or { int8, scale }`, v);
+    const q = v as { int8: unknown; scale: unknown };
+    const codes = q.int8, scale = q.scale;
+    if (!(codes instanceof Int8Array) || codes.length !== d) throw new ArgumentError(`${name}.int8`, `an Int8Array of ${d} codes`, codes);
+    const perChannel = typeof scale !== "number";
+    const scales = perChannel ? checkValues(scale, `${name}.scale`) : undefined;
+    if (scales && scales.length !== d) throw new ArgumentError(`${name}.scale`, `one number or ${d} per-channel scales`, scale);
     const out = new Float32Array(d);
-    for (let j = 0; j < d; j++) out[j] = v.int8[j] * (perChannel ? (s as ArrayLike<number>)[j] : (s as number));
+    for (let j = 0; j < d; j++) {
+      const s = scales ? scales[j] : (scale as number);
+      if (!(s >= 0) || s === Infinity) {
+        throw new ArgumentError(scales ? `${name}.scale[${j}]` : `${name}.scale`, "a finite number ≥ 0", s);
+      }
+      out[j] = codes[j] * s;
+      if (!Number.isFinite(out[j])) {
+        throw new ArgumentError(scales ? `${name}.scale[${j}]` : `${name}.scale`, `a scale that keeps ${name} finite as f32 (code ${codes[j]} × scale)`, s);
+      }
+    }
     return out;
   }
-  if (!v || typeof (v as ArrayLike<number>).length !== "number" || (v as ArrayLike<number>).length !== d) {
-    throw new ArgumentError(name, `${d} numbers (or { int8, scale })`, v);
+  const values = checkValues(v, name);
+  if (values.length !== d) throw new ArgumentError(name, `${d} numbers (or { int8, scale })`, `${values.length} numbers`);
+  const out = Float32Array.from(values);
+  for (let j = 0; j < d; j++) {
+    if (!Number.isFinite(out[j])) throw new ArgumentError(`${name}[${j}]`, "a number finite as f32", values[j]);
   }
-  return Float32Array.from(v as ArrayLike<number>);
+  return out;
+}
+
+/** NormModuleOptions read once and checked. */
+function readModuleOptions(opts: unknown, defaultEps: number, hasBias: boolean): Required<NormModuleOptions> {
+  const o = checkOptions(opts, "an options object { eps?, weight?, bias?, zeroCentered? }") as NormModuleOptions | undefined;
+  const eps = o?.eps, weight = o?.weight, bias = o?.bias, zeroCentered = o?.zeroCentered;
+  if (!hasBias && bias !== undefined) throw new ArgumentError("bias", "no bias option: RMSNorm has no bias (LayerNorm takes one)", bias);
+  return {
+    eps: checkEps(eps ?? defaultEps),
+    weight: checkFlag("weight", weight) ?? true,
+    bias: hasBias && (checkFlag("bias", bias) ?? true),
+    zeroCentered: checkFlag("zeroCentered", zeroCentered) ?? false,
+  };
 }
 
 abstract class NormModule implements Disposable {
@@ -62,12 +98,17 @@ abstract class NormModule implements Disposable {
   #closed = false;
   protected abstract readonly kind: NormKind;
 
-  constructor(device: Device, d: number, opts: NormModuleOptions, defaultEps: number, hasBias: boolean) {
-    if (!Number.isSafeInteger(d) || d < 1) throw new ArgumentError("d", "an integer ≥ 1", d);
+  constructor(device: Device, d: number, optsIn: NormModuleOptions | undefined, defaultEps: number, hasBias: boolean) {
+    // Everything the forward checks per call that is fixed at construction is checked here: a module that cannot run
+    // is refused now, not at its first forward.
+    if (!Device.isDevice(device)) throw new ArgumentError("device", "a Device (Device.open())", device);
+    if (device.closed) throw new DisposedError("device");
+    checkD(d);
+    const opts = readModuleOptions(optsIn, defaultEps, hasBias);
     this.device = device;
     this.d = d;
-    this.eps = opts.eps ?? defaultEps;
-    this.zeroCentered = opts.zeroCentered === true;
+    this.eps = opts.eps;
+    this.zeroCentered = opts.zeroCentered;
     const made: Tensor[] = [];
     const zeros = () => {
       const t = device.tensor(new Float32Array(d), [d]);
@@ -75,14 +116,14 @@ abstract class NormModule implements Disposable {
       return t;
     };
     try {
-      if (opts.weight !== false) {
+      if (opts.weight) {
         this.weight = device.tensor(new Float32Array(d).fill(this.zeroCentered ? 0 : 1), [d]);
         made.push(this.weight);
         this.weightGrad = zeros();
         this.#scale = this.zeroCentered ? zeros() : this.weight;
         if (this.zeroCentered) this.#scale.write(new Float32Array(d).fill(1));
       }
-      if (hasBias && opts.bias !== false) {
+      if (opts.bias) {
         this.bias = zeros();
         this.biasGrad = zeros();
       }
@@ -96,19 +137,31 @@ abstract class NormModule implements Disposable {
     if (this.#closed) throw new DisposedError(`${this.constructor.name} module`);
   }
 
-  /** Sets parameters from typed arrays (f32 or int8 + scale); uploads once. */
+  /**
+   * Sets parameters from typed arrays (f32 or int8 + scale); uploads once. Everything is checked before anything is
+   * written: a refused call leaves both parameters as they were.
+   */
   load(values: { weight?: ParamValues; bias?: ParamValues }): void {
     this.#check();
-    if (values.weight !== undefined) {
+    if (typeof values !== "object" || values === null) throw new ArgumentError("values", "an object { weight?, bias? }", values);
+    for (const key of Object.keys(values)) {
+      if (key !== "weight" && key !== "bias") throw new ArgumentError(`values.${key}`, "only weight and bias", "an unknown key");
+    }
+    const weightIn = values.weight, biasIn = values.bias;
+    let w: Float32Array | undefined, b: Float32Array | undefined;
+    if (weightIn !== undefined) {
       if (!this.weight) throw new ArgumentError("weight", "no weight (the module was made without one)", "values");
-      const w = dequantize("weight", values.weight, this.d);
-      this.weight.write(w);
+      w = dequantize("weight", weightIn, this.d);
+    }
+    if (biasIn !== undefined) {
+      if (!this.bias) throw new ArgumentError("bias", "no bias (the module was made without one)", "values");
+      b = dequantize("bias", biasIn, this.d);
+    }
+    if (w) {
+      this.weight!.write(w);
       if (this.zeroCentered) this.#scale!.write(w.map((v) => 1 + v));
     }
-    if (values.bias !== undefined) {
-      if (!this.bias) throw new ArgumentError("bias", "no bias (the module was made without one)", "values");
-      this.bias.write(dequantize("bias", values.bias, this.d));
-    }
+    if (b) this.bias!.write(b);
   }
 
   /** The parameters and their gradients, as f32 arrays (waits for the device's stream). */
@@ -121,24 +174,29 @@ abstract class NormModule implements Disposable {
   }
 
   /** Normalizes x and keeps x (by reference: do not close or overwrite it before backward) and the stats. */
-  forward(x: Tensor, opts: { stream?: Stream } = {}): Tensor {
+  forward(xIn: Tensor, opts?: { stream?: Stream }): Tensor {
     this.#check();
+    const stream = readStream(opts);
+    const x = checkInput(xIn);
+    // x's D against the module's d first: else the weight (of d elements) would be blamed for the mismatch.
+    if (x.d !== this.d) throw new ArgumentError("x", `a last dimension of ${this.d} (the module's d)`, `shape [${x.shape}]`);
     const r = this.kind === "layer"
-      ? layerNorm(x, { weight: this.#scale, bias: this.bias, eps: this.eps, stats: true, stream: opts.stream })
-      : rmsNorm(x, { weight: this.#scale, eps: this.eps, stats: true, stream: opts.stream });
+      ? layerNorm(x, { weight: this.#scale, bias: this.bias, eps: this.eps, stats: true, stream })
+      : rmsNorm(x, { weight: this.#scale, eps: this.eps, stats: true, stream });
     this.#release();
     this.#saved = { x, mean: this.kind === "layer" ? r.mean : (r.mean.close(), undefined), rstd: r.rstd };
     return r.y;
   }
 
   /** dx for the last forward's x, adding dweight/dbias into weightGrad/biasGrad. Consumes what forward kept. */
-  backward(dy: Tensor, opts: { stream?: Stream } = {}): Tensor {
+  backward(dy: Tensor, opts?: { stream?: Stream }): Tensor {
     this.#check();
+    const stream = readStream(opts);
     const s = this.#saved;
     if (!s) throw new ArgumentError("backward", "a forward() first (each forward allows one backward)", "none");
     // d(1 + w)/dw = 1: the scale's gradient is the stored weight's.
     const common = {
-      rstd: s.rstd, weight: this.#scale, dweight: this.weightGrad, accumulate: true, stream: opts.stream,
+      rstd: s.rstd, weight: this.#scale, dweight: this.weightGrad, accumulate: true, stream,
     };
     const r = this.kind === "layer"
       ? layerNormBackward(dy, s.x, { ...common, mean: s.mean!, bias: this.bias, dbias: this.biasGrad })
@@ -148,10 +206,12 @@ abstract class NormModule implements Disposable {
   }
 
   /** Sets the accumulated gradients to zero. */
-  zeroGrad(opts: { stream?: Stream } = {}): void {
+  zeroGrad(opts?: { stream?: Stream }): void {
     this.#check();
-    this.weightGrad?.buffer.fill(0, opts);
-    this.biasGrad?.buffer.fill(0, opts);
+    const stream = readStream(opts);
+    if (stream !== undefined) checkStream(stream, this.device);
+    this.weightGrad?.buffer.fill(0, { stream });
+    this.biasGrad?.buffer.fill(0, { stream });
   }
 
   #release(): void {
@@ -175,7 +235,7 @@ abstract class NormModule implements Disposable {
 /** LayerNorm over the last dimension, with learnable weight and bias. */
 export class LayerNorm extends NormModule {
   protected readonly kind = "layer" as const;
-  constructor(device: Device, d: number, opts: NormModuleOptions = {}) {
+  constructor(device: Device, d: number, opts?: NormModuleOptions) {
     super(device, d, opts, 1e-5, true);
   }
 }
@@ -183,7 +243,7 @@ export class LayerNorm extends NormModule {
 /** RMSNorm over the last dimension, with a learnable weight. */
 export class RMSNorm extends NormModule {
   protected readonly kind = "rms" as const;
-  constructor(device: Device, d: number, opts: NormModuleOptions = {}) {
+  constructor(device: Device, d: number, opts?: NormModuleOptions) {
     super(device, d, opts, 1e-6, false);
   }
 }

@@ -7,11 +7,11 @@ import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import type { ArgBlock, Kernel, LaunchConfig } from "../runtime/module.ts";
 import { releaseCount } from "../runtime/resource.ts";
-import { emptyTensor, spanElements, type Tensor } from "../runtime/tensor.ts";
+import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import { fwdFull, type LaunchPlan, type NormKind } from "./plan.ts";
 import { lookupNormPlan } from "./plan_cache.ts";
-import { checkEps, checkInput, checkOut, checkOutDtype, checkParam, checkStream } from "./validate.ts";
+import { checkEps, checkFlag, checkInput, checkOut, checkOutDtype, checkParam, checkStream } from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
 
 export interface RMSNormOptions {
@@ -49,15 +49,46 @@ export interface NormResult {
 /** LayerNorm over the last dimension. Asynchronous on the stream; the result is a new tensor unless `out`. */
 export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
-export function layerNorm(x: Tensor, opts: LayerNormOptions = {}): Tensor | NormResult {
-  return runNorm("layer", x, opts, opts.eps === undefined ? 1e-5 : opts.eps);
+export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResult {
+  return runNorm("layer", x, readOptions("layer", opts));
 }
 
 /** RMSNorm over the last dimension: y = x / sqrt(mean(x²) + eps) * weight. */
 export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;
-export function rmsNorm(x: Tensor, opts: RMSNormOptions = {}): Tensor | NormResult {
-  return runNorm("rms", x, opts, opts.eps === undefined ? 1e-6 : opts.eps);
+export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor | NormResult {
+  return runNorm("rms", x, readOptions("rms", opts));
+}
+
+/**
+ * A call's options, each read exactly once before anything is checked: an options object with getters cannot give
+ * the checks one tensor or stream and the launch (or the repeat-call cache) another. Unchecked here.
+ */
+interface CallOptions {
+  readonly weight: unknown;
+  readonly bias: unknown;
+  readonly eps: unknown;
+  readonly out: unknown;
+  readonly outDtype: unknown;
+  readonly stream: unknown;
+  readonly stats: unknown;
+  readonly check: unknown;
+}
+
+function readOptions(kind: NormKind, opts: unknown): CallOptions {
+  const eps0 = kind === "layer" ? 1e-5 : 1e-6;
+  if (opts === undefined) {
+    return { weight: undefined, bias: undefined, eps: eps0, out: undefined, outDtype: undefined, stream: undefined, stats: undefined, check: undefined };
+  }
+  if (typeof opts !== "object" || opts === null) {
+    throw new ArgumentError("options", "an options object { weight?, eps?, out?, … } or nothing", opts);
+  }
+  const o = opts as LayerNormOptions;
+  const eps = o.eps;
+  return {
+    weight: o.weight, bias: o.bias, eps: eps === undefined ? eps0 : eps, out: o.out, outDtype: o.outDtype, stream: o.stream,
+    stats: o.stats, check: o.check,
+  };
 }
 
 /**
@@ -74,8 +105,8 @@ class ValidatedCall {
     readonly biasIn: unknown,
     readonly out: Tensor,
     readonly outDtypeIn: unknown,
-    readonly streamIn: Stream | undefined,
-    readonly eps: number,
+    readonly streamIn: unknown,
+    readonly eps: unknown,
     readonly weight: Tensor | undefined,
     readonly bias: Tensor | undefined,
     readonly stream: Stream,
@@ -129,14 +160,15 @@ function writeNormArgs(
   k.setI32(13, g.prefetch);
 }
 
-/** Launches `c` again when `x`, `opts` and `eps` are exactly its call and everything is still open; else false. */
-function repeatCall(c: ValidatedCall | undefined, x: Tensor, opts: LayerNormOptions, eps: number, layer: boolean): boolean {
+/** Launches `c` again when `x` and the options `o` are exactly its call and everything is still open; else false. */
+function repeatCall(c: ValidatedCall | undefined, x: Tensor, o: CallOptions, layer: boolean): boolean {
   if (
-    c === undefined || c.x !== x || c.out !== opts.out || c.weightIn !== opts.weight || c.eps !== eps ||
-    (layer && c.biasIn !== opts.bias) || c.streamIn !== opts.stream || c.outDtypeIn !== opts.outDtype || opts.stats ||
-    (opts.check !== undefined && opts.check !== false)
+    c === undefined || c.x !== x || c.out !== o.out || c.weightIn !== o.weight || c.eps !== o.eps ||
+    (layer && c.biasIn !== o.bias) || c.streamIn !== o.stream || c.outDtypeIn !== o.outDtype ||
+    (o.stats !== undefined && o.stats !== false) || (o.check !== undefined && o.check !== false) ||
+    (!layer && o.bias !== undefined && o.bias !== null)
   ) return false;
-  if (opts.check === undefined && checkModeFor(x.device, undefined)) return false; // the device's check mode
+  if (o.check === undefined && checkModeFor(x.device, undefined)) return false; // the device's check mode
   const k = c.kernel;
   // Nothing released anywhere since the objects were last seen open: they still are. Else check them.
   const released = releaseCount();
@@ -152,37 +184,39 @@ function repeatCall(c: ValidatedCall | undefined, x: Tensor, opts: LayerNormOpti
   }
   if (c.args === undefined) {
     c.args = k.argBlock();
-    writeNormArgs(c.args, x, c.out, c.weight, c.bias, undefined, undefined, eps, c.geometry);
+    writeNormArgs(c.args, x, c.out, c.weight, c.bias, undefined, undefined, c.eps as number, c.geometry);
   }
   k.launchWritten(c.stream, c.config, c.args);
   return true;
 }
 
-function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: number): Tensor | NormResult {
+function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResult {
   const layer = kind === "layer", calls = layer ? layerCalls : rmsCalls;
-  if (repeatCall(calls.last, xIn, opts, epsIn, layer)) return opts.out!;
+  if (repeatCall(calls.last, xIn, o, layer)) return o.out as Tensor;
   // (WeakMap.get of a key that is no object, e.g. a bad weight, is undefined: the full validation then refuses it.)
-  const recent = calls.byKey.get(callKey(opts.weight, layer ? opts.bias : undefined, xIn) as object);
-  if (recent !== calls.last && repeatCall(recent, xIn, opts, epsIn, layer)) {
+  const recent = calls.byKey.get(callKey(o.weight, layer ? o.bias : undefined, xIn) as object);
+  if (recent !== calls.last && repeatCall(recent, xIn, o, layer)) {
     calls.last = recent;
-    return opts.out!;
+    return o.out as Tensor;
   }
   // Everything is validated before anything is allocated or queued.
   const x = checkInput(xIn);
-  const eps = checkEps(epsIn);
-  const weight = checkParam("weight", opts.weight, x);
-  const bias = kind === "layer" ? checkParam("bias", opts.bias, x) : undefined;
+  const eps = checkEps(o.eps);
+  const weight = checkParam("weight", o.weight, x);
+  if (!layer && o.bias !== undefined && o.bias !== null) throw new ArgumentError("bias", "no bias: RMSNorm has none (layerNorm takes one)", o.bias);
+  const bias = layer ? checkParam("bias", o.bias, x) : undefined;
   // The kernels read weight and bias with one dtype.
   if (weight && bias && weight.dtype !== bias.dtype) {
     throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
   }
-  const outDtype = checkOutDtype(opts.outDtype ?? opts.out?.dtype, x);
-  const outGiven = checkOut(opts.out, x, outDtype, { weight, bias });
+  const stats = checkFlag("stats", o.stats) === true;
+  const outDtype = checkOutDtype(o.outDtype ?? (Tensor.isTensor(o.out) ? o.out.dtype : undefined), x);
+  const outGiven = checkOut(o.out, x, outDtype, { weight, bias });
   const device = x.device;
-  const stream = checkStream(opts.stream ?? device.stream, device);
-  const checking = checkModeFor(device, opts.check);
+  const stream = checkStream(o.stream ?? device.stream, device);
+  const checking = checkModeFor(device, o.check);
   // Allocating while a stream captures would break the capture (global mode): say so before the driver does.
-  if ((!outGiven || opts.stats || checking) && deviceCapturing(device)) {
+  if ((!outGiven || stats || checking) && deviceCapturing(device)) {
     throw new UnsupportedError(
       checking
         ? `${kind}Norm during a graph capture: check mode reads statistics back, which a capture cannot; pass check: false`
@@ -203,7 +237,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
   const pending = checking ? startCheck(`${kind}Norm`, x, stream) : undefined;
   try {
     y ??= emptyTensor(device, x.shape, { dtype: outDtype });
-    if (opts.stats) {
+    if (stats) {
       const statShape = x.shape.length > 1 ? x.shape.slice(0, -1) : [1];
       mean = emptyTensor(device, statShape);
       rstd = emptyTensor(device, statShape);
@@ -221,10 +255,10 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
         k.checkLaunch(stream, config);
         writeNormArgs(k.args, x, y, weight, bias, mean, rstd, eps, geometry);
         k.launchWritten(stream, config, k.args);
-        if (outGiven && !opts.stats && !checking) {
+        if (outGiven && !stats && !checking) {
           // Remembered for repeatCall(): the very same call next time skips the checks above.
           const c = new ValidatedCall(
-            x, opts.weight, opts.bias, outGiven, opts.outDtype, opts.stream, eps, weight, bias, stream, k, config, geometry, releaseCount(),
+            x, o.weight, o.bias, outGiven, o.outDtype, o.stream, eps, weight, bias, stream, k, config, geometry, releaseCount(),
           );
           calls.last = c;
           calls.byKey.set(callKey(weight, bias, x) as object, c);
@@ -240,7 +274,7 @@ function runNorm(kind: NormKind, xIn: Tensor, opts: LayerNormOptions, epsIn: num
     rstd?.close();
     throw e;
   }
-  return opts.stats ? { y, mean: mean!, rstd: rstd! } : y;
+  return stats ? { y, mean: mean!, rstd: rstd! } : y;
 }
 
 /** The CPU backend: float64 maths straight on the host bytes. */

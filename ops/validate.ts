@@ -9,19 +9,44 @@ import { spanElements, Tensor } from "../runtime/tensor.ts";
 export const MAX_D = 262_144;
 
 export function checkTensor(name: string, t: unknown, device?: Device): Tensor {
-  if (!(t instanceof Tensor)) throw new ArgumentError(name, "a Tensor", t);
+  // A brand check: a Proxy of a Tensor passes instanceof, then fails on its private fields with a bare TypeError.
+  if (!Tensor.isTensor(t)) throw new ArgumentError(name, "a Tensor (a Proxy of one or a look-alike object is refused)", t);
   // The device first: its tensors are closed with it, and "the device was closed" is the useful message.
   if (t.device.closed) throw new DisposedError(`${name}'s device`);
   if (t.closed) throw new DisposedError(`${name} (Tensor)`);
   if (device && t.device !== device) {
-    throw new ArgumentError(name, `a tensor on the same device as x (${device.backend}:${device.info.ordinal})`, `a tensor on ${t.device.backend}:${t.device.info.ordinal}`);
+    throw new ArgumentError(name, `a tensor on the same device as x (${device.id})`, `a tensor on ${t.device.id}`);
   }
   return t;
 }
 
+/**
+ * eps reaches the kernels as an f32 (the CPU backend uses it as given): the value checked is Math.fround(eps), which
+ * must be finite and > 0 (1e-50 would become 0, and a constant row 0/0; 1e39 would become Infinity).
+ */
 export function checkEps(eps: unknown): number {
-  if (typeof eps !== "number" || !Number.isFinite(eps) || eps <= 0) throw new ArgumentError("eps", "a finite number > 0", eps);
+  if (typeof eps !== "number" || !(Math.fround(eps) > 0) || Math.fround(eps) === Infinity) {
+    throw new ArgumentError("eps", "a number whose f32, as the kernels get it, is finite and > 0 (Math.fround(eps): about 1e-45 to 3.4e38)", eps);
+  }
   return eps;
+}
+
+/** A boolean option: true, false or not given (undefined). */
+export function checkFlag(name: string, v: unknown): boolean | undefined {
+  if (v !== undefined && typeof v !== "boolean") throw new ArgumentError(name, "a boolean", v);
+  return v;
+}
+
+/** An options argument: an object, or nothing (undefined). */
+export function checkOptions(opts: unknown, expected: string): object | undefined {
+  if (opts !== undefined && (typeof opts !== "object" || opts === null)) throw new ArgumentError("options", `${expected} or nothing`, opts);
+  return opts as object | undefined;
+}
+
+/** A hidden size the kernels support: an integer 1 to MAX_D. */
+export function checkD(d: unknown): number {
+  if (!Number.isSafeInteger(d) || (d as number) < 1 || (d as number) > MAX_D) throw new ArgumentError("d", `an integer from 1 to ${MAX_D}`, d);
+  return d as number;
 }
 
 export function checkInput(x: unknown): Tensor {
@@ -75,7 +100,7 @@ export function sameView(a: Tensor, b: Tensor): boolean {
 
 /** The stream an op runs on: an open Stream of x's device. */
 export function checkStream(stream: unknown, device: Device): Stream {
-  if (!(stream instanceof Stream) || stream.device !== device) throw new ArgumentError("stream", "a Stream of x's device", stream);
+  if (!Stream.isStream(stream) || stream.device !== device) throw new ArgumentError("stream", `a Stream of x's device (${device.id})`, stream);
   if (stream.closed) throw new DisposedError("stream");
   return stream;
 }

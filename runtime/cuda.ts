@@ -55,14 +55,18 @@ export function openCudaDriver(): Driver {
     if (s[fn](code, u64Out) !== 0 || u64Out[0] === 0n) return undefined;
     return ffi!.readCString(u64Out[0]);
   };
+  // Set once the driver object exists (errors of cuInit, before it, reach no listener).
+  let driver: Driver | undefined;
   const fail = (call: string, code: number): never => {
-    throw new GpuError(
+    const e = new GpuError(
       "cuda",
       call,
       code,
       errorText(code, "cuGetErrorName") ?? `CUDA_ERROR_${code}`,
       errorText(code, "cuGetErrorString") ?? "unknown error",
     );
+    driver?.onError?.(e);
+    throw e;
   };
   const check = (call: string, code: number): void => {
     if (code !== 0) fail(call, code);
@@ -116,7 +120,7 @@ export function openCudaDriver(): Driver {
   const attr = (dev: number, a: number): number =>
     i32("cuDeviceGetAttribute", s.cuDeviceGetAttribute(i32Out, a, dev));
 
-  return {
+  const d: Driver = {
     backend: "cuda",
     version,
     graphs,
@@ -240,4 +244,6 @@ export function openCudaDriver(): Driver {
       if (code !== 0) fail("cuLaunchKernelEx", code);
     },
   };
+  driver = d;
+  return d;
 }

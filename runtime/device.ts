@@ -109,6 +109,35 @@ const liveContexts = new Set<Context>();
 // GPUs (driver, ordinal) whose context recover() could not bring back: this process cannot use them any more.
 const poisonedGpus = new WeakMap<Driver, Map<number, GpuError>>();
 
+/**
+ * A driver error seen on the context current on this thread: after a sticky one (a faulting kernel) every
+ * Device on that context refuses further use at once, without driver calls (which would all fail anyway).
+ */
+function noteDriverError(driver: Driver, e: GpuError): void {
+  if (!e.sticky || currentContext === 0n) return;
+  for (const c of liveContexts) if (c.driver === driver && c.handle === currentContext) c.faulted ??= e;
+}
+
+// Drivers whose errors this runtime listens to. A listener already there (another instance of this module over
+// the same driver object, as tests make) keeps being called.
+const listening = new WeakSet<Driver>();
+function listenForErrors(driver: Driver): void {
+  if (listening.has(driver)) return;
+  listening.add(driver);
+  const earlier = driver.onError;
+  driver.onError = earlier
+    ? (e) => {
+      earlier(e);
+      noteDriverError(driver, e);
+    }
+    : (e) => noteDriverError(driver, e);
+}
+
+/** The error every use of a context that hit a sticky error throws until recover() finds out more. */
+function faultedError(cause: GpuError, what: string): GpuError {
+  return new GpuError(cause.backend, `${what} (the context is unusable since ${cause.call} failed)`, cause.code, cause.codeName, cause.description);
+}
+
 /** The error every use of a poisoned GPU throws: restart the process. */
 function restartError(cause: GpuError, what: string): GpuError {
   return new GpuError(cause.backend, `${what} (poisoned by ${cause.call})`, cause.code, cause.codeName, cause.description, {
@@ -131,6 +160,8 @@ class Context {
   suspended = false;
   /** Set when recover() found the context unusable after a reset: every use throws it (restartRequired). */
   poisoned: GpuError | undefined;
+  /** Set by a sticky error on this context: every use throws (sticky) until recover() resets the context. */
+  faulted: GpuError | undefined;
   /** Clears the owning Device's caches (prepared kernels, plans) after a reset; weak, so no Device is kept alive. */
   dropCaches: () => void = () => {};
   constructor(readonly driver: Driver, public handle: bigint, readonly ordinal: number, readonly children: Owner) {
@@ -139,6 +170,7 @@ class Context {
 
   activate(): Driver {
     if (this.poisoned) throw restartError(this.poisoned, "device use");
+    if (this.faulted) throw faultedError(this.faulted, "device use");
     if (currentContext !== this.handle) {
       this.driver.setCurrent(this.handle);
       currentContext = this.handle;
@@ -148,7 +180,8 @@ class Context {
 
   /** For releasing children: the driver if the context still exists, else null (the memory went with it). */
   forRelease(): Driver | null {
-    return this.alive && !this.suspended && !this.poisoned ? this.activate() : null;
+    // A context with a sticky error frees nothing (every call would fail): a reset or the process's end does.
+    return this.alive && !this.suspended && !this.poisoned && !this.faulted ? this.activate() : null;
   }
 
   release(): void {
@@ -157,13 +190,33 @@ class Context {
     liveContexts.delete(this);
     if (currentContext === this.handle) currentContext = 0n;
     // A poisoned context is not released: the call would fail, and the process has to restart anyway.
-    if (!this.poisoned) this.driver.releaseContext(this.ordinal);
+    if (this.poisoned) return;
+    try {
+      this.driver.releaseContext(this.ordinal);
+    } catch (e) {
+      // After a sticky error the release may fail too: close() still has to work.
+      if (!(this.faulted && e instanceof GpuError)) throw e;
+    }
   }
+}
+
+/** Devices opened so far per backend:ordinal, for each Device's distinct id. */
+const openedCount = new Map<string, number>();
+function nextDeviceId(backend: Backend, ordinal: number): string {
+  const key = `${backend}:${ordinal}`;
+  const n = (openedCount.get(key) ?? 0) + 1;
+  openedCount.set(key, n);
+  return n === 1 ? key : `${key}#${n}`;
 }
 
 export class Device extends Resource {
   readonly backend: Backend;
   readonly info: DeviceInfo;
+  /**
+   * This Device in messages: backend:ordinal, and #n for the n-th Device opened on the same one in this process
+   * ("cpu:0", "cpu:0#2"), so that two Devices of one GPU (or two CPU devices) are told apart.
+   */
+  readonly id: string;
   /** Why "auto" fell back to the CPU, when it did. */
   readonly fallbackReason: string | undefined;
   /** @internal owns every resource created from this device */
@@ -196,6 +249,7 @@ export class Device extends Resource {
     this.owner = owner;
     this.backend = backend;
     this.info = info;
+    this.id = nextDeviceId(backend, info.ordinal);
     this.#context = context;
     this.fallbackReason = fallback;
     this.check = check ? (typeof check === "function" ? check : () => {}) : null;
@@ -204,22 +258,24 @@ export class Device extends Resource {
   /** Opens a device. See OpenOptions. */
   static open(options?: OpenOptions | null): Device {
     const opts = options ?? {};
-    if (typeof opts !== "object") throw new ArgumentError("options", "an object { backend?, ordinal? }", opts);
+    if (typeof opts !== "object") throw new ArgumentError("options", "an options object { backend?, ordinal?, sanityCheck?, check? } or nothing", opts);
+    // Each option read once: an object with getters cannot pass one value to the checks and another to the open.
     const backend = opts.backend ?? "auto";
     const ordinal = opts.ordinal ?? 0;
+    const sanityCheck = opts.sanityCheck;
+    const check = opts.check;
     if (!["auto", "cuda", "hip", "cpu"].includes(backend)) {
       throw new ArgumentError("backend", `"auto", "cuda", "hip" or "cpu"`, backend);
     }
     if (!Number.isInteger(ordinal) || ordinal < 0) throw new ArgumentError("ordinal", "an integer ≥ 0", ordinal);
-    if (opts.sanityCheck !== undefined && typeof opts.sanityCheck !== "boolean") {
-      throw new ArgumentError("sanityCheck", "a boolean", opts.sanityCheck);
+    if (sanityCheck !== undefined && typeof sanityCheck !== "boolean") {
+      throw new ArgumentError("sanityCheck", "a boolean", sanityCheck);
     }
-    const check = opts.check;
     if (check !== undefined && typeof check !== "boolean" && typeof check !== "function") {
       throw new ArgumentError("check", "a boolean or a function (report) => void", check);
     }
     const dev = Device.#pickAndOpen(backend, ordinal, check);
-    if (opts.sanityCheck !== false && sanityCheckHook) {
+    if (sanityCheck !== false && sanityCheckHook) {
       try {
         sanityCheckHook(dev);
       } catch (e) {
@@ -249,6 +305,7 @@ export class Device extends Resource {
   static #openGpu(backend: "cuda" | "hip", driver: Driver, ordinal: number, check: OpenOptions["check"]): Device {
     const dead = poisonedGpus.get(driver)?.get(ordinal);
     if (dead) throw restartError(dead, `Device.open(${backend}:${ordinal})`);
+    listenForErrors(driver);
     const info = driver.deviceInfo(ordinal);
     const owner = new Owner();
     const ctx = new Context(driver, driver.retainContext(ordinal), ordinal, owner);
@@ -276,7 +333,12 @@ export class Device extends Resource {
   }
 
   protected get label(): string {
-    return `Device(${this.backend}:${this.info.ordinal})`;
+    return `Device(${this.id})`;
+  }
+
+  /** True for a Device (not a Proxy of one, nor an object that only looks like one). */
+  static isDevice(v: unknown): v is Device {
+    return typeof v === "object" && v !== null && #context in v;
   }
 
   get name(): string {
@@ -301,6 +363,17 @@ export class Device extends Resource {
     return this.#context ? this.#context.activate() : null;
   }
 
+  /**
+   * @internal For release functions that call the driver directly (graphs): whether a release may call it now
+   * (false while recover() resets the context, which drops everything, or after a sticky error, when every call
+   * fails; true on a device without a context of its own, e.g. a test double). It does not hold the Device, so a
+   * forgotten resource releasing through it does not keep the Device alive.
+   */
+  get canRelease(): () => boolean {
+    const ctx = this.#context;
+    return ctx ? () => ctx.forRelease() !== null : () => true;
+  }
+
   /** The device's default stream (non-blocking), where ops and copies go unless told otherwise. */
   get stream(): Stream {
     this.assertOpen();
@@ -309,7 +382,9 @@ export class Device extends Resource {
     return this.#stream;
   }
 
-  createStream(): Stream {
+  createStream(...none: unknown[]): Stream {
+    // It takes no options (no priority, no flags): one given is refused, not silently ignored.
+    if (none.length > 0) throw new ArgumentError("createStream options", "none (createStream takes no arguments)", none[0]);
     const d = this.activeDriver;
     if (!d) return new Stream(this, 0n, () => {});
     const h = d.streamCreate();
@@ -318,8 +393,12 @@ export class Device extends Resource {
   }
 
   /** An event; `timing: false` makes it cheaper when only used for ordering. */
-  createEvent(opts: { timing?: boolean } = {}): Event {
-    const timing = opts.timing ?? true;
+  createEvent(opts?: { timing?: boolean }): Event {
+    if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
+      throw new ArgumentError("options", "an options object { timing? } or nothing", opts);
+    }
+    const timing = opts?.timing ?? true;
+    if (typeof timing !== "boolean") throw new ArgumentError("timing", "a boolean", timing);
     const d = this.activeDriver;
     if (!d) return new Event(this, 0n, timing, () => {});
     const h = d.eventCreate(timing);
@@ -331,7 +410,7 @@ export class Device extends Resource {
   alloc(bytes: number): DeviceBuffer {
     if (!Number.isSafeInteger(bytes) || bytes < 0) throw new ArgumentError("bytes", "an integer ≥ 0", bytes);
     const d = this.activeDriver;
-    if (!d) return new DeviceBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
+    if (!d) return new DeviceBuffer(this, bytes, 0n, hostMemory(bytes), () => {});
     if (bytes === 0) return new DeviceBuffer(this, 0, 0n, null, () => {});
     const ptr = d.memAlloc(bytes);
     const ctx = this.#context!;
@@ -342,7 +421,7 @@ export class Device extends Resource {
   pinned(bytes: number): PinnedBuffer {
     if (!Number.isSafeInteger(bytes) || bytes < 1) throw new ArgumentError("bytes", "an integer ≥ 1", bytes);
     const d = this.activeDriver;
-    if (!d) return new PinnedBuffer(this, bytes, 0n, new Uint8Array(bytes), () => {});
+    if (!d) return new PinnedBuffer(this, bytes, 0n, hostMemory(bytes), () => {});
     const addr = d.hostAlloc(bytes);
     let view: Uint8Array;
     try {
@@ -357,12 +436,13 @@ export class Device extends Resource {
 
   /** Loads PTX (text or bytes), a cubin or a fatbin into this device's context. */
   loadModule(image: Uint8Array | string): Module {
-    const d = this.activeDriver;
-    if (!d) throw new UnsupportedError("the CPU backend cannot load GPU modules");
+    // The argument first: bad input is an ArgumentError on every backend.
     let bytes: Uint8Array;
-    if (typeof image === "string") bytes = new TextEncoder().encode(image + "\0");
+    if (typeof image === "string" && image !== "") bytes = new TextEncoder().encode(image + "\0");
     else if (image instanceof Uint8Array && image.byteLength > 0) bytes = image;
     else throw new ArgumentError("image", "PTX text or non-empty PTX/cubin/fatbin bytes", image);
+    const d = this.activeDriver;
+    if (!d) throw new UnsupportedError("the CPU backend cannot load GPU modules");
     // The driver reads PTX up to a NUL: make sure one is there.
     if (bytes[0] !== 0x7f && bytes[0] !== 0x50 && bytes[bytes.length - 1] !== 0 && isText(bytes)) {
       const z = new Uint8Array(bytes.length + 1);
@@ -435,13 +515,17 @@ export class Device extends Resource {
           // The reset keeps the retain count; retain + release reads the (re-initialized) context's handle.
           const handle = ctx.driver.retainContext(ctx.ordinal);
           ctx.driver.releaseContext(ctx.ordinal);
-          for (const c of peers) c.handle = handle;
+          for (const c of peers) c.handle = handle, c.faulted = undefined;
           // Is it usable? After a sticky error the reset "succeeds" and the context still is not.
           ctx.activate();
           ctx.driver.synchronize();
           ctx.driver.memFree(ctx.driver.memAlloc(256));
         } catch (e) {
           if (!(e instanceof GpuError)) throw e;
+          currentContext = 0n;
+          // A recoverable failure (e.g. out of memory at the check) says nothing about the context: the device
+          // stays usable and recover() may be called again (what a failed reset dropped goes with the next one).
+          if (!e.sticky) throw e;
           const err = new GpuError(e.backend, `device.recover(): ${e.call}`, e.code, e.codeName, e.description, {
             restartRequired: true,
           });
@@ -464,6 +548,17 @@ export class Device extends Resource {
   memoryInfo(): { free: number; total: number } {
     const d = this.activeDriver;
     return d ? d.memInfo() : { free: 0, total: 0 };
+  }
+}
+
+/** The CPU backend's memory: the engine's RangeError (a size past its ArrayBuffer limit, or no memory) named. */
+function hostMemory(bytes: number): Uint8Array {
+  try {
+    return new Uint8Array(bytes);
+  } catch (e) {
+    if (!(e instanceof RangeError)) throw e;
+    // (Not the engine's own message: it differs between engines and says less.)
+    throw new ArgumentError("bytes", "a size the CPU backend can allocate in host memory (the JavaScript engine refused it)", bytes);
   }
 }
 

@@ -3,6 +3,7 @@
  * runtime/ talks to this, never to an FFI symbol. Handles and device pointers are bigints; host memory is a
  * view; every method throws GpuError on failure.
  */
+import type { GpuError } from "./errors.ts";
 
 /** What a device can do, read once at open. */
 export interface DeviceInfo {
@@ -66,6 +67,11 @@ export interface Driver {
   readonly graphs?: GraphDriver;
   /** e.g. 13000 for CUDA 13.0. */
   readonly version: number;
+  /**
+   * Called with every GpuError the driver is about to throw (set by runtime/device.ts, which marks the current
+   * context unusable after a sticky error, so that later uses fail at once with a clear error).
+   */
+  onError?: (error: GpuError) => void;
   deviceCount(): number;
   deviceInfo(ordinal: number): DeviceInfo;
 

@@ -93,11 +93,18 @@ export class UnsupportedError extends Error {
   override name = "UnsupportedError";
 }
 
+/** A short description of a bad value for a message: long strings and arrays are cut, objects named by their class. */
 function describe(v: unknown): string {
-  if (typeof v === "string") return JSON.stringify(v);
+  if (typeof v === "string") return JSON.stringify(v.length > 100 ? `${v.slice(0, 100)}…` : v);
   if (typeof v === "bigint") return `${v}n`;
-  if (Array.isArray(v)) return `[${v.map(describe).join(", ")}]`;
+  if (typeof v === "function") return "a function";
+  if (typeof v === "symbol") return String(v);
+  if (Array.isArray(v)) {
+    const head = v.slice(0, 8).map((e) => (Array.isArray(e) ? "[…]" : describe(e)));
+    return `[${head.join(", ")}${v.length > 8 ? `, … (${v.length} elements)` : ""}]`;
+  }
   if (v === null || typeof v !== "object") return String(v);
+  if (ArrayBuffer.isView(v) && "length" in v) return `${v.constructor.name}(${(v as unknown as ArrayLike<unknown>).length})`;
   return (v as object).constructor?.name ?? "object";
 }
 

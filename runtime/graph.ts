@@ -48,9 +48,10 @@ export class Graph extends Resource {
 
   /** @internal use stream.endCapture() or stream.capture() */
   constructor(device: Device, handle: bigint, graphs: GraphDriver) {
-    // The release keeps the driver, not the device (a forgotten graph must not keep its device alive).
-    // cuGraphDestroy needs no current context; the owner runs it before the device's context goes.
-    super(device.owner, () => graphs.destroy(handle), device);
+    // The release keeps the driver, not the device (a forgotten graph must not keep its device alive). It makes
+    // no call while recover() resets the context (which drops the graph) or after a sticky error (it would fail).
+    const canRelease = device.canRelease;
+    super(device.owner, () => canRelease() && graphs.destroy(handle), device);
     this.device = device;
     this.#handle = handle;
   }
@@ -80,7 +81,8 @@ export class GraphExec extends Resource {
 
   /** @internal use graph.instantiate() */
   constructor(device: Device, handle: bigint, graphs: GraphDriver) {
-    super(device.owner, () => graphs.destroyExec(handle), device);
+    const canRelease = device.canRelease;
+    super(device.owner, () => canRelease() && graphs.destroyExec(handle), device);
     this.device = device;
     this.#handle = handle;
   }

@@ -14,7 +14,7 @@ import { ffi } from "../ffi/runtime.ts";
 import type { Device } from "./device.ts";
 import { ArgumentError } from "./errors.ts";
 import { Resource } from "./resource.ts";
-import type { Stream } from "./stream.ts";
+import { Stream } from "./stream.ts";
 
 interface CopyOptions {
   /** Byte offset into this buffer. */
@@ -63,10 +63,17 @@ export class DeviceBuffer extends Resource {
     return `DeviceBuffer(${this.byteLength} bytes)`;
   }
 
+  /** True for a DeviceBuffer made by this class (not a Proxy of one, nor an object that only looks like one). */
+  static isBuffer(v: unknown): v is DeviceBuffer {
+    return typeof v === "object" && v !== null && #ptr in v;
+  }
+
   /** A given stream must belong to this buffer's device and be open. */
   #checkStream(stream: Stream | undefined): void {
     if (stream === undefined) return;
-    if (stream.device !== this.device) throw new ArgumentError("stream", "a Stream of the buffer's device", stream);
+    if (!Stream.isStream(stream) || stream.device !== this.device) {
+      throw new ArgumentError("stream", `a Stream of the buffer's device (${this.device.id})`, stream);
+    }
     void stream.handle; // throws DisposedError when closed
   }
 

@@ -7,7 +7,7 @@ import { ffi } from "../ffi/runtime.ts";
 import type { Device } from "./device.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "./errors.ts";
 import { Resource } from "./resource.ts";
-import type { Stream } from "./stream.ts";
+import { Stream } from "./stream.ts";
 
 /** The C type of one kernel parameter. "ptr" is a device pointer. */
 export type ArgType = "ptr" | "i32" | "u32" | "i64" | "u64" | "f32" | "f64";
@@ -119,6 +119,8 @@ export class Module extends Resource {
   /** A kernel of this module with its parameter types, declared once (`extern "C"` names). */
   kernel(name: string, argTypes: readonly ArgType[]): Kernel {
     const h = this.handle;
+    if (typeof name !== "string" || name === "") throw new ArgumentError("name", "a kernel's name (a non-empty string)", name);
+    if (!Array.isArray(argTypes)) throw new ArgumentError("argTypes", "an array of ptr, i32, u32, i64, u64, f32, f64", argTypes);
     let fn = this.#kernels.get(name);
     if (fn === undefined) {
       fn = this.device.activeDriver!.moduleFunction(h, name);
@@ -347,7 +349,10 @@ export class Kernel {
   checkLaunch(stream: Stream, config: LaunchConfig): void {
     const device = this.module.device;
     if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
-    if (stream.device !== device) throw new ArgumentError("stream", `a stream of the module's device`);
+    if (!Stream.isStream(stream) || stream.device !== device) {
+      throw new ArgumentError("stream", `a Stream of the module's device (${device.id})`, stream);
+    }
+    if (!(config instanceof LaunchConfig)) throw new ArgumentError("config", "a LaunchConfig", config);
     config.validateFor(device);
     if (config.threadsPerBlock > this.maxThreadsPerBlock) {
       throw new ArgumentError("block", `at most ${this.maxThreadsPerBlock} threads for kernel ${this.name}`, config.threadsPerBlock);
@@ -377,5 +382,6 @@ export class Kernel {
 
 /** Queues `kernel` on `stream` with `config` and `args` (cuda.core's launch()). */
 export function launch(stream: Stream, config: LaunchConfig, kernel: Kernel, ...args: KernelArg[]): void {
+  if (!(kernel instanceof Kernel)) throw new ArgumentError("kernel", "a Kernel (module.kernel(name, argTypes))", kernel);
   kernel.launch(stream, config, args);
 }

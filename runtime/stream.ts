@@ -37,6 +37,11 @@ export class Stream extends Resource {
     return "Stream";
   }
 
+  /** True for a Stream (not a Proxy of one, which passes instanceof and then fails on its private fields). */
+  static isStream(v: unknown): v is Stream {
+    return typeof v === "object" && v !== null && #handle in v;
+  }
+
   /** The native handle (CUstream), for interop. */
   get handle(): bigint {
     this.assertOpen();

@@ -42,8 +42,8 @@ const BUN_TYPE: Record<NativeType, string> = {
 /** The FFI over bun:ffi; use it only under Bun (ffi/runtime.ts picks it when `globalThis.Bun` exists). */
 export const bunFfi: FfiRuntime = {
   name: "bun",
-  readFile: async (url) => {
-    const b = await readFile(url);
+  readFile: async (fileUrl) => {
+    const b = await readFile(new URL(fileUrl));
     return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
   },
   decodeBase64: (s) => {

@@ -70,5 +70,5 @@ export const denoFfi: FfiRuntime = {
   ffiAllowed(): boolean {
     return D.permissions.querySync?.({ name: "ffi" })?.state === "granted";
   },
-  readFile: (url) => D.readFile(url),
+  readFile: (fileUrl) => D.readFile(new URL(fileUrl)),
 };

@@ -31,11 +31,14 @@ export interface KernelImageSet {
   /** sha256 of the kernel sources the images were compiled from: must equal this normkit's NORM_SOURCE_SHA256. */
   readonly sourceSha256: string;
   /**
-   * Image by target ("sm_80", "sm_90", "compute_90", "gfx90a", "gfx942", "gfx1100"): a URL (file:, http:, https:)
-   * or the bytes (a fatbin or a code object, optionally gzip-compressed).
+   * Image by target ("sm_80", "sm_90", "compute_90", "gfx90a", "gfx942", "gfx1100"): a URL (file:, http:, https:;
+   * a URL object or its href) or the bytes (a fatbin or a code object, optionally gzip-compressed).
    */
-  readonly images: Readonly<Record<string, URL | string | Uint8Array>>;
+  readonly images: Readonly<Record<string, ImageSource>>;
 }
+
+/** Where an image is: a URL (anything with an `href`, such as a URL object, or the href itself), or its bytes. */
+export type ImageSource = { readonly href: string } | string | Uint8Array;
 
 /** What a device runs: the target of its image, and the package that has it. */
 export interface ImageChoice {
@@ -91,7 +94,7 @@ export function findImage(
   choice: ImageChoice,
   sets: readonly KernelImageSet[],
   device: string,
-): URL | string | Uint8Array {
+): ImageSource {
   for (const set of [...sets, BUILTIN_IMAGES]) {
     if (!Object.hasOwn(set.images, choice.target)) continue;
     if (set.sourceSha256 !== NORM_SOURCE_SHA256) {
@@ -150,9 +153,9 @@ export async function kernelImage(
 const reads = new Map<string, Promise<Uint8Array>>();
 
 /** The bytes of an image (inflated when gzip-compressed, as the AMD code objects are). */
-export function readImage(src: URL | string | Uint8Array): Promise<Uint8Array> {
+export function readImage(src: ImageSource): Promise<Uint8Array> {
   if (src instanceof Uint8Array) return inflate(src);
-  const url = new URL(src);
+  const url = new URL(typeof src === "string" ? src : src.href);
   let p = reads.get(url.href);
   if (!p) {
     p = fetchBytes(url).then(inflate);
@@ -166,7 +169,7 @@ export function readImage(src: URL | string | Uint8Array): Promise<Uint8Array> {
 async function fetchBytes(url: URL): Promise<Uint8Array> {
   if (url.protocol === "file:") {
     if (!ffi) throw new UnsupportedError("reading kernel images needs Deno or Bun");
-    return await ffi.readFile(url);
+    return await ffi.readFile(url.href);
   }
   if (url.protocol !== "https:" && url.protocol !== "http:") {
     throw new UnsupportedError(`kernel image ${url.href}: only file:, http: and https: URLs can be read`);

@@ -53,11 +53,7 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
   }
   imageSets(options?.images); // refuses a bad option on the CPU too
   if (device.backend === "cpu" || normModuleLoaded(device)) return;
-  const bytes = await kernelImage(device, options);
-  if (!normModuleLoaded(device)) { // a concurrent loadKernels may have loaded it meanwhile
-    device.cache.set(MODULE_KEY, device.loadModule(bytes));
-    loadedImages.set(device, bytes);
-  }
+  loadNormModule(device, await kernelImage(device, options)); // nothing if a concurrent call loaded it meanwhile
   const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;
   if (pending) {
     device.cache.delete(PENDING_SANITY_KEY);
@@ -71,6 +67,16 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
       throw e;
     }
   }
+}
+
+/**
+ * @internal Loads `image` (what kernelImage(device) reads) as `device`'s norm module, synchronously, unless one is
+ * loaded: loadKernels' last step, and for tests whose workflows are synchronous (the fault-injection sweep).
+ */
+export function loadNormModule(device: Device, image: Uint8Array): void {
+  if (normModuleLoaded(device)) return;
+  device.cache.set(MODULE_KEY, device.loadModule(image));
+  loadedImages.set(device, image);
 }
 
 /** Whether `device`'s norm module is loaded (on the CPU: there is none to load). */

@@ -252,7 +252,7 @@ write_modules() {
     echo ""
     echo "/** Where the SASS images this package ships are, by target: files beside this module, read by loadKernels() for"
     echo " *  the device's own target only (importing this module reads none). Each is a fatbin of one compressed entry. */"
-    echo "export const NORM_CUDA_IMAGES: Readonly<Record<string, URL>> = Object.freeze({"
+    echo "export const NORM_CUDA_IMAGES: Readonly<Record<string, { readonly href: string }>> = Object.freeze({"
     echo "  sm_80: new URL(\"./norm_sm80.fatbin\", import.meta.url),"
     echo "  sm_90: new URL(\"./norm_sm90.fatbin\", import.meta.url),"
     echo "});"

@@ -15,6 +15,6 @@ import { TARGETS } from "./build.ts";
 export { sourceSha256, TARGETS } from "./build.ts";
 
 /** The code object (gzip) by target, beside this module. */
-export const images: Readonly<Record<string, URL>> = Object.freeze(
+export const images: Readonly<Record<string, { readonly href: string }>> = Object.freeze(
   Object.fromEntries(TARGETS.map((t) => [t, new URL(`./norm_${t}.hsaco.gz`, import.meta.url)])),
 );

@@ -15,6 +15,6 @@
 export { sourceSha256 } from "./build.ts";
 
 /** The image by target: a fatbin holding the compute_90 PTX (one compressed entry), beside this module. */
-export const images: Readonly<Record<string, URL>> = Object.freeze({
+export const images: Readonly<Record<string, { readonly href: string }>> = Object.freeze({
   compute_90: new URL("./norm_compute90.fatbin", import.meta.url),
 });

@@ -192,7 +192,7 @@ export function h200Limits(): { fwd: PlanLimits; bwd: BwdLimits } {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Running on a GPU.
+// Running the cases (on the CUDA device here; the unit test runs small ones on the CPU backend).
 
 /** Per dtype: |got − want| ≤ ATOL·scale + RTOL·|want| (16-bit: a few units in the last place of the output). */
 const TOL: Record<DType, number> = { f32: 1e-4, f16: 4e-3, bf16: 3e-2 };
@@ -210,7 +210,7 @@ function rand(n: number, seed: number, lo: number, hi: number): Float32Array {
 }
 
 /** Worst error over `got` in units of the tolerance (≤ 1 passes); NaN anywhere counts as Infinity. */
-function worst(got: ArrayLike<number>, want: ArrayLike<number>, dtype: DType, scale = 1): number {
+export function worst(got: ArrayLike<number>, want: ArrayLike<number>, dtype: DType, scale = 1): number {
   let w = 0;
   for (let i = 0; i < want.length; i++) {
     const e = Math.abs(got[i] - want[i]) / (TOL[dtype] * (scale + Math.abs(want[i])));
@@ -225,7 +225,7 @@ function input(dev: Device, rows: number, d: number, dtype: DType, strided: bool
   return { x, held: x.readSync() };
 }
 
-function runForward(dev: Device, c: SanitizeCase, strided: boolean): number {
+export function runForward(dev: Device, c: SanitizeCase, strided: boolean): number {
   const [tin, tout, tw] = c.triple, { kind, rows, d } = c, eps = 1e-5;
   const { x, held } = input(dev, rows, d, tin, strided, rows * 31 + d);
   using _x = x;
@@ -248,7 +248,7 @@ function runForward(dev: Device, c: SanitizeCase, strided: boolean): number {
   return Math.max(worst(y.readSync(), want.y, tout), worst(r.rstd.readSync(), want.rstd, "f32"));
 }
 
-function runBackward(dev: Device, c: SanitizeCase, strided: boolean): number {
+export function runBackward(dev: Device, c: SanitizeCase, strided: boolean): number {
   const [tx, tdy, tw] = c.triple, { kind, rows, d } = c, eps = 1e-5;
   const { x, held } = input(dev, rows, d, tx, strided, rows * 17 + d);
   const { x: dy, held: dyHeld } = input(dev, rows, d, tdy, strided, rows * 13 + d + 5);
@@ -284,7 +284,7 @@ function runBackward(dev: Device, c: SanitizeCase, strided: boolean): number {
 }
 
 /** The diagnostics kernels: tensorStats per dtype (with NaN/Inf planted), check mode on a norm, the sanity check. */
-function runDiag(dev: Device): number {
+export function runDiag(dev: Device): number {
   let bad = 0;
   for (const dtype of ["f32", "bf16", "f16"] as const) {
     for (const [rows, d, strided] of [[1, 1, false], [300, 1000, false], [257, 999, true]] as const) {

@@ -8,9 +8,14 @@ import {
   h200Limits,
   MAX_X_BYTES,
   planUnits,
+  runBackward,
+  runDiag,
+  runForward,
   selectCases,
   TRIPLES,
+  worst,
 } from "../../scripts/sanitize_cases.ts";
+import { Device } from "../../mod.ts";
 import { CLUSTER_GEOMETRIES, MAPPING_RULES, VARIANTS } from "../../ops/plan.ts";
 import { BWD_CLUSTER_SIZES, BWD_MAPPING_RULES, STAGED_GEOMETRIES } from "../../ops/plan_bwd.ts";
 
@@ -114,4 +119,24 @@ test("sanitize cases: the variants and geometries an H200 reaches are the expect
   // Unreachable on an H200, by the tables: block takes every row a 2-CTA cluster would (chunks ≤ 4096), and
   // block-1024 / stash every row `wide-l2` would (≤ 128 KB).
   assert.ok(!fwd.includes("fwd.cluster-2") && !fwd.includes("fwd.wide-l2"));
+});
+
+test("sanitize cases: the result checks pass on the CPU backend and catch a wrong value", () => {
+  using dev = Device.open({ backend: "cpu" });
+  for (const family of ["fwd", "bwd"] as const) {
+    // The small cases (the CPU backend is a float64 loop): strided and aligned, odd D among them.
+    const cases = selectCases(family, lim.fwd, lim.bwd).filter((c) => c.rows * c.d <= 40_000);
+    assert.ok(cases.length >= 10 && cases.some((c) => c.d % 2 === 1), `${family}: ${cases.length} small cases`);
+    for (const c of cases) {
+      for (const strided of [false, true]) {
+        const e = family === "fwd" ? runForward(dev, c, strided) : runBackward(dev, c, strided);
+        assert.ok(e <= 1, `${family} ${c.kind} ${c.triple} [${c.rows}, ${c.d}] strided ${strided}: ${e} × tolerance`);
+      }
+    }
+  }
+  assert.equal(runDiag(dev), 0);
+  // The comparison: within tolerance passes, a wrong value or a NaN does not.
+  assert.ok(worst([1.00005], [1], "f32") <= 1);
+  assert.ok(worst([1.001], [1], "f32") > 1);
+  assert.equal(worst([NaN], [1], "bf16"), Infinity);
 });

@@ -90,7 +90,7 @@ for (const kind of ["layer", "rms"] as const) {
     const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
     assert.deepEqual([...seen].sort(), want, "mappings exercised");
   });
-  // Small and quick: what scripts/gpu-sanitize.sh runs the backward kernels with (SANITIZE_FILTER=/few rows/).
+  // Small and quick: every mapping on a few rows (a short run, e.g. under compute-sanitizer with a test filter).
   gpuTest(`${kind} backward: every mapping on a few rows`, async () => {
     using dev = Device.open({ backend: "cuda" });
     await loadKernels(dev);

@@ -7,6 +7,7 @@
  * see the `bun:ffi` specifier. `bun build` leaves `import.meta.require("bun:ffi")` for Bun to resolve at run time.
  */
 import { Buffer } from "node:buffer";
+import { readFile } from "node:fs/promises";
 import process from "node:process";
 import type { FfiRuntime, NativeLibrary, NativeType, SymbolTable } from "./types.ts";
 
@@ -41,6 +42,10 @@ const BUN_TYPE: Record<NativeType, string> = {
 /** The FFI over bun:ffi; use it only under Bun (ffi/runtime.ts picks it when `globalThis.Bun` exists). */
 export const bunFfi: FfiRuntime = {
   name: "bun",
+  readFile: async (fileUrl) => {
+    const b = await readFile(new URL(fileUrl));
+    return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  },
   decodeBase64: (s) => {
     const b = Buffer.from(s, "base64");
     // A plain Uint8Array over the same bytes (large buffers are not pooled: the view starts at 0).

@@ -20,7 +20,7 @@ import { gpuTest } from "../fixtures/helpers.ts";
 import { mulberry32 } from "../fixtures/random.ts";
 import process from "node:process";
 
-// scripts/gpu-sanitize.sh runs fewer CUDA cases (the sanitizers slow every launch down); 1000 by default.
+// NORMKIT_PROPERTY_RUNS lowers the CUDA case count (e.g. under compute-sanitizer, which slows every launch down); 1000 by default.
 const GPU_RUNS = Number(process.env.NORMKIT_PROPERTY_RUNS ?? 1000);
 
 const DTYPE_LIST: DType[] = ["f32", "f16", "bf16"];

@@ -3,10 +3,13 @@
  * CUDA driver API, usable for your own kernels. Names follow NVIDIA's cuda.core.
  *
  * ```ts
- * import { Device, LaunchConfig, launch } from "@normkit/normkit/gpu";
+ * import { Device, kernelImage, LaunchConfig, launch } from "@normkit/normkit/gpu";
  * using dev = Device.open({ backend: "cuda" });
  * using mod = dev.loadModule(await kernelImage(dev)); // normkit's own kernels, or your PTX/cubin/fatbin
  * const k = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
+ * const n = 1 << 16;
+ * using x = dev.alloc(4 * n);
+ * using y = dev.alloc(4 * n);
  * launch(dev.stream, new LaunchConfig({ grid: [64], block: [256] }), k, x, y, 2, n);
  * ```
  * @module
@@ -28,4 +31,4 @@ export { type ArgType, type DevicePointer, Kernel, type KernelArg, launch, Launc
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { NORM_KERNELS, NORM_SOURCE_SHA256 } from "./precompiled/norm_cuda.ts";
-export { type ImageChoice, imageChoice, kernelImage, type KernelImageSet } from "./ops/images.ts";
+export { type ImageChoice, imageChoice, type ImageSource, kernelImage, type KernelImageSet } from "./ops/images.ts";

@@ -5,7 +5,8 @@
  * import { Device, layerNorm, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();                       // CUDA when present, else CPU
  * await loadKernels(dev);                          // the kernels of this GPU's architecture (no-op on the CPU)
- * using x = dev.tensor(values, [rows, d]);
+ * const rows = 8, d = 1024;
+ * using x = dev.tensor(new Float32Array(rows * d).map(() => Math.random()), [rows, d]);
  * using y = layerNorm(x, { eps: 1e-5 });
  * const out = await y.toArray();
  * ```
@@ -24,7 +25,7 @@ export {
 export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
 export { loadKernels, type LoadKernelsOptions, setDependentLaunch } from "./ops/kernels.ts";
-export type { KernelImageSet } from "./ops/images.ts";
+export type { ImageSource, KernelImageSet } from "./ops/images.ts";
 export { normForward as cpuNormForward, type CpuNormInput, type CpuNormOutput } from "./ops/cpu.ts";
 export {
   layerNormBackward,

@@ -101,12 +101,14 @@ export function statsOfValues(values: ArrayLike<number>): TensorStats {
  * @param opts.stream The stream to run on (default: the tensor's device's).
  * @throws {ArgumentError} when `tensor` is not a Tensor.
  * @throws {DisposedError} when the tensor or its device is closed.
- * @throws {UnsupportedError} while the stream captures a graph (the stream would be synchronized).
+ * @throws {UnsupportedError} on a GPU before `await loadKernels(dev)` (the diagnostics kernels are among the norm
+ *   kernels), or while the stream captures a graph (the stream would be synchronized).
  *
  * @example
  * ```ts
- * import { Device, tensorStats } from "@normkit/normkit";
+ * import { Device, loadKernels, tensorStats } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using y = dev.tensor([1, Infinity, -3, NaN], [2, 2]);
  * const s = tensorStats(y);                    // { count: 4, nonFinite: 2, absMax: 3 }
  * if (s.nonFinite > 0) console.warn(`${s.nonFinite} of ${s.count} values are NaN/Inf`);
@@ -203,8 +205,9 @@ export interface Histogram {
  *
  * @example
  * ```ts
- * import { Device, histogram, layerNorm } from "@normkit/normkit";
+ * import { Device, histogram, layerNorm, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using x = dev.tensor(new Float32Array(32 * 256).map(() => Math.random() * 10), [32, 256]);
  * using y = layerNorm(x);
  * const h = histogram(y, { bins: 8, range: [-4, 4] });

@@ -20,6 +20,9 @@ import { hsacoTarget } from "./hip_module.ts";
  *
  * @example
  * ```ts
+ * import { Device, loadKernels } from "@normkit/normkit";
+ * import { NORM_SOURCE_SHA256 } from "@normkit/normkit/gpu";
+ * using dev = Device.open();
  * await loadKernels(dev, { images: await import("@normkit/hip") });
  * // Images copied beside a bundle (bun build rewrites import.meta.url to the bundle's):
  * await loadKernels(dev, {
@@ -136,6 +139,8 @@ export function imageSets(images: unknown): readonly KernelImageSet[] {
  *
  * @example
  * ```ts
+ * import { Device, kernelImage } from "@normkit/normkit/gpu";
+ * using dev = Device.open({ backend: "cuda" });
  * using mod = dev.loadModule(await kernelImage(dev));
  * const k = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
  * ```

@@ -42,6 +42,7 @@ const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
  *
  * @example
  * ```ts
+ * import { Device, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
  * await loadKernels(dev);                                              // CUDA sm_80/sm_90, or CPU
  * await loadKernels(dev, { images: await import("@normkit/hip") });    // AMD GPUs

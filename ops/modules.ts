@@ -330,8 +330,9 @@ export abstract class NormModule implements Disposable {
  *
  * @example A training step
  * ```ts
- * import { Device, LayerNorm } from "@normkit/normkit";
+ * import { Device, LayerNorm, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * const batch = 16;
  * using ln = new LayerNorm(dev, 768);
  * using x = dev.tensor(new Float32Array(batch * 768).map(() => Math.random()), [batch, 768]);
@@ -366,8 +367,9 @@ export class LayerNorm extends NormModule {
  *
  * @example Gemma-style weights, loaded from int8
  * ```ts
- * import { Device, RMSNorm } from "@normkit/normkit";
+ * import { Device, loadKernels, RMSNorm } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using norm = new RMSNorm(dev, 2048, { zeroCentered: true });
  * const codes = new Int8Array(2048).map((_, i) => (i % 255) - 127);
  * const scales = new Float32Array(2048).fill(1 / 127);

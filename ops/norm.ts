@@ -102,14 +102,16 @@ function normResult(y: Tensor, mean: Tensor, rstd: Tensor, outGiven: boolean): N
  * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, a bad eps or normalizedShape, or an
  *   `out` that partly overlaps x or overlaps weight/bias.
  * @throws {DisposedError} when x, a parameter, `out`, the stream or the device is closed.
- * @throws {UnsupportedError} for a row length or dtype combination the kernels do not cover, or when the call
- *   would allocate (no `out`, `stats`, check mode) while a stream of the device captures a graph.
+ * @throws {UnsupportedError} on a GPU before `await loadKernels(dev)`, for a row length or dtype combination the
+ *   kernels do not cover, or when the call would allocate (no `out`, `stats`, check mode) while a stream of the
+ *   device captures a graph.
  * @throws {GpuError} when the driver fails.
  *
  * @example
  * ```ts
- * import { Device, layerNorm } from "@normkit/normkit";
+ * import { Device, layerNorm, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using x = dev.tensor(new Float32Array(16 * 768).map(() => Math.random() * 4 - 2), [16, 768]);
  * using w = dev.tensor(new Float32Array(768).fill(1), [768]);
  * using b = dev.tensor(new Float32Array(768), [768]);
@@ -126,8 +128,9 @@ export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): 
  *
  * @example
  * ```ts
- * import { Device, layerNorm } from "@normkit/normkit";
+ * import { Device, layerNorm, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using x = dev.tensor(new Float32Array(2 * 8 * 64).map(() => Math.random()), [2, 8, 64], { dtype: "f16" });
  * using y = layerNorm(x, { eps: 1e-5, outDtype: "f32" });          // over the last dimension (64)
  * using z = layerNorm(x, { normalizedShape: [8, 64] });             // over the last two (512 per row)
@@ -152,14 +155,15 @@ export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResu
  * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, a bad eps or normalizedShape, a bias,
  *   or an `out` that partly overlaps x or overlaps the weight.
  * @throws {DisposedError} when x, the weight, `out`, the stream or the device is closed.
- * @throws {UnsupportedError} for a row length or dtype combination the kernels do not cover, or when the call
- *   would allocate while a stream of the device captures a graph.
+ * @throws {UnsupportedError} on a GPU before `await loadKernels(dev)`, for a row length or dtype combination the
+ *   kernels do not cover, or when the call would allocate while a stream of the device captures a graph.
  * @throws {GpuError} when the driver fails.
  *
  * @example
  * ```ts
- * import { Device, rmsNorm } from "@normkit/normkit";
+ * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using x = dev.tensor(new Float32Array(4 * 4096).map(() => Math.random() - 0.5), [4, 4096], { dtype: "bf16" });
  * using w = dev.tensor(new Float32Array(4096).fill(1), [4096], { dtype: "bf16" });
  * using y = rmsNorm(x, { weight: w });
@@ -173,8 +177,9 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): Norm
  *
  * @example
  * ```ts
- * import { Device, rmsNorm } from "@normkit/normkit";
+ * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using x = dev.tensor([3, 4, 0, 0, 1, 1], [2, 3]);
  * using y = rmsNorm(x, { eps: 1e-6 });
  * console.log(y.readSync());

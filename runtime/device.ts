@@ -27,9 +27,10 @@ export interface OpenOptions {
   /** Which GPU (default 0). */
   ordinal?: number;
   /**
-   * Run the norm sanity check (ones → LayerNorm gives 0, RMSNorm with weight 1 gives 1) before returning;
-   * default true. It is registered by the norm ops (ops/diag.ts, loaded with the package's main module);
-   * a device opened through the low-level layer alone has nothing to check. Throws SanityCheckError.
+   * Run the norm sanity check (ones → LayerNorm gives 0, RMSNorm with weight 1 gives 1): on the CPU before
+   * Device.open() returns, on a GPU at the end of loadKernels(); default true. It is registered by the norm ops
+   * (the package's main module); a device opened through the low-level layer alone has nothing to check.
+   * Throws SanityCheckError.
    */
   sanityCheck?: boolean;
   /**
@@ -237,12 +238,14 @@ function nextDeviceId(backend: Backend, ordinal: number): string {
 
 /**
  * A GPU (or the CPU backend) and everything made on it: its context, default stream, memory, tensors, modules.
- * Closing it (or `using`) releases all of them; using any of them afterwards throws DisposedError.
+ * Closing it (or `using`) releases all of them; using any of them afterwards throws DisposedError. On a GPU, the
+ * norms need `await loadKernels(dev)` once after opening (it reads the kernels of the GPU's architecture).
  *
  * @example
  * ```ts
- * import { Device, rmsNorm } from "@normkit/normkit";
+ * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open();                  // CUDA, else HIP, else the CPU backend
+ * await loadKernels(dev);                     // this GPU's kernels (a no-op on the CPU)
  * console.log(dev.backend, dev.name);
  * using x = dev.tensor(new Float32Array(4 * 512).fill(0.5), [4, 512]);
  * using y = rmsNorm(x);
@@ -300,13 +303,14 @@ export class Device extends Resource {
   /**
    * Opens a device: with the default `backend: "auto"`, the CUDA GPU `ordinal` when there is one, else the HIP
    * (AMD) GPU, else the CPU backend (`fallbackReason` then says why). Then runs the norm sanity check unless
-   * `sanityCheck: false`. Needs --allow-ffi under Deno for the GPU backends (without it "auto" opens the CPU).
+   * `sanityCheck: false` (on a GPU, at the end of loadKernels(), which loads the kernels it needs). Needs
+   * --allow-ffi under Deno for the GPU backends (without it "auto" opens the CPU).
    *
    * @param options Backend, ordinal, sanity check and check mode (see OpenOptions); all optional.
    * @throws {ArgumentError} for an unknown backend or a bad option.
    * @throws {BackendUnavailableError} when the backend asked for ("cuda" or "hip") cannot be used here.
    * @throws {GpuError} when the driver fails to open the device.
-   * @throws {SanityCheckError} when the sanity check gets a wrong value.
+   * @throws {SanityCheckError} when the sanity check (on the CPU backend here) gets a wrong value.
    *
    * @example
    * ```ts

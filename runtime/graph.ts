@@ -53,8 +53,9 @@ export function graphDriver(device: Device, what: string): GraphDriver {
  *
  * @example
  * ```ts
- * import { Device, rmsNorm } from "@normkit/normkit";
+ * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open({ backend: "cuda" });
+ * await loadKernels(dev);
  * using stream = dev.createStream();
  * using x = dev.tensor(new Float32Array(2 * 512).fill(3), [2, 512]);
  * using weight = dev.tensor(new Float32Array(512).fill(1), [512]);

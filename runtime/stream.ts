@@ -28,8 +28,9 @@ export function deviceCapturing(device: Device): boolean {
  *
  * @example Two streams, ordered by an event
  * ```ts
- * import { Device, rmsNorm } from "@normkit/normkit";
+ * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using x = dev.tensor(new Float32Array(8 * 1024).fill(2), [8, 1024]);
  * using side = dev.createStream();
  * using y = rmsNorm(x, { stream: side });
@@ -169,8 +170,9 @@ export class Stream extends Resource {
    *
    * @example Capture a norm once, replay it
    * ```ts
-   * import { Device, rmsNorm } from "@normkit/normkit";
+   * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
    * using dev = Device.open({ backend: "cuda" });
+   * await loadKernels(dev);
    * using stream = dev.createStream();
    * using x = dev.tensor(new Float32Array(4 * 1024).map(() => Math.random()), [4, 1024]);
    * using w = dev.tensor(new Float32Array(1024).fill(1), [1024]);
@@ -228,8 +230,9 @@ export class Stream extends Resource {
  *
  * @example Timing work on a stream
  * ```ts
- * import { Device, layerNorm } from "@normkit/normkit";
+ * import { Device, layerNorm, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
+ * await loadKernels(dev);
  * using x = dev.tensor(new Float32Array(64 * 4096).map(() => Math.random()), [64, 4096]);
  * using y = dev.empty([64, 4096]);
  * const stream = dev.stream;

@@ -373,8 +373,9 @@ export class Tensor implements Disposable {
    *
    * @example
    * ```ts
-   * import { Device, layerNorm } from "@normkit/normkit";
+   * import { Device, layerNorm, loadKernels } from "@normkit/normkit";
    * using dev = Device.open();
+   * await loadKernels(dev);
    * using x = dev.tensor(new Float32Array(4 * 256).map(() => Math.random()), [4, 256]);
    * using y = layerNorm(x);
    * const values = await y.toArray();

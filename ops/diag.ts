@@ -1,5 +1,5 @@
 /**
- * Diagnostics (seed 002 §4.4): the three quiet failures of a norm layer are NaN spreading from the input,
+ * Diagnostics: the three quiet failures of a norm layer are NaN spreading from the input,
  * overflow (f16 inputs near 65504) and a drifting output distribution. This file gives
  *   - tensorStats(t): non-finite count and abs-max, computed where the tensor lives (two deterministic
  *     kernels on GPUs, kernels/diag.cuh; the host on the CPU backend);
@@ -30,7 +30,7 @@ const MAXES_AT = SEGMENTS * MAX_BLOCKS * 8;
 const RESULT_AT = MAXES_AT + SEGMENTS * MAX_BLOCKS * 4;
 const SCRATCH_BYTES = RESULT_AT + SEGMENTS * 8 + SEGMENTS * 4;
 
-/** f16 values above this are one step from overflow (largest f16: 65504). Seed 002 warns at 60000. */
+/** f16 values above this are one step from overflow (largest f16: 65504). Check mode warns above it. */
 export const F16_WARN_ABS = 60_000;
 
 function scratch(device: Device): DeviceBuffer {

@@ -1,5 +1,5 @@
 /**
- * The sanity check of seed 002 §4.4, run by Device.open() unless `{ sanityCheck: false }`: all-ones rows
+ * The norm sanity check, run by Device.open() unless `{ sanityCheck: false }`: all-ones rows
  * through LayerNorm (weight 1, bias 0) must give 0 and through RMSNorm (weight 1) must give 1/sqrt(1 + eps).
  * It catches a wrong module, a broken launch path or a broken copy before the first real call. Cost: two small
  * launches and two reads of 12 KB. On a GPU it runs when loadKernels() has loaded the kernels.
@@ -13,7 +13,22 @@ import { deferSanityCheck, normModuleLoaded } from "./kernels.ts";
 const ROWS = 3, D = 1000; // D = 1000: not a multiple of the vector width, so the masked tail runs too
 const RMS_EPS = 1e-6;
 
-/** Runs the check on `device`; throws SanityCheckError naming the first wrong element. */
+/**
+ * Runs the norm sanity check on `device` now: all-ones rows through layerNorm must give 0, through rmsNorm
+ * 1/sqrt(1 + eps). Device.open() runs it already (unless `sanityCheck: false`); call it again after something
+ * that may have broken the device's kernels. On a GPU whose kernels are not loaded yet it runs at the end of the
+ * next loadKernels() instead.
+ *
+ * @throws {SanityCheckError} naming the op and the first wrong element.
+ *
+ * @example
+ * ```ts
+ * import { Device, loadKernels, sanityCheck } from "@normkit/normkit";
+ * using dev = Device.open({ sanityCheck: false });
+ * await loadKernels(dev);
+ * sanityCheck(dev);
+ * ```
+ */
 export function sanityCheck(device: Device): void {
   if (!normModuleLoaded(device)) {
     // Device.open() runs before the kernels are loaded (an asynchronous read): the check runs at the end of the

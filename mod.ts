@@ -35,7 +35,7 @@ export {
 } from "./ops/backward.ts";
 export { normBackward as cpuNormBackward, type CpuNormBackwardInput, type CpuNormBackwardOutput } from "./ops/cpu_bwd.ts";
 export { LayerNorm, type NormModuleOptions, type ParamValues, RMSNorm } from "./ops/modules.ts";
-// Diagnostics (seed 002 §4.4). Importing diag_sanity registers the sanity check Device.open() runs.
+// Diagnostics. Importing diag_sanity registers the sanity check Device.open() runs.
 export { type Histogram, histogram, tensorStats } from "./ops/diag.ts";
 export { sanityCheck } from "./ops/diag_sanity.ts";
 export type { CheckReport, TensorStats } from "./runtime/device.ts";

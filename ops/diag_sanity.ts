@@ -1,5 +1,5 @@
 /**
- * The norm sanity check, run by Device.open() unless `{ sanityCheck: false }`: all-ones rows
+ * The sanity check, run by Device.open() unless `{ sanityCheck: false }`: all-ones rows
  * through LayerNorm (weight 1, bias 0) must give 0 and through RMSNorm (weight 1) must give 1/sqrt(1 + eps).
  * It catches a wrong module, a broken launch path or a broken copy before the first real call. Cost: two small
  * launches and two reads of 12 KB. On a GPU it runs when loadKernels() has loaded the kernels.

@@ -93,7 +93,7 @@ build() {
     [[ -n "$quiet" ]] || cat "$out/ptx.log" "$out/ptxas.log" >&2
     # Spills: the register caps (64 per thread, for occupancy) leave a few LN kernels a few words
     # short; up to MAX_SPILL bytes per kernel are accepted: on the H200 these kernels ran faster than
-    # the spill-free 106-register ones (LN bf16 D=4096: 82% -> 93% of copy, bench/RESULTS.md).
+    # the spill-free 106-register ones (LN bf16 D=4096: 82% -> 93% of copy, bench/README.md).
     # More is a build error.
     local worst
     worst="$(grep -oE '[0-9]+ bytes spill stores' "$out/ptxas.log" | grep -oE '^[0-9]+' | sort -n | tail -1)"

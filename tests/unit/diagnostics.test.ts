@@ -1,5 +1,5 @@
 /**
- * Diagnostics (issue 7, seed 002 §4.4): tensorStats, check mode, histogram, and the sanity check at
+ * Diagnostics: tensorStats, check mode, histogram, and the sanity check at
  * Device.open(). Non-finite counts and abs-max are exact quantities, so the GPU's (kernels/diag.cuh) must equal
  * the host's computed from the same stored values (readSync widens f16/bf16 exactly).
  */
@@ -85,7 +85,7 @@ test("diag scratch layout: the first pass writes each segment where nk_diag_fina
   // A host model of the two passes over the scratch: the first pass writes `blocks` partials of segment s at
   // partialAt(s, blocks); nk_diag_final's block s reads counts/maxes[s*n .. s*n+n) with n = blocks
   // (kernels/diag.cuh). With a MAX_BLOCKS segment stride, block 1 read the unwritten tail of segment 0 and
-  // check mode reported {nonFinite: 0, absMax: 0} for an all-NaN output (found on the H200).
+  // check mode would report {nonFinite: 0, absMax: 0} for an all-NaN output.
   const { bytes, maxesAt, resultAt, maxBlocks, segments } = DIAG_SCRATCH;
   for (const blocks of [1, 2, 189, 1000, maxBlocks]) {
     const mem = new ArrayBuffer(bytes);

@@ -10,7 +10,6 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Buffer } from "node:buffer";
 import { zstdDecompressSync } from "node:zlib";
-import { decodeBase64 } from "../../runtime/base64.ts";
 import { NORM_CUDA_IMAGES, NORM_KERNELS, NORM_SOURCE_FILES, NORM_SOURCE_SHA256 } from "../../precompiled/norm_cuda.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
 import { planLimits } from "../../ops/kernels.ts";
@@ -71,16 +70,6 @@ function parseFatbin(bytes: Uint8Array): FatbinEntry[] {
   assert.equal(off, end, "fatbin entries end exactly at the end of the file");
   return entries;
 }
-
-test("decodeBase64 (native and fallback) gives Buffer's bytes: random lengths 0–67 and 3 MB", () => {
-  let seed = 11;
-  for (const n of [...Array.from({ length: 68 }, (_, i) => i), 3 << 20]) {
-    const bytes = Uint8Array.from({ length: n }, () => (seed = (seed * 1103515245 + 12345) >>> 0) >>> 24);
-    const s = Buffer.from(bytes).toString("base64");
-    assert.deepEqual(decodeBase64(s), bytes, `native, ${n} bytes`);
-    assert.deepEqual(decodeBase64(s, false), bytes, `fallback, ${n} bytes`);
-  }
-});
 
 test("scripts/fatbin.sh writes one fatbin of the three images' entries (what the C benchmarks load)", () => {
   const dir = mkdtempSync(join(tmpdir(), "normkit-fatbin-"));

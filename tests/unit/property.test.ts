@@ -1,5 +1,5 @@
 /**
- * Property tests (issue 7) with fast-check: random shapes (rank 1–3), row strides and offsets, dtypes (input,
+ * Property tests with fast-check: random shapes (rank 1–3), row strides and offsets, dtypes (input,
  * output, weight), eps, affine flags, output placement (new / given with its own stride / in place), stats,
  * data scale and shift (stats always returned and checked), against the float64 reference (ops/cpu.ts) computed from the values the device
  * actually stores (read back, so f16/bf16 rounding of the inputs is not counted as error).

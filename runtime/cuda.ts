@@ -57,6 +57,7 @@ export function openCudaDriver(): Driver {
     return ffi!.readCString(u64Out[0]);
   };
   // Set once the driver object exists (errors of cuInit, before it, reach no listener).
+  // deno-lint-ignore prefer-const -- assigned below, once the driver object exists; read by `fail` above it
   let driver: Driver | undefined;
   const fail = (call: string, code: number): never => {
     const e = new GpuError(

@@ -20,7 +20,6 @@ import {
   rmsNorm,
   rmsNormBackward,
   sanityCheck,
-  type Tensor,
   tensorStats,
 } from "../mod.ts";
 import { bwdPlanLimits, planLimits } from "../ops/kernels.ts";

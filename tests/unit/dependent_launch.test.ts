@@ -69,7 +69,7 @@ test("fake A100 (sm_80 SASS, no griddepcontrol): no dependent launches, and the 
   }
 });
 
-test("only the H200-class fatbin code (sm_90 SASS) has the wait: cc 9.0 CUDA yes; 8.x, 10.0, 12.0, HIP, CPU no", async () => {
+test("only the H200-class fatbin code (sm_90 SASS) has the wait: cc 9.0 CUDA yes; 8.x, 10.0, 12.0, HIP, CPU no", () => {
   const at = (backend: string, cc: [number, number]) => dependentLaunchSupported({ backend, info: { ...FAKE_H200, computeCapability: cc } });
   assert.equal(at("cuda", [9, 0]), true);
   for (const cc of [[8, 0], [8, 6], [8, 9], [10, 0], [12, 0]] as [number, number][]) assert.equal(at("cuda", cc), false, cc.join("."));
@@ -83,7 +83,7 @@ test("only the H200-class fatbin code (sm_90 SASS) has the wait: cc 9.0 CUDA yes
   }
 });
 
-test("kernel source: the kernels that start with nk_pdl_enter() are exactly those hasDependentLaunchEntry names; only forward ones are launched with it", async () => {
+test("kernel source: the kernels that start with nk_pdl_enter() are exactly those hasDependentLaunchEntry names; only forward ones are launched with it", () => {
   const src = readFileSync(new URL("../../kernels/norm.cu", import.meta.url), "utf8").split("\n");
   const seen: string[] = [];
   for (let i = 0; i < src.length; i++) {

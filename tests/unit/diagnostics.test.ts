@@ -176,7 +176,7 @@ gpuTest("tensorStats on CUDA equals the host's exactly: f32/f16/bf16, strided, s
   assert.deepEqual(tensorStats(e), { count: 0, nonFinite: 0, absMax: 0 });
 });
 
-gpuTest("check mode on CUDA: reports equal the host's stats; in place reports x before; outputs identical to unchecked", async () => {
+gpuTest("check mode on CUDA: reports equal the host's stats; in place reports x before; outputs identical to unchecked", () => {
   const reports: CheckReport[] = [];
   using dev = Device.open({ backend: "cuda", check: (r) => reports.push(r) });
   const rows = 257, d = 3000;

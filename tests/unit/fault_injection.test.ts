@@ -375,7 +375,7 @@ sweepTest("check mode (diagnostics)", (fake) => {
   using dev = Device.openWithDriver(fake);
   loadNormModule(dev, SM90);
   using x = dev.tensor(X, [4, 64]), w = dev.tensor(W, [64]);
-  using y = layerNorm(x, { weight: w, check: true });
+  using _y = layerNorm(x, { weight: w, check: true });
   const report = dev.lastCheck!;
   const stats = tensorStats(x);
   return [report.op, report.input.count, report.output.count, stats.count];

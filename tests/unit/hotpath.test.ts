@@ -20,7 +20,7 @@ import { gpuTest, randoms } from "../fixtures/helpers.ts";
 const H200: PlanLimits = { maxGridX: 2 ** 31 - 1, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9, multiprocessors: 132 };
 const P: PlanInput = { kind: "rms", rows: 8, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" };
 
-test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchConfig) after that", async () => {
+test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchConfig) after that", () => {
   const cache = new Map<string, unknown>();
   let planned = 0;
   const limits = () => (planned++, H200);
@@ -37,7 +37,7 @@ test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchCo
     [fresh.plan.grid, fresh.plan.block, fresh.plan.sharedBytes, fresh.plan.cluster]);
 });
 
-test("plan cache: every part of the key matters", async () => {
+test("plan cache: every part of the key matters", () => {
   const cache = new Map<string, unknown>();
   const limits = () => H200;
   const base = cachedNormPlan(cache, P, limits);
@@ -63,7 +63,7 @@ test("plan cache: every part of the key matters", async () => {
   assert.equal(cachedNormPlan(cache, { ...P, kind: "layer" }, limits), [...seen][1]);
 });
 
-test("plan cache: refusals are cached too, with planNorm's reason", async () => {
+test("plan cache: refusals are cached too, with planNorm's reason", () => {
   const cache = new Map<string, unknown>();
   let planned = 0;
   const bad: PlanInput = { ...P, inputDtype: "bf16", paramDtype: "f16" };
@@ -77,7 +77,7 @@ test("plan cache: refusals are cached too, with planNorm's reason", async () => 
   assert.equal(r1.unsupported, want.unsupported);
 });
 
-test(`plan cache: bounded at ${MAX_CACHED_PLANS} entries per device (many row counts do not grow it forever)`, async () => {
+test(`plan cache: bounded at ${MAX_CACHED_PLANS} entries per device (many row counts do not grow it forever)`, () => {
   const cache = new Map<string, unknown>();
   for (let rows = 1; rows <= 3 * MAX_CACHED_PLANS; rows++) cachedNormPlan(cache, { ...P, rows }, () => H200);
   const kept = cachedPlanCount(cache);
@@ -88,7 +88,7 @@ test(`plan cache: bounded at ${MAX_CACHED_PLANS} entries per device (many row co
   assert.ok(last instanceof PlannedLaunch);
 });
 
-test("CPU backend: norms work without touching the plan cache", async () => {
+test("CPU backend: norms work without touching the plan cache", () => {
   using dev = Device.open({ backend: "cpu" });
   using x = dev.tensor(randoms(2 * 16, 3), [2, 16]);
   using y = dev.empty([2, 16]);

@@ -170,7 +170,7 @@ test("fake driver: a buffer and a stream made through the driver are x, out and 
     using xb = dev.wrapPointer(xPtr + 256n, bytes - 256);
     const x = new Tensor(xb, [2, 32], { rowStride: 48, byteOffset: 16 });
     fake.recordArgs = 1;
-    using y = rmsNorm(x);
+    using _y = rmsNorm(x);
     assert.equal(fake.launches.at(-1)!.args[0], xPtr + 256n + 16n);
   }
   // own: true frees and destroys.

@@ -8,7 +8,6 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Buffer } from "node:buffer";
 import { zstdDecompressSync } from "node:zlib";
 import { NORM_CUDA_IMAGES, NORM_KERNELS, NORM_SOURCE_FILES, NORM_SOURCE_SHA256 } from "../../precompiled/norm_cuda.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";

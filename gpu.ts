@@ -14,7 +14,7 @@
  * ```
  * @module
  */
-export { Device, type Backend, type OpenOptions, type WrapOptions } from "./runtime/device.ts";
+export { type Backend, Device, type OpenOptions, type WrapOptions } from "./runtime/device.ts";
 export type { DeviceInfo, PointerInfo } from "./runtime/driver.ts";
 export { Event, Stream } from "./runtime/stream.ts";
 export {
@@ -27,7 +27,15 @@ export {
 } from "./runtime/graph.ts";
 export { type AsyncCopyOptions, type CopyOptions, DeviceBuffer, PinnedBuffer } from "./runtime/memory.ts";
 export type { Resource } from "./runtime/resource.ts";
-export { type ArgType, type DevicePointer, Kernel, type KernelArg, launch, LaunchConfig, Module } from "./runtime/module.ts";
+export {
+  type ArgType,
+  type DevicePointer,
+  Kernel,
+  type KernelArg,
+  launch,
+  LaunchConfig,
+  Module,
+} from "./runtime/module.ts";
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { NORM_KERNELS, NORM_SOURCE_SHA256 } from "./precompiled/norm_cuda.ts";

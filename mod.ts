@@ -12,21 +12,15 @@
  * ```
  * @module
  */
-export { Device, type Backend, type OpenOptions, type WrapOptions } from "./runtime/device.ts";
+export { type Backend, Device, type OpenOptions, type WrapOptions } from "./runtime/device.ts";
 export { type BitsArray, Tensor, type TensorOptions } from "./runtime/tensor.ts";
 export { type DType, DTYPES } from "./runtime/dtype.ts";
-export {
-  ArgumentError,
-  BackendUnavailableError,
-  DisposedError,
-  GpuError,
-  UnsupportedError,
-} from "./runtime/errors.ts";
+export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
 export { loadKernels, type LoadKernelsOptions, setDependentLaunch } from "./ops/kernels.ts";
 export type { ImageSource, KernelImageSet } from "./ops/images.ts";
-export { normForward as cpuNormForward, type CpuNormInput, type CpuNormOutput } from "./ops/cpu.ts";
+export { type CpuNormInput, type CpuNormOutput, normForward as cpuNormForward } from "./ops/cpu.ts";
 export {
   layerNormBackward,
   type LayerNormBackwardOptions,
@@ -34,7 +28,11 @@ export {
   rmsNormBackward,
   type RMSNormBackwardOptions,
 } from "./ops/backward.ts";
-export { normBackward as cpuNormBackward, type CpuNormBackwardInput, type CpuNormBackwardOutput } from "./ops/cpu_bwd.ts";
+export {
+  type CpuNormBackwardInput,
+  type CpuNormBackwardOutput,
+  normBackward as cpuNormBackward,
+} from "./ops/cpu_bwd.ts";
 export { LayerNorm, type NormModule, type NormModuleOptions, type ParamValues, RMSNorm } from "./ops/modules.ts";
 // Diagnostics. Importing diag_sanity registers the sanity check Device.open() runs.
 export { type Histogram, histogram, tensorStats } from "./ops/diag.ts";

@@ -14,7 +14,16 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor, loadKernels } from "../mod.ts";
+import {
+  type DType,
+  layerNorm,
+  layerNormBackward,
+  loadKernels,
+  rmsNorm,
+  rmsNormBackward,
+  setDependentLaunch,
+  type Tensor,
+} from "../mod.ts";
 import { fillFromTile, randomTile } from "./tile.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 import { planNormBackward } from "../ops/plan_bwd.ts";
@@ -28,8 +37,11 @@ const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : un
 const runtime = "Deno" in globalThis ? "deno" : "bun";
 
 const dsArg = args.includes("--ds") ? args[args.indexOf("--ds") + 1] : undefined; // e.g. --ds 32768,65536
-const DS = dsArg ? dsArg.split(",").map(Number)
-  : quick ? [1024, 4096, 32768] : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
+const DS = dsArg
+  ? dsArg.split(",").map(Number)
+  : quick
+  ? [1024, 4096, 32768]
+  : [128, 512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384, 32768, 65536, 131072];
 const DTYPES: DType[] = ["f32", "bf16", "f16"];
 const KINDS = ["layer", "rms"] as const;
 // Each case moves 1 GiB (the issue asks for ≥ 256 MiB): at ~250 µs per case the few µs of launch and
@@ -37,7 +49,9 @@ const KINDS = ["layer", "rms"] as const;
 const MIN_BYTES = 2 ** 30;
 const REPS = quick ? 10 : 30;
 const PASSES = args.includes("--passes") ? Number(args[args.indexOf("--passes") + 1]) : 1;
-if (!Number.isInteger(PASSES) || PASSES < 1) throw new Error(`--passes: a whole number >= 1, not ${args[args.indexOf("--passes") + 1]}`);
+if (!Number.isInteger(PASSES) || PASSES < 1) {
+  throw new Error(`--passes: a whole number >= 1, not ${args[args.indexOf("--passes") + 1]}`);
+}
 
 using dev = openCuda("bench/bench.ts");
 await loadKernels(dev);
@@ -53,14 +67,24 @@ const timeIt = (fn: () => void): number => timer.time(fn);
 
 // The ceiling: a large device-to-device copy, bytes read + written.
 const copyGBs = copyCeilingGBs(dev, timer);
-console.log(`# ${info.name} (${info.arch}, ${info.multiprocessors} SMs), ${runtime}, ${new Date().toISOString()}, programmatic dependent launch ${dependentLaunch ? "on" : "off"}`);
+console.log(
+  `# ${info.name} (${info.arch}, ${info.multiprocessors} SMs), ${runtime}, ${
+    new Date().toISOString()
+  }, programmatic dependent launch ${dependentLaunch ? "on" : "off"}`,
+);
 console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s (read + write, 1 GiB)`);
 
 // Random source data, uploaded once per dtype and tiled on the device (never zeros).
 const tileValues = randomTile(1);
 
 interface Row {
-  kind: string; dtype: DType; d: number; rows: number; us: number; gbs: number; pctCopy: number;
+  kind: string;
+  dtype: DType;
+  d: number;
+  rows: number;
+  us: number;
+  gbs: number;
+  pctCopy: number;
   /** Backward: the plan's mapping (cluster size appended, e.g. cluster4). */
   mapping?: string;
   /** --passes N > 1: this case's % of copy in every pass, in order (the row's own figures are the last pass's). */
@@ -68,7 +92,10 @@ interface Row {
 }
 /** The backward plan's mapping for a case (which kernel the row measures). */
 const bwdMapping = (kind: "layer" | "rms", d: number, dtype: DType): string => {
-  const r = planNormBackward({ kind, d, xDtype: dtype, dyDtype: dtype, weightDtype: dtype, paramGrads: true }, bwdPlanLimits(dev));
+  const r = planNormBackward(
+    { kind, d, xDtype: dtype, dyDtype: dtype, weightDtype: dtype, paramGrads: true },
+    bwdPlanLimits(dev),
+  );
   return "plan" in r ? r.plan.mapping + (r.plan.cluster > 1 ? r.plan.cluster : "") : "unsupported";
 };
 let results: Row[] = [];
@@ -99,7 +126,9 @@ for (let pass = 1; pass <= PASSES; pass++) {
           if (backward) {
             // dy = x's bytes (any values will do for timing), y's buffer holds dx; the gradients of γ/β are
             // written into preallocated tensors, as a training step would.
-            const f = kind === "layer" ? layerNorm(x, { weight: w, bias, out: y, stats: true }) : rmsNorm(x, { weight: w, out: y, stats: true });
+            const f = kind === "layer"
+              ? layerNorm(x, { weight: w, bias, out: y, stats: true })
+              : rmsNorm(x, { weight: w, out: y, stats: true });
             const mean = held.use(f.mean), rstd = held.use(f.rstd);
             const dw = held.use(dev.empty([d], { dtype })), db = held.use(dev.empty([d], { dtype }));
             const dy = held.use(dev.empty([rows, d], { dtype }));
@@ -116,14 +145,19 @@ for (let pass = 1; pass <= PASSES; pass++) {
           results.push(row);
           console.log(
             `${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(7)} ${String(rows).padStart(8)} ` +
-              `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}${mapping ? "  " + mapping : ""}`,
+              `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}${
+                mapping ? "  " + mapping : ""
+              }`,
           );
         }
       } catch (e) {
         console.log(`${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
       } finally {
         held.dispose();
-        x?.close(); y?.close(); w?.close(); bias?.close();
+        x?.close();
+        y?.close();
+        w?.close();
+        bias?.close();
       }
     }
   }
@@ -135,32 +169,55 @@ if (PASSES > 1) {
   // (A case that failed in some pass has NaN there: the spread is over the passes it ran in.)
   const ran = (r: Row) => r.pctCopyPasses!.filter(Number.isFinite);
   const spread = results.map((r) => ({ r, s: Math.max(...ran(r)) - Math.min(...ran(r)) })).sort((a, b) => b.s - a.s);
-  console.log(`# spread between passes (max - min % of copy), largest first: ${spread.slice(0, 8).map(({ r, s }) => `${r.kind} ${r.dtype} ${r.d} ${s.toFixed(1)}`).join(", ")}`);
+  console.log(
+    `# spread between passes (max - min % of copy), largest first: ${
+      spread.slice(0, 8).map(({ r, s }) => `${r.kind} ${r.dtype} ${r.d} ${s.toFixed(1)}`).join(", ")
+    }`,
+  );
 }
 
 // Host-inclusive latency for small batches (launch + synchronize), with mitata when it is installed.
 const latency: { d: number; rows: number; hostUs: number }[] = [];
-if (!backward) try {
-  const { bench, run } = await import("mitata");
-  using held = new DisposableStack(); // the tensors must outlive run()
-  for (const [rows, d] of [[1, 4096], [64, 4096], [1024, 4096]]) {
-    const x = held.use(dev.tensor(tileValues.subarray(0, rows * d), [rows, d], { dtype: "bf16" }));
-    const y = held.use(dev.empty([rows, d], { dtype: "bf16" }));
-    bench(`layerNorm bf16 [${rows}, ${d}] launch+sync`, () => {
-      layerNorm(x, { out: y });
-      dev.stream.synchronize();
-    });
+if (!backward) {
+  try {
+    const { bench, run } = await import("mitata");
+    using held = new DisposableStack(); // the tensors must outlive run()
+    for (const [rows, d] of [[1, 4096], [64, 4096], [1024, 4096]]) {
+      const x = held.use(dev.tensor(tileValues.subarray(0, rows * d), [rows, d], { dtype: "bf16" }));
+      const y = held.use(dev.empty([rows, d], { dtype: "bf16" }));
+      bench(`layerNorm bf16 [${rows}, ${d}] launch+sync`, () => {
+        layerNorm(x, { out: y });
+        dev.stream.synchronize();
+      });
+    }
+    const r = await run({ format: "quiet" } as never);
+    for (const b of (r as { benchmarks: { alias: string; runs: { stats?: { p50: number } }[] }[] }).benchmarks) {
+      const m = /\[(\d+), (\d+)\]/.exec(b.alias)!;
+      latency.push({ rows: +m[1], d: +m[2], hostUs: (b.runs[0].stats?.p50 ?? NaN) / 1000 });
+      console.log(`${b.alias}: p50 ${((b.runs[0].stats?.p50 ?? NaN) / 1000).toFixed(2)} µs (host, mitata)`);
+    }
+  } catch (e) {
+    console.log(`# host-inclusive (mitata) skipped: ${e instanceof Error ? e.message : e}`);
   }
-  const r = await run({ format: "quiet" } as never);
-  for (const b of (r as { benchmarks: { alias: string; runs: { stats?: { p50: number } }[] }[] }).benchmarks) {
-    const m = /\[(\d+), (\d+)\]/.exec(b.alias)!;
-    latency.push({ rows: +m[1], d: +m[2], hostUs: (b.runs[0].stats?.p50 ?? NaN) / 1000 });
-    console.log(`${b.alias}: p50 ${((b.runs[0].stats?.p50 ?? NaN) / 1000).toFixed(2)} µs (host, mitata)`);
-  }
-} catch (e) {
-  console.log(`# host-inclusive (mitata) skipped: ${e instanceof Error ? e.message : e}`);
 }
 
 if (jsonPath) {
-  writeFileSync(jsonPath, JSON.stringify({ device: info.name, arch: info.arch, runtime, pass: backward ? "backward" : "forward", dependentLaunch, date: new Date().toISOString(), copyGBs, results, latency }, null, 1));
+  writeFileSync(
+    jsonPath,
+    JSON.stringify(
+      {
+        device: info.name,
+        arch: info.arch,
+        runtime,
+        pass: backward ? "backward" : "forward",
+        dependentLaunch,
+        date: new Date().toISOString(),
+        copyGBs,
+        results,
+        latency,
+      },
+      null,
+      1,
+    ),
+  );
 }

@@ -13,7 +13,6 @@ import { layerNorm, rmsNorm, type Tensor } from "../mod.ts";
 import type { Stream } from "../gpu.ts";
 import { fakeCudaDevice } from "../tests/fixtures/fake_cuda.ts";
 
-
 /** n seeded values in [lo, hi). */
 function randoms(n: number, seed: number, lo = -1, hi = 1): Float32Array {
   const out = new Float32Array(n);

@@ -23,7 +23,7 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { setDependentLaunch, loadKernels } from "../mod.ts";
+import { loadKernels, setDependentLaunch } from "../mod.ts";
 import { openCuda } from "./open_cuda.ts";
 import { gridCases } from "./latency_grid.ts";
 import { planNorm } from "../ops/plan.ts";
@@ -47,8 +47,15 @@ const compare = process.argv.indexOf("--compare");
 if (compare > 0) {
   const { readFileSync } = await import("node:fs");
   type Row = {
-    kind: string; rows: number; d: number; eager_host_us: number; eager_batch_us?: number; eager_device_us: number; eager_sync_us: number;
-    graph_host_us: number; graph_device_us: number;
+    kind: string;
+    rows: number;
+    d: number;
+    eager_host_us: number;
+    eager_batch_us?: number;
+    eager_device_us: number;
+    eager_sync_us: number;
+    graph_host_us: number;
+    graph_device_us: number;
   };
   const load = (f: string): { runtime: string; results: Row[] } => JSON.parse(readFileSync(f, "utf8"));
   const ts = load(process.argv[compare + 1]), c = load(process.argv[compare + 2]);
@@ -60,9 +67,15 @@ if (compare > 0) {
     const k = c.results.find((r) => r.kind === t.kind && r.rows === t.rows && r.d === t.d);
     if (!k) continue;
     console.log(
-      `${t.kind.padEnd(5)} ${String(t.rows).padStart(4)} ${String(t.d).padStart(5)} | ${f(t.eager_host_us)} ${f(k.eager_host_us)} ${f(t.eager_host_us / k.eager_host_us)} |` +
-        ` ${f(t.eager_batch_us ?? NaN)} ${f(k.eager_batch_us ?? NaN)} ${f((t.eager_batch_us ?? NaN) / (k.eager_batch_us ?? NaN))} |` +
-        ` ${f(t.eager_sync_us)} ${f(k.eager_sync_us)} | ${f(t.graph_host_us, 3)} ${f(t.graph_device_us)} | ${f(k.graph_host_us, 3)} ${f(k.graph_device_us)}`,
+      `${t.kind.padEnd(5)} ${String(t.rows).padStart(4)} ${String(t.d).padStart(5)} | ${f(t.eager_host_us)} ${
+        f(k.eager_host_us)
+      } ${f(t.eager_host_us / k.eager_host_us)} |` +
+        ` ${f(t.eager_batch_us ?? NaN)} ${f(k.eager_batch_us ?? NaN)} ${
+          f((t.eager_batch_us ?? NaN) / (k.eager_batch_us ?? NaN))
+        } |` +
+        ` ${f(t.eager_sync_us)} ${f(k.eager_sync_us)} | ${f(t.graph_host_us, 3)} ${f(t.graph_device_us)} | ${
+          f(k.graph_host_us, 3)
+        } ${f(k.graph_device_us)}`,
     );
   }
   process.exit(0);
@@ -140,7 +153,12 @@ for (const { kind, d, rows, op } of gridCases(dev)) {
   const graphDevice = (end.elapsedSince(start) * 1000) / (REPLAYS * GRAPH_OPS);
 
   const r = {
-    runtime, kind, rows, d, dtype: "bf16", dependent_launch: dependent,
+    runtime,
+    kind,
+    rows,
+    d,
+    dtype: "bf16",
+    dependent_launch: dependent,
     eager_host_us: median(host),
     eager_batch_us: median(batch),
     clock_us: median(clock),
@@ -151,19 +169,44 @@ for (const { kind, d, rows, op } of gridCases(dev)) {
   };
   results.push(r);
   console.log(
-    `${runtime} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: eager host ${r.eager_host_us.toFixed(2)} µs ` +
+    `${runtime} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: eager host ${
+      r.eager_host_us.toFixed(2)
+    } µs ` +
       `(batches of ${BATCH}: ${r.eager_batch_us.toFixed(2)} µs/call, clock ${r.clock_us.toFixed(3)} µs), ` +
-      `device ${eagerDevice.toFixed(2)} µs/op, +sync ${r.eager_sync_us.toFixed(2)} µs; graph host ${r.graph_host_us.toFixed(3)} µs/op, ` +
+      `device ${eagerDevice.toFixed(2)} µs/op, +sync ${r.eager_sync_us.toFixed(2)} µs; graph host ${
+        r.graph_host_us.toFixed(3)
+      } µs/op, ` +
       `device ${graphDevice.toFixed(2)} µs/op`,
   );
 
   const p = planNorm(
     { kind, rows, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" },
-    { maxGridX: dev.info.maxGridDim[0], maxThreadsPerBlock: dev.info.maxThreadsPerBlock, warpSize: dev.info.warpSize, ccMajor: dev.info.computeCapability[0], multiprocessors: dev.info.multiprocessors },
+    {
+      maxGridX: dev.info.maxGridDim[0],
+      maxThreadsPerBlock: dev.info.maxThreadsPerBlock,
+      warpSize: dev.info.warpSize,
+      ccMajor: dev.info.computeCapability[0],
+      multiprocessors: dev.info.multiprocessors,
+    },
   );
   if (!("plan" in p)) throw new Error(p.unsupported);
   const q = p.plan;
-  cases.push([kind, rows, d, q.kernel, q.grid[0], q.block[0], q.sharedBytes, q.cluster, q.tpr, q.nv, q.prefetch, dependent ? 1 : 0].join(" "));
+  cases.push(
+    [
+      kind,
+      rows,
+      d,
+      q.kernel,
+      q.grid[0],
+      q.block[0],
+      q.sharedBytes,
+      q.cluster,
+      q.tpr,
+      q.nv,
+      q.prefetch,
+      dependent ? 1 : 0,
+    ].join(" "),
+  );
 }
 
 const json = arg("--json");

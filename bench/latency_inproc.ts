@@ -22,7 +22,7 @@
 import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { setDependentLaunch, type Tensor, loadKernels } from "../mod.ts";
+import { loadKernels, setDependentLaunch, type Tensor } from "../mod.ts";
 import { openCuda } from "./open_cuda.ts";
 import type { Stream } from "../gpu.ts";
 import { gridCases, normOp } from "./latency_grid.ts";
@@ -31,7 +31,6 @@ import { ffi } from "../ffi/runtime.ts";
 import { planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";
 import { kernelImage } from "../ops/images.ts";
-
 
 const BATCH = 16, PAIRS = 400, SYNC_PAIRS = 8, WARMUP = 500; // SYNC_PAIRS * 2 * BATCH = 256 launches per sync
 const runtime = "Deno" in globalThis ? "deno" : "bun";
@@ -48,7 +47,24 @@ const SHIM = {
   nk_shim_unload: { parameters: [], result: "i32" },
   nk_shim_error: { parameters: [], result: "i32" },
   nk_shim_prepare: {
-    parameters: ["buffer", "u32", "u32", "u32", "u64", "i32", "u64", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32"],
+    parameters: [
+      "buffer",
+      "u32",
+      "u32",
+      "u32",
+      "u64",
+      "i32",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "i32",
+      "i32",
+      "i32",
+      "i32",
+      "i32",
+      "i32",
+    ],
     result: "i32",
   },
   nk_shim_layers: { parameters: ["buffer", "buffer", "i32"], result: "i32" },
@@ -64,13 +80,19 @@ const image = await kernelImage(dev); // kept reachable while the module is load
 const loaded = shim.symbols.nk_shim_load(image);
 if (loaded !== 0) throw new Error(`nk_shim_load failed: CUresult ${loaded}`);
 console.log(`# ${runtime}, ${dev.name}, dependent launch ${dependent ? "on" : "off"}, ${new Date().toISOString()}`);
-console.log(`# ${PAIRS} pairs of one TS batch and one C batch of ${BATCH} calls each, same process, stream and buffers`);
+console.log(
+  `# ${PAIRS} pairs of one TS batch and one C batch of ${BATCH} calls each, same process, stream and buffers`,
+);
 
 const PASSES = Number(arg("--passes") ?? 2);
 if (!Number.isInteger(PASSES) || PASSES < 1) throw new Error(`--passes: a positive integer, not ${arg("--passes")}`);
 const LAYERS = Number(arg("--layers") ?? 1);
-if (!Number.isInteger(LAYERS) || LAYERS < 1 || LAYERS > 64) throw new Error(`--layers: an integer in 1..64, not ${arg("--layers")}`);
-if (LAYERS > 1) console.log(`# ${LAYERS} layers: consecutive calls take the next layer's weight (and bias), x and out the same`);
+if (!Number.isInteger(LAYERS) || LAYERS < 1 || LAYERS > 64) {
+  throw new Error(`--layers: an integer in 1..64, not ${arg("--layers")}`);
+}
+if (LAYERS > 1) {
+  console.log(`# ${LAYERS} layers: consecutive calls take the next layer's weight (and bias), x and out the same`);
+}
 const earlier: Record<string, unknown>[][] = [];
 /** One call after the other of `ops`, round and round (a model's layers). */
 function inTurn(ops: ((s: Stream) => Tensor)[]): (s: Stream) => Tensor {
@@ -99,13 +121,29 @@ function runPass(pass: number): Record<string, unknown>[] {
     if (q.cluster !== 1) throw new Error(`${q.kernel}: cluster launches are not in the shim`);
     const name = new TextEncoder().encode(q.kernel + "\0");
     const prepared = shim.symbols.nk_shim_prepare(
-      name, q.grid[0], q.block[0], q.sharedBytes, stream.handle, dependent ? 1 : 0,
-      x.ptr, y.ptr, w.ptr, kind === "layer" ? b.ptr : 0n, rows, d, q.tpr, q.nv, q.prefetch, kind === "layer" ? 1 : 0,
+      name,
+      q.grid[0],
+      q.block[0],
+      q.sharedBytes,
+      stream.handle,
+      dependent ? 1 : 0,
+      x.ptr,
+      y.ptr,
+      w.ptr,
+      kind === "layer" ? b.ptr : 0n,
+      rows,
+      d,
+      q.tpr,
+      q.nv,
+      q.prefetch,
+      kind === "layer" ? 1 : 0,
     );
     if (prepared !== 0) throw new Error(`nk_shim_prepare(${q.kernel}) failed: CUresult ${prepared}`);
     if (LAYERS > 1) {
       const layered = shim.symbols.nk_shim_layers(
-        BigUint64Array.from(ws, (t) => t.ptr), BigUint64Array.from(bs, (t) => (kind === "layer" ? t.ptr : 0n)), LAYERS,
+        BigUint64Array.from(ws, (t) => t.ptr),
+        BigUint64Array.from(bs, (t) => (kind === "layer" ? t.ptr : 0n)),
+        LAYERS,
       );
       if (layered !== 0) throw new Error(`nk_shim_layers failed: CUresult ${layered}`);
     }
@@ -138,12 +176,25 @@ function runPass(pass: number): Record<string, unknown>[] {
     }
     stream.synchronize();
     const r = {
-      runtime, pass, kind, rows, d, dtype: "bf16", dependent_launch: dependent, layers: LAYERS, kernel: q.kernel,
-      ts_us: median(ts), c_us: median(c), ratio_of_medians: median(ts) / median(c), median_pair_ratio: median(ratio),
+      runtime,
+      pass,
+      kind,
+      rows,
+      d,
+      dtype: "bf16",
+      dependent_launch: dependent,
+      layers: LAYERS,
+      kernel: q.kernel,
+      ts_us: median(ts),
+      c_us: median(c),
+      ratio_of_medians: median(ts) / median(c),
+      median_pair_ratio: median(ratio),
     };
     results.push(r);
     console.log(
-      `pass ${pass} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: TS ${r.ts_us.toFixed(3)} µs/call, C ${r.c_us.toFixed(3)} µs/call, ` +
+      `pass ${pass} ${kind.padEnd(5)} rows=${String(rows).padStart(2)} d=${d}: TS ${r.ts_us.toFixed(3)} µs/call, C ${
+        r.c_us.toFixed(3)
+      } µs/call, ` +
         `ratio ${r.ratio_of_medians.toFixed(3)} (median pair ratio ${r.median_pair_ratio.toFixed(3)})`,
     );
   }
@@ -157,11 +208,22 @@ shim.close();
 const summary = (rs: Record<string, unknown>[], pass: number): void => {
   const ratios = rs.map((r) => r.ratio_of_medians as number);
   console.log(
-    `# ${runtime}, dependent launch ${dependent ? "on" : "off"}, ${LAYERS} layer(s), pass ${pass} of ${PASSES}: TS/C ${Math.min(...ratios).toFixed(3)}–` +
+    `# ${runtime}, dependent launch ${dependent ? "on" : "off"}, ${LAYERS} layer(s), pass ${pass} of ${PASSES}: TS/C ${
+      Math.min(...ratios).toFixed(3)
+    }–` +
       `${Math.max(...ratios).toFixed(3)}, ${ratios.filter((r) => r <= 1.1).length} of ${rs.length} cases within 1.1×`,
   );
 };
 earlier.forEach((rs, i) => summary(rs, i + 1));
 summary(results, PASSES);
 const json = arg("--json");
-if (json) writeFileSync(json, JSON.stringify({ runtime, device: dev.name, dependent_launch: dependent, layers: LAYERS, results, earlier_passes: earlier }, null, 1));
+if (json) {
+  writeFileSync(
+    json,
+    JSON.stringify(
+      { runtime, device: dev.name, dependent_launch: dependent, layers: LAYERS, results, earlier_passes: earlier },
+      null,
+      1,
+    ),
+  );
+}

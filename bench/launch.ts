@@ -7,7 +7,7 @@
  *   deno run -A bench/launch.ts      bun bench/launch.ts
  */
 import process from "node:process";
-import { launch, LaunchConfig, kernelImage } from "../gpu.ts";
+import { kernelImage, launch, LaunchConfig } from "../gpu.ts";
 import { openCuda } from "./open_cuda.ts";
 
 const WARMUP = 1000, N = 10_000, SYNC_EVERY = 256;
@@ -56,6 +56,8 @@ for (let i = 0; i < N; i++) {
 c.sort();
 
 console.log(
-  `launch_ts runtime=${runtime} median_us=${pct(50).toFixed(3)} p10_us=${pct(10).toFixed(3)} p90_us=${pct(90).toFixed(3)} ` +
+  `launch_ts runtime=${runtime} median_us=${pct(50).toFixed(3)} p10_us=${pct(10).toFixed(3)} p90_us=${
+    pct(90).toFixed(3)
+  } ` +
     `launch_sync_median_us=${s[500].toFixed(3)} clock_overhead_median_us=${c[N / 2].toFixed(3)}`,
 );

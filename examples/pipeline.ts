@@ -8,7 +8,7 @@
  *   deno run --allow-ffi --allow-env --allow-read examples/pipeline.ts
  *   bun examples/pipeline.ts
  */
-import { cpuNormForward, Device, layerNorm, type Tensor, loadKernels } from "../mod.ts";
+import { cpuNormForward, Device, layerNorm, loadKernels, type Tensor } from "../mod.ts";
 import type { Event } from "../gpu.ts";
 
 export interface PipelineOptions {
@@ -74,7 +74,9 @@ export function runPipeline(
 
       compute.waitEvent(uploaded[i]);
       computeStart[i].record(compute);
-      for (let r = 0; r < repeats; r++) layerNorm(xs[slot], { weight: w, bias: b, eps, out: ys[slot], stream: compute });
+      for (let r = 0; r < repeats; r++) {
+        layerNorm(xs[slot], { weight: w, bias: b, eps, out: ys[slot], stream: compute });
+      }
       ys[slot].buffer.readAsync(pinOut, { pinnedOffset: i * bytes, bytes, stream: compute });
       computed[i].record(compute);
     }
@@ -89,8 +91,10 @@ export function runPipeline(
       uploadMs,
       computeMs,
       sumMs: sum(uploadMs) + sum(computeMs),
-      uploadBeforePreviousDone: Array.from({ length: chunks - 1 }, (_, k) =>
-        uploadStart[k + 1].elapsedSince(uploadStart[0]) < computed[k].elapsedSince(uploadStart[0])),
+      uploadBeforePreviousDone: Array.from(
+        { length: chunks - 1 },
+        (_, k) => uploadStart[k + 1].elapsedSince(uploadStart[0]) < computed[k].elapsedSince(uploadStart[0]),
+      ),
     };
     const output = new Float32Array(pinOut.bytes.buffer, pinOut.bytes.byteOffset, n * chunks).slice();
     return { output, times };
@@ -115,7 +119,11 @@ if (import.meta.main) {
   let err = 0;
   for (let i = 0; i < output.length; i++) err = Math.max(err, Math.abs(output[i] - ref.y[i]));
   const f = (v: number): string => v.toFixed(3);
-  console.log(`${chunks} chunks of ${rows}×${d} f32: total ${f(times.totalMs)} ms, parts ${f(times.sumMs)} ms ` +
-    `(uploads ${f(times.uploadMs.reduce((a, b) => a + b))}, compute ${f(times.computeMs.reduce((a, b) => a + b))}), ` +
-    `overlap saved ${f(times.sumMs - times.totalMs)} ms; max abs error ${err.toExponential(2)}`);
+  console.log(
+    `${chunks} chunks of ${rows}×${d} f32: total ${f(times.totalMs)} ms, parts ${f(times.sumMs)} ms ` +
+      `(uploads ${f(times.uploadMs.reduce((a, b) => a + b))}, compute ${
+        f(times.computeMs.reduce((a, b) => a + b))
+      }), ` +
+      `overlap saved ${f(times.sumMs - times.totalMs)} ms; max abs error ${err.toExponential(2)}`,
+  );
 }

@@ -37,7 +37,11 @@ for (let i = 0; i < out.length; i++) {
   const e = Math.abs(out[i] - ref.y[i]);
   if (!(e <= maxErr)) maxErr = Number.isNaN(e) ? Infinity : e;
 }
-console.log(`shape: [${rows}, ${d}] f32   layerNorm time: ${(ms * 1000).toFixed(1)} µs   max abs error vs float64: ${maxErr.toExponential(2)}`);
+console.log(
+  `shape: [${rows}, ${d}] f32   layerNorm time: ${(ms * 1000).toFixed(1)} µs   max abs error vs float64: ${
+    maxErr.toExponential(2)
+  }`,
+);
 if (!(maxErr < 1e-4)) {
   console.error("FAILED: error above 1e-4");
   // deno-lint-ignore no-explicit-any

@@ -6,7 +6,14 @@ import type { FfiRuntime, NativeLibrary, NativeType, SymbolTable } from "./types
 const D: any = (globalThis as any).Deno;
 
 const DENO_TYPE: Record<NativeType, string> = {
-  void: "void", i32: "i32", u32: "u32", i64: "i64", u64: "u64", f32: "f32", f64: "f64", buffer: "buffer",
+  void: "void",
+  i32: "i32",
+  u32: "u32",
+  i64: "i64",
+  u64: "u64",
+  f32: "f32",
+  f64: "f64",
+  buffer: "buffer",
 };
 
 function pointerOf(addr: bigint): unknown {

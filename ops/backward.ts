@@ -13,7 +13,14 @@ import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
-import { type BwdLimits, type BwdPlan, type BwdPlanInput, type BwdPlanResult, bwdFull, planNormBackward } from "./plan_bwd.ts";
+import {
+  bwdFull,
+  type BwdLimits,
+  type BwdPlan,
+  type BwdPlanInput,
+  type BwdPlanResult,
+  planNormBackward,
+} from "./plan_bwd.ts";
 import {
   checkFlag,
   checkInput,
@@ -32,9 +39,21 @@ import type { ArgType } from "../runtime/module.ts";
 
 /** Parameters of nk_{ln|rms}_bwd_{cached|wide}_* (kernels/norm_bwd.cuh, NK_BWD_PARAMS). */
 export const NORM_BWD_ARGS: readonly ArgType[] = [
-  "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", // dy, x, weight, mean, rstd, dx, part
-  "i32", "i32", "i64", "i64", "i64", //                rows, d, dy_stride, x_stride, dx_stride
-  "i32", "i32", "i32", //                              tpr, nv, flags (from the plan: the two below)
+  "ptr",
+  "ptr",
+  "ptr",
+  "ptr",
+  "ptr",
+  "ptr",
+  "ptr", // dy, x, weight, mean, rstd, dx, part
+  "i32",
+  "i32",
+  "i64",
+  "i64",
+  "i64", //                rows, d, dy_stride, x_stride, dx_stride
+  "i32",
+  "i32",
+  "i32", //                              tpr, nv, flags (from the plan: the two below)
 ];
 /** flags bit 0 (NK_BWD_PREFETCH): ask L2 for the next row. */
 const BWD_FLAG_PREFETCH = 1;
@@ -156,7 +175,9 @@ export function rmsNormBackward(dy: Tensor, x: Tensor, opts: RMSNormBackwardOpti
 function checkStat(name: string, t: unknown, x: Tensor): Tensor {
   const s = checkTensor(name, t, x.device);
   if (s.dtype !== "f32") throw new ArgumentError(`${name}.dtype`, `"f32"`, s.dtype);
-  if (s.numel !== x.rows || !s.contiguous) throw new ArgumentError(name, `${x.rows} contiguous f32 values (one per row of x)`, `shape [${s.shape}]`);
+  if (s.numel !== x.rows || !s.contiguous) {
+    throw new ArgumentError(name, `${x.rows} contiguous f32 values (one per row of x)`, `shape [${s.shape}]`);
+  }
   return s;
 }
 
@@ -170,19 +191,38 @@ function checkGradOut(name: string, t: unknown, x: Tensor, dtype: DType): Tensor
 
 /** The options of one backward call, each read exactly once before anything is checked (see ops/norm.ts). */
 interface BackwardOptions {
-  readonly mean: unknown; readonly rstd: unknown; readonly weight: unknown; readonly bias: unknown;
-  readonly dx: unknown; readonly dweight: unknown; readonly dbias: unknown; readonly accumulate: unknown; readonly stream: unknown;
+  readonly mean: unknown;
+  readonly rstd: unknown;
+  readonly weight: unknown;
+  readonly bias: unknown;
+  readonly dx: unknown;
+  readonly dweight: unknown;
+  readonly dbias: unknown;
+  readonly accumulate: unknown;
+  readonly stream: unknown;
   readonly normalizedShape: unknown;
 }
 
 function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
   if (typeof opts !== "object" || opts === null) {
-    throw new ArgumentError("options", kind === "layer" ? "an options object { mean, rstd, … }" : "an options object { rstd, … }", opts);
+    throw new ArgumentError(
+      "options",
+      kind === "layer" ? "an options object { mean, rstd, … }" : "an options object { rstd, … }",
+      opts,
+    );
   }
   const o = opts as LayerNormBackwardOptions;
   return {
-    mean: o.mean, rstd: o.rstd, weight: o.weight, bias: o.bias, dx: o.dx, dweight: o.dweight, dbias: o.dbias,
-    accumulate: o.accumulate, stream: o.stream, normalizedShape: o.normalizedShape,
+    mean: o.mean,
+    rstd: o.rstd,
+    weight: o.weight,
+    bias: o.bias,
+    dx: o.dx,
+    dweight: o.dweight,
+    dbias: o.dbias,
+    accumulate: o.accumulate,
+    stream: o.stream,
+    normalizedShape: o.normalizedShape,
   };
 }
 
@@ -200,8 +240,10 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, optsIn: LayerNor
   const r = runFlatBackward(kind, flattenNormalized("dy", dy, ns), flattenNormalized("x", x, ns), {
     ...opts,
     dx: view("dx", opts.dx),
-    weight: flattenParam("weight", opts.weight, ns), bias: flattenParam("bias", opts.bias, ns),
-    dweight: flattenParam("dweight", opts.dweight, ns), dbias: flattenParam("dbias", opts.dbias, ns),
+    weight: flattenParam("weight", opts.weight, ns),
+    bias: flattenParam("bias", opts.bias, ns),
+    dweight: flattenParam("dweight", opts.dweight, ns),
+    dbias: flattenParam("dbias", opts.dbias, ns),
   });
   const dx = given(opts.dx) ? opts.dx as Tensor : reshapeOwned(r.dx, x.shape);
   const dweight = r.dweight && (given(opts.dweight) ? opts.dweight as Tensor : reshapeOwned(r.dweight, ns));
@@ -217,7 +259,9 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
     // RMSNorm has no bias and no mean: one given is a mistake (a LayerNorm's arguments), not something to ignore.
     for (const [name, v] of [["mean", opts.mean], ["bias", opts.bias], ["dbias", opts.dbias]] as const) {
       if (v !== undefined && v !== null) {
-        const why = name === "mean" ? "RMSNorm has no mean (only rstd; layerNormBackward takes one)" : "RMSNorm has no bias (layerNormBackward takes one)";
+        const why = name === "mean"
+          ? "RMSNorm has no mean (only rstd; layerNormBackward takes one)"
+          : "RMSNorm has no bias (layerNormBackward takes one)";
         throw new ArgumentError(name, `no ${name}: ${why}`, v);
       }
     }
@@ -226,7 +270,9 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
   const rstd = checkStat("rstd", opts.rstd, x);
   const weight = checkParam("weight", opts.weight, x);
   const bias = kind === "layer" ? checkParam("bias", opts.bias, x) : undefined;
-  if (weight && bias && weight.dtype !== bias.dtype) throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
+  if (weight && bias && weight.dtype !== bias.dtype) {
+    throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
+  }
   const pdtype: DType = weight?.dtype ?? bias?.dtype ?? "f32";
   const dwGiven = checkGradOut("dweight", opts.dweight, x, pdtype);
   const dbGiven = kind === "layer" ? checkGradOut("dbias", opts.dbias, x, pdtype) : undefined;
@@ -237,7 +283,13 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
     checkSameShape("dx", dxGiven, x);
     if (dxGiven.dtype !== x.dtype) throw new ArgumentError("dx.dtype", `x's dtype "${x.dtype}"`, dxGiven.dtype);
     if (overlaps(dxGiven, x)) throw new ArgumentError("dx", "memory that does not overlap x", "an overlap with x");
-    if (!sameView(dxGiven, dy) && overlaps(dxGiven, dy)) throw new ArgumentError("dx", "dy itself (in place) or memory that does not overlap dy", "a partial overlap with dy");
+    if (!sameView(dxGiven, dy) && overlaps(dxGiven, dy)) {
+      throw new ArgumentError(
+        "dx",
+        "dy itself (in place) or memory that does not overlap dy",
+        "a partial overlap with dy",
+      );
+    }
   }
   // The outputs are written while other blocks still read the inputs (the forward refuses the same race for out).
   const read = [["x", x], ["dy", dy], ["weight", weight], ["mean", mean], ["rstd", rstd]] as const;
@@ -249,25 +301,44 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
     }
   }
   for (const [n, g] of [["dweight", dwGiven], ["dbias", dbGiven]] as const) {
-    if (g && dxGiven && overlaps(g, dxGiven)) throw new ArgumentError(n, "memory that does not overlap dx", "an overlap with dx");
+    if (g && dxGiven && overlaps(g, dxGiven)) {
+      throw new ArgumentError(n, "memory that does not overlap dx", "an overlap with dx");
+    }
   }
-  if (dwGiven && dbGiven && overlaps(dwGiven, dbGiven)) throw new ArgumentError("dbias", "memory that does not overlap dweight", "an overlap");
+  if (dwGiven && dbGiven && overlaps(dwGiven, dbGiven)) {
+    throw new ArgumentError("dbias", "memory that does not overlap dweight", "an overlap");
+  }
   const accumulate = checkFlag("accumulate", opts.accumulate) === true;
   const device = x.device;
   const stream = checkStream(opts.stream ?? device.stream, device);
-  if (device.backend === "hip") throw new UnsupportedError(`${kind}NormBackward on HIP: the backward kernels have not been run on an AMD GPU`);
+  if (device.backend === "hip") {
+    throw new UnsupportedError(`${kind}NormBackward on HIP: the backward kernels have not been run on an AMD GPU`);
+  }
   if (accumulate && ((weight && !dwGiven) || (bias && !dbGiven))) {
-    throw new ArgumentError("accumulate", "dweight (and dbias with a bias) to add into", "no tensor to accumulate into");
+    throw new ArgumentError(
+      "accumulate",
+      "dweight (and dbias with a bias) to add into",
+      "no tensor to accumulate into",
+    );
   }
   const plan = device.backend === "cpu" ? undefined : devicePlanBackward(device, {
-    kind, d: x.d, xDtype: x.dtype, dyDtype: dy.dtype, weightDtype: weight?.dtype, paramGrads: !!(weight || bias),
+    kind,
+    d: x.d,
+    xDtype: x.dtype,
+    dyDtype: dy.dtype,
+    weightDtype: weight?.dtype,
+    paramGrads: !!(weight || bias),
   });
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}NormBackward: ${plan.unsupported}`);
   // Allocating while a stream captures breaks the capture (global mode): say so before the driver does.
   if (deviceCapturing(device)) {
     const missing = [!dxGiven && "dx", weight && !dwGiven && "dweight", bias && !dbGiven && "dbias"].filter(Boolean);
     if (missing.length) {
-      throw new UnsupportedError(`${kind}NormBackward during a graph capture: it would allocate ${missing.join(", ")}; pass them (allocated before beginCapture())`);
+      throw new UnsupportedError(
+        `${kind}NormBackward during a graph capture: it would allocate ${
+          missing.join(", ")
+        }; pass them (allocated before beginCapture())`,
+      );
     }
   }
 
@@ -280,7 +351,7 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
       cpuBackward(kind, dy, x, mean, rstd, weight, dx, dweight, dbias, accumulate);
     } else if (x.rows === 0) {
       // Nothing to launch for dx; the parameter gradients of no rows are zeros.
-      if (!accumulate) for (const g of [dweight, dbias]) g?.write(new Float32Array(x.d), { stream });
+      if (!accumulate) { for (const g of [dweight, dbias]) g?.write(new Float32Array(x.d), { stream }); }
     } else {
       launchBackward(plan.plan, { dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, stream, pdtype });
     }
@@ -305,7 +376,11 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
  * plan's own geometry).
  * @internal Exported for tests/unit/cluster_occupancy.test.ts and tests/gpu/norm_backward.test.ts.
  */
-export function devicePlanBackward(device: Device, input: BwdPlanInput, overrides: Partial<BwdLimits> = {}): BwdPlanResult {
+export function devicePlanBackward(
+  device: Device,
+  input: BwdPlanInput,
+  overrides: Partial<BwdLimits> = {},
+): BwdPlanResult {
   const limits = { ...bwdPlanLimits(device), ...overrides };
   const holds = (p: { kernel: string; block: number; sharedBytes: number; cluster: number }) =>
     p.cluster <= 1 || holdsCluster(normKernel(device, p.kernel, NORM_BWD_ARGS), p);
@@ -350,8 +425,17 @@ function holdsCluster(k: Kernel, p: { block: number; sharedBytes: number; cluste
 
 /** @internal */
 export interface BackwardLaunch {
-  dy: Tensor; x: Tensor; weight?: Tensor; mean?: Tensor; rstd: Tensor;
-  dx: Tensor; dweight?: Tensor; dbias?: Tensor; accumulate: boolean; stream: Stream; pdtype: DType;
+  dy: Tensor;
+  x: Tensor;
+  weight?: Tensor;
+  mean?: Tensor;
+  rstd: Tensor;
+  dx: Tensor;
+  dweight?: Tensor;
+  dbias?: Tensor;
+  accumulate: boolean;
+  stream: Stream;
+  pdtype: DType;
 }
 
 /**
@@ -362,21 +446,71 @@ export function launchBackward(plan: BwdPlan, a: BackwardLaunch): void {
   const { x, stream } = a, device = x.device;
   // The plan's bulk-staged variant where every row of this call qualifies (its kernels hold the FULL path alone).
   const st = plan.staged && plan.rowsPerBlock === 1 && bwdFull(
-    x.d, x.dtype, a.dy.dtype, a.weight?.dtype ?? "f32", x.ptr, x.rowStride, a.dx.ptr, a.dx.rowStride, a.dy.ptr,
-    a.dy.rowStride, a.weight?.ptr ?? 0n,
-  ) ? plan.staged : undefined;
-  const p = st ? { ...plan, kernel: st.kernel, sharedBytes: st.sharedBytes, block: st.block, tpr: st.block, nv: st.nv, cluster: st.cluster } : plan;
+      x.d,
+      x.dtype,
+      a.dy.dtype,
+      a.weight?.dtype ?? "f32",
+      x.ptr,
+      x.rowStride,
+      a.dx.ptr,
+      a.dx.rowStride,
+      a.dy.ptr,
+      a.dy.rowStride,
+      a.weight?.ptr ?? 0n,
+    )
+    ? plan.staged
+    : undefined;
+  const p = st
+    ? {
+      ...plan,
+      kernel: st.kernel,
+      sharedBytes: st.sharedBytes,
+      block: st.block,
+      tpr: st.block,
+      nv: st.nv,
+      cluster: st.cluster,
+    }
+    : plan;
   const flags = (p.prefetch ? BWD_FLAG_PREFETCH : 0) | ((st?.stages ?? 0) << BWD_STAGES_SHIFT);
   const sms = device.info.multiprocessors, maxGrid = device.info.maxGridDim[0];
   const k = normKernel(device, p.kernel, NORM_BWD_ARGS);
   const config = (grid: number, block: number, sharedBytes = 0, cluster = 1) =>
     new LaunchConfig({ grid: [grid, 1, 1], block: [block, 1, 1], sharedBytes, cluster });
-  const args = (part: DeviceBuffer | null, tpr = p.tpr, nv = p.nv) =>
-    [a.dy, x, a.weight ?? null, a.mean ?? null, a.rstd, a.dx, part, x.rows, x.d, a.dy.rowStride, x.rowStride, a.dx.rowStride, tpr, nv, flags];
+  const args = (
+    part: DeviceBuffer | null,
+    tpr = p.tpr,
+    nv = p.nv,
+  ) => [
+    a.dy,
+    x,
+    a.weight ?? null,
+    a.mean ?? null,
+    a.rstd,
+    a.dx,
+    part,
+    x.rows,
+    x.d,
+    a.dy.rowStride,
+    x.rowStride,
+    a.dx.rowStride,
+    tpr,
+    nv,
+    flags,
+  ];
   const finalize = (partials: bigint, nparts: number) =>
-    normKernel(device, `nk_bwd_finalize_${a.pdtype}`, NORM_FINALIZE_ARGS).launch(stream, config(Math.ceil((p.nacc * x.d) / 32), 512), [
-      partials, nparts, x.d, p.nacc, a.dweight ?? null, a.dbias ?? null, a.accumulate ? 1 : 0,
-    ]);
+    normKernel(device, `nk_bwd_finalize_${a.pdtype}`, NORM_FINALIZE_ARGS).launch(
+      stream,
+      config(Math.ceil((p.nacc * x.d) / 32), 512),
+      [
+        partials,
+        nparts,
+        x.d,
+        p.nacc,
+        a.dweight ?? null,
+        a.dbias ?? null,
+        a.accumulate ? 1 : 0,
+      ],
+    );
   if (p.mapping === "split") {
     // Row sums, then column tiles × row groups (kernels/norm_bwd.cuh); workspace: the row sums, then the
     // groups' column partials, which the finalize adds up. One wave of tile blocks fills the GPU once.
@@ -386,7 +520,11 @@ export function launchBackward(plan: BwdPlan, a: BackwardLaunch): void {
     const sumsFloats = (2 * x.rows + 3) & ~3;
     const part = workspace(device, stream, 4 * (sumsFloats + groups * p.nacc * x.d));
     normKernel(device, p.rowsumKernel!, NORM_BWD_ARGS)
-      .launch(stream, config(Math.min(x.rows, 4 * sms, maxGrid), p.rowsumBlock!, p.rowsumShared!), args(part, p.rowsumBlock!, 0));
+      .launch(
+        stream,
+        config(Math.min(x.rows, 4 * sms, maxGrid), p.rowsumBlock!, p.rowsumShared!),
+        args(part, p.rowsumBlock!, 0),
+      );
     k.launch(stream, config(ntiles * groups, p.block), args(part));
     finalize(part.ptr + BigInt(4 * sumsFloats), groups);
     return;
@@ -394,7 +532,10 @@ export function launchBackward(plan: BwdPlan, a: BackwardLaunch): void {
   if (p.mapping === "cluster") {
     // Persistent clusters: as many as the driver says are resident at once (a cluster more would wait for
     // a whole wave); one row of partial sums per cluster.
-    const clusters = Math.max(1, Math.min(x.rows, k.activeClusters(p.block, p.sharedBytes, p.cluster), Math.floor(maxGrid / p.cluster)));
+    const clusters = Math.max(
+      1,
+      Math.min(x.rows, k.activeClusters(p.block, p.sharedBytes, p.cluster), Math.floor(maxGrid / p.cluster)),
+    );
     const part = p.nacc > 0 ? workspace(device, stream, clusters * p.nacc * x.d * 4) : null;
     k.launch(stream, config(clusters * p.cluster, p.block, p.sharedBytes, p.cluster), args(part));
     if (part) finalize(part.ptr, clusters);
@@ -402,7 +543,10 @@ export function launchBackward(plan: BwdPlan, a: BackwardLaunch): void {
   }
   // Persistent grid: as many blocks as fit at once. The occupancy query is asked about registers only
   // (0 bytes); the shared-memory bound is computed here, per SM, as before Kernel.occupancy learned to opt in.
-  const perSm = Math.max(1, Math.min(k.occupancy(p.block, 0), Math.floor((device.info.maxSharedPerBlockOptin + 1024) / (p.sharedBytes + 1024))));
+  const perSm = Math.max(
+    1,
+    Math.min(k.occupancy(p.block, 0), Math.floor((device.info.maxSharedPerBlockOptin + 1024) / (p.sharedBytes + 1024))),
+  );
   // `wide` re-reads each row: at most two rows in flight per SM keep the re-reads in L2 (and the per-block
   // parameter rows small).
   const blocksPerSm = p.mapping === "wide" ? Math.min(perSm, 2) : perSm;
@@ -436,14 +580,37 @@ function workspace(device: Device, stream: Stream, bytes: number): DeviceBuffer 
 
 /** The CPU backend: float64 maths on the host bytes, with the forward's statistics as given. */
 function cpuBackward(
-  kind: NormKind, dy: Tensor, x: Tensor, mean: Tensor | undefined, rstd: Tensor, weight: Tensor | undefined,
-  dx: Tensor, dweight: Tensor | undefined, dbias: Tensor | undefined, accumulate: boolean,
+  kind: NormKind,
+  dy: Tensor,
+  x: Tensor,
+  mean: Tensor | undefined,
+  rstd: Tensor,
+  weight: Tensor | undefined,
+  dx: Tensor,
+  dweight: Tensor | undefined,
+  dbias: Tensor | undefined,
+  accumulate: boolean,
 ): void {
   const rows = x.rows, d = x.d;
-  const view = (t: Tensor) => decode(t.buffer.hostBytes.subarray(t.offset * t.bytesPerElement, (t.offset + spanElements(t.rows, t.d, t.rowStride)) * t.bytesPerElement), t.dtype);
+  const view = (t: Tensor) =>
+    decode(
+      t.buffer.hostBytes.subarray(
+        t.offset * t.bytesPerElement,
+        (t.offset + spanElements(t.rows, t.d, t.rowStride)) * t.bytesPerElement,
+      ),
+      t.dtype,
+    );
   const r = normBackward({
-    kind, rows, d, x: view(x), xStride: x.rowStride, dy: view(dy), dyStride: dy.rowStride,
-    mean: mean?.readSync(), rstd: rstd.readSync(), weight: weight?.readSync(),
+    kind,
+    rows,
+    d,
+    x: view(x),
+    xStride: x.rowStride,
+    dy: view(dy),
+    dyStride: dy.rowStride,
+    mean: mean?.readSync(),
+    rstd: rstd.readSync(),
+    weight: weight?.readSync(),
   });
   const b = dx.bytesPerElement, out = dx.buffer.hostBytes;
   for (let row = 0; row < rows; row++) {

@@ -9,7 +9,7 @@
  */
 import type { CheckReport, Device, TensorStats } from "../runtime/device.ts";
 import { ArgumentError } from "../runtime/errors.ts";
-import { LaunchConfig, type ArgType } from "../runtime/module.ts";
+import { type ArgType, LaunchConfig } from "../runtime/module.ts";
 import type { DeviceBuffer } from "../runtime/memory.ts";
 import type { Stream } from "../runtime/stream.ts";
 import type { Tensor } from "../runtime/tensor.ts";
@@ -56,7 +56,13 @@ export function partialAt(seg: number, blocks: number): { counts: number; maxes:
 }
 
 /** @internal The scratch layout constants, for the layout test. */
-export const DIAG_SCRATCH = { bytes: SCRATCH_BYTES, maxesAt: MAXES_AT, resultAt: RESULT_AT, maxBlocks: MAX_BLOCKS, segments: SEGMENTS };
+export const DIAG_SCRATCH = {
+  bytes: SCRATCH_BYTES,
+  maxesAt: MAXES_AT,
+  resultAt: RESULT_AT,
+  maxBlocks: MAX_BLOCKS,
+  segments: SEGMENTS,
+};
 
 /** Queues the first pass over `t` into segment `seg` of the scratch. */
 function queuePartial(t: Tensor, stream: Stream, seg: number, blocks: number): void {
@@ -64,16 +70,30 @@ function queuePartial(t: Tensor, stream: Stream, seg: number, blocks: number): v
   const k = normKernel(dev, `nk_diag_partial_${t.dtype}`, DIAG_PARTIAL_ARGS);
   const at = partialAt(seg, blocks);
   k.launch(stream, new LaunchConfig({ grid: [blocks], block: [THREADS] }), [
-    t, t.rows, t.d, t.rowStride, buf.ptr + BigInt(at.counts), buf.ptr + BigInt(at.maxes),
+    t,
+    t.rows,
+    t.d,
+    t.rowStride,
+    buf.ptr + BigInt(at.counts),
+    buf.ptr + BigInt(at.maxes),
   ]);
 }
 
 /** Queues the final pass over `segs` segments of `blocks` partials and reads the results (synchronizes `stream`). */
-function finishOnDevice(device: Device, stream: Stream, segs: number, blocks: number): { nonFinite: number; absMax: number }[] {
+function finishOnDevice(
+  device: Device,
+  stream: Stream,
+  segs: number,
+  blocks: number,
+): { nonFinite: number; absMax: number }[] {
   const buf = scratch(device);
   const k = normKernel(device, "nk_diag_final", DIAG_FINAL_ARGS);
   k.launch(stream, new LaunchConfig({ grid: [segs], block: [THREADS] }), [
-    buf.ptr, buf.ptr + BigInt(MAXES_AT), blocks, buf.ptr + BigInt(RESULT_AT), buf.ptr + BigInt(RESULT_AT + SEGMENTS * 8),
+    buf.ptr,
+    buf.ptr + BigInt(MAXES_AT),
+    blocks,
+    buf.ptr + BigInt(RESULT_AT),
+    buf.ptr + BigInt(RESULT_AT + SEGMENTS * 8),
   ]);
   const host = new ArrayBuffer(SEGMENTS * 12);
   buf.read(new Uint8Array(host), { offset: RESULT_AT, stream });
@@ -166,8 +186,9 @@ export function startCheck(op: string, x: Tensor, stream: Stream): PendingCheck 
 function warningsFor(x: Tensor, input: TensorStats, y: Tensor, output: TensorStats): string[] {
   const w: string[] = [];
   if (input.nonFinite > 0) w.push(`input: ${input.nonFinite} non-finite value(s) (NaN/Inf): their rows come out NaN`);
-  if (output.nonFinite > input.nonFinite) w.push(`output: ${output.nonFinite} non-finite value(s), more than the input's ${input.nonFinite}`);
-  else if (output.nonFinite > 0) w.push(`output: ${output.nonFinite} non-finite value(s)`);
+  if (output.nonFinite > input.nonFinite) {
+    w.push(`output: ${output.nonFinite} non-finite value(s), more than the input's ${input.nonFinite}`);
+  } else if (output.nonFinite > 0) w.push(`output: ${output.nonFinite} non-finite value(s)`);
   for (const [name, t, s] of [["input", x, input], ["output", y, output]] as const) {
     if (t.dtype === "f16" && s.absMax > F16_WARN_ABS) {
       w.push(`${name}: abs-max ${s.absMax} is near the f16 maximum 65504 (overflow to Inf is one step away)`);
@@ -214,12 +235,19 @@ export interface Histogram {
  * console.log(h.edges, h.counts, `outside: ${h.below + h.above}`);
  * ```
  */
-export function histogram(tensor: Tensor, opts: { bins?: number; range?: readonly [number, number]; stream?: Stream } = {}): Histogram {
+export function histogram(
+  tensor: Tensor,
+  opts: { bins?: number; range?: readonly [number, number]; stream?: Stream } = {},
+): Histogram {
   const t = checkTensor("tensor", tensor);
   const bins = opts.bins ?? 16;
-  if (!Number.isInteger(bins) || bins < 1 || bins > 1_000_000) throw new ArgumentError("bins", "an integer 1 to 1e6", bins);
+  if (!Number.isInteger(bins) || bins < 1 || bins > 1_000_000) {
+    throw new ArgumentError("bins", "an integer 1 to 1e6", bins);
+  }
   const [lo, hi] = opts.range ?? [-4, 4];
-  if (!(Number.isFinite(lo) && Number.isFinite(hi) && lo < hi)) throw new ArgumentError("range", "[lo, hi], finite, lo < hi", opts.range);
+  if (!(Number.isFinite(lo) && Number.isFinite(hi) && lo < hi)) {
+    throw new ArgumentError("range", "[lo, hi], finite, lo < hi", opts.range);
+  }
   const values = t.readSync({ stream: opts.stream });
   const counts = new Array<number>(bins).fill(0);
   let below = 0, above = 0, nonFinite = 0;

@@ -15,7 +15,9 @@ export const HSACO_WAVE: Readonly<Record<string, number>> = Object.freeze({ gfx9
  * or UnsupportedError naming the device's arch and the built ones. A gfx target's code object only runs on that
  * exact processor (gfx1101 cannot run gfx1100's), so there is no nearest match.
  */
-export function hsacoTarget(info: { readonly arch: string; readonly warpSize: number; readonly name?: string }): string {
+export function hsacoTarget(
+  info: { readonly arch: string; readonly warpSize: number; readonly name?: string },
+): string {
   const built = Object.keys(HSACO_WAVE);
   const wave = Object.hasOwn(HSACO_WAVE, info.arch) ? HSACO_WAVE[info.arch] : undefined;
   const device = info.name ? `${info.name} (${info.arch})` : info.arch;
@@ -26,7 +28,9 @@ export function hsacoTarget(info: { readonly arch: string; readonly warpSize: nu
   }
   // The plan sizes reductions by the device's wave size; the kernels by the one they were compiled for.
   if (info.warpSize !== wave) {
-    throw new UnsupportedError(`${device} reports wave size ${info.warpSize}; the ${info.arch} code object is wave${wave}`);
+    throw new UnsupportedError(
+      `${device} reports wave size ${info.warpSize}; the ${info.arch} code object is wave${wave}`,
+    );
   }
   return info.arch;
 }

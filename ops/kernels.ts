@@ -12,9 +12,20 @@ import type { BwdLimits } from "./plan_bwd.ts";
 
 /** Parameter list shared by every forward norm kernel (kernels/norm_fwd.cuh, NK_FWD_PARAMS). */
 export const NORM_FWD_ARGS: readonly ArgType[] = [
-  "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", // x, y, weight, bias, mean, rstd
-  "i32", "i32", "i64", "i64", "f32", //         rows, d, x_stride, y_stride, eps
-  "i32", "i32", "i32", //                       tpr, nv, prefetch (from the plan)
+  "ptr",
+  "ptr",
+  "ptr",
+  "ptr",
+  "ptr",
+  "ptr", // x, y, weight, bias, mean, rstd
+  "i32",
+  "i32",
+  "i64",
+  "i64",
+  "f32", //         rows, d, x_stride, y_stride, eps
+  "i32",
+  "i32",
+  "i32", //                       tpr, nv, prefetch (from the plan)
 ];
 
 /** Options of loadKernels. */
@@ -178,7 +189,8 @@ export function dependentLaunchSupported(device: { readonly backend: string; rea
 
 /** Whether normkit launches kernel `name` on `device` with programmatic dependent launch now. */
 function launchesDependent(device: Device, name: string): boolean {
-  return dependentLaunchSupported(device) && device.cache.get(DEPENDENT_KEY) !== false && dependentLaunchByDefault(name);
+  return dependentLaunchSupported(device) && device.cache.get(DEPENDENT_KEY) !== false &&
+    dependentLaunchByDefault(name);
 }
 
 /**

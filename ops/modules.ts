@@ -52,10 +52,14 @@ export function dequantize(name: string, v: unknown, d: number): Float32Array {
     if (!("int8" in v)) throw new ArgumentError(name, `${d} numbers or { int8, scale }`, v);
     const q = v as { int8: unknown; scale: unknown };
     const codes = q.int8, scale = q.scale;
-    if (!(codes instanceof Int8Array) || codes.length !== d) throw new ArgumentError(`${name}.int8`, `an Int8Array of ${d} codes`, codes);
+    if (!(codes instanceof Int8Array) || codes.length !== d) {
+      throw new ArgumentError(`${name}.int8`, `an Int8Array of ${d} codes`, codes);
+    }
     const perChannel = typeof scale !== "number";
     const scales = perChannel ? checkValues(scale, `${name}.scale`) : undefined;
-    if (scales && scales.length !== d) throw new ArgumentError(`${name}.scale`, `one number or ${d} per-channel scales`, scale);
+    if (scales && scales.length !== d) {
+      throw new ArgumentError(`${name}.scale`, `one number or ${d} per-channel scales`, scale);
+    }
     const out = new Float32Array(d);
     for (let j = 0; j < d; j++) {
       const s = scales ? scales[j] : (scale as number);
@@ -64,13 +68,19 @@ export function dequantize(name: string, v: unknown, d: number): Float32Array {
       }
       out[j] = codes[j] * s;
       if (!Number.isFinite(out[j])) {
-        throw new ArgumentError(scales ? `${name}.scale[${j}]` : `${name}.scale`, `a scale that keeps ${name} finite as f32 (code ${codes[j]} × scale)`, s);
+        throw new ArgumentError(
+          scales ? `${name}.scale[${j}]` : `${name}.scale`,
+          `a scale that keeps ${name} finite as f32 (code ${codes[j]} × scale)`,
+          s,
+        );
       }
     }
     return out;
   }
   const values = checkValues(v, name);
-  if (values.length !== d) throw new ArgumentError(name, `${d} numbers (or { int8, scale })`, `${values.length} numbers`);
+  if (values.length !== d) {
+    throw new ArgumentError(name, `${d} numbers (or { int8, scale })`, `${values.length} numbers`);
+  }
   const out = Float32Array.from(values);
   for (let j = 0; j < d; j++) {
     if (!Number.isFinite(out[j])) throw new ArgumentError(`${name}[${j}]`, "a number finite as f32", values[j]);
@@ -80,9 +90,13 @@ export function dequantize(name: string, v: unknown, d: number): Float32Array {
 
 /** NormModuleOptions read once and checked. */
 function readModuleOptions(opts: unknown, defaultEps: number, hasBias: boolean): Required<NormModuleOptions> {
-  const o = checkOptions(opts, "an options object { eps?, weight?, bias?, zeroCentered? }") as NormModuleOptions | undefined;
+  const o = checkOptions(opts, "an options object { eps?, weight?, bias?, zeroCentered? }") as
+    | NormModuleOptions
+    | undefined;
   const eps = o?.eps, weight = o?.weight, bias = o?.bias, zeroCentered = o?.zeroCentered;
-  if (!hasBias && bias !== undefined) throw new ArgumentError("bias", "no bias option: RMSNorm has no bias (LayerNorm takes one)", bias);
+  if (!hasBias && bias !== undefined) {
+    throw new ArgumentError("bias", "no bias option: RMSNorm has no bias (LayerNorm takes one)", bias);
+  }
   return {
     eps: checkEps(eps ?? defaultEps),
     weight: checkFlag("weight", weight) ?? true,
@@ -96,7 +110,9 @@ function checkModuleShape(v: unknown): readonly number[] {
   if (typeof v === "number" || !Array.isArray(v)) return [checkD(v)];
   const ns = checkNormalizedShape(v)!;
   const n = ns.reduce((a, b) => a * b, 1);
-  if (n > MAX_D) throw new ArgumentError("normalizedShape", `at most ${MAX_D} elements in all`, `[${ns}]: ${n} elements`);
+  if (n > MAX_D) {
+    throw new ArgumentError("normalizedShape", `at most ${MAX_D} elements in all`, `[${ns}]: ${n} elements`);
+  }
   return ns;
 }
 
@@ -199,9 +215,13 @@ export abstract class NormModule implements Disposable {
    */
   load(values: { weight?: ParamValues; bias?: ParamValues }): void {
     this.#check();
-    if (typeof values !== "object" || values === null) throw new ArgumentError("values", "an object { weight?, bias? }", values);
+    if (typeof values !== "object" || values === null) {
+      throw new ArgumentError("values", "an object { weight?, bias? }", values);
+    }
     for (const key of Object.keys(values)) {
-      if (key !== "weight" && key !== "bias") throw new ArgumentError(`values.${key}`, "only weight and bias", "an unknown key");
+      if (key !== "weight" && key !== "bias") {
+        throw new ArgumentError(`values.${key}`, "only weight and bias", "an unknown key");
+      }
     }
     const weightIn = values.weight, biasIn = values.bias;
     let w: Float32Array | undefined, b: Float32Array | undefined;
@@ -238,8 +258,10 @@ export abstract class NormModule implements Disposable {
   state(): { weight?: Float32Array; bias?: Float32Array; weightGrad?: Float32Array; biasGrad?: Float32Array } {
     this.#check();
     return {
-      weight: this.weight?.readSync(), bias: this.bias?.readSync(),
-      weightGrad: this.weightGrad?.readSync(), biasGrad: this.biasGrad?.readSync(),
+      weight: this.weight?.readSync(),
+      bias: this.bias?.readSync(),
+      weightGrad: this.weightGrad?.readSync(),
+      biasGrad: this.biasGrad?.readSync(),
     };
   }
 
@@ -258,7 +280,9 @@ export abstract class NormModule implements Disposable {
     const x = checkInput(xIn);
     // x's shape against the module's first: else the weight (of d elements) would be blamed for the mismatch.
     const ns = this.normalizedShape;
-    if (ns.length === 1 && x.d !== this.d) throw new ArgumentError("x", `a last dimension of ${this.d} (the module's d)`, `shape [${x.shape}]`);
+    if (ns.length === 1 && x.d !== this.d) {
+      throw new ArgumentError("x", `a last dimension of ${this.d} (the module's d)`, `shape [${x.shape}]`);
+    }
     flattenNormalized("x", x, ns);
     const normalizedShape = ns.length === 1 ? undefined : ns;
     const r = this.kind === "layer"
@@ -284,7 +308,11 @@ export abstract class NormModule implements Disposable {
     if (!s) throw new ArgumentError("backward", "a forward() first (each forward allows one backward)", "none");
     // d(1 + w)/dw = 1: the scale's gradient is the stored weight's.
     const common = {
-      rstd: s.rstd, weight: this.#scale, dweight: this.weightGrad, accumulate: true, stream,
+      rstd: s.rstd,
+      weight: this.#scale,
+      dweight: this.weightGrad,
+      accumulate: true,
+      stream,
       normalizedShape: this.normalizedShape.length === 1 ? undefined : this.normalizedShape,
     };
     const r = this.kind === "layer"
@@ -314,7 +342,9 @@ export abstract class NormModule implements Disposable {
     if (this.#closed) return;
     this.#closed = true;
     this.#release();
-    for (const t of [this.weight, this.bias, this.weightGrad, this.biasGrad, this.zeroCentered ? this.#scale : undefined]) t?.close();
+    for (
+      const t of [this.weight, this.bias, this.weightGrad, this.biasGrad, this.zeroCentered ? this.#scale : undefined]
+    ) t?.close();
   }
 
   /** close(), for `using` declarations. */

@@ -199,7 +199,11 @@ function runFlattened(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | Nor
   if (ns.length === 1) return runNorm(kind, x, { ...o, normalizedShape: undefined });
   const outv = Tensor.isTensor(o.out) && !o.out.closed ? flattenNormalized("out", o.out, ns) : o.out;
   const r = runNorm(kind, xv, {
-    ...o, out: outv, weight: flattenParam("weight", o.weight, ns), bias: flattenParam("bias", o.bias, ns), normalizedShape: undefined,
+    ...o,
+    out: outv,
+    weight: flattenParam("weight", o.weight, ns),
+    bias: flattenParam("bias", o.bias, ns),
+    normalizedShape: undefined,
   });
   const given = o.out !== undefined && o.out !== null;
   const back = (y: Tensor): Tensor => (given ? o.out as Tensor : reshapeOwned(y, x.shape));
@@ -227,7 +231,14 @@ function readOptions(kind: NormKind, opts: unknown): CallOptions {
   const eps0 = kind === "layer" ? 1e-5 : 1e-6;
   if (opts === undefined) {
     return {
-      weight: undefined, bias: undefined, eps: eps0, out: undefined, outDtype: undefined, stream: undefined, stats: undefined, check: undefined,
+      weight: undefined,
+      bias: undefined,
+      eps: eps0,
+      out: undefined,
+      outDtype: undefined,
+      stream: undefined,
+      stats: undefined,
+      check: undefined,
       normalizedShape: undefined,
     };
   }
@@ -237,8 +248,15 @@ function readOptions(kind: NormKind, opts: unknown): CallOptions {
   const o = opts as LayerNormOptions;
   const eps = o.eps;
   return {
-    weight: o.weight, bias: o.bias, eps: eps === undefined ? eps0 : eps, out: o.out, outDtype: o.outDtype, stream: o.stream,
-    stats: o.stats, check: o.check, normalizedShape: o.normalizedShape,
+    weight: o.weight,
+    bias: o.bias,
+    eps: eps === undefined ? eps0 : eps,
+    out: o.out,
+    outDtype: o.outDtype,
+    stream: o.stream,
+    stats: o.stats,
+    check: o.check,
+    normalizedShape: o.normalizedShape,
   };
 }
 
@@ -292,8 +310,15 @@ type KernelGeometry = Pick<LaunchPlan, "tpr" | "nv" | "prefetch">;
 
 /** Writes the forward kernel's arguments (NORM_FWD_ARGS) into an argument block of it: all validated by runNorm. */
 function writeNormArgs(
-  k: ArgBlock, x: Tensor, y: Tensor, w: Tensor | undefined, b: Tensor | undefined, mean: Tensor | undefined,
-  rstd: Tensor | undefined, eps: number, g: KernelGeometry,
+  k: ArgBlock,
+  x: Tensor,
+  y: Tensor,
+  w: Tensor | undefined,
+  b: Tensor | undefined,
+  mean: Tensor | undefined,
+  rstd: Tensor | undefined,
+  eps: number,
+  g: KernelGeometry,
 ): void {
   k.setPtr(0, x.ptr);
   k.setPtr(1, y.ptr);
@@ -325,7 +350,9 @@ function repeatCall(c: ValidatedCall | undefined, x: Tensor, o: CallOptions, lay
   const released = releaseCount();
   if (c.openAt !== released) {
     // Closed objects go the full way, which throws the usual DisposedError (x first: it covers the device).
-    if (x.closed || c.out.closed || (c.weight !== undefined && c.weight.closed) || (c.bias !== undefined && c.bias.closed)) {
+    if (
+      x.closed || c.out.closed || (c.weight !== undefined && c.weight.closed) || (c.bias !== undefined && c.bias.closed)
+    ) {
       return false;
     }
     // The default stream is replaced when closed: the call must still be on the stream it validated.
@@ -354,7 +381,9 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
   const x = checkInput(xIn);
   const eps = checkEps(o.eps);
   const weight = checkParam("weight", o.weight, x);
-  if (!layer && o.bias !== undefined && o.bias !== null) throw new ArgumentError("bias", "no bias: RMSNorm has none (layerNorm takes one)", o.bias);
+  if (!layer && o.bias !== undefined && o.bias !== null) {
+    throw new ArgumentError("bias", "no bias: RMSNorm has none (layerNorm takes one)", o.bias);
+  }
   const bias = layer ? checkParam("bias", o.bias, x) : undefined;
   // The kernels read weight and bias with one dtype.
   if (weight && bias && weight.dtype !== bias.dtype) {
@@ -371,7 +400,9 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
     throw new UnsupportedError(
       checking
         ? `${kind}Norm during a graph capture: check mode reads statistics back, which a capture cannot; pass check: false`
-        : `${kind}Norm during a graph capture: it would allocate ${outGiven ? "the statistics (stats: true)" : "its output (pass out)"}, ` +
+        : `${kind}Norm during a graph capture: it would allocate ${
+          outGiven ? "the statistics (stats: true)" : "its output (pass out)"
+        }, ` +
           `and allocation breaks the capture; allocate before beginCapture()`,
     );
   }
@@ -380,9 +411,21 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
   // Plans (with their LaunchConfig and kernel) cached per problem: nothing allocated per call. Limits on a
   // miss from planLimits(device): wave size 32/64 from the device; clusters only on CUDA.
   const plan = gpu
-    ? lookupNormPlan(device.cache, kind, Math.max(x.rows, 1), x.d, x.dtype, outDtype, weight?.dtype ?? bias?.dtype, undefined, device)
+    ? lookupNormPlan(
+      device.cache,
+      kind,
+      Math.max(x.rows, 1),
+      x.d,
+      x.dtype,
+      outDtype,
+      weight?.dtype ?? bias?.dtype,
+      undefined,
+      device,
+    )
     : undefined;
-  if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}Norm on ${device.backend}: ${plan.unsupported}`);
+  if (plan && "unsupported" in plan) {
+    throw new UnsupportedError(`${kind}Norm on ${device.backend}: ${plan.unsupported}`);
+  }
   let y: Tensor | undefined = outGiven, mean: Tensor | undefined, rstd: Tensor | undefined;
   // Check mode: the input's statistics are queued before the op, which may overwrite x (in place).
   const pending = checking ? startCheck(`${kind}Norm`, x, stream) : undefined;
@@ -400,7 +443,15 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
         // The vector-only kernel where every row qualifies (fewer registers spilled; the `rows` tile: its own thread
         // mapping and grid, plan.configFor(true)).
         const full = plan.plan.fullKernel !== null && fwdFull(
-          x.d, x.dtype, y.dtype, x.ptr, x.rowStride, y.ptr, y.rowStride, weight?.ptr ?? 0n, bias?.ptr ?? 0n,
+          x.d,
+          x.dtype,
+          y.dtype,
+          x.ptr,
+          x.rowStride,
+          y.ptr,
+          y.rowStride,
+          weight?.ptr ?? 0n,
+          bias?.ptr ?? 0n,
         );
         const k = plan.kernel(device, full), config = plan.configFor(full), geometry = plan.plan;
         k.checkLaunch(stream, config);
@@ -409,7 +460,20 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
         if (outGiven && !stats && !checking) {
           // Remembered for repeatCall(): the very same call next time skips the checks above.
           const c = new ValidatedCall(
-            x, o.weight, o.bias, outGiven, o.outDtype, o.stream, eps, weight, bias, stream, k, config, geometry, releaseCount(),
+            x,
+            o.weight,
+            o.bias,
+            outGiven,
+            o.outDtype,
+            o.stream,
+            eps,
+            weight,
+            bias,
+            stream,
+            k,
+            config,
+            geometry,
+            releaseCount(),
           );
           calls.last = c;
           calls.byKey.set(callKey(weight, bias, x) as object, c);
@@ -429,7 +493,16 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
 }
 
 /** The CPU backend: float64 maths straight on the host bytes. */
-function cpuNorm(kind: NormKind, x: Tensor, y: Tensor, w?: Tensor, b?: Tensor, mean?: Tensor, rstd?: Tensor, eps = 1e-5): void {
+function cpuNorm(
+  kind: NormKind,
+  x: Tensor,
+  y: Tensor,
+  w?: Tensor,
+  b?: Tensor,
+  mean?: Tensor,
+  rstd?: Tensor,
+  eps = 1e-5,
+): void {
   const xb = x.bytesPerElement;
   const xs = x.buffer.hostBytes.subarray(x.offset * xb, (x.offset + spanElements(x.rows, x.d, x.rowStride)) * xb);
   const r = normForward({

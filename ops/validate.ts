@@ -10,7 +10,9 @@ export const MAX_D = 262_144;
 
 export function checkTensor(name: string, t: unknown, device?: Device): Tensor {
   // A brand check: a Proxy of a Tensor passes instanceof, then fails on its private fields with a bare TypeError.
-  if (!Tensor.isTensor(t)) throw new ArgumentError(name, "a Tensor (a Proxy of one or a look-alike object is refused)", t);
+  if (!Tensor.isTensor(t)) {
+    throw new ArgumentError(name, "a Tensor (a Proxy of one or a look-alike object is refused)", t);
+  }
   // The device first: its tensors are closed with it, and "the device was closed" is the useful message.
   if (t.device.closed) throw new DisposedError(`${name}'s device`);
   if (t.closed) throw new DisposedError(`${name} (Tensor)`);
@@ -26,7 +28,11 @@ export function checkTensor(name: string, t: unknown, device?: Device): Tensor {
  */
 export function checkEps(eps: unknown): number {
   if (typeof eps !== "number" || !(Math.fround(eps) > 0) || Math.fround(eps) === Infinity) {
-    throw new ArgumentError("eps", "a number whose f32, as the kernels get it, is finite and > 0 (Math.fround(eps): about 1e-45 to 3.4e38)", eps);
+    throw new ArgumentError(
+      "eps",
+      "a number whose f32, as the kernels get it, is finite and > 0 (Math.fround(eps): about 1e-45 to 3.4e38)",
+      eps,
+    );
   }
   return eps;
 }
@@ -39,19 +45,25 @@ export function checkFlag(name: string, v: unknown): boolean | undefined {
 
 /** An options argument: an object, or nothing (undefined). */
 export function checkOptions(opts: unknown, expected: string): object | undefined {
-  if (opts !== undefined && (typeof opts !== "object" || opts === null)) throw new ArgumentError("options", `${expected} or nothing`, opts);
+  if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
+    throw new ArgumentError("options", `${expected} or nothing`, opts);
+  }
   return opts as object | undefined;
 }
 
 /** A hidden size the kernels support: an integer 1 to MAX_D. */
 export function checkD(d: unknown): number {
-  if (!Number.isSafeInteger(d) || (d as number) < 1 || (d as number) > MAX_D) throw new ArgumentError("d", `an integer from 1 to ${MAX_D}`, d);
+  if (!Number.isSafeInteger(d) || (d as number) < 1 || (d as number) > MAX_D) {
+    throw new ArgumentError("d", `an integer from 1 to ${MAX_D}`, d);
+  }
   return d as number;
 }
 
 export function checkInput(x: unknown): Tensor {
   const t = checkTensor("x", x);
-  if (t.d === 0) throw new ArgumentError("x", "a last dimension ≥ 1 (D = 0 cannot be normalized)", `shape [${t.shape}]`);
+  if (t.d === 0) {
+    throw new ArgumentError("x", "a last dimension ≥ 1 (D = 0 cannot be normalized)", `shape [${t.shape}]`);
+  }
   if (t.d > MAX_D) throw new ArgumentError("x", `a last dimension ≤ ${MAX_D}`, t.d);
   return t;
 }
@@ -61,7 +73,9 @@ export function checkParam(name: string, p: unknown, x: Tensor): Tensor | undefi
   if (p === undefined || p === null) return undefined;
   const t = checkTensor(name, p, x.device);
   if (t.numel !== x.d || t.rows !== 1) throw new ArgumentError(name, `shape [${x.d}] (D of x)`, `shape [${t.shape}]`);
-  if (t.dtype !== "f32" && t.dtype !== x.dtype) throw new ArgumentError(`${name}.dtype`, `"f32" or x's dtype "${x.dtype}"`, t.dtype);
+  if (t.dtype !== "f32" && t.dtype !== x.dtype) {
+    throw new ArgumentError(`${name}.dtype`, `"f32" or x's dtype "${x.dtype}"`, t.dtype);
+  }
   return t;
 }
 
@@ -105,7 +119,9 @@ export function sameView(a: Tensor, b: Tensor): boolean {
 
 /** The stream an op runs on: an open Stream of x's device. */
 export function checkStream(stream: unknown, device: Device): Stream {
-  if (!Stream.isStream(stream) || stream.device !== device) throw new ArgumentError("stream", `a Stream of x's device (${device.id})`, stream);
+  if (!Stream.isStream(stream) || stream.device !== device) {
+    throw new ArgumentError("stream", `a Stream of x's device (${device.id})`, stream);
+  }
   if (stream.closed) throw new DisposedError("stream");
   return stream;
 }
@@ -125,10 +141,16 @@ export function checkOut(
   checkSameShape("out", t, x);
   if (t.dtype !== dtype) throw new ArgumentError("out.dtype", `"${dtype}"`, t.dtype);
   if (!sameView(t, x) && overlaps(t, x)) {
-    throw new ArgumentError("out", "either x itself (in place) or memory that does not overlap x", "a partial overlap with x");
+    throw new ArgumentError(
+      "out",
+      "either x itself (in place) or memory that does not overlap x",
+      "a partial overlap with x",
+    );
   }
   for (const [name, p] of Object.entries(params)) {
-    if (p && overlaps(t, p)) throw new ArgumentError("out", `memory that does not overlap ${name}`, `an overlap with ${name}`);
+    if (p && overlaps(t, p)) {
+      throw new ArgumentError("out", `memory that does not overlap ${name}`, `an overlap with ${name}`);
+    }
   }
   return t;
 }
@@ -137,7 +159,9 @@ export function checkOut(
 export function checkNormalizedShape(v: unknown): readonly number[] | undefined {
   if (v === undefined) return undefined;
   const dims = typeof v === "number" ? [v] : v;
-  if (!Array.isArray(dims) || dims.length === 0) throw new ArgumentError("normalizedShape", "a dimension or an array of ≥ 1 dimensions", v);
+  if (!Array.isArray(dims) || dims.length === 0) {
+    throw new ArgumentError("normalizedShape", "a dimension or an array of ≥ 1 dimensions", v);
+  }
   for (const [i, n] of dims.entries()) {
     if (!Number.isSafeInteger(n) || n < 1) throw new ArgumentError(`normalizedShape[${i}]`, "an integer ≥ 1", n);
   }
@@ -157,10 +181,18 @@ export function flattenNormalized(name: string, t: Tensor, normalizedShape: read
   let inner = 1;
   for (let i = 0; i < k - 1; i++) inner *= normalizedShape[i];
   if (inner > 1 && t.rowStride !== t.d) {
-    throw new ArgumentError(name, `contiguous normalized dimensions [${normalizedShape}] (rowStride = the last dimension, ${t.d})`, `rowStride ${t.rowStride}`);
+    throw new ArgumentError(
+      name,
+      `contiguous normalized dimensions [${normalizedShape}] (rowStride = the last dimension, ${t.d})`,
+      `rowStride ${t.rowStride}`,
+    );
   }
   const n = inner * t.d, lead = t.shape.slice(0, r - k);
-  return new Tensor(t.buffer, [...lead, n], { dtype: t.dtype, offset: t.offset, rowStride: inner === 1 ? t.rowStride : n });
+  return new Tensor(t.buffer, [...lead, n], {
+    dtype: t.dtype,
+    offset: t.offset,
+    rowStride: inner === 1 ? t.rowStride : n,
+  });
 }
 
 /** A parameter (weight, bias, their gradients) of shape `normalizedShape` viewed flat as [N]; anything else as it is. */

@@ -1,14 +1,14 @@
 /** The CUDA implementation of the Driver interface, over ffi/cuda.ts. */
 import {
   CU_DEVICE_ATTRIBUTE as A,
-  CU_LAUNCH_ATTRIBUTE,
-  CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-  CU_LAUNCH_CONFIG,
   CU_EVENT_DEFAULT,
   CU_EVENT_DISABLE_TIMING,
   CU_FUNC_ATTRIBUTE as F,
   CU_GRAPH_EXEC_UPDATE_RESULT_INFO,
+  CU_LAUNCH_ATTRIBUTE,
+  CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+  CU_LAUNCH_CONFIG,
   CU_MEMHOSTALLOC_PORTABLE,
   CU_POINTER_ATTRIBUTE as P,
   CU_STREAM_CAPTURE_MODE,
@@ -20,7 +20,15 @@ import {
 } from "../ffi/cuda.ts";
 import { openLibrary } from "../ffi/library.ts";
 import { ffi } from "../ffi/runtime.ts";
-import type { CaptureMode, CaptureStatus, DeviceInfo, Driver, GraphDriver, GraphUpdateRefusal, KernelAttribute } from "./driver.ts";
+import type {
+  CaptureMode,
+  CaptureStatus,
+  DeviceInfo,
+  Driver,
+  GraphDriver,
+  GraphUpdateRefusal,
+  KernelAttribute,
+} from "./driver.ts";
 import { GpuError } from "./errors.ts";
 
 const FUNC_ATTR: Record<KernelAttribute, number> = {
@@ -37,8 +45,14 @@ const CAPTURE_MODE: Record<CaptureMode, number> = {
 };
 // CUgraphExecUpdateResult 1..8, in order.
 const REFUSALS: readonly GraphUpdateRefusal[] = [
-  "error", "topology-changed", "node-type-changed", "function-changed", "parameters-changed", "not-supported",
-  "unsupported-function-change", "attributes-changed",
+  "error",
+  "topology-changed",
+  "node-type-changed",
+  "function-changed",
+  "parameters-changed",
+  "not-supported",
+  "unsupported-function-change",
+  "attributes-changed",
 ];
 
 // Out-parameter scratch, reused by every call: JS is single-threaded and each value is read right away.
@@ -95,12 +109,15 @@ export function openCudaDriver(): Driver {
   // CUgraphExecUpdateResultInfo out-parameter (its node handles are not used).
   const updateInfo = new Uint32Array(CU_GRAPH_EXEC_UPDATE_RESULT_INFO.size / 4);
   const graphs: GraphDriver = {
-    beginCapture: (st, mode) =>
-      check("cuStreamBeginCapture_v2", s.cuStreamBeginCapture_v2(st, CAPTURE_MODE[mode])),
+    beginCapture: (st, mode) => check("cuStreamBeginCapture_v2", s.cuStreamBeginCapture_v2(st, CAPTURE_MODE[mode])),
     endCapture: (st) => u64("cuStreamEndCapture", s.cuStreamEndCapture(st, u64Out)),
     captureStatus(st): CaptureStatus {
       const v = i32("cuStreamIsCapturing", s.cuStreamIsCapturing(st, i32Out));
-      return v === CU_STREAM_CAPTURE_STATUS.ACTIVE ? "active" : v === CU_STREAM_CAPTURE_STATUS.INVALIDATED ? "invalidated" : "none";
+      return v === CU_STREAM_CAPTURE_STATUS.ACTIVE
+        ? "active"
+        : v === CU_STREAM_CAPTURE_STATUS.INVALIDATED
+        ? "invalidated"
+        : "none";
     },
     instantiate: (graph) => u64("cuGraphInstantiateWithFlags", s.cuGraphInstantiateWithFlags(u64Out, graph, 0n)),
     launch(exec, st) {
@@ -119,8 +136,7 @@ export function openCudaDriver(): Driver {
   };
 
   const handleOf = (ordinal: number): number => i32("cuDeviceGet", s.cuDeviceGet(i32Out, ordinal));
-  const attr = (dev: number, a: number): number =>
-    i32("cuDeviceGetAttribute", s.cuDeviceGetAttribute(i32Out, a, dev));
+  const attr = (dev: number, a: number): number => i32("cuDeviceGetAttribute", s.cuDeviceGetAttribute(i32Out, a, dev));
 
   const d: Driver = {
     backend: "cuda",
@@ -150,8 +166,7 @@ export function openCudaDriver(): Driver {
       };
     },
 
-    retainContext: (ordinal) =>
-      u64("cuDevicePrimaryCtxRetain", s.cuDevicePrimaryCtxRetain(u64Out, handleOf(ordinal))),
+    retainContext: (ordinal) => u64("cuDevicePrimaryCtxRetain", s.cuDevicePrimaryCtxRetain(u64Out, handleOf(ordinal))),
     releaseContext: (ordinal) =>
       check("cuDevicePrimaryCtxRelease_v2", s.cuDevicePrimaryCtxRelease_v2(handleOf(ordinal))),
     resetContext: (ordinal) => check("cuDevicePrimaryCtxReset_v2", s.cuDevicePrimaryCtxReset_v2(handleOf(ordinal))),
@@ -183,8 +198,7 @@ export function openCudaDriver(): Driver {
       const bytes = Number(u64("cuPointerGetAttribute", s.cuPointerGetAttribute(u64Out, P.RANGE_SIZE, ptr)));
       return { context, base, bytes };
     },
-    hostAlloc: (bytes) =>
-      u64("cuMemHostAlloc", s.cuMemHostAlloc(u64Out, BigInt(bytes), CU_MEMHOSTALLOC_PORTABLE)),
+    hostAlloc: (bytes) => u64("cuMemHostAlloc", s.cuMemHostAlloc(u64Out, BigInt(bytes), CU_MEMHOSTALLOC_PORTABLE)),
     hostFree: (addr) => check("cuMemFreeHost", s.cuMemFreeHost(addr)),
 
     streamCreate: () => u64("cuStreamCreate", s.cuStreamCreate(u64Out, CU_STREAM_NON_BLOCKING)),

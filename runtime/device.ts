@@ -54,7 +54,9 @@ export interface WrapOptions {
 /** Reads WrapOptions once: the `own` flag. */
 function readWrapOptions(opts: unknown): boolean {
   if (opts === undefined) return false;
-  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { own? } or nothing", opts);
+  if (typeof opts !== "object" || opts === null) {
+    throw new ArgumentError("options", "an options object { own? } or nothing", opts);
+  }
   const own = (opts as WrapOptions).own ?? false;
   if (typeof own !== "boolean") throw new ArgumentError("own", "a boolean", own);
   return own;
@@ -123,7 +125,9 @@ function pick(loaded: Loaded, ordinal: number, label: string): { driver: Driver 
   if (dead) throw restartError(dead, `Device.open(${loaded.driver.backend}:${ordinal})`);
   const count = loaded.driver.deviceCount();
   if (ordinal < count) return { driver: loaded.driver };
-  return { reason: count === 0 ? `no ${label} device found` : `${label} device ${ordinal} requested, ${count} present` };
+  return {
+    reason: count === 0 ? `no ${label} device found` : `${label} device ${ordinal} requested, ${count} present`,
+  };
 }
 
 // The context current on this thread, so that switching devices costs a driver call only when needed.
@@ -162,14 +166,27 @@ function listenForErrors(driver: Driver): void {
 
 /** The error every use of a context that hit a sticky error throws until recover() finds out more. */
 function faultedError(cause: GpuError, what: string): GpuError {
-  return new GpuError(cause.backend, `${what} (the context is unusable since ${cause.call} failed)`, cause.code, cause.codeName, cause.description);
+  return new GpuError(
+    cause.backend,
+    `${what} (the context is unusable since ${cause.call} failed)`,
+    cause.code,
+    cause.codeName,
+    cause.description,
+  );
 }
 
 /** The error every use of a poisoned GPU throws: restart the process. */
 function restartError(cause: GpuError, what: string): GpuError {
-  return new GpuError(cause.backend, `${what} (poisoned by ${cause.call})`, cause.code, cause.codeName, cause.description, {
-    restartRequired: true,
-  });
+  return new GpuError(
+    cause.backend,
+    `${what} (poisoned by ${cause.call})`,
+    cause.code,
+    cause.codeName,
+    cause.description,
+    {
+      restartRequired: true,
+    },
+  );
 }
 
 // The sanity check Device.open() runs (registered by ops/diag.ts: the runtime knows no norms).
@@ -322,7 +339,13 @@ export class Device extends Resource {
    */
   static open(options?: OpenOptions | null): Device {
     const opts = options ?? {};
-    if (typeof opts !== "object") throw new ArgumentError("options", "an options object { backend?, ordinal?, sanityCheck?, check? } or nothing", opts);
+    if (typeof opts !== "object") {
+      throw new ArgumentError(
+        "options",
+        "an options object { backend?, ordinal?, sanityCheck?, check? } or nothing",
+        opts,
+      );
+    }
     // Each option read once: an object with getters cannot pass one value to the checks and another to the open.
     const backend = opts.backend ?? "auto";
     const ordinal = opts.ordinal ?? 0;
@@ -454,7 +477,9 @@ export class Device extends Resource {
    */
   createStream(...none: unknown[]): Stream {
     // It takes no options (no priority, no flags): one given is refused, not silently ignored.
-    if (none.length > 0) throw new ArgumentError("createStream options", "none (createStream takes no arguments)", none[0]);
+    if (none.length > 0) {
+      throw new ArgumentError("createStream options", "none (createStream takes no arguments)", none[0]);
+    }
     const d = this.activeDriver;
     if (!d) return new Stream(this, 0n, () => {});
     const h = d.streamCreate();
@@ -504,29 +529,49 @@ export class Device extends Resource {
    * GPU only (the CPU backend wraps host memory with wrapHost()).
    */
   wrapPointer(ptr: bigint, bytes: number, opts?: WrapOptions): DeviceBuffer {
-    if (typeof ptr !== "bigint" || ptr <= 0n || ptr >= 1n << 64n) throw new ArgumentError("ptr", "a device address: a bigint > 0n", ptr);
+    if (typeof ptr !== "bigint" || ptr <= 0n || ptr >= 1n << 64n) {
+      throw new ArgumentError("ptr", "a device address: a bigint > 0n", ptr);
+    }
     if (!Number.isSafeInteger(bytes) || bytes < 1) throw new ArgumentError("bytes", "an integer ≥ 1", bytes);
     const own = readWrapOptions(opts);
     const d = this.activeDriver;
-    if (!d) throw new UnsupportedError("wrapPointer on the CPU backend: it has no device memory (wrap a typed array with device.wrapHost())");
-    if (!d.pointerInfo) throw new UnsupportedError(`wrapPointer on ${this.backend}: no pointer query is bound for this backend`);
+    if (!d) {
+      throw new UnsupportedError(
+        "wrapPointer on the CPU backend: it has no device memory (wrap a typed array with device.wrapHost())",
+      );
+    }
+    if (!d.pointerInfo) {
+      throw new UnsupportedError(`wrapPointer on ${this.backend}: no pointer query is bound for this backend`);
+    }
     let info;
     try {
       info = d.pointerInfo(ptr);
     } catch (e) {
       if (!(e instanceof GpuError) || e.sticky) throw e;
-      throw new ArgumentError("ptr", "device memory the driver knows (e.g. from cuMemAlloc)", `${hex(ptr)}: ${e.codeName}`);
+      throw new ArgumentError(
+        "ptr",
+        "device memory the driver knows (e.g. from cuMemAlloc)",
+        `${hex(ptr)}: ${e.codeName}`,
+      );
     }
     const ctx = this.#context!;
     if (info.context !== ctx.handle) {
-      throw new ArgumentError("ptr", `memory of ${this.id}'s context (${hex(ctx.handle)})`, `${hex(ptr)}, memory of context ${hex(info.context)}`);
+      throw new ArgumentError(
+        "ptr",
+        `memory of ${this.id}'s context (${hex(ctx.handle)})`,
+        `${hex(ptr)}, memory of context ${hex(info.context)}`,
+      );
     }
     const room = info.base + BigInt(info.bytes) - ptr;
     if (BigInt(bytes) > room) {
       throw new ArgumentError("bytes", `at most ${room} (the rest of the allocation at ${hex(ptr)})`, bytes);
     }
     if (own && ptr !== info.base) {
-      throw new ArgumentError("own", `false for a pointer inside an allocation (only its start ${hex(info.base)} can be freed)`, own);
+      throw new ArgumentError(
+        "own",
+        `false for a pointer inside an allocation (only its start ${hex(info.base)} can be freed)`,
+        own,
+      );
     }
     return new DeviceBuffer(this, bytes, ptr, null, own ? () => ctx.forRelease()?.memFree(ptr) : () => {}, true);
   }
@@ -538,7 +583,11 @@ export class Device extends Resource {
    */
   wrapHost(view: ArrayBufferView): DeviceBuffer {
     if (!ArrayBuffer.isView(view)) throw new ArgumentError("view", "a typed array or DataView", view);
-    if (this.activeDriver) throw new UnsupportedError(`wrapHost on ${this.id}: only the CPU backend computes in host memory (use wrapPointer())`);
+    if (this.activeDriver) {
+      throw new UnsupportedError(
+        `wrapHost on ${this.id}: only the CPU backend computes in host memory (use wrapPointer())`,
+      );
+    }
     const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
     return new DeviceBuffer(this, bytes.byteLength, 0n, bytes, () => {}, true);
   }
@@ -549,9 +598,13 @@ export class Device extends Resource {
    * The legacy and per-thread default streams (handles 0n, 1n, 2n) can be wrapped but never owned. GPU only.
    */
   wrapStream(handle: bigint, opts?: WrapOptions): Stream {
-    if (typeof handle !== "bigint" || handle < 0n || handle >= 1n << 64n) throw new ArgumentError("handle", "a stream handle: a bigint ≥ 0n", handle);
+    if (typeof handle !== "bigint" || handle < 0n || handle >= 1n << 64n) {
+      throw new ArgumentError("handle", "a stream handle: a bigint ≥ 0n", handle);
+    }
     const own = readWrapOptions(opts);
-    if (own && handle <= 2n) throw new ArgumentError("own", "false for a default stream (0n, 1n, 2n: it cannot be destroyed)", own);
+    if (own && handle <= 2n) {
+      throw new ArgumentError("own", "false for a default stream (0n, 1n, 2n: it cannot be destroyed)", own);
+    }
     const d = this.activeDriver;
     if (!d) throw new UnsupportedError("wrapStream on the CPU backend: it has no native streams");
     const ctx = this.#context!;
@@ -735,7 +788,11 @@ function hostMemory(bytes: number): Uint8Array {
   } catch (e) {
     if (!(e instanceof RangeError)) throw e;
     // (Not the engine's own message: it differs between engines and says less.)
-    throw new ArgumentError("bytes", "a size the CPU backend can allocate in host memory (the JavaScript engine refused it)", bytes);
+    throw new ArgumentError(
+      "bytes",
+      "a size the CPU backend can allocate in host memory (the JavaScript engine refused it)",
+      bytes,
+    );
   }
 }
 

@@ -157,9 +157,15 @@ export interface Driver {
   /** `params` is the address of a void*[] of argument addresses, prepared once per Kernel. */
   launch(
     fn: bigint,
-    gx: number, gy: number, gz: number,
-    bx: number, by: number, bz: number,
-    sharedBytes: number, stream: bigint, params: bigint,
+    gx: number,
+    gy: number,
+    gz: number,
+    bx: number,
+    by: number,
+    bz: number,
+    sharedBytes: number,
+    stream: bigint,
+    params: bigint,
   ): void;
   /**
    * As launch(), with launch attributes (cuLaunchKernelEx): thread-block clusters of `cluster` blocks along x
@@ -168,8 +174,16 @@ export interface Driver {
    */
   launchEx(
     fn: bigint,
-    gx: number, gy: number, gz: number,
-    bx: number, by: number, bz: number,
-    sharedBytes: number, stream: bigint, params: bigint, cluster: number, dependent: boolean,
+    gx: number,
+    gy: number,
+    gz: number,
+    bx: number,
+    by: number,
+    bz: number,
+    sharedBytes: number,
+    stream: bigint,
+    params: bigint,
+    cluster: number,
+    dependent: boolean,
   ): void;
 }

@@ -137,7 +137,9 @@ function describe(v: unknown): string {
     return `[${head.join(", ")}${v.length > 8 ? `, … (${v.length} elements)` : ""}]`;
   }
   if (v === null || typeof v !== "object") return String(v);
-  if (ArrayBuffer.isView(v) && "length" in v) return `${v.constructor.name}(${(v as unknown as ArrayLike<unknown>).length})`;
+  if (ArrayBuffer.isView(v) && "length" in v) {
+    return `${v.constructor.name}(${(v as unknown as ArrayLike<unknown>).length})`;
+  }
   return (v as object).constructor?.name ?? "object";
 }
 
@@ -153,7 +155,13 @@ export class SanityCheckError extends Error {
    * @param got The value it had.
    * @param backend The device's backend, for the message.
    */
-  constructor(readonly op: string, readonly index: number, readonly expected: number, readonly got: number, backend: string) {
+  constructor(
+    readonly op: string,
+    readonly index: number,
+    readonly expected: number,
+    readonly got: number,
+    backend: string,
+  ) {
     super(
       `sanity check failed on ${backend}: ${op} of all-ones gave ${got} at element ${index}, expected ${expected} ` +
         `(open with { sanityCheck: false } to skip it)`,

@@ -116,7 +116,9 @@ export function openHipDriver(): Driver {
   try {
     // With no AMD GPU (or no /dev/kfd access) HIP 5.2's hipInit returns hipErrorInvalidDevice (101).
     const init = s.hipInit(0);
-    if (init !== 0) throw gpuError("hipInit", init, `${NO_HIP_DEVICE} usable (is there an AMD GPU and access to /dev/kfd?)`);
+    if (init !== 0) {
+      throw gpuError("hipInit", init, `${NO_HIP_DEVICE} usable (is there an AMD GPU and access to /dev/kfd?)`);
+    }
     if (deviceCount() === 0) {
       throw gpuError("hipGetDeviceCount", HIP_ERROR_NO_DEVICE, `${NO_HIP_DEVICE} found`);
     }

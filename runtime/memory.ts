@@ -33,7 +33,9 @@ export interface AsyncCopyOptions extends CopyOptions {
 }
 
 function checkRange(argument: string, offset: number, bytes: number, size: number): void {
-  if (!Number.isSafeInteger(offset) || offset < 0) throw new ArgumentError(`${argument} offset`, "an integer ≥ 0", offset);
+  if (!Number.isSafeInteger(offset) || offset < 0) {
+    throw new ArgumentError(`${argument} offset`, "an integer ≥ 0", offset);
+  }
   if (!Number.isSafeInteger(bytes) || bytes < 0) throw new ArgumentError(`${argument} bytes`, "an integer ≥ 0", bytes);
   if (offset + bytes > size) {
     throw new ArgumentError(argument, `a range inside ${size} bytes`, `${bytes} bytes at offset ${offset}`);
@@ -70,7 +72,14 @@ export class DeviceBuffer extends Resource {
   readonly #wrapped: boolean;
 
   /** @internal use device.alloc(), device.wrapPointer() or device.wrapHost() */
-  constructor(device: Device, byteLength: number, ptr: bigint, host: Uint8Array | null, release: () => void, wrapped = false) {
+  constructor(
+    device: Device,
+    byteLength: number,
+    ptr: bigint,
+    host: Uint8Array | null,
+    release: () => void,
+    wrapped = false,
+  ) {
     super(device.owner, release, device);
     this.device = device;
     this.byteLength = byteLength;
@@ -98,7 +107,9 @@ export class DeviceBuffer extends Resource {
   addressOf(byteOffset: number): { space: ArrayBufferLike | null; address: bigint } {
     this.assertOpen();
     const h = this.#host;
-    return h ? { space: h.buffer, address: BigInt(h.byteOffset + byteOffset) } : { space: null, address: this.#ptr + BigInt(byteOffset) };
+    return h
+      ? { space: h.buffer, address: BigInt(h.byteOffset + byteOffset) }
+      : { space: null, address: this.#ptr + BigInt(byteOffset) };
   }
 
   /** True for a DeviceBuffer made by this class (not a Proxy of one, nor an object that only looks like one). */
@@ -215,7 +226,11 @@ export class DeviceBuffer extends Resource {
     if (src.device !== this.device) throw new ArgumentError("copyFrom source", "a buffer of the same device");
     const from = src.addressOf(srcOffset), to = this.addressOf(offset), n = BigInt(bytes);
     if (from.space === to.space && bytes > 0 && to.address < from.address + n && from.address < to.address + n) {
-      throw new ArgumentError("copyFrom", "source and destination ranges that do not overlap", `[${srcOffset}, +${bytes}) → [${offset}, +${bytes})`);
+      throw new ArgumentError(
+        "copyFrom",
+        "source and destination ranges that do not overlap",
+        `[${srcOffset}, +${bytes}) → [${offset}, +${bytes})`,
+      );
     }
     this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
@@ -244,7 +259,11 @@ export class DeviceBuffer extends Resource {
     if (this.byteLength % 4 !== 0) throw new ArgumentError("buffer", "a byte length divisible by 4", this.byteLength);
     this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
-    if (!d) return void new Uint32Array(this.hostBytes.buffer, this.hostBytes.byteOffset, this.byteLength / 4).fill(bits >>> 0);
+    if (!d) {
+      return void new Uint32Array(this.hostBytes.buffer, this.hostBytes.byteOffset, this.byteLength / 4).fill(
+        bits >>> 0,
+      );
+    }
     const stream = opts.stream ?? this.device.stream;
     if (this.byteLength === 0) return;
     d.memset32(this.ptr, bits, this.byteLength / 4, stream.handle);

@@ -78,15 +78,21 @@ export class LaunchConfig {
     sharedBytes?: number;
     cluster?: number;
   }) {
-    if (typeof opts !== "object" || opts === null) throw new ArgumentError("LaunchConfig options", "{ grid, block, sharedBytes?, cluster? }", opts);
+    if (typeof opts !== "object" || opts === null) {
+      throw new ArgumentError("LaunchConfig options", "{ grid, block, sharedBytes?, cluster? }", opts);
+    }
     this.grid = dim3("grid", opts.grid);
     this.block = dim3("block", opts.block);
     const shared = opts.sharedBytes ?? 0;
     if (!Number.isInteger(shared) || shared < 0) throw new ArgumentError("sharedBytes", "an integer ≥ 0", shared);
     this.sharedBytes = shared;
     const cluster = opts.cluster ?? 1;
-    if (!Number.isInteger(cluster) || cluster < 1 || cluster > MAX_CLUSTER) throw new ArgumentError("cluster", `an integer 1–${MAX_CLUSTER}`, cluster);
-    if (this.grid[0] % cluster !== 0) throw new ArgumentError("grid[0]", `a multiple of the cluster size ${cluster}`, this.grid[0]);
+    if (!Number.isInteger(cluster) || cluster < 1 || cluster > MAX_CLUSTER) {
+      throw new ArgumentError("cluster", `an integer 1–${MAX_CLUSTER}`, cluster);
+    }
+    if (this.grid[0] % cluster !== 0) {
+      throw new ArgumentError("grid[0]", `a multiple of the cluster size ${cluster}`, this.grid[0]);
+    }
     this.cluster = cluster;
   }
 
@@ -108,10 +114,18 @@ export class LaunchConfig {
       }
     }
     if (this.threadsPerBlock > info.maxThreadsPerBlock) {
-      throw new ArgumentError("block", `at most ${info.maxThreadsPerBlock} threads on ${info.name}`, this.threadsPerBlock);
+      throw new ArgumentError(
+        "block",
+        `at most ${info.maxThreadsPerBlock} threads on ${info.name}`,
+        this.threadsPerBlock,
+      );
     }
     if (this.sharedBytes > info.maxSharedPerBlockOptin) {
-      throw new ArgumentError("sharedBytes", `at most ${info.maxSharedPerBlockOptin} on ${info.name}`, this.sharedBytes);
+      throw new ArgumentError(
+        "sharedBytes",
+        `at most ${info.maxSharedPerBlockOptin} on ${info.name}`,
+        this.sharedBytes,
+      );
     }
     if (this.cluster > 1 && info.computeCapability[0] < 9) {
       throw new ArgumentError("cluster", `1 on ${info.name} (clusters need compute capability 9.0+)`, this.cluster);
@@ -174,8 +188,12 @@ export class Module extends Resource {
    */
   kernel(name: string, argTypes: readonly ArgType[]): Kernel {
     const h = this.handle;
-    if (typeof name !== "string" || name === "") throw new ArgumentError("name", "a kernel's name (a non-empty string)", name);
-    if (!Array.isArray(argTypes)) throw new ArgumentError("argTypes", "an array of ptr, i32, u32, i64, u64, f32, f64", argTypes);
+    if (typeof name !== "string" || name === "") {
+      throw new ArgumentError("name", "a kernel's name (a non-empty string)", name);
+    }
+    if (!Array.isArray(argTypes)) {
+      throw new ArgumentError("argTypes", "an array of ptr, i32, u32, i64, u64, f32, f64", argTypes);
+    }
     let fn = this.#kernels.get(name);
     if (fn === undefined) {
       fn = this.device.activeDriver!.moduleFunction(h, name);
@@ -303,7 +321,9 @@ export class Kernel {
     if (typeof on !== "boolean") throw new ArgumentError("dependentLaunch", "a boolean", on);
     const d = this.module.device;
     if (on && (d.backend !== "cuda" || d.info.computeCapability[0] < 9)) {
-      throw new UnsupportedError(`programmatic dependent launch needs a CUDA device of compute capability 9.0+, not ${d.info.name}`);
+      throw new UnsupportedError(
+        `programmatic dependent launch needs a CUDA device of compute capability 9.0+, not ${d.info.name}`,
+      );
     }
     this.#dependentLaunch = on;
   }
@@ -347,10 +367,14 @@ export class Kernel {
    */
   activeClusters(blockThreads: number, dynamicSharedBytes: number, cluster: number): number {
     if (this.module.closed) throw new DisposedError(`Module of kernel ${this.name}`);
-    if (!Number.isInteger(cluster) || cluster < 2 || cluster > MAX_CLUSTER) throw new ArgumentError("cluster", `an integer 2–${MAX_CLUSTER}`, cluster);
+    if (!Number.isInteger(cluster) || cluster < 2 || cluster > MAX_CLUSTER) {
+      throw new ArgumentError("cluster", `an integer 2–${MAX_CLUSTER}`, cluster);
+    }
     const d = this.module.device;
     if (d.backend !== "cuda" || d.info.computeCapability[0] < 9) {
-      throw new UnsupportedError(`thread-block clusters need a CUDA device of compute capability 9.0+, not ${d.info.name}`);
+      throw new UnsupportedError(
+        `thread-block clusters need a CUDA device of compute capability 9.0+, not ${d.info.name}`,
+      );
     }
     this.#optIn(dynamicSharedBytes, cluster);
     return d.activeDriver!.activeClusters(this.#fn, blockThreads, dynamicSharedBytes, cluster);
@@ -369,7 +393,11 @@ export class Kernel {
   #write(args: readonly KernelArg[]): void {
     const types = this.argTypes, a = this.#args;
     if (args.length !== types.length) {
-      throw new ArgumentError(`arguments of ${this.name}`, `${types.length} values (${types.join(", ")})`, `${args.length} values`);
+      throw new ArgumentError(
+        `arguments of ${this.name}`,
+        `${types.length} values (${types.join(", ")})`,
+        `${args.length} values`,
+      );
     }
     for (let i = 0; i < types.length; i++) {
       const v = args[i];
@@ -388,10 +416,14 @@ export class Kernel {
       } else if (t === "f32") a.f32[i * 2] = v;
       else if (t === "f64") a.f64[i] = v;
       else if (t === "i32") {
-        if (!Number.isInteger(v) || v < -0x80000000 || v > 0x7fffffff) throw new ArgumentError(`${this.name} argument ${i}`, "an i32", v);
+        if (!Number.isInteger(v) || v < -0x80000000 || v > 0x7fffffff) {
+          throw new ArgumentError(`${this.name} argument ${i}`, "an i32", v);
+        }
         a.i32[i * 2] = v;
       } else {
-        if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new ArgumentError(`${this.name} argument ${i}`, "a u32", v);
+        if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) {
+          throw new ArgumentError(`${this.name} argument ${i}`, "a u32", v);
+        }
         a.u32[i * 2] = v;
       }
     }
@@ -420,7 +452,11 @@ export class Kernel {
     if (!(config instanceof LaunchConfig)) throw new ArgumentError("config", "a LaunchConfig", config);
     config.validateFor(device);
     if (config.threadsPerBlock > this.maxThreadsPerBlock) {
-      throw new ArgumentError("block", `at most ${this.maxThreadsPerBlock} threads for kernel ${this.name}`, config.threadsPerBlock);
+      throw new ArgumentError(
+        "block",
+        `at most ${this.maxThreadsPerBlock} threads for kernel ${this.name}`,
+        config.threadsPerBlock,
+      );
     }
   }
 
@@ -436,8 +472,18 @@ export class Kernel {
     const g = config.grid, b = config.block;
     if (config.cluster > 1 || this.#dependentLaunch) {
       d.launchEx(
-        this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, args.address,
-        config.cluster, this.#dependentLaunch,
+        this.#fn,
+        g[0],
+        g[1],
+        g[2],
+        b[0],
+        b[1],
+        b[2],
+        config.sharedBytes,
+        stream.handle,
+        args.address,
+        config.cluster,
+        this.#dependentLaunch,
       );
     } else {
       d.launch(this.#fn, g[0], g[1], g[2], b[0], b[1], b[2], config.sharedBytes, stream.handle, args.address);
@@ -477,6 +523,8 @@ export class Kernel {
  * ```
  */
 export function launch(stream: Stream, config: LaunchConfig, kernel: Kernel, ...args: KernelArg[]): void {
-  if (!(kernel instanceof Kernel)) throw new ArgumentError("kernel", "a Kernel (module.kernel(name, argTypes))", kernel);
+  if (!(kernel instanceof Kernel)) {
+    throw new ArgumentError("kernel", "a Kernel (module.kernel(name, argTypes))", kernel);
+  }
   kernel.launch(stream, config, args);
 }

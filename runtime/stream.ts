@@ -145,7 +145,9 @@ export class Stream extends Resource {
    */
   endCapture(): Graph {
     const h = this.handle;
-    if (!this.#capturing) throw new UnsupportedError("Stream.endCapture: this stream is not capturing (call beginCapture() first)");
+    if (!this.#capturing) {
+      throw new UnsupportedError("Stream.endCapture: this stream is not capturing (call beginCapture() first)");
+    }
     const graphs = graphDriver(this.device, "Stream.endCapture");
     let graph: bigint;
     try {

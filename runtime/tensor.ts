@@ -42,17 +42,25 @@ export function checkShape(shape: unknown, argument = "shape"): readonly number[
 /** The options of a call that takes none but an optional stream, read once: `{ stream? }` or nothing. */
 export function readStreamOption(opts: unknown, device: Device): Stream | undefined {
   if (opts === undefined) return undefined;
-  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { stream? } or nothing", opts);
+  if (typeof opts !== "object" || opts === null) {
+    throw new ArgumentError("options", "an options object { stream? } or nothing", opts);
+  }
   const stream = (opts as { stream?: unknown }).stream;
   if (stream === undefined) return undefined;
-  if (!Stream.isStream(stream) || stream.device !== device) throw new ArgumentError("stream", `a Stream of ${device.id}`, stream);
+  if (!Stream.isStream(stream) || stream.device !== device) {
+    throw new ArgumentError("stream", `a Stream of ${device.id}`, stream);
+  }
   return stream;
 }
 
 /** TensorOptions read once, each option checked. */
-function readTensorOptions(opts: unknown): { dtype: DType; rowStride: unknown; stream: unknown; bits: boolean | undefined } {
+function readTensorOptions(
+  opts: unknown,
+): { dtype: DType; rowStride: unknown; stream: unknown; bits: boolean | undefined } {
   if (opts === undefined) return { dtype: "f32", rowStride: undefined, stream: undefined, bits: undefined };
-  if (typeof opts !== "object" || opts === null) throw new ArgumentError("options", "an options object { dtype?, rowStride?, stream?, bits? } or nothing", opts);
+  if (typeof opts !== "object" || opts === null) {
+    throw new ArgumentError("options", "an options object { dtype?, rowStride?, stream?, bits? } or nothing", opts);
+  }
   const o = opts as TensorOptions;
   const dtype = o.dtype ?? "f32", rowStride = o.rowStride, stream = o.stream, bits = o.bits;
   if (!isDType(dtype)) throw new ArgumentError("dtype", `"f32", "f16" or "bf16"`, dtype);
@@ -65,9 +73,15 @@ function readTensorOptions(opts: unknown): { dtype: DType; rowStride: unknown; s
  * Float32Array for f32.
  */
 function checkBits(values: unknown, dtype: DType): Uint8Array {
-  const ok = dtype === "f32" ? values instanceof Uint32Array || values instanceof Float32Array : values instanceof Uint16Array;
+  const ok = dtype === "f32"
+    ? values instanceof Uint32Array || values instanceof Float32Array
+    : values instanceof Uint16Array;
   if (!ok) {
-    throw new ArgumentError("values", `${dtype} bits: ${dtype === "f32" ? "a Uint32Array or Float32Array" : "a Uint16Array"} (bits: true)`, values);
+    throw new ArgumentError(
+      "values",
+      `${dtype} bits: ${dtype === "f32" ? "a Uint32Array or Float32Array" : "a Uint16Array"} (bits: true)`,
+      values,
+    );
   }
   const v = values as Uint16Array | Uint32Array | Float32Array;
   return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
@@ -99,7 +113,10 @@ export function checkValues(values: unknown, argument = "values"): ArrayLike<num
     }
     return copy;
   }
-  if (ArrayBuffer.isView(values) && !(values instanceof DataView) && !(values instanceof BigInt64Array) && !(values instanceof BigUint64Array)) {
+  if (
+    ArrayBuffer.isView(values) && !(values instanceof DataView) && !(values instanceof BigInt64Array) &&
+    !(values instanceof BigUint64Array)
+  ) {
     return values as unknown as ArrayLike<number>;
   }
   throw new ArgumentError(argument, "numbers: an Array of numbers or a typed array such as Float32Array", values);
@@ -111,7 +128,13 @@ const EXACT = 2 ** 52;
  * The bytes a tensor of `shape` (rows of the last dimension `rowStride` elements apart, from element `offset`)
  * spans, exactly: refused (naming `argument`, with the exact count) past Number.MAX_SAFE_INTEGER elements or bytes.
  */
-export function tensorBytes(shape: readonly number[], rowStride: number, offset: number, dtype: DType, argument = "shape"): number {
+export function tensorBytes(
+  shape: readonly number[],
+  rowStride: number,
+  offset: number,
+  dtype: DType,
+  argument = "shape",
+): number {
   const d = shape[shape.length - 1];
   let rows = 1;
   for (let i = 0; i < shape.length - 1; i++) rows *= shape[i];
@@ -124,8 +147,16 @@ export function tensorBytes(shape: readonly number[], rowStride: number, offset:
   const span = r === 0n || d === 0 ? 0n : (r - 1n) * BigInt(rowStride) + BigInt(d);
   const exact = (BigInt(offset) + span) * BigInt(dtypeBytes(dtype));
   const max = BigInt(Number.MAX_SAFE_INTEGER);
-  if (numel > max || r > max) throw new ArgumentError(argument, "at most 2^53 − 1 elements", `shape [${shape}]: ${numel} elements`);
-  if (exact > max) throw new ArgumentError(argument, "a tensor of at most 2^53 − 1 bytes", `shape [${shape}] ${dtype}: ${exact} bytes`);
+  if (numel > max || r > max) {
+    throw new ArgumentError(argument, "at most 2^53 − 1 elements", `shape [${shape}]: ${numel} elements`);
+  }
+  if (exact > max) {
+    throw new ArgumentError(
+      argument,
+      "a tensor of at most 2^53 − 1 bytes",
+      `shape [${shape}] ${dtype}: ${exact} bytes`,
+    );
+  }
   return Number(exact);
 }
 
@@ -209,12 +240,25 @@ export class Tensor implements Disposable {
     const d = this.shape[this.shape.length - 1];
     const rowStride = opts.rowStride ?? d;
     if (!Number.isSafeInteger(rowStride) || rowStride < d) {
-      throw new ArgumentError("rowStride", `an integer ≥ the last dimension (${d}): the last dimension must be contiguous`, rowStride);
+      throw new ArgumentError(
+        "rowStride",
+        `an integer ≥ the last dimension (${d}): the last dimension must be contiguous`,
+        rowStride,
+      );
     }
     const byteOffset = opts.byteOffset;
-    if (byteOffset !== undefined && opts.offset !== undefined) throw new ArgumentError("byteOffset", "not given together with offset", byteOffset);
-    if (byteOffset !== undefined && (!Number.isSafeInteger(byteOffset) || byteOffset < 0 || byteOffset % dtypeBytes(dtype) !== 0)) {
-      throw new ArgumentError("byteOffset", `an integer ≥ 0, a multiple of ${dtypeBytes(dtype)} (the ${dtype} element size)`, byteOffset);
+    if (byteOffset !== undefined && opts.offset !== undefined) {
+      throw new ArgumentError("byteOffset", "not given together with offset", byteOffset);
+    }
+    if (
+      byteOffset !== undefined &&
+      (!Number.isSafeInteger(byteOffset) || byteOffset < 0 || byteOffset % dtypeBytes(dtype) !== 0)
+    ) {
+      throw new ArgumentError(
+        "byteOffset",
+        `an integer ≥ 0, a multiple of ${dtypeBytes(dtype)} (the ${dtype} element size)`,
+        byteOffset,
+      );
     }
     const offset = byteOffset !== undefined ? byteOffset / dtypeBytes(dtype) : opts.offset ?? 0;
     if (!Number.isSafeInteger(offset) || offset < 0) throw new ArgumentError("offset", "an integer ≥ 0", offset);
@@ -228,7 +272,11 @@ export class Tensor implements Disposable {
     this.#ownsBuffer = owns;
     const need = tensorBytes(this.shape, rowStride, offset, dtype);
     if (need > buffer.byteLength) {
-      throw new ArgumentError("buffer", `at least ${need} bytes for shape [${shape}] ${dtype}`, `${buffer.byteLength} bytes`);
+      throw new ArgumentError(
+        "buffer",
+        `at least ${need} bytes for shape [${shape}] ${dtype}`,
+        `${buffer.byteLength} bytes`,
+      );
     }
     let rows = 1;
     for (let i = 0; i < this.shape.length - 1; i++) rows *= this.shape[i];
@@ -306,7 +354,9 @@ export class Tensor implements Disposable {
     this.buffer.read(host, { offset: this.offset * b, stream });
     for (let r = 0; r < this.rows; r++) {
       encode(
-        (values as Float32Array).subarray ? (values as Float32Array).subarray(r * this.d, (r + 1) * this.d) : Array.prototype.slice.call(values, r * this.d, (r + 1) * this.d),
+        (values as Float32Array).subarray
+          ? (values as Float32Array).subarray(r * this.d, (r + 1) * this.d)
+          : Array.prototype.slice.call(values, r * this.d, (r + 1) * this.d),
         this.dtype,
         host.subarray(r * this.rowStride * b, (r * this.rowStride + this.d) * b),
       );
@@ -316,7 +366,9 @@ export class Tensor implements Disposable {
 
   /** Uploads packed element bytes (rows × d elements, `count` of them) into the rows, padding left as it is. */
   #writeBytes(src: Uint8Array, count: number, stream: Stream | undefined): void {
-    if (count !== this.numel) throw new ArgumentError("values", `${this.numel} elements for shape [${this.shape}]`, `${count}`);
+    if (count !== this.numel) {
+      throw new ArgumentError("values", `${this.numel} elements for shape [${this.shape}]`, `${count}`);
+    }
     const b = this.bytesPerElement, row = this.d * b;
     if (this.contiguous) return this.buffer.write(src, { offset: this.offset * b, stream });
     const host = new Uint8Array(spanElements(this.rows, this.d, this.rowStride) * b);
@@ -338,9 +390,13 @@ export class Tensor implements Disposable {
     let packed = host;
     if (!this.contiguous) {
       packed = new Uint8Array(rows * row);
-      for (let r = 0; r < rows; r++) packed.set(host.subarray(r * this.rowStride * b, r * this.rowStride * b + row), r * row);
+      for (let r = 0; r < rows; r++) {
+        packed.set(host.subarray(r * this.rowStride * b, r * this.rowStride * b + row), r * row);
+      }
     }
-    return this.dtype === "f32" ? new Float32Array(packed.buffer, 0, rows * d) : new Uint16Array(packed.buffer, 0, rows * d);
+    return this.dtype === "f32"
+      ? new Float32Array(packed.buffer, 0, rows * d)
+      : new Uint16Array(packed.buffer, 0, rows * d);
   }
 
   /** Like readBitsSync, but waits for the GPU without blocking the event loop. */
@@ -363,7 +419,11 @@ export class Tensor implements Disposable {
     if (this.contiguous) return decode(host, this.dtype) as Float32Array;
     const out = new Float32Array(rows * d);
     for (let r = 0; r < rows; r++) {
-      decode(host.subarray(r * this.rowStride * b, (r * this.rowStride + d) * b), this.dtype, out.subarray(r * d, (r + 1) * d));
+      decode(
+        host.subarray(r * this.rowStride * b, (r * this.rowStride + d) * b),
+        this.dtype,
+        out.subarray(r * d, (r + 1) * d),
+      );
     }
     return out;
   }
@@ -426,7 +486,11 @@ function allocTensor(device: Device, s: readonly number[], o: { dtype: DType; ro
   const d = s[s.length - 1];
   const rowStride = o.rowStride ?? d;
   if (!Number.isSafeInteger(rowStride) || (rowStride as number) < d) {
-    throw new ArgumentError("rowStride", `an integer ≥ the last dimension (${d}): the last dimension must be contiguous`, rowStride);
+    throw new ArgumentError(
+      "rowStride",
+      `an integer ≥ the last dimension (${d}): the last dimension must be contiguous`,
+      rowStride,
+    );
   }
   const buf = device.alloc(tensorBytes(s, rowStride as number, 0, o.dtype));
   try {
@@ -438,7 +502,12 @@ function allocTensor(device: Device, s: readonly number[], o: { dtype: DType; ro
 }
 
 /** Allocates a tensor on `device` and uploads `values` (row-major, rows × d, no padding). */
-export function tensorFrom(device: Device, valuesIn: ArrayLike<number>, shape: readonly number[], opts?: TensorOptions): Tensor {
+export function tensorFrom(
+  device: Device,
+  valuesIn: ArrayLike<number>,
+  shape: readonly number[],
+  opts?: TensorOptions,
+): Tensor {
   const o = readTensorOptions(opts);
   refuseAmbiguous(valuesIn, o.dtype, o.bits);
   const values = o.bits ? valuesIn : checkValues(valuesIn);
@@ -447,7 +516,9 @@ export function tensorFrom(device: Device, valuesIn: ArrayLike<number>, shape: r
   const stream = o.stream === undefined ? undefined : readStreamOption({ stream: o.stream }, device);
   tensorBytes(s, s[s.length - 1], 0, o.dtype); // refuses a size past 2^53 − 1, exactly
   const numel = s.reduce((a, n) => a * n, 1);
-  if (values.length !== numel) throw new ArgumentError("values", `${numel} numbers for shape [${s}]`, `${values.length} numbers`);
+  if (values.length !== numel) {
+    throw new ArgumentError("values", `${numel} numbers for shape [${s}]`, `${values.length} numbers`);
+  }
   const t = allocTensor(device, s, o);
   try {
     t.write(values, { stream, bits: o.bits ?? false });

@@ -7,7 +7,7 @@
  *   compute-sanitizer --tool racecheck --kernel-name kns=stash bun lab/ncu/profile_one.ts layer f32 65536 forward 137
  */
 import process from "node:process";
-import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, loadKernels } from "../../mod.ts";
+import { Device, type DType, layerNorm, layerNormBackward, loadKernels, rmsNorm, rmsNormBackward } from "../../mod.ts";
 
 const [kind = "layer", dtype = "bf16", dArg = "4096", pass = "forward", rowsArg] = process.argv.slice(2);
 const d = Number(dArg);

@@ -11,51 +11,54 @@ import { openLibrary } from "../../ffi/library.ts";
 import { ffi } from "../../ffi/runtime.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 
-gpuTest("interop: a cuMemAlloc'd x and out and a cuStreamCreate'd stream run a norm; closing frees nothing", async () => {
-  using dev = Device.open({ backend: "cuda" });
-  await loadKernels(dev);
-  dev.synchronize(); // makes the device's (primary) context current on this thread for the raw calls below
-  const cu = openLibrary("libcuda.so.1", "NORMKIT_CUDA_LIB", CUDA_SYMBOLS).symbols;
-  const out = new BigUint64Array(1);
-  const rows = 96, d = 1536, bytes = rows * d * 2; // bf16
-  assert.equal(cu.cuMemAlloc_v2(out, BigInt(bytes)), 0);
-  const xPtr = out[0];
-  assert.equal(cu.cuMemAlloc_v2(out, BigInt(bytes)), 0);
-  const yPtr = out[0];
-  assert.equal(cu.cuStreamCreate(out, 1), 0);
-  const st = out[0];
-  const xs = randoms(rows * d, 51, -3, 3), ws = randoms(d, 52, 0.5, 1.5);
-  {
-    using xb = dev.wrapPointer(xPtr, bytes), yb = dev.wrapPointer(yPtr, bytes);
-    using s = dev.wrapStream(st);
-    const x = new Tensor(xb, [rows, d], { dtype: "bf16" }), y = new Tensor(yb, [rows, d], { dtype: "bf16" });
-    x.write(xs, { stream: s });
-    using w = dev.tensor(ws, [d]);
-    assert.equal(rmsNorm(x, { weight: w, out: y, stream: s, eps: 1e-6 }), y);
-    s.synchronize();
-    const got = y.readSync({ stream: s });
-    const ref =
-      cpuNormForward({ kind: "rms", rows, d, x: x.readSync({ stream: s }), xStride: d, weight: ws, eps: 1e-6 }).y;
-    // bf16 output: 8 bits of mantissa, rounding of the result plus f32 accumulation.
-    for (let i = 0; i < ref.length; i++) {
-      assert.ok(Math.abs(got[i] - ref[i]) <= 2 ** -7 * Math.abs(ref[i]) + 1e-3, `y[${i}] ${got[i]} vs ${ref[i]}`);
+gpuTest(
+  "interop: a cuMemAlloc'd x and out and a cuStreamCreate'd stream run a norm; closing frees nothing",
+  async () => {
+    using dev = Device.open({ backend: "cuda" });
+    await loadKernels(dev);
+    dev.synchronize(); // makes the device's (primary) context current on this thread for the raw calls below
+    const cu = openLibrary("libcuda.so.1", "NORMKIT_CUDA_LIB", CUDA_SYMBOLS).symbols;
+    const out = new BigUint64Array(1);
+    const rows = 96, d = 1536, bytes = rows * d * 2; // bf16
+    assert.equal(cu.cuMemAlloc_v2(out, BigInt(bytes)), 0);
+    const xPtr = out[0];
+    assert.equal(cu.cuMemAlloc_v2(out, BigInt(bytes)), 0);
+    const yPtr = out[0];
+    assert.equal(cu.cuStreamCreate(out, 1), 0);
+    const st = out[0];
+    const xs = randoms(rows * d, 51, -3, 3), ws = randoms(d, 52, 0.5, 1.5);
+    {
+      using xb = dev.wrapPointer(xPtr, bytes), yb = dev.wrapPointer(yPtr, bytes);
+      using s = dev.wrapStream(st);
+      const x = new Tensor(xb, [rows, d], { dtype: "bf16" }), y = new Tensor(yb, [rows, d], { dtype: "bf16" });
+      x.write(xs, { stream: s });
+      using w = dev.tensor(ws, [d]);
+      assert.equal(rmsNorm(x, { weight: w, out: y, stream: s, eps: 1e-6 }), y);
+      s.synchronize();
+      const got = y.readSync({ stream: s });
+      const ref =
+        cpuNormForward({ kind: "rms", rows, d, x: x.readSync({ stream: s }), xStride: d, weight: ws, eps: 1e-6 }).y;
+      // bf16 output: 8 bits of mantissa, rounding of the result plus f32 accumulation.
+      for (let i = 0; i < ref.length; i++) {
+        assert.ok(Math.abs(got[i] - ref[i]) <= 2 ** -7 * Math.abs(ref[i]) + 1e-3, `y[${i}] ${got[i]} vs ${ref[i]}`);
+      }
+      // Raw bits of the result equal the bf16 values read back.
+      const bits = y.readBitsSync({ stream: s });
+      assert.equal(bits.length, rows * d);
+      assert.equal(new Float32Array(new Uint32Array([bits[5] << 16]).buffer)[0], got[5]);
     }
-    // Raw bits of the result equal the bf16 values read back.
-    const bits = y.readBitsSync({ stream: s });
-    assert.equal(bits.length, rows * d);
-    assert.equal(new Float32Array(new Uint32Array([bits[5] << 16]).buffer)[0], got[5]);
-  }
-  // The wrappers freed nothing: the driver's own frees succeed (a double free would return an error).
-  assert.equal(cu.cuStreamDestroy_v2(st), 0);
-  assert.equal(cu.cuMemFree_v2(xPtr), 0);
-  assert.equal(cu.cuMemFree_v2(yPtr), 0);
-  // Host memory is not device memory of this context.
-  const host = new Uint8Array(4096);
-  assert.throws(
-    () => dev.wrapPointer(ffi!.addressOf(host), 4096),
-    (e: unknown) => e instanceof ArgumentError && e.argument === "ptr",
-  );
-});
+    // The wrappers freed nothing: the driver's own frees succeed (a double free would return an error).
+    assert.equal(cu.cuStreamDestroy_v2(st), 0);
+    assert.equal(cu.cuMemFree_v2(xPtr), 0);
+    assert.equal(cu.cuMemFree_v2(yPtr), 0);
+    // Host memory is not device memory of this context.
+    const host = new Uint8Array(4096);
+    assert.throws(
+      () => dev.wrapPointer(ffi!.addressOf(host), 4096),
+      (e: unknown) => e instanceof ArgumentError && e.argument === "ptr",
+    );
+  },
+);
 
 gpuTest("interop: own: true frees the wrapped allocation on close", () => {
   using dev = Device.open({ backend: "cuda" });

@@ -3,7 +3,7 @@
  * test's name, when there is none (CI). Run on the GPU host by scripts/gpu-check.sh under Deno and Bun.
  */
 import assert from "node:assert/strict";
-import { cpuNormForward, Device, GpuError, layerNorm, rmsNorm, loadKernels } from "../../mod.ts";
+import { cpuNormForward, Device, GpuError, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
 import { ArgumentError, imageChoice, kernelImage, launch, LaunchConfig, NORM_KERNELS } from "../../gpu.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
@@ -16,8 +16,10 @@ gpuTest("device: name, compute capability, SMs, memory, limits", async () => {
   using dev = Device.open({ backend: "cuda" });
   await loadKernels(dev);
   const i = dev.info;
-  console.log(`# ${i.name} ${i.arch} SMs=${i.multiprocessors} mem=${(i.totalMemory / 2 ** 30).toFixed(1)} GiB ` +
-    `smemOptin=${i.maxSharedPerBlockOptin} L2=${i.l2CacheBytes}`);
+  console.log(
+    `# ${i.name} ${i.arch} SMs=${i.multiprocessors} mem=${(i.totalMemory / 2 ** 30).toFixed(1)} GiB ` +
+      `smemOptin=${i.maxSharedPerBlockOptin} L2=${i.l2CacheBytes}`,
+  );
   assert.equal(dev.backend, "cuda");
   assert.ok(i.name.length > 0);
   assert.ok(i.computeCapability[0] >= 8, "sm_80 or newer");
@@ -55,7 +57,9 @@ gpuTest("memory: write/read round trip with offsets, fill, fill32, device-to-dev
 
 gpuTest("modules: this GPU's image (kernelImage) holds every kernel of NORM_KERNELS", async () => {
   using dev = Device.open({ backend: "cuda" });
-  console.log(`# ${dev.info.name}: compute capability ${dev.info.computeCapability.join(".")}, image ${imageChoice(dev).target}`);
+  console.log(
+    `# ${dev.info.name}: compute capability ${dev.info.computeCapability.join(".")}, image ${imageChoice(dev).target}`,
+  );
   using mod = dev.loadModule(await kernelImage(dev, { images: ptxPackage }));
   for (const name of NORM_KERNELS) {
     const k = mod.kernel(name, []);
@@ -64,26 +68,31 @@ gpuTest("modules: this GPU's image (kernelImage) holds every kernel of NORM_KERN
   }
 });
 
-gpuTest("modules: the SASS image and the compute_90 PTX (JIT-compiled here, timed) load; scale_f32 computes y = 2x", async () => {
-  using dev = Device.open({ backend: "cuda" });
-  const n = 1 << 20;
-  const xs = randoms(n, 2);
-  using x = dev.alloc(n * 4), y = dev.alloc(n * 4);
-  x.write(xs);
-  const ptx = await kernelImage({ backend: "cuda", info: { ...dev.info, computeCapability: [10, 0] } }, { images: ptxPackage });
-  for (const [what, image] of [["own image", await kernelImage(dev)], ["compute_90 PTX", ptx]] as const) {
-    const t0 = performance.now();
-    using mod = dev.loadModule(image);
-    const k = mod.kernel("scale_f32", SCALE_ARGS);
-    console.log(`# ${what}: module load + first kernel ${(performance.now() - t0).toFixed(0)} ms`);
-    assert.ok(k.attribute("registers") > 0);
-    y.fill32(NAN_BITS);
-    launch(dev.stream, new LaunchConfig({ grid: [264], block: [256] }), k, x, y, 2, n);
-    const out = new Float32Array(n);
-    y.read(out);
-    for (let i = 0; i < n; i++) if (out[i] !== 2 * xs[i]) assert.fail(`y[${i}] = ${out[i]}, expected ${2 * xs[i]}`);
-  }
-});
+gpuTest(
+  "modules: the SASS image and the compute_90 PTX (JIT-compiled here, timed) load; scale_f32 computes y = 2x",
+  async () => {
+    using dev = Device.open({ backend: "cuda" });
+    const n = 1 << 20;
+    const xs = randoms(n, 2);
+    using x = dev.alloc(n * 4), y = dev.alloc(n * 4);
+    x.write(xs);
+    const ptx = await kernelImage({ backend: "cuda", info: { ...dev.info, computeCapability: [10, 0] } }, {
+      images: ptxPackage,
+    });
+    for (const [what, image] of [["own image", await kernelImage(dev)], ["compute_90 PTX", ptx]] as const) {
+      const t0 = performance.now();
+      using mod = dev.loadModule(image);
+      const k = mod.kernel("scale_f32", SCALE_ARGS);
+      console.log(`# ${what}: module load + first kernel ${(performance.now() - t0).toFixed(0)} ms`);
+      assert.ok(k.attribute("registers") > 0);
+      y.fill32(NAN_BITS);
+      launch(dev.stream, new LaunchConfig({ grid: [264], block: [256] }), k, x, y, 2, n);
+      const out = new Float32Array(n);
+      y.read(out);
+      for (let i = 0; i < n; i++) if (out[i] !== 2 * xs[i]) assert.fail(`y[${i}] = ${out[i]}, expected ${2 * xs[i]}`);
+    }
+  },
+);
 
 gpuTest("a kernel of a closed module refuses attribute/occupancy/launch with DisposedError", async () => {
   using dev = Device.open({ backend: "cuda" });
@@ -104,14 +113,23 @@ gpuTest("launch checks: limits, argument count and types are rejected before the
   const k = mod.kernel("scale_f32", SCALE_ARGS);
   using x = dev.alloc(1024);
   assert.throws(() => launch(dev.stream, new LaunchConfig({ grid: [1], block: [2048] }), k, x, x, 2, 1), /block/);
-  assert.throws(() => launch(dev.stream, new LaunchConfig({ grid: [2 ** 31], block: [32] }), k, x, x, 2, 1), /grid\[0\]/);
+  assert.throws(
+    () => launch(dev.stream, new LaunchConfig({ grid: [2 ** 31], block: [32] }), k, x, x, 2, 1),
+    /grid\[0\]/,
+  );
   assert.throws(
     () => launch(dev.stream, new LaunchConfig({ grid: [1], block: [32], sharedBytes: 10 * MiB }), k, x, x, 2, 1),
     /sharedBytes/,
   );
   assert.throws(() => launch(dev.stream, new LaunchConfig({ grid: [1], block: [32] }), k, x, x, 2), /4 values/);
-  assert.throws(() => launch(dev.stream, new LaunchConfig({ grid: [1], block: [32] }), k, x, "y" as never, 2, 1), ArgumentError);
-  assert.throws(() => mod.kernel("no_such_kernel", []), (e: unknown) => e instanceof GpuError && e.codeName === "CUDA_ERROR_NOT_FOUND");
+  assert.throws(
+    () => launch(dev.stream, new LaunchConfig({ grid: [1], block: [32] }), k, x, "y" as never, 2, 1),
+    ArgumentError,
+  );
+  assert.throws(
+    () => mod.kernel("no_such_kernel", []),
+    (e: unknown) => e instanceof GpuError && e.codeName === "CUDA_ERROR_NOT_FOUND",
+  );
   // More than 48 KiB of dynamic shared memory: the kernel's limit is raised, the launch works.
   const big = dev.info.maxSharedPerBlockOptin;
   launch(dev.stream, new LaunchConfig({ grid: [1], block: [256], sharedBytes: big }), k, x, x, 1, 16);
@@ -161,7 +179,9 @@ gpuTest("pinned memory: async copies round-trip exactly; events time them", asyn
   s.synchronize();
   assert.deepEqual(dst.bytes, src.bytes);
   const up = t1.elapsedSince(t0), down = t2.elapsedSince(t1);
-  console.log(`# pinned 64 MiB: H2D ${(bytes / up / 1e6).toFixed(1)} GB/s, D2H ${(bytes / down / 1e6).toFixed(1)} GB/s`);
+  console.log(
+    `# pinned 64 MiB: H2D ${(bytes / up / 1e6).toFixed(1)} GB/s, D2H ${(bytes / down / 1e6).toFixed(1)} GB/s`,
+  );
   assert.ok(up > 0 && down > 0);
   // Partial copies with offsets.
   buf.writeAsync(src, { stream: s, pinnedOffset: 100, offset: 8, bytes: 1000 });
@@ -215,7 +235,12 @@ gpuTest("closing the device releases what it created; a new device works", async
 
 // ---- the norms against the float64 reference ----
 
-async function checkNorm(kind: "layer" | "rms", rows: number, d: number, opts: { stride?: number; affine?: boolean; inPlace?: boolean } = {}): Promise<number> {
+async function checkNorm(
+  kind: "layer" | "rms",
+  rows: number,
+  d: number,
+  opts: { stride?: number; affine?: boolean; inPlace?: boolean } = {},
+): Promise<number> {
   using dev = Device.open({ backend: "cuda" });
   await loadKernels(dev);
   const stride = opts.stride ?? d;
@@ -244,47 +269,63 @@ async function checkNorm(kind: "layer" | "rms", rows: number, d: number, opts: {
   }
   for (let r = 0; r < rows; r++) {
     assert.ok(Math.abs(rstd[r] - ref.rstd[r]) <= 1e-5 * ref.rstd[r], `rstd[${r}]`);
-    if (kind === "layer") assert.ok(Math.abs(mean[r] - ref.mean[r]) <= 1e-6 * (1 + Math.abs(ref.mean[r])), `mean[${r}]`);
+    if (kind === "layer") {
+      assert.ok(Math.abs(mean[r] - ref.mean[r]) <= 1e-6 * (1 + Math.abs(ref.mean[r])), `mean[${r}]`);
+    }
   }
   return worst;
 }
 
-gpuTest("layerNorm f32 on CUDA matches float64 within 1e-5·(1+|y|): odd and large D, strides, affine, in place", async () => {
-  const cases: [number, number, object][] = [
-    [1, 1, {}], [7, 3, { affine: true }], [33, 127, { stride: 131 }], [100, 1000, { affine: true }],
-    [64, 1024, { inPlace: true, affine: true }], [9, 4097, { stride: 4100, affine: true }], [3, 65537, {}],
-    [1, 262144, { affine: true }], [20_000, 128, { affine: true }],
-  ];
-  for (const [rows, d, o] of cases) {
-    const worst = await checkNorm("layer", rows, d, o);
-    console.log(`# layerNorm rows=${rows} d=${d} ${JSON.stringify(o)} worst rel err ${worst.toExponential(2)}`);
-  }
-});
+gpuTest(
+  "layerNorm f32 on CUDA matches float64 within 1e-5·(1+|y|): odd and large D, strides, affine, in place",
+  async () => {
+    const cases: [number, number, object][] = [
+      [1, 1, {}],
+      [7, 3, { affine: true }],
+      [33, 127, { stride: 131 }],
+      [100, 1000, { affine: true }],
+      [64, 1024, { inPlace: true, affine: true }],
+      [9, 4097, { stride: 4100, affine: true }],
+      [3, 65537, {}],
+      [1, 262144, { affine: true }],
+      [20_000, 128, { affine: true }],
+    ];
+    for (const [rows, d, o] of cases) {
+      const worst = await checkNorm("layer", rows, d, o);
+      console.log(`# layerNorm rows=${rows} d=${d} ${JSON.stringify(o)} worst rel err ${worst.toExponential(2)}`);
+    }
+  },
+);
 
 gpuTest("rmsNorm f32 on CUDA matches float64 within 1e-5·(1+|y|)", async () => {
-  for (const [rows, d, o] of [[5, 1, {}], [17, 1000, { affine: true }], [8, 8192, { stride: 8200, affine: true }]] as const) {
+  for (
+    const [rows, d, o] of [[5, 1, {}], [17, 1000, { affine: true }], [8, 8192, { stride: 8200, affine: true }]] as const
+  ) {
     await checkNorm("rms", rows, d, o);
   }
 });
 
-gpuTest("a NaN in a row makes that row NaN and leaves the others untouched; results are bitwise repeatable", async () => {
-  using dev = Device.open({ backend: "cuda" });
-  await loadKernels(dev);
-  const rows = 64, d = 1000;
-  const xs = randoms(rows * d, 9);
-  xs[5 * d + 17] = NaN;
-  using x = dev.tensor(xs, [rows, d]);
-  const first = layerNorm(x).readSync();
-  for (let r = 0; r < rows; r++) {
-    const row = first.subarray(r * d, (r + 1) * d);
-    if (r === 5) assert.ok(row.every(Number.isNaN), "row 5 all NaN");
-    else assert.ok(row.every(Number.isFinite), `row ${r} finite`);
-  }
-  for (let i = 0; i < 20; i++) {
-    using y = layerNorm(x);
-    assert.deepEqual(new Uint32Array(y.readSync().buffer), new Uint32Array(first.buffer));
-  }
-});
+gpuTest(
+  "a NaN in a row makes that row NaN and leaves the others untouched; results are bitwise repeatable",
+  async () => {
+    using dev = Device.open({ backend: "cuda" });
+    await loadKernels(dev);
+    const rows = 64, d = 1000;
+    const xs = randoms(rows * d, 9);
+    xs[5 * d + 17] = NaN;
+    using x = dev.tensor(xs, [rows, d]);
+    const first = layerNorm(x).readSync();
+    for (let r = 0; r < rows; r++) {
+      const row = first.subarray(r * d, (r + 1) * d);
+      if (r === 5) assert.ok(row.every(Number.isNaN), "row 5 all NaN");
+      else assert.ok(row.every(Number.isFinite), `row ${r} finite`);
+    }
+    for (let i = 0; i < 20; i++) {
+      using y = layerNorm(x);
+      assert.deepEqual(new Uint32Array(y.readSync().buffer), new Uint32Array(first.buffer));
+    }
+  },
+);
 
 gpuTest("empty batch launches nothing; a weight of a third dtype is refused before launch", async () => {
   using dev = Device.open({ backend: "cuda" });

@@ -76,10 +76,20 @@ function commentPrototype(name: string): Prototype {
 }
 
 const U64_TYPES = new Set([
-  "hipDeviceptr_t", "size_t", "hipStream_t", "hipEvent_t", "hipModule_t", "hipFunction_t",
+  "hipDeviceptr_t",
+  "size_t",
+  "hipStream_t",
+  "hipEvent_t",
+  "hipModule_t",
+  "hipFunction_t",
 ]);
 const I32_TYPES = new Set([
-  "int", "hipDevice_t", "hipError_t", "hipDeviceAttribute_t", "hipFunction_attribute", "hipFuncAttribute",
+  "int",
+  "hipDevice_t",
+  "hipError_t",
+  "hipDeviceAttribute_t",
+  "hipFunction_attribute",
+  "hipFuncAttribute",
 ]);
 const U32_TYPES = new Set(["unsigned int", "unsigned", "unsigned char"]);
 
@@ -124,7 +134,9 @@ test(`every HIP_SYMBOLS entry (${SYMBOLS.length}) has a prototype comment whose 
     proto.params.forEach((cType, i) => {
       const ok = allowedFfiTypes(cType);
       if (!ok.includes(spec.parameters[i])) {
-        problems.push(`${name} parameter ${i} (${cType}): table says "${spec.parameters[i]}", expected ${ok.join(" or ")}`);
+        problems.push(
+          `${name} parameter ${i} (${cType}): table says "${spec.parameters[i]}", expected ${ok.join(" or ")}`,
+        );
       }
     });
   }
@@ -176,7 +188,9 @@ test(hname("prototype comments equal hip_runtime_api.h's declarations"), { skip:
     }
     const ours = commentPrototype(name);
     if (JSON.stringify(decl) !== JSON.stringify(ours)) {
-      problems.push(`${name}: header ${decl.ret} (${decl.params.join(", ")}) vs comment ${ours.ret} (${ours.params.join(", ")})`);
+      problems.push(
+        `${name}: header ${decl.ret} (${decl.params.join(", ")}) vs comment ${ours.ret} (${ours.params.join(", ")})`,
+      );
     }
   }
   assert.deepEqual(problems, []);
@@ -213,33 +227,45 @@ test(hname("enum constants equal HIP 5.2's header values (hipDeviceAttribute_t i
   assert.equal(e.get("hipDeviceAttributeCudaCompatibleBegin"), 0);
 });
 
-test(hname("HIP_DEVICE_PROP equals offsetof/sizeof in the header's hipDeviceProp_t (compiled with g++)"), { skip: NO_HEADER }, () => {
+test(hname("HIP_DEVICE_PROP equals offsetof/sizeof in the header's hipDeviceProp_t (compiled with g++)"), {
+  skip: NO_HEADER,
+}, () => {
   const dir = mkdtempSync(join(tmpdir(), "normkit-hipprop-"));
   try {
-    writeFileSync(join(dir, "p.cc"), `#include <hip/hip_runtime_api.h>
+    writeFileSync(
+      join(dir, "p.cc"),
+      `#include <hip/hip_runtime_api.h>
 #include <cstddef>
 #include <cstdio>
 int main() {
   std::printf("%zu %zu %zu\\n", sizeof(hipDeviceProp_t), offsetof(hipDeviceProp_t, gcnArchName),
               sizeof(((hipDeviceProp_t*)0)->gcnArchName));
 }
-`);
+`,
+    );
     execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-o", join(dir, "p"), join(dir, "p.cc")]);
-    const [size, gcnArchNameOffset, gcnArchNameSize] = execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(" ").map(Number);
+    const [size, gcnArchNameOffset, gcnArchNameSize] = execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(
+      " ",
+    ).map(Number);
     assert.deepEqual({ size, gcnArchNameOffset, gcnArchNameSize }, { ...HIP_DEVICE_PROP });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test(hname("HIP_POINTER_ATTRIBUTE equals offsetof/sizeof in the header's hipPointerAttribute_t (compiled with g++)"), { skip: NO_HEADER }, () => {
+test(hname("HIP_POINTER_ATTRIBUTE equals offsetof/sizeof in the header's hipPointerAttribute_t (compiled with g++)"), {
+  skip: NO_HEADER,
+}, () => {
   const dir = mkdtempSync(join(tmpdir(), "normkit-hipptr-"));
   try {
-    writeFileSync(join(dir, "p.cc"), `#include <hip/hip_runtime_api.h>
+    writeFileSync(
+      join(dir, "p.cc"),
+      `#include <hip/hip_runtime_api.h>
 #include <cstddef>
 #include <cstdio>
 int main() { std::printf("%zu %zu\\n", sizeof(hipPointerAttribute_t), offsetof(hipPointerAttribute_t, device)); }
-`);
+`,
+    );
     execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-o", join(dir, "p"), join(dir, "p.cc")]);
     const [size, device] = execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(" ").map(Number);
     assert.deepEqual({ size, device }, { ...HIP_POINTER_ATTRIBUTE });
@@ -296,7 +322,7 @@ test(lname("libamdhip64 loads with the whole table; HIP reports no device"), { s
   }
 });
 
-test(lname("openHipDriver() fails with a GpuError saying \"no HIP device\""), { skip: loadable }, () => {
+test(lname('openHipDriver() fails with a GpuError saying "no HIP device"'), { skip: loadable }, () => {
   assert.throws(() => openHipDriver(), (e: unknown) => {
     assert.ok(e instanceof GpuError, `expected GpuError, got ${e}`);
     assert.equal(e.backend, "hip");
@@ -307,7 +333,7 @@ test(lname("openHipDriver() fails with a GpuError saying \"no HIP device\""), { 
   assert.equal(Device.hipDeviceCount(), 0);
 });
 
-test(lname("Device.open({ backend: \"hip\" }) throws BackendUnavailableError saying \"no HIP device\""), {
+test(lname('Device.open({ backend: "hip" }) throws BackendUnavailableError saying "no HIP device"'), {
   skip: loadable,
 }, () => {
   assert.throws(() => Device.open({ backend: "hip" }), (e: unknown) => {
@@ -326,37 +352,49 @@ const cudaPresent = (() => {
   }
 })();
 const autoSkip = loadable || (cudaPresent ? "a CUDA device is present, so auto picks CUDA" : false);
-test(autoSkip ? `Device.open() falls back to the CPU naming HIP [skipped: ${autoSkip}]` : "Device.open() falls back to the CPU naming CUDA and HIP", {
-  skip: autoSkip,
-}, () => {
-  const dev = Device.open();
-  try {
-    assert.equal(dev.backend, "cpu");
-    assert.match(dev.fallbackReason ?? "", /CUDA: .+; HIP: .*no HIP device/);
-  } finally {
-    dev.close();
-  }
-});
+test(
+  autoSkip
+    ? `Device.open() falls back to the CPU naming HIP [skipped: ${autoSkip}]`
+    : "Device.open() falls back to the CPU naming CUDA and HIP",
+  {
+    skip: autoSkip,
+  },
+  () => {
+    const dev = Device.open();
+    try {
+      assert.equal(dev.backend, "cpu");
+      assert.match(dev.fallbackReason ?? "", /CUDA: .+; HIP: .*no HIP device/);
+    } finally {
+      dev.close();
+    }
+  },
+);
 
 // ---- NORMKIT_HIP_LIB ---------------------------------------------------------------------------------------------
 
 const FFI_SKIP = ffi === null ? "this runtime has no FFI" : !ffi.ffiAllowed() ? "FFI not permitted" : false;
-test(FFI_SKIP ? `NORMKIT_HIP_LIB → missing file [skipped: ${FFI_SKIP}]` : "NORMKIT_HIP_LIB pointing at a missing file → LibraryLoadError naming it", {
-  skip: FFI_SKIP,
-}, () => {
-  const path = "/nonexistent/normkit/libamdhip64-missing.so";
-  const before = process.env.NORMKIT_HIP_LIB;
-  process.env.NORMKIT_HIP_LIB = path;
-  try {
-    assert.equal(ffi!.env("NORMKIT_HIP_LIB"), path, "the override is visible to the FFI layer");
-    assert.throws(() => openHipDriver(), (e: unknown) => {
-      assert.ok(e instanceof LibraryLoadError, `expected LibraryLoadError, got ${e}`);
-      assert.equal(e.library, path);
-      assert.ok(e.message.includes(path), e.message);
-      return true;
-    });
-  } finally {
-    if (before === undefined) delete process.env.NORMKIT_HIP_LIB;
-    else process.env.NORMKIT_HIP_LIB = before;
-  }
-});
+test(
+  FFI_SKIP
+    ? `NORMKIT_HIP_LIB → missing file [skipped: ${FFI_SKIP}]`
+    : "NORMKIT_HIP_LIB pointing at a missing file → LibraryLoadError naming it",
+  {
+    skip: FFI_SKIP,
+  },
+  () => {
+    const path = "/nonexistent/normkit/libamdhip64-missing.so";
+    const before = process.env.NORMKIT_HIP_LIB;
+    process.env.NORMKIT_HIP_LIB = path;
+    try {
+      assert.equal(ffi!.env("NORMKIT_HIP_LIB"), path, "the override is visible to the FFI layer");
+      assert.throws(() => openHipDriver(), (e: unknown) => {
+        assert.ok(e instanceof LibraryLoadError, `expected LibraryLoadError, got ${e}`);
+        assert.equal(e.library, path);
+        assert.ok(e.message.includes(path), e.message);
+        return true;
+      });
+    } finally {
+      if (before === undefined) delete process.env.NORMKIT_HIP_LIB;
+      else process.env.NORMKIT_HIP_LIB = before;
+    }
+  },
+);

@@ -12,9 +12,19 @@ import type { DeviceInfo } from "../../runtime/driver.ts";
 import { UnsupportedError } from "../../runtime/errors.ts";
 
 const info = (arch: string, warpSize: number, cc: [number, number] = [9, 4]): DeviceInfo => ({
-  ordinal: 0, name: "test device", arch, computeCapability: cc, multiprocessors: 104, totalMemory: 1 << 30,
-  warpSize, maxThreadsPerBlock: 1024, maxBlockDim: [1024, 1024, 1024], maxGridDim: [2147483647, 65536, 65536],
-  maxSharedPerBlock: 65536, maxSharedPerBlockOptin: 65536, l2CacheBytes: 8 << 20,
+  ordinal: 0,
+  name: "test device",
+  arch,
+  computeCapability: cc,
+  multiprocessors: 104,
+  totalMemory: 1 << 30,
+  warpSize,
+  maxThreadsPerBlock: 1024,
+  maxBlockDim: [1024, 1024, 1024],
+  maxGridDim: [2147483647, 65536, 65536],
+  maxSharedPerBlock: 65536,
+  maxSharedPerBlockOptin: 65536,
+  l2CacheBytes: 8 << 20,
 });
 
 test("the targets with their wave sizes are exactly the embedded code objects", () => {
@@ -61,7 +71,11 @@ test("a HIP device's image is its target's code object in @normkit/hip, found on
 
 test("planLimits: the device's wave size; clusters (ccMajor) only on CUDA", () => {
   assert.deepEqual(planLimits({ backend: "hip", info: info("gfx942", 64) }), {
-    maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: 64, ccMajor: 0, multiprocessors: 104,
+    maxGridX: 2147483647,
+    maxThreadsPerBlock: 1024,
+    warpSize: 64,
+    ccMajor: 0,
+    multiprocessors: 104,
   });
   assert.equal(planLimits({ backend: "hip", info: info("gfx1100", 32) }).warpSize, 32);
   assert.equal(planLimits({ backend: "cuda", info: info("sm_90", 32, [9, 0]) }).ccMajor, 9);

@@ -20,7 +20,7 @@ import { fileURLToPath } from "node:url";
 import { HIP_SYMBOLS } from "../../ffi/hip.ts";
 import { ffi } from "../../ffi/runtime.ts";
 import { NORM_FWD_ARGS } from "../../ops/kernels.ts";
-import { planNorm, type PlanInput } from "../../ops/plan.ts";
+import { type PlanInput, planNorm } from "../../ops/plan.ts";
 
 const dir = fileURLToPath(new URL("./fake_hip/", import.meta.url));
 const HEADER = "/usr/include/hip/hip_runtime_api.h";
@@ -47,21 +47,43 @@ function fakeLib(): { lib: string; work: string } {
   writeFileSync(join(work, "stubs.c"), missing.map((s) => `int ${s}(void) { return 1; }\n`).join(""));
   execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-fPIC", "-c", join(dir, "prop_offset.cc"), "-o", join(work, "po.o")]);
   const lib = join(work, "libfakehip.so");
-  execFileSync("gcc", ["-fPIC", "-shared", "-o", lib, join(dir, "fake_hip.c"), join(work, "stubs.c"), join(work, "po.o")]);
+  execFileSync("gcc", [
+    "-fPIC",
+    "-shared",
+    "-o",
+    lib,
+    join(dir, "fake_hip.c"),
+    join(work, "stubs.c"),
+    join(work, "po.o"),
+  ]);
   return (built = { lib, work });
 }
 
 /** Runs tests/hip/fake_hip/run.ts in a child of this runtime; returns its JSON line and the fake's log lines. */
-function run(scenario: string, env: Record<string, string>, args: string[] = []): { out: Record<string, unknown>; log: string[] } {
+function run(
+  scenario: string,
+  env: Record<string, string>,
+  args: string[] = [],
+): { out: Record<string, unknown>; log: string[] } {
   const { lib, work } = fakeLib();
   const log = join(work, `${scenario}-${Date.now()}.log`);
   const script = join(dir, "run.ts");
   const isDeno = typeof (globalThis as { Deno?: unknown }).Deno !== "undefined";
   // Deno: --allow-read because loadKernels reads the AMD code object from packages/hip/ (ops/images.ts).
-  const argv = isDeno ? ["run", "--allow-ffi", "--allow-env", "--allow-read", script, scenario, ...args] : [script, scenario, ...args];
+  const argv = isDeno
+    ? ["run", "--allow-ffi", "--allow-env", "--allow-read", script, scenario, ...args]
+    : [script, scenario, ...args];
   const r = spawnSync(process.execPath, argv, {
     encoding: "utf8",
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? work, NO_COLOR: "1", NORMKIT_CUDA_LIB: "/nonexistent/libcuda.so.1", NORMKIT_HIP_LIB: lib, NK_FAKE_LOG: log, ...env },
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? work,
+      NO_COLOR: "1",
+      NORMKIT_CUDA_LIB: "/nonexistent/libcuda.so.1",
+      NORMKIT_HIP_LIB: lib,
+      NK_FAKE_LOG: log,
+      ...env,
+    },
   });
   assert.equal(r.status, 0, `${scenario}: ${r.stdout}\n${r.stderr}`);
   const line = r.stdout.trim().split("\n").pop()!;
@@ -78,30 +100,74 @@ const hsaco = (arch: string) =>
 
 test.after(() => built && rmSync(built.work, { recursive: true, force: true }));
 
-test(name("Device.open() picks HIP when it has a device and CUDA has none; arch from gcnArchName, wave from the attribute"), { skip }, () => {
-  const { out } = run("auto", { NK_FAKE_ARCH: "gfx90a:sramecc+:xnack-", NK_FAKE_WAVE: "64" });
-  assert.deepEqual(out, { backend: "hip", arch: "gfx90a", warpSize: 64, name: "Fake AMD Instinct (normkit test double)" });
-});
+test(
+  name(
+    "Device.open() picks HIP when it has a device and CUDA has none; arch from gcnArchName, wave from the attribute",
+  ),
+  { skip },
+  () => {
+    const { out } = run("auto", { NK_FAKE_ARCH: "gfx90a:sramecc+:xnack-", NK_FAKE_WAVE: "64" });
+    assert.deepEqual(out, {
+      backend: "hip",
+      arch: "gfx90a",
+      warpSize: 64,
+      name: "Fake AMD Instinct (normkit test double)",
+    });
+  },
+);
 
 for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx1100", "gfx1100", 32]] as const) {
-  test(name(`${arch} (wave ${wave}): loads the ${arch} code object, launches the plan's kernel/geometry/arguments`), { skip }, () => {
+  test(name(`${arch} (wave ${wave}): loads the ${arch} code object, launches the plan's kernel/geometry/arguments`), {
+    skip,
+  }, () => {
     const D = 2600, rows = 3;
     const { out, log } = run("norm", { NK_FAKE_ARCH: gcn, NK_FAKE_WAVE: String(wave) }, [String(D)]);
     assert.equal(out.arch, arch);
     assert.equal(out.warpSize, wave);
-    assert.match(String(out.beforeLoad), /UnsupportedError: .*not loaded: `await loadKernels\(dev\)`/, "a clear error before loadKernels");
+    assert.match(
+      String(out.beforeLoad),
+      /UnsupportedError: .*not loaded: `await loadKernels\(dev\)`/,
+      "a clear error before loadKernels",
+    );
 
     const code = hsaco(arch);
-    assert.deepEqual(log.filter((l) => l.startsWith("load ")), [`load ${code.length} ${fnv1a64(code)}`], "one module: this target's");
+    assert.deepEqual(
+      log.filter((l) => l.startsWith("load ")),
+      [`load ${code.length} ${fnv1a64(code)}`],
+      "one module: this target's",
+    );
 
     const limits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: wave, ccMajor: 0, multiprocessors: 104 }; // fake_hip.c: MultiprocessorCount
     const launches = log.filter((l) => l.startsWith("launch ")).map((l) => l.split(" ").slice(1));
     assert.equal(launches.length, 2, log.join("\n"));
     const ptrs = out.ptrs as Record<string, string>;
     const cases: [PlanInput, (string | number)[]][] = [
-      [{ kind: "layer", rows, d: D, inputDtype: "f32", outputDtype: "f32", paramDtype: "f32" },
-        [ptrs.x, ptrs.y, ptrs.w, ptrs.b, ptrs.mean, ptrs.rstd, rows, D, D, D, 0.25]],
-      [{ kind: "rms", rows, d: D, inputDtype: "bf16", outputDtype: "bf16" }, [ptrs.xh, ptrs.y2, 0, 0, 0, 0, rows, D, D, D, 1e-6]],
+      [{ kind: "layer", rows, d: D, inputDtype: "f32", outputDtype: "f32", paramDtype: "f32" }, [
+        ptrs.x,
+        ptrs.y,
+        ptrs.w,
+        ptrs.b,
+        ptrs.mean,
+        ptrs.rstd,
+        rows,
+        D,
+        D,
+        D,
+        0.25,
+      ]],
+      [{ kind: "rms", rows, d: D, inputDtype: "bf16", outputDtype: "bf16" }, [
+        ptrs.xh,
+        ptrs.y2,
+        0,
+        0,
+        0,
+        0,
+        rows,
+        D,
+        D,
+        D,
+        1e-6,
+      ]],
     ];
     cases.forEach(([input, args], i) => {
       const r = planNorm(input, limits);
@@ -118,17 +184,24 @@ for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx
         const v = BigInt(`0x${hex}`), t = NORM_FWD_ARGS[j];
         const got = t === "f32"
           ? new Float32Array(new Uint32Array([Number(v & 0xffffffffn)]).buffer)[0]
-          : t === "i32" ? Number(BigInt.asIntN(32, v)) : v;
+          : t === "i32"
+          ? Number(BigInt.asIntN(32, v))
+          : v;
         const exp = t === "f32" ? Math.fround(Number(want[j])) : t === "i32" ? Number(want[j]) : BigInt(want[j]);
         assert.equal(got, exp, `${p.kernel} argument ${j} (${t})`);
       });
     });
     // Only the two kernels launched were looked up.
-    assert.deepEqual(log.filter((l) => l.startsWith("function ")).map((l) => l.slice(9)).sort(), launches.map((l) => l[0]).sort());
+    assert.deepEqual(
+      log.filter((l) => l.startsWith("function ")).map((l) => l.slice(9)).sort(),
+      launches.map((l) => l[0]).sort(),
+    );
   });
 }
 
-test(name("an AMD GPU without a built code object (gfx1101): UnsupportedError naming it and the built targets"), { skip }, () => {
+test(name("an AMD GPU without a built code object (gfx1101): UnsupportedError naming it and the built targets"), {
+  skip,
+}, () => {
   const { out, log } = run("unsupported", { NK_FAKE_ARCH: "gfx1101", NK_FAKE_WAVE: "32" });
   assert.equal(out.arch, "gfx1101");
   for (const msg of [out.load, out.norm] as string[]) {

@@ -21,7 +21,8 @@ import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, planNorm, ROWS_
 
 const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../../${p}`, import.meta.url)));
 // packages/hip/norm_<target>.hsaco.gz: each code object gzip -9n (scripts/build-hsaco.sh).
-const codeObject = (target: string): Uint8Array => new Uint8Array(gunzipSync(read(`packages/hip/norm_${target}.hsaco.gz`)));
+const codeObject = (target: string): Uint8Array =>
+  new Uint8Array(gunzipSync(read(`packages/hip/norm_${target}.hsaco.gz`)));
 const WAVE = HSACO_WAVE; // what ops/hip_module.ts pairs each target with; checked against .wavefront_size below
 const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
 
@@ -39,7 +40,9 @@ function metadata(elf: Uint8Array): { "amdhsa.kernels": KernelMeta[]; "amdhsa.ta
   const v = new DataView(elf.buffer, elf.byteOffset, elf.byteLength);
   assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], "ELF magic");
   assert.equal(elf[4], 2, "64-bit ELF");
-  const shoff = Number(v.getBigUint64(0x28, true)), shentsize = v.getUint16(0x3a, true), shnum = v.getUint16(0x3c, true);
+  const shoff = Number(v.getBigUint64(0x28, true)),
+    shentsize = v.getUint16(0x3a, true),
+    shnum = v.getUint16(0x3c, true);
   for (let i = 0; i < shnum; i++) {
     const sh = shoff + i * shentsize;
     if (v.getUint32(sh + 4, true) !== 7) continue; // SHT_NOTE
@@ -102,7 +105,11 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
       const k = byName.get(name)!;
       const explicit = k[".args"].filter((a) => !a[".value_kind"].startsWith("hidden_"));
       const want = cLayout(name === "scale_f32" ? SCALE_ARGS : DIAG_ARGS[name] ?? bwdArgs(name) ?? NORM_FWD_ARGS);
-      assert.deepEqual(explicit.map((a) => ({ offset: a[".offset"], size: a[".size"] })), want, `${arch} ${name} arguments`);
+      assert.deepEqual(
+        explicit.map((a) => ({ offset: a[".offset"], size: a[".size"] })),
+        want,
+        `${arch} ${name} arguments`,
+      );
       assert.equal(k[".wavefront_size"], WAVE[arch], `${arch} ${name} wave size`);
       // No kernel needs scratch memory (a stack frame or spills): it would be slow per-lane global memory.
       assert.equal(k[".private_segment_fixed_size"], 0, `${arch} ${name}: scratch bytes per work-item`);
@@ -110,7 +117,10 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
       if (bwdArgs(name)) {
         // ops/backward.ts launches at most 512 threads (the finalize exactly 512, `tile` 256); it refuses HIP
         // devices for now.
-        assert.ok(k[".max_flat_workgroup_size"] >= (name.includes("_bwd_tile_") ? 256 : 512), `${arch} ${name}: threads`);
+        assert.ok(
+          k[".max_flat_workgroup_size"] >= (name.includes("_bwd_tile_") ? 256 : 512),
+          `${arch} ${name}: threads`,
+        );
         continue;
       }
       if (name in DIAG_ARGS) {
@@ -121,8 +131,13 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
       const mapping = name.split("_")[2].replace(/(full|twopass|tile)$/, "");
       // The most threads and dynamic LDS the plan may launch this mapping with.
       const threads = mapping === "rows" ? ROWS_BLOCK : mapping === "wide" ? 1024 : MAX_BLOCK_THREADS;
-      const dynLds = mapping === "rows" ? 0 : 2 * Math.ceil(threads / WAVE[arch]) * 4 + (mapping === "cluster" ? 16 : 0);
-      assert.ok(threads <= k[".max_flat_workgroup_size"], `${arch} ${name}: ${threads} threads > ${k[".max_flat_workgroup_size"]}`);
+      const dynLds = mapping === "rows"
+        ? 0
+        : 2 * Math.ceil(threads / WAVE[arch]) * 4 + (mapping === "cluster" ? 16 : 0);
+      assert.ok(
+        threads <= k[".max_flat_workgroup_size"],
+        `${arch} ${name}: ${threads} threads > ${k[".max_flat_workgroup_size"]}`,
+      );
       assert.ok(k[".group_segment_fixed_size"] + dynLds <= LDS_BYTES, `${arch} ${name}: LDS`);
     }
   });
@@ -134,10 +149,19 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
     const device = {
       backend: "hip",
       info: {
-        ordinal: 0, name: arch, arch, computeCapability: [9, 0] as [number, number], multiprocessors: 104,
-        totalMemory: 1 << 30, warpSize: WAVE[arch], maxThreadsPerBlock: 1024, maxBlockDim: [1024, 1024, 1024] as [number, number, number],
-        maxGridDim: [2147483647, 65536, 65536] as [number, number, number], maxSharedPerBlock: LDS_BYTES,
-        maxSharedPerBlockOptin: LDS_BYTES, l2CacheBytes: 8 << 20,
+        ordinal: 0,
+        name: arch,
+        arch,
+        computeCapability: [9, 0] as [number, number],
+        multiprocessors: 104,
+        totalMemory: 1 << 30,
+        warpSize: WAVE[arch],
+        maxThreadsPerBlock: 1024,
+        maxBlockDim: [1024, 1024, 1024] as [number, number, number],
+        maxGridDim: [2147483647, 65536, 65536] as [number, number, number],
+        maxSharedPerBlock: LDS_BYTES,
+        maxSharedPerBlockOptin: LDS_BYTES,
+        l2CacheBytes: 8 << 20,
       },
     };
     assert.equal(hsacoTarget(device.info), arch);
@@ -145,7 +169,27 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
     assert.equal(limits.ccMajor, 0, "no clusters on AMD");
     const mappings = new Set<string>();
     // D from 1 chunk to far past the register cache: every mapping and both sides of each boundary.
-    const ds = [1, 3, 8, 127, 128, 1000, 1024, 2047, 2048, 2049, 4096, 4097, 8192, 12288, 16384, 16385, 32768, 65537, 262144];
+    const ds = [
+      1,
+      3,
+      8,
+      127,
+      128,
+      1000,
+      1024,
+      2047,
+      2048,
+      2049,
+      4096,
+      4097,
+      8192,
+      12288,
+      16384,
+      16385,
+      32768,
+      65537,
+      262144,
+    ];
     for (const d of ds) {
       for (const tin of DTYPES) {
         for (const tout of DTYPES) {
@@ -163,17 +207,31 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
                   // The vector-only kernel launches with the same geometry: the same limits.
                   const f = byName.get(p.fullKernel);
                   assert.ok(f, `${at}: ${p.fullKernel} not in the code object`);
-                  assert.equal(f[".max_flat_workgroup_size"], k[".max_flat_workgroup_size"], `${at}: ${p.fullKernel} threads`);
+                  assert.equal(
+                    f[".max_flat_workgroup_size"],
+                    k[".max_flat_workgroup_size"],
+                    `${at}: ${p.fullKernel} threads`,
+                  );
                   assert.ok(f[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: ${p.fullKernel} LDS`);
                 }
-                assert.ok(p.block[0] <= k[".max_flat_workgroup_size"], `${at}: block ${p.block[0]} > ${k[".max_flat_workgroup_size"]}`);
+                assert.ok(
+                  p.block[0] <= k[".max_flat_workgroup_size"],
+                  `${at}: block ${p.block[0]} > ${k[".max_flat_workgroup_size"]}`,
+                );
                 assert.equal(p.block[0] % WAVE[arch], 0, `${at}: block ${p.block[0]} not whole waves`);
                 assert.ok(k[".group_segment_fixed_size"] + p.sharedBytes <= LDS_BYTES, `${at}: LDS`);
                 if (p.mapping === "rows") {
-                  assert.ok(p.tpr <= 32 && p.nv <= MAXV_ROWS, `${at}: rows reduce within 32-lane groups, ≤ ${MAXV_ROWS} chunks`);
+                  assert.ok(
+                    p.tpr <= 32 && p.nv <= MAXV_ROWS,
+                    `${at}: rows reduce within 32-lane groups, ≤ ${MAXV_ROWS} chunks`,
+                  );
                 } else {
                   // The block reduction keeps one float per wave, reduced again by one wave: ≤ wave² threads.
-                  assert.equal(p.sharedBytes, 2 * (p.block[0] / WAVE[arch]) * 4, `${at}: two reduction buffers, one float per wave`);
+                  assert.equal(
+                    p.sharedBytes,
+                    2 * (p.block[0] / WAVE[arch]) * 4,
+                    `${at}: two reduction buffers, one float per wave`,
+                  );
                   assert.ok(p.block[0] / WAVE[arch] <= WAVE[arch], `${at}: more waves than one wave can reduce`);
                   if (p.mapping === "block") assert.ok(p.nv <= MAXV_BLOCK, `${at}: ${p.nv} chunks per thread`);
                   if (p.mapping === "latency") assert.ok(p.nv <= MAXV_LATENCY, `${at}: ${p.nv} chunks per thread`);

@@ -5,13 +5,36 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, type DType, LayerNorm, Tensor, layerNorm, layerNormBackward, RMSNorm, rmsNorm, rmsNormBackward } from "../../mod.ts";
+import {
+  Device,
+  type DType,
+  LayerNorm,
+  layerNorm,
+  layerNormBackward,
+  RMSNorm,
+  rmsNorm,
+  rmsNormBackward,
+  Tensor,
+} from "../../mod.ts";
 import { ArgumentError, DisposedError } from "../../runtime/errors.ts";
 import { cpuNormBackward, cpuNormForward } from "../../mod.ts";
 import { readFileSync } from "node:fs";
 import {
-  BWD_REG_BUDGET, bwdFull, bwdStages, cachedShared, LN_F32_STAGED_BLOCK, LN_F32_STAGED_NV, lnF32Staged, MAXV_BWD, maxvBwd, planNormBackward,
-  prefetchNextRow, SMALL_STAGED_BLOCK, smallStagedCtas, smemDbias, stagedShared,
+  BWD_REG_BUDGET,
+  bwdFull,
+  bwdStages,
+  cachedShared,
+  LN_F32_STAGED_BLOCK,
+  LN_F32_STAGED_NV,
+  lnF32Staged,
+  MAXV_BWD,
+  maxvBwd,
+  planNormBackward,
+  prefetchNextRow,
+  SMALL_STAGED_BLOCK,
+  smallStagedCtas,
+  smemDbias,
+  stagedShared,
 } from "../../ops/plan_bwd.ts";
 import { CLUSTER_SUM_BYTES } from "../../ops/plan.ts";
 import { bwdPlanLimits } from "../../ops/kernels.ts";
@@ -22,12 +45,21 @@ import { randoms } from "../fixtures/random.ts";
 const cpu = () => Device.open({ backend: "cpu" });
 
 for (const kind of ["layer", "rms"] as const) {
-  for (const [tx, tdy, tw] of [["f32", "f32", "f32"], ["bf16", "f32", "bf16"], ["f16", "bf16", "f32"]] as [DType, DType, DType][]) {
+  for (
+    const [tx, tdy, tw] of [["f32", "f32", "f32"], ["bf16", "f32", "bf16"], ["f16", "bf16", "f32"]] as [
+      DType,
+      DType,
+      DType,
+    ][]
+  ) {
     test(`${kind} backward on the CPU device: x ${tx}, dy ${tdy}, weight ${tw}, strided, accumulate or not`, () => {
       using dev = cpu();
       for (const accumulate of [false, true]) {
         const r = runBwdCase(dev, { kind, rows: 5, d: 37, tx, tdy, tw, pad: 3, accumulate });
-        assert.ok(r.dx <= 1 && r.dweight <= 1 && r.dbias <= 1, JSON.stringify({ dx: r.dx, dw: r.dweight, db: r.dbias }));
+        assert.ok(
+          r.dx <= 1 && r.dweight <= 1 && r.dbias <= 1,
+          JSON.stringify({ dx: r.dx, dw: r.dweight, db: r.dbias }),
+        );
       }
       const plain = runBwdCase(dev, { kind, rows: 3, d: 8, tx, tdy, tw, affine: false });
       assert.ok(plain.dx <= 1 && plain.bits.dweight === undefined);
@@ -72,7 +104,8 @@ test("backward argument errors name the argument; nothing is written", () => {
   const f = layerNorm(x, { stats: true });
   using dx = dev.empty([3, 4]);
   dx.buffer.fill(0xff);
-  const bad = (fn: () => unknown, name: RegExp) => assert.throws(fn, (e: unknown) => e instanceof ArgumentError && name.test((e as Error).message));
+  const bad = (fn: () => unknown, name: RegExp) =>
+    assert.throws(fn, (e: unknown) => e instanceof ArgumentError && name.test((e as Error).message));
   using dyWrong = dev.tensor(randoms(8, 7), [2, 4]);
   bad(() => layerNormBackward(dyWrong, x, { mean: f.mean, rstd: f.rstd, dx }), /dy/);
   using short = dev.tensor([1, 2], [2]);
@@ -130,8 +163,12 @@ test("LayerNorm module: forward/backward/accumulate/zeroGrad against the float64
   m.forward(x).close();
   m.backward(dy).close(); // accumulates: twice the gradient
   const s = m.state();
-  s.weightGrad!.forEach((v, j) => assert.ok(Math.abs(v - 2 * g.dweight[j]) <= 1e-5 * (1 + Math.abs(2 * g.dweight[j])), `dweight[${j}]`));
-  s.biasGrad!.forEach((v, j) => assert.ok(Math.abs(v - 2 * g.dbias[j]) <= 1e-5 * (1 + Math.abs(2 * g.dbias[j])), `dbias[${j}]`));
+  s.weightGrad!.forEach((v, j) =>
+    assert.ok(Math.abs(v - 2 * g.dweight[j]) <= 1e-5 * (1 + Math.abs(2 * g.dweight[j])), `dweight[${j}]`)
+  );
+  s.biasGrad!.forEach((v, j) =>
+    assert.ok(Math.abs(v - 2 * g.dbias[j]) <= 1e-5 * (1 + Math.abs(2 * g.dbias[j])), `dbias[${j}]`)
+  );
   m.zeroGrad();
   assert.ok(m.state().weightGrad!.every((v) => v === 0));
   m.close();
@@ -162,14 +199,30 @@ test("RMSNorm module: int8 weights (per-tensor and per-channel scale) and a zero
   const ref = cpuNormForward({ kind: "rms", rows: 2, d, x: xv, xStride: d, weight: scale, eps: 1e-6 });
   y.readSync().forEach((v, i) => assert.ok(Math.abs(v - ref.y[i]) <= 1e-5 * (1 + Math.abs(ref.y[i]))));
   z.backward(dy).close();
-  const g = cpuNormBackward({ kind: "rms", rows: 2, d, x: xv, xStride: d, dy: dyv, dyStride: d, weight: scale, eps: 1e-6 });
+  const g = cpuNormBackward({
+    kind: "rms",
+    rows: 2,
+    d,
+    x: xv,
+    xStride: d,
+    dy: dyv,
+    dyStride: d,
+    weight: scale,
+    eps: 1e-6,
+  });
   z.state().weightGrad!.forEach((v, j) => assert.ok(Math.abs(v - g.dweight[j]) <= 1e-5 * (1 + Math.abs(g.dweight[j]))));
   assert.deepEqual([...z.state().weight!], w);
 });
 
 test("backward plan: mappings, geometry and kernel contracts over D", () => {
   for (const ccMajor of [8, 9]) {
-    const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, ccMajor, maxCluster: ccMajor === 9 ? 16 : 8 };
+    const limits = {
+      maxThreadsPerBlock: 1024,
+      warpSize: 32,
+      maxSharedPerBlockOptin: 232448,
+      ccMajor,
+      maxCluster: ccMajor === 9 ? 16 : 8,
+    };
     for (const kind of ["layer", "rms"] as const) {
       for (const [tx, tdy] of [["f32", "f32"], ["bf16", "bf16"], ["bf16", "f32"]] as [DType, DType][]) {
         for (let d = 1; d <= 262144; d = d < 64 ? d + 1 : Math.ceil(d * 1.37)) {
@@ -183,7 +236,10 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             assert.ok(p.block % 32 === 0 && p.block <= 512, `block ${p.block}`);
             assert.ok(p.sharedBytes <= limits.maxSharedPerBlockOptin);
             const k = kind === "layer" ? "ln" : "rms";
-            assert.match(p.kernel, new RegExp(`^nk_${k}_bwd_${p.mapping === "split" ? "tile" : p.mapping}_${tx}_${tdy}_f32$`));
+            assert.match(
+              p.kernel,
+              new RegExp(`^nk_${k}_bwd_${p.mapping === "split" ? "tile" : p.mapping}_${tx}_${tdy}_f32$`),
+            );
             const maxv = maxvBwd(kind, tx, tdy), chunks = Math.ceil(d / vec);
             // LN's dbias sums live in shared memory with 16-bit x and dy (kernels/norm_bwd.cuh, nk_bwd_smem_dbias).
             const dbiasInShared = kind === "layer" && paramGrads && tx !== "f32" && tdy !== "f32";
@@ -193,7 +249,8 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             // The bulk-staged variant: sm_90, x and dy of one dtype, one-row blocks or clusters where bwdStages asks for
             // rows in flight; its kernel, 2 rows, and the shared memory of that layout, within the limit.
             // Clusters of 512-thread CTAs of RMS 16-bit stage in CTAs of 128 threads where ≤ 16 of them hold the row.
-            const small = p.mapping === "cluster" && p.block === 512 && smallStagedCtas(kind, tx) && tx === tdy && ccMajor >= 9;
+            const small = p.mapping === "cluster" && p.block === 512 && smallStagedCtas(kind, tx) && tx === tdy &&
+              ccMajor >= 9;
             const own = { cluster: p.cluster, block: p.block, nv: p.nv };
             const g = { ...own };
             if (small) {
@@ -205,9 +262,12 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             }
             // LN f32 rows in clusters of 512-thread CTAs stage in their own geometry (lnF32Staged): 5 chunks per thread in
             // CTAs of ≤ 416 threads, the smallest cluster; the plan's own where that does not fit.
-            const lnOwn = lnF32Staged(kind, tx) && tx === tdy && ccMajor >= 9 && p.mapping === "cluster" && p.block === 512;
+            const lnOwn = lnF32Staged(kind, tx) && tx === tdy && ccMajor >= 9 && p.mapping === "cluster" &&
+              p.block === 512;
             if (lnOwn) {
-              const c = [2, 4, 8, 16].find((c) => Math.ceil(Math.ceil(chunks / c) / LN_F32_STAGED_NV / 32) * 32 <= LN_F32_STAGED_BLOCK);
+              const c = [2, 4, 8, 16].find((c) =>
+                Math.ceil(Math.ceil(chunks / c) / LN_F32_STAGED_NV / 32) * 32 <= LN_F32_STAGED_BLOCK
+              );
               if (c !== undefined) {
                 const per = Math.ceil(chunks / c), block = Math.ceil(per / LN_F32_STAGED_NV / 32) * 32;
                 Object.assign(g, { cluster: c, block, nv: Math.ceil(per / block) });
@@ -216,25 +276,41 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
             // The staged kernels keep LayerNorm's dbias sums in shared memory whatever the dtype.
             const layout = (g: { cluster: number; block: number }) => {
               const columns = Math.ceil(chunks / g.cluster) * vec;
-              const base = 16 * (g.block / 32) + (g.cluster > 1 ? CLUSTER_SUM_BYTES : 0) + (kind === "layer" && paramGrads ? 4 * columns : 0);
+              const base = 16 * (g.block / 32) + (g.cluster > 1 ? CLUSTER_SUM_BYTES : 0) +
+                (kind === "layer" && paramGrads ? 4 * columns : 0);
               return stagedShared(base, 2, columns, tx, tdy, "f32");
             };
             if (layout(g) > limits.maxSharedPerBlockOptin) Object.assign(g, own);
             const stages = oneRow ? bwdStages(kind, p.mapping as "cached" | "cluster", g.block, g.cluster) : 0;
             const stagedBytes = layout(g);
             if (ccMajor >= 9 && tx === tdy && stages > 0 && stagedBytes <= limits.maxSharedPerBlockOptin) {
-              assert.deepEqual(p.staged, { kernel: `nk_${kind === "layer" ? "ln" : "rms"}_bwd_${p.mapping}staged_${tx}_${tdy}_f32`, stages: 2, sharedBytes: stagedBytes, ...g }, `staged d ${d}`);
-              assert.ok(g.nv <= maxvBwd(kind, tx, tdy, true) && g.nv * g.block >= Math.ceil(chunks / g.cluster) && g.block <= 512 && g.block % 32 === 0);
+              assert.deepEqual(p.staged, {
+                kernel: `nk_${kind === "layer" ? "ln" : "rms"}_bwd_${p.mapping}staged_${tx}_${tdy}_f32`,
+                stages: 2,
+                sharedBytes: stagedBytes,
+                ...g,
+              }, `staged d ${d}`);
+              assert.ok(
+                g.nv <= maxvBwd(kind, tx, tdy, true) && g.nv * g.block >= Math.ceil(chunks / g.cluster) &&
+                  g.block <= 512 && g.block % 32 === 0,
+              );
             } else {
               assert.equal(p.staged, undefined, `not staged d ${d}`);
             }
-            assert.equal(p.prefetch, oneRow && prefetchNextRow(kind, tx, p.mapping as "cached" | "cluster", p.block, chunks, p.cluster), `prefetch d ${d}`);
+            assert.equal(
+              p.prefetch,
+              oneRow && prefetchNextRow(kind, tx, p.mapping as "cached" | "cluster", p.block, chunks, p.cluster),
+              `prefetch d ${d}`,
+            );
             if (p.mapping === "cluster") {
               // Hopper only, and only past one 512-thread block's registers; each CTA caches its slice.
               assert.ok(ccMajor >= 9 && chunks > 512 * maxv, `cluster at d ${d}`);
               assert.ok([2, 4, 8, 16].includes(p.cluster), `cluster size ${p.cluster}`);
               assert.equal(p.tpr, p.block);
-              assert.ok(p.nv >= 1 && p.nv <= maxv && p.nv * p.block >= Math.ceil(chunks / p.cluster), `d ${d}: c ${p.cluster} nv ${p.nv} block ${p.block}`);
+              assert.ok(
+                p.nv >= 1 && p.nv <= maxv && p.nv * p.block >= Math.ceil(chunks / p.cluster),
+                `d ${d}: c ${p.cluster} nv ${p.nv} block ${p.block}`,
+              );
               // Block reductions, the cluster exchange (kernels/norm_fwd.cuh: 2 mbarriers, 2 × 16 ranks × 2 floats), and
               // LN's dbias sums of the CTA's columns.
               const ownCols = Math.ceil(chunks / p.cluster) * vec;
@@ -245,7 +321,9 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
               continue;
             }
             // Past the cluster's reach (16 CTAs of 512 threads) or off Hopper: wide or split.
-            if (ccMajor >= 9 && (p.mapping === "wide" || p.mapping === "split")) assert.ok(chunks > 16 * 512 * maxv, `d ${d}: ${p.mapping}`);
+            if (ccMajor >= 9 && (p.mapping === "wide" || p.mapping === "split")) {
+              assert.ok(chunks > 16 * 512 * maxv, `d ${d}: ${p.mapping}`);
+            }
             if (p.mapping === "split") {
               // Only where the sums fit neither in registers nor in shared memory.
               assert.ok(nacc > 0 && 64 + nacc * d * 4 > limits.maxSharedPerBlockOptin, `split at d ${d}`);
@@ -255,7 +333,10 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
               continue;
             }
             if (p.mapping === "cached") {
-              assert.ok(p.nv >= 1 && p.nv <= maxvBwd(kind, tx, tdy) && p.nv * p.tpr * vec >= d, `d ${d}: nv ${p.nv} tpr ${p.tpr}`);
+              assert.ok(
+                p.nv >= 1 && p.nv <= maxvBwd(kind, tx, tdy) && p.nv * p.tpr * vec >= d,
+                `d ${d}: nv ${p.nv} tpr ${p.tpr}`,
+              );
               assert.ok(p.tpr <= 32 ? (p.tpr & (p.tpr - 1)) === 0 : p.tpr === p.block);
               assert.equal(p.rowsPerBlock, p.block / p.tpr);
               const reduce = 16 * (p.block / 32); // both row sums at once: 4 floats per warp
@@ -276,7 +357,13 @@ test("backward plan: mappings, geometry and kernel contracts over D", () => {
     }
   }
   const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448 };
-  assert.ok("unsupported" in planNormBackward({ kind: "rms", d: 8, xDtype: "f16", dyDtype: "f16", weightDtype: "bf16", paramGrads: true }, limits));
+  assert.ok(
+    "unsupported" in
+      planNormBackward(
+        { kind: "rms", d: 8, xDtype: "f16", dyDtype: "f16", weightDtype: "bf16", paramGrads: true },
+        limits,
+      ),
+  );
 });
 
 test("backward plan: clusters of 16 CTAs (sm_90's non-portable size) only past 8 CTAs' registers, only where allowed", () => {
@@ -303,7 +390,12 @@ test("backward plan: clusters of 16 CTAs (sm_90's non-portable size) only past 8
   assert.equal(plan("layer", 262144, "f32", 16).mapping, "split");
   assert.equal(plan("layer", 262144, "f32", 16, false).mapping, "wide");
   // bwdPlanLimits: 16 on CUDA compute capability 9 only.
-  const info = (cc: [number, number]) => ({ maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, computeCapability: cc });
+  const info = (cc: [number, number]) => ({
+    maxThreadsPerBlock: 1024,
+    warpSize: 32,
+    maxSharedPerBlockOptin: 232448,
+    computeCapability: cc,
+  });
   assert.equal(bwdPlanLimits({ backend: "cuda", info: info([9, 0]) } as never).maxCluster, 16);
   assert.equal(bwdPlanLimits({ backend: "cuda", info: info([10, 0]) } as never).maxCluster, 8);
   assert.equal(bwdPlanLimits({ backend: "cuda", info: info([8, 0]) } as never).maxCluster, 8);
@@ -311,7 +403,9 @@ test("backward plan: clusters of 16 CTAs (sm_90's non-portable size) only past 8
 });
 
 test("backward plan: the chunks per thread mirror the kernel's register budget (kernels/norm_bwd.cuh)", () => {
-  const src = ["bwd_common.cuh", "bwd_cached.cuh"].map((f) => readFileSync(new URL(`../../kernels/${f}`, import.meta.url), "utf8")).join("");
+  const src = ["bwd_common.cuh", "bwd_cached.cuh"].map((f) =>
+    readFileSync(new URL(`../../kernels/${f}`, import.meta.url), "utf8")
+  ).join("");
   const define = (name: string) => Number(src.match(new RegExp(`#define ${name} (\\d+)`))?.[1]);
   assert.equal(define("NK_MAXV_BWD"), MAXV_BWD);
   assert.equal(define("NK_BWD_REG_BUDGET"), BWD_REG_BUDGET);
@@ -320,7 +414,9 @@ test("backward plan: the chunks per thread mirror the kernel's register budget (
   assert.equal(maxvBwd("layer", "f32", "f32"), 4); // 4 + 4 + 8 = 16
   assert.equal(maxvBwd("layer", "bf16", "bf16"), 4); // 4 + 4 + 8 (dbias in shared memory) = 16
   assert.equal(maxvBwd("layer", "f16", "f32"), 5); // VEC 4: 2 + 4 + 8 = 14
-  assert.ok(smemDbias("layer", "f16", "bf16") && !smemDbias("layer", "bf16", "f32") && !smemDbias("rms", "bf16", "bf16"));
+  assert.ok(
+    smemDbias("layer", "f16", "bf16") && !smemDbias("layer", "bf16", "f32") && !smemDbias("rms", "bf16", "bf16"),
+  );
   // ... and the kernel's rule is the same: 8-element chunks (16-bit x and dy), or the staged kernels (ST), LayerNorm only.
   assert.match(src, /struct nk_bwd_smem_dbias \{\s*enum \{ V = LN && \(nk_bwd_geom<TX, TD>::VEC == 8 \|\| ST\) \};/);
   // The staged kernels (nk_bwd_cached's TM) ask for that rule with ST, for both the layout and the chunks per thread.
@@ -365,13 +461,29 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
   // (32768) and two stages of x and dy slices (2 × 8192 × 8).
   const ln = plan("layer", 65536, "f32");
   assert.deepEqual([ln.mapping, ln.cluster, ln.block, ln.sharedBytes], ["cluster", 8, 512, 256 + 272]);
-  assert.deepEqual(ln.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 208 + 272 + 32768 + 32 + 32768 + 131072, block: 416, nv: 5, cluster: 8 });
+  assert.deepEqual(ln.staged, {
+    kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32",
+    stages: 2,
+    sharedBytes: 208 + 272 + 32768 + 32 + 32768 + 131072,
+    block: 416,
+    nv: 5,
+    cluster: 8,
+  });
   // Where the GPU holds none of a geometry's clusters (BwdLimits.smallStagedCtas false), the plan's own: 8 × 512 × 4.
-  assert.deepEqual(plan("layer", 65536, "f32", "f32", true, { smallStagedCtas: false }).staged,
-    { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 256 + 272 + 32768 + 32 + 32768 + 131072, block: 512, nv: 4, cluster: 8 });
+  assert.deepEqual(plan("layer", 65536, "f32", "f32", true, { smallStagedCtas: false }).staged, {
+    kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32",
+    stages: 2,
+    sharedBytes: 256 + 272 + 32768 + 32 + 32768 + 131072,
+    block: 512,
+    nv: 4,
+    cluster: 8,
+  });
   // LN f32 elsewhere: D = 16384 2 × 416, 131072 16 × 416; the plan's own geometry where its CTAs are smaller than 512
   // threads or it is one block: D = 12288 2 × 384 × 4, 8192 one block of 512 × 4.
-  const geometry = (d: number) => { const st = plan("layer", d, "f32").staged; return [st?.kernel.includes("cachedstaged"), st?.cluster, st?.block, st?.nv]; };
+  const geometry = (d: number) => {
+    const st = plan("layer", d, "f32").staged;
+    return [st?.kernel.includes("cachedstaged"), st?.cluster, st?.block, st?.nv];
+  };
   assert.deepEqual(geometry(8192), [true, 1, 512, 4]);
   assert.deepEqual(geometry(12288), [false, 2, 384, 4]);
   assert.deepEqual(geometry(16384), [false, 2, 416, 5]);
@@ -380,7 +492,14 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
   // LN bf16 D = 12288: one block of 384 threads per row; its dbias sums (12288 floats) precede the staged area.
   const lb = plan("layer", 12288, "bf16");
   assert.deepEqual([lb.mapping, lb.block, lb.sharedBytes], ["cached", 384, 16 * 12 + 4 * 12288]);
-  assert.deepEqual(lb.staged, { kernel: "nk_ln_bwd_cachedstaged_bf16_bf16_f32", stages: 2, sharedBytes: lb.sharedBytes + 32 + 4 * 12288 + 2 * 12288 * 4, block: 384, nv: 4, cluster: 1 });
+  assert.deepEqual(lb.staged, {
+    kernel: "nk_ln_bwd_cachedstaged_bf16_bf16_f32",
+    stages: 2,
+    sharedBytes: lb.sharedBytes + 32 + 4 * 12288 + 2 * 12288 * 4,
+    block: 384,
+    nv: 4,
+    cluster: 1,
+  });
   // LN bf16 in staged CTAs of 128 threads × 4 chunks (4096 columns; bench/RESULTS.md, stops 32-33): 57,712 bytes with
   // the weight slice (8192 of them), 3 per H200 SM (233,472 bytes, 1 KB reserved per CTA).
   const base128 = cachedShared(smemDbias("layer", "bf16", "bf16", true), 128, 32, 1, 2, 32768, 4096, 8);
@@ -390,7 +509,14 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
   // LN f32 D = 32768: 4 × 512 register clusters, staged in 4 × 416 × 5.
   const lf = plan("layer", 32768, "f32");
   assert.deepEqual([lf.cluster, lf.block, lf.nv], [4, 512, 4]);
-  assert.deepEqual(lf.staged, { kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32", stages: 2, sharedBytes: 208 + 272 + 4 * 8192 + 32 + 4 * 8192 + 2 * 8192 * 8, block: 416, nv: 5, cluster: 4 });
+  assert.deepEqual(lf.staged, {
+    kernel: "nk_ln_bwd_clusterstaged_f32_f32_f32",
+    stages: 2,
+    sharedBytes: 208 + 272 + 4 * 8192 + 32 + 4 * 8192 + 2 * 8192 * 8,
+    block: 416,
+    nv: 5,
+    cluster: 4,
+  });
   // RMS 16-bit rows that take clusters of 512-thread CTAs stage in CTAs of 128 threads × 4 chunks: RMS bf16 D = 32768 on 8
   // of them (4096 chunks of 8); their shared memory is that geometry's (reductions of 4 warps, the exchange, 3 mbarriers,
   // the weight slice, 2 stages).
@@ -400,9 +526,20 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
   // ... but not past 16 of them (RMS bf16 D = 131072 keeps 8 × 512), nor LayerNorm 16-bit (8 × 512 at D = 131072,
   // bf16 weights; with f32 weights its dbias slots, weights and 2 stages need 256 KB: not staged).
   assert.deepEqual([plan("rms", 131072, "bf16").staged?.cluster, plan("rms", 131072, "bf16").staged?.block], [8, 512]);
-  const lb16 = planNormBackward({ kind: "layer", d: 131072, xDtype: "bf16", dyDtype: "bf16", weightDtype: "bf16", paramGrads: true }, h200);
+  const lb16 = planNormBackward({
+    kind: "layer",
+    d: 131072,
+    xDtype: "bf16",
+    dyDtype: "bf16",
+    weightDtype: "bf16",
+    paramGrads: true,
+  }, h200);
   assert.ok("plan" in lb16);
-  assert.deepEqual([lb16.plan.staged?.cluster, lb16.plan.staged?.block, lb16.plan.staged?.sharedBytes], [8, 512, 528 + 4 * 16384 + 32 + 2 * 16384 + 2 * 16384 * 4]);
+  assert.deepEqual([lb16.plan.staged?.cluster, lb16.plan.staged?.block, lb16.plan.staged?.sharedBytes], [
+    8,
+    512,
+    528 + 4 * 16384 + 32 + 2 * 16384 + 2 * 16384 * 4,
+  ]);
   assert.equal(plan("layer", 131072, "bf16").staged, undefined);
   assert.equal(plan("rms", 65536, "bf16", "bf16", true, { maxCluster: 8 }).staged?.block, 512); // 16 × 128 not allowed
   assert.equal(plan("layer", 65536, "f32", "f32", true, { maxCluster: 8 }).staged?.block, 416);
@@ -411,8 +548,16 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
   assert.equal(plan("rms", 12288, "bf16").staged, undefined);
   assert.equal(plan("layer", 4096, "bf16").block, 128);
   assert.equal(plan("layer", 4096, "bf16").staged, undefined);
-  assert.deepEqual([plan("layer", 32768, "bf16").cluster, plan("layer", 32768, "bf16").block, plan("layer", 32768, "bf16").staged], [2, 512, undefined]);
-  assert.deepEqual([plan("rms", 16384, "f32").cluster, plan("rms", 16384, "f32").block, plan("rms", 16384, "f32").staged?.stages], [2, 352, 2]);
+  assert.deepEqual([
+    plan("layer", 32768, "bf16").cluster,
+    plan("layer", 32768, "bf16").block,
+    plan("layer", 32768, "bf16").staged,
+  ], [2, 512, undefined]);
+  assert.deepEqual([
+    plan("rms", 16384, "f32").cluster,
+    plan("rms", 16384, "f32").block,
+    plan("rms", 16384, "f32").staged?.stages,
+  ], [2, 352, 2]);
   assert.equal(plan("layer", 65536, "bf16", "f16").staged, undefined);
   assert.equal(plan("layer", 65536, "f32", "f32", true, { ccMajor: 8, maxCluster: 8 }).staged, undefined);
   assert.equal(plan("layer", 65536, "f32", "f32", true, { ccMajor: 10, maxCluster: 8 }).staged, undefined); // not measured there
@@ -426,7 +571,9 @@ test("backward plan: bulk-staged rows (the measured rule, the layout's bytes, th
       for (const w of ["f32", x] as DType[]) {
         for (let d = 1024; d <= 262144; d *= 2) {
           const r = planNormBackward({ kind, d, xDtype: x, dyDtype: x, weightDtype: w, paramGrads: true }, h200);
-          if ("plan" in r && r.plan.staged) assert.ok(NORM_KERNELS.includes(r.plan.staged.kernel), r.plan.staged.kernel);
+          if ("plan" in r && r.plan.staged) {
+            assert.ok(NORM_KERNELS.includes(r.plan.staged.kernel), r.plan.staged.kernel);
+          }
         }
       }
     }

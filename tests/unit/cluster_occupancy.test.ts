@@ -26,7 +26,10 @@ test("Kernel.activeClusters: the driver's count for 2–16 CTAs; other sizes are
     assert.equal(k.activeClusters(512, 48, 8), 16);
     assert.equal(k.activeClusters(512, 48, 16), 8);
     for (const bad of [1, 17, 2.5, 0]) {
-      assert.throws(() => k.activeClusters(512, 48, bad), (e: unknown) => e instanceof ArgumentError && /cluster/.test(e.message));
+      assert.throws(
+        () => k.activeClusters(512, 48, bad),
+        (e: unknown) => e instanceof ArgumentError && /cluster/.test(e.message),
+      );
     }
   } finally {
     dev.close();
@@ -48,7 +51,14 @@ test("Kernel.activeClusters and occupancy opt in to more than 48 KiB of dynamic 
     assert.equal(k.activeClusters(512, 100_000, 2), 7);
     assert.equal(k.activeClusters(512, 90_000, 2), 7); // already opted in to more
     assert.equal(k.occupancy(256, 150_000), 1);
-    assert.deepEqual(calls, ["clusters 1000", "optin 100000", "clusters 100000", "clusters 90000", "optin 150000", "occupancy 150000"]);
+    assert.deepEqual(calls, [
+      "clusters 1000",
+      "optin 100000",
+      "clusters 100000",
+      "clusters 90000",
+      "optin 150000",
+      "occupancy 150000",
+    ]);
   } finally {
     dev.close();
   }
@@ -77,20 +87,40 @@ test("clusters above 8 CTAs: the kernel opts in to non-portable sizes once, befo
   } finally {
     dev.close();
   }
-  assert.throws(() => new LaunchConfig({ grid: 17, block: 32, cluster: 17 }), (e: unknown) => e instanceof ArgumentError && /1–16/.test(e.message));
+  assert.throws(
+    () => new LaunchConfig({ grid: 17, block: 32, cluster: 17 }),
+    (e: unknown) => e instanceof ArgumentError && /1–16/.test(e.message),
+  );
 });
 
 test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls back to the portable plan", async () => {
   // LayerNorm f32 D = 131072: 16 CTAs on the fake H200; with the driver answering 0 clusters of 16, `split`.
-  const input = { kind: "layer", d: 131072, xDtype: "f32", dyDtype: "f32", weightDtype: "f32", paramGrads: true } as const;
+  const input = {
+    kind: "layer",
+    d: 131072,
+    xDtype: "f32",
+    dyDtype: "f32",
+    weightDtype: "f32",
+    paramGrads: true,
+  } as const;
   // "refused": the driver fails the query (or the opt-in before it) with a GpuError.
-  for (const [resident16, mapping, cluster] of [[8, "cluster", 16], [0, "split", 1], ["refused", "split", 1]] as const) {
+  for (
+    const [resident16, mapping, cluster] of [[8, "cluster", 16], [0, "split", 1], ["refused", "split", 1]] as const
+  ) {
     const { dev, driver } = await fakeCudaDevice(() => null);
     const raw = driver as unknown as Record<string, unknown>;
     let queries = 0;
     raw.activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => {
       queries++;
-      if (c === 16 && resident16 === "refused") throw new GpuError("cuda", "cuOccupancyMaxActiveClusters", 1, "CUDA_ERROR_INVALID_VALUE", "refused");
+      if (c === 16 && resident16 === "refused") {
+        throw new GpuError(
+          "cuda",
+          "cuOccupancyMaxActiveClusters",
+          1,
+          "CUDA_ERROR_INVALID_VALUE",
+          "refused",
+        );
+      }
       return c === 16 ? resident16 : 4;
     };
     try {
@@ -112,11 +142,20 @@ test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls
 });
 
 test("Kernel.activeClusters: refused with UnsupportedError before compute capability 9.0, and once the module is closed", async () => {
-  const a100 = { ...FAKE_H200, name: "fake A100", arch: "sm_80", computeCapability: [8, 0] as [number, number], multiprocessors: 108 };
+  const a100 = {
+    ...FAKE_H200,
+    name: "fake A100",
+    arch: "sm_80",
+    computeCapability: [8, 0] as [number, number],
+    multiprocessors: 108,
+  };
   const { dev } = await fakeCudaDevice(() => null, { info: a100 });
   try {
     const k = normKernel(dev, NAME, NORM_BWD_ARGS);
-    assert.throws(() => k.activeClusters(256, 0, 2), (e: unknown) => e instanceof UnsupportedError && /9\.0/.test(e.message));
+    assert.throws(
+      () => k.activeClusters(256, 0, 2),
+      (e: unknown) => e instanceof UnsupportedError && /9\.0/.test(e.message),
+    );
     k.module.close();
     assert.throws(() => k.activeClusters(256, 0, 2), DisposedError);
   } finally {
@@ -138,10 +177,18 @@ test("forward `cluster` plans launch min(plan clusters, resident clusters) × C 
       layerNorm(made.x, { out: made.y }); // a cached plan: the same grid
       assert.equal(launches.length, 2);
       for (const l of launches) {
-        assert.deepEqual([l.kernel, l.grid[0], l.cluster, l.block[0]], ["nk_ln_clusterfull_bf16_bf16_f32", clusters * 8, 8, 256], `rows ${rows}`);
+        assert.deepEqual([l.kernel, l.grid[0], l.cluster, l.block[0]], [
+          "nk_ln_clusterfull_bf16_bf16_f32",
+          clusters * 8,
+          8,
+          256,
+        ], `rows ${rows}`);
       }
       const p = planNorm({ kind: "layer", rows, d: 131072, inputDtype: "bf16", outputDtype: "bf16" }, planLimits(dev));
-      assert.ok("plan" in p && p.plan.mapping === "cluster" && p.plan.grid[0] === rows * 8, "the plan: a cluster per row");
+      assert.ok(
+        "plan" in p && p.plan.mapping === "cluster" && p.plan.grid[0] === rows * 8,
+        "the plan: a cluster per row",
+      );
     } finally {
       dev.close();
     }
@@ -192,7 +239,9 @@ test("backward on the fake H200: qualifying calls launch the plan's staged kerne
       const plan = devicePlanBackward(dev, { kind: c.kind, d: c.d, xDtype: "f32", dyDtype: "f32", paramGrads: false });
       assert.ok("plan" in plan);
       assert.equal(k.shared, staged ? plan.plan.staged!.sharedBytes : plan.plan.sharedBytes);
-      if (staged) assert.ok(k.shared > plan.plan.sharedBytes + 2 * 2 * c.d * 4 / k.cluster, "two stages of x and dy slices");
+      if (staged) {
+        assert.ok(k.shared > plan.plan.sharedBytes + 2 * 2 * c.d * 4 / k.cluster, "two stages of x and dy slices");
+      }
     } finally {
       dev.close();
     }
@@ -203,17 +252,30 @@ test("backward: a staged variant of 16 CTAs the GPU cannot hold falls back to st
   // RMS bf16 D = 65536: 4 × 512 register clusters, staged in 16 × 128 (smallStagedCtas); with no cluster of 16 resident,
   // staged in 4 × 512. LN f32 D = 131072: 16 × 512 register clusters, staged in 16 × 416 (lnF32Staged); not resident:
   // `split`, unstaged (as before).
-  for (const [kind, x, d, resident16, want] of [
-    ["rms", "bf16", 65536, 8, [4, 512, 16, 128]], ["rms", "bf16", 65536, 0, [4, 512, 4, 512]],
-    ["layer", "f32", 131072, 8, [16, 512, 16, 416]], ["layer", "f32", 131072, 0, [1, 256, undefined, undefined]],
-  ] as const) {
+  for (
+    const [kind, x, d, resident16, want] of [
+      ["rms", "bf16", 65536, 8, [4, 512, 16, 128]],
+      ["rms", "bf16", 65536, 0, [4, 512, 4, 512]],
+      ["layer", "f32", 131072, 8, [16, 512, 16, 416]],
+      ["layer", "f32", 131072, 0, [1, 256, undefined, undefined]],
+    ] as const
+  ) {
     const { dev, driver } = await fakeCudaDevice(() => null);
-    (driver as unknown as Record<string, unknown>).activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => (c === 16 ? resident16 : 4);
+    (driver as unknown as Record<string, unknown>).activeClusters = (
+      _fn: bigint,
+      _t: number,
+      _s: number,
+      c: number,
+    ) => (c === 16 ? resident16 : 4);
     try {
       const r = devicePlanBackward(dev, { kind, d, xDtype: x, dyDtype: x, weightDtype: x, paramGrads: true });
       assert.ok("plan" in r);
       const p = r.plan;
-      assert.deepEqual([p.cluster, p.block, p.staged?.cluster, p.staged?.block], [...want], `d ${d}, ${resident16} resident`);
+      assert.deepEqual(
+        [p.cluster, p.block, p.staged?.cluster, p.staged?.block],
+        [...want],
+        `d ${d}, ${resident16} resident`,
+      );
     } finally {
       dev.close();
     }
@@ -233,15 +295,31 @@ test("backward: a staged variant in clusters of up to 8 CTAs the GPU cannot hold
   for (const c of cases) {
     const { dev, driver } = await fakeCudaDevice(() => null);
     let queries = 0;
-    (driver as unknown as Record<string, unknown>).activeClusters = (_fn: bigint, _t: number, _s: number, cl: number) => {
+    (driver as unknown as Record<string, unknown>).activeClusters = (
+      _fn: bigint,
+      _t: number,
+      _s: number,
+      cl: number,
+    ) => {
       queries++;
       return cl === 8 ? c.resident8 : 4;
     };
     try {
       for (let i = 0; i < 3; i++) {
-        const r = devicePlanBackward(dev, { kind: c.kind, d: c.d, xDtype: c.x, dyDtype: c.x, weightDtype: c.x, paramGrads: true });
+        const r = devicePlanBackward(dev, {
+          kind: c.kind,
+          d: c.d,
+          xDtype: c.x,
+          dyDtype: c.x,
+          weightDtype: c.x,
+          paramGrads: true,
+        });
         assert.ok("plan" in r);
-        assert.deepEqual([r.plan.cluster, r.plan.block, r.plan.staged?.block], [...c.want], `${c.kind} ${c.x} d ${c.d}, ${c.resident8} resident`);
+        assert.deepEqual(
+          [r.plan.cluster, r.plan.block, r.plan.staged?.block],
+          [...c.want],
+          `${c.kind} ${c.x} d ${c.d}, ${c.resident8} resident`,
+        );
       }
       assert.equal(queries, c.queries, `${c.kind} ${c.x} d ${c.d}: one driver query per kernel and geometry`);
     } finally {

@@ -8,9 +8,17 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { ArgumentError, cpuNormForward, Device, layerNorm, rmsNorm, setDependentLaunch, UnsupportedError } from "../../mod.ts";
+import {
+  ArgumentError,
+  cpuNormForward,
+  Device,
+  layerNorm,
+  rmsNorm,
+  setDependentLaunch,
+  UnsupportedError,
+} from "../../mod.ts";
 import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
-import { dependentLaunchByDefault, dependentLaunchSupported, normKernel, NORM_FWD_ARGS } from "../../ops/kernels.ts";
+import { dependentLaunchByDefault, dependentLaunchSupported, NORM_FWD_ARGS, normKernel } from "../../ops/kernels.ts";
 import { NORM_KERNELS } from "../../precompiled/norm_cuda.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 
@@ -45,7 +53,10 @@ test("fake H200 (sm_90): every norm launch asks for programmatic dependent launc
     rmsNorm(m.x, { weight: m.w, out: m.y });
     layerNorm(m.x, { out: m.y });
     assert.deepEqual(launches.slice(4).map((l) => l.dependent), [true, true]);
-    assert.throws(() => setDependentLaunch(dev, 1 as never), (e: unknown) => e instanceof ArgumentError && e.argument === "on");
+    assert.throws(
+      () => setDependentLaunch(dev, 1 as never),
+      (e: unknown) => e instanceof ArgumentError && e.argument === "on",
+    );
   } finally {
     dev.close();
   }
@@ -63,16 +74,22 @@ test("fake A100 (sm_80 SASS, no griddepcontrol): no dependent launches, and the 
     // The low-level switch refuses where the hardware has none.
     const k = normKernel(dev, "nk_rms_rows_bf16_bf16_bf16", NORM_FWD_ARGS);
     assert.throws(() => (k.dependentLaunch = true), UnsupportedError);
-    assert.throws(() => (k.dependentLaunch = "yes" as never), (e: unknown) => e instanceof ArgumentError && e.argument === "dependentLaunch");
+    assert.throws(
+      () => (k.dependentLaunch = "yes" as never),
+      (e: unknown) => e instanceof ArgumentError && e.argument === "dependentLaunch",
+    );
   } finally {
     dev.close();
   }
 });
 
 test("only the H200-class fatbin code (sm_90 SASS) has the wait: cc 9.0 CUDA yes; 8.x, 10.0, 12.0, HIP, CPU no", () => {
-  const at = (backend: string, cc: [number, number]) => dependentLaunchSupported({ backend, info: { ...FAKE_H200, computeCapability: cc } });
+  const at = (backend: string, cc: [number, number]) =>
+    dependentLaunchSupported({ backend, info: { ...FAKE_H200, computeCapability: cc } });
   assert.equal(at("cuda", [9, 0]), true);
-  for (const cc of [[8, 0], [8, 6], [8, 9], [10, 0], [12, 0]] as [number, number][]) assert.equal(at("cuda", cc), false, cc.join("."));
+  for (const cc of [[8, 0], [8, 6], [8, 9], [10, 0], [12, 0]] as [number, number][]) {
+    assert.equal(at("cuda", cc), false, cc.join("."));
+  }
   assert.equal(at("hip", [9, 0]), false);
   const cpu = Device.open({ backend: "cpu", sanityCheck: false });
   try {
@@ -99,7 +116,9 @@ test("kernel source: the kernels that start with nk_pdl_enter() are exactly thos
   // Every built kernel is classified; the diagnostics and scale kernels are not flagged.
   const waiting = NORM_KERNELS.filter(hasDependentLaunchEntry);
   assert.equal(waiting.length, NORM_KERNELS.length - 5, "all but scale_f32 and the 4 diagnostics kernels");
-  for (const n of ["scale_f32", "nk_diag_partial_f32", "nk_diag_final"]) assert.equal(hasDependentLaunchEntry(n), false, n);
+  for (const n of ["scale_f32", "nk_diag_partial_f32", "nk_diag_final"]) {
+    assert.equal(hasDependentLaunchEntry(n), false, n);
+  }
   // Launched with it by default: the 255 forward kernels (LayerNorm's 30 vector-only, 15 two-pass and 15 tile ones,
   // RMSNorm's 15 tile ones included), every one of which waits.
   const byDefault = NORM_KERNELS.filter(dependentLaunchByDefault);
@@ -117,58 +136,71 @@ test("kernel source: the kernels that start with nk_pdl_enter() are exactly thos
  * step, as the device does. Tolerance after 40 steps: |y − ref| ≤ 1e-4 · (1 + |ref|) (one step's f32 error is
  * ~1e-6 relative; a lost dependency moves values by O(1)).
  */
-gpuTest("GPU: 40 chained norms (each reads the previous output) match the float64 chain, dependent launch on and off, eager and graph", () => {
-  using dev = Device.open({ sanityCheck: false });
-  const stream = dev.createStream();
-  try {
-    const steps = 40;
-    // latency mapping (4 rows), rows and block mappings (270 rows: past 2 per SM on the H200), cluster (f32 D = 65536 on sm_90)
-    for (const [rows, d] of [[4, 256], [270, 256], [270, 4096], [4, 65536]]) {
-      const x0 = Float64Array.from(randoms(rows * d, d, -3, 3), Math.fround);
-      const ws = Array.from({ length: steps }, (_, i) => Float64Array.from(randoms(d, d + i, 0.5, 1.5), Math.fround));
-      let ref = x0;
-      for (let i = 0; i < steps; i++) {
-        const kind = i % 2 ? "rms" : "layer";
-        const r = cpuNormForward({ kind, rows, d, x: ref, xStride: d, weight: ws[i], eps: kind === "layer" ? 1e-5 : 1e-6 });
-        ref = Float64Array.from(r.y, Math.fround);
-      }
-      using a = dev.empty([rows, d], { dtype: "f32" });
-      using b = dev.empty([rows, d], { dtype: "f32" });
-      const w = ws.map((v) => dev.tensor(v, [d], { dtype: "f32" }));
-      try {
-        const chain = () => {
-          for (let i = 0; i < steps; i++) {
-            const [src, dst] = i % 2 ? [b, a] : [a, b];
-            if (i % 2) rmsNorm(src, { weight: w[i], out: dst, stream });
-            else layerNorm(src, { weight: w[i], out: dst, stream });
-          }
-        };
-        const check = (what: string) => {
-          const got = (steps % 2 ? b : a).readSync({ stream });
-          let worst = 0;
-          for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i] - ref[i]) / (1 + Math.abs(ref[i])));
-          assert.ok(worst <= 1e-4, `D=${d} ${what}: worst relative error ${worst}`);
-        };
-        for (const on of [true, false]) {
-          const effective = setDependentLaunch(dev, on);
-          assert.equal(effective, on && dependentLaunchSupported(dev));
-          a.write(x0, { stream });
-          b.buffer.fill(0xff, { stream });
-          chain();
-          check(`eager, dependent launch ${effective}`);
-          using graph = stream.capture(chain);
-          using exec = graph.instantiate();
-          a.write(x0, { stream });
-          b.buffer.fill(0xff, { stream });
-          exec.launch(stream);
-          check(`graph, dependent launch ${effective}`);
+gpuTest(
+  "GPU: 40 chained norms (each reads the previous output) match the float64 chain, dependent launch on and off, eager and graph",
+  () => {
+    using dev = Device.open({ sanityCheck: false });
+    const stream = dev.createStream();
+    try {
+      const steps = 40;
+      // latency mapping (4 rows), rows and block mappings (270 rows: past 2 per SM on the H200), cluster (f32 D = 65536 on sm_90)
+      for (const [rows, d] of [[4, 256], [270, 256], [270, 4096], [4, 65536]]) {
+        const x0 = Float64Array.from(randoms(rows * d, d, -3, 3), Math.fround);
+        const ws = Array.from({ length: steps }, (_, i) => Float64Array.from(randoms(d, d + i, 0.5, 1.5), Math.fround));
+        let ref = x0;
+        for (let i = 0; i < steps; i++) {
+          const kind = i % 2 ? "rms" : "layer";
+          const r = cpuNormForward({
+            kind,
+            rows,
+            d,
+            x: ref,
+            xStride: d,
+            weight: ws[i],
+            eps: kind === "layer" ? 1e-5 : 1e-6,
+          });
+          ref = Float64Array.from(r.y, Math.fround);
         }
-      } finally {
-        for (const t of w) t.close();
+        using a = dev.empty([rows, d], { dtype: "f32" });
+        using b = dev.empty([rows, d], { dtype: "f32" });
+        const w = ws.map((v) => dev.tensor(v, [d], { dtype: "f32" }));
+        try {
+          const chain = () => {
+            for (let i = 0; i < steps; i++) {
+              const [src, dst] = i % 2 ? [b, a] : [a, b];
+              if (i % 2) rmsNorm(src, { weight: w[i], out: dst, stream });
+              else layerNorm(src, { weight: w[i], out: dst, stream });
+            }
+          };
+          const check = (what: string) => {
+            const got = (steps % 2 ? b : a).readSync({ stream });
+            let worst = 0;
+            for (let i = 0; i < got.length; i++) {
+              worst = Math.max(worst, Math.abs(got[i] - ref[i]) / (1 + Math.abs(ref[i])));
+            }
+            assert.ok(worst <= 1e-4, `D=${d} ${what}: worst relative error ${worst}`);
+          };
+          for (const on of [true, false]) {
+            const effective = setDependentLaunch(dev, on);
+            assert.equal(effective, on && dependentLaunchSupported(dev));
+            a.write(x0, { stream });
+            b.buffer.fill(0xff, { stream });
+            chain();
+            check(`eager, dependent launch ${effective}`);
+            using graph = stream.capture(chain);
+            using exec = graph.instantiate();
+            a.write(x0, { stream });
+            b.buffer.fill(0xff, { stream });
+            exec.launch(stream);
+            check(`graph, dependent launch ${effective}`);
+          }
+        } finally {
+          for (const t of w) t.close();
+        }
       }
+    } finally {
+      setDependentLaunch(dev, true);
+      stream.close();
     }
-  } finally {
-    setDependentLaunch(dev, true);
-    stream.close();
-  }
-});
+  },
+);

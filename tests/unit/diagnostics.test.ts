@@ -12,10 +12,12 @@ import {
   type DType,
   histogram,
   layerNorm,
+  loadKernels,
   rmsNorm,
   sanityCheck,
   SanityCheckError,
-  tensorStats, loadKernels } from "../../mod.ts";
+  tensorStats,
+} from "../../mod.ts";
 import { DIAG_SCRATCH, partialAt, statsOfValues } from "../../ops/diag.ts";
 import { roundTo } from "../../runtime/dtype.ts";
 import { setSanityCheck } from "../../runtime/device.ts";
@@ -39,9 +41,16 @@ test("tensorStats on the CPU: non-finite count and abs-max of the finite values,
   const s = tensorStats(x);
   const planted = v.filter((a) => !Number.isFinite(a)).length;
   assert.ok(planted >= 5);
-  assert.deepEqual(s, { count: 5000, nonFinite: planted, absMax: Math.max(...v.filter(Number.isFinite).map(Math.abs)) });
+  assert.deepEqual(s, {
+    count: 5000,
+    nonFinite: planted,
+    absMax: Math.max(...v.filter(Number.isFinite).map(Math.abs)),
+  });
   assert.deepEqual(statsOfValues([]), { count: 0, nonFinite: 0, absMax: 0 });
-  assert.throws(() => tensorStats(new Float32Array(3) as never), (e: unknown) => e instanceof ArgumentError && e.argument === "tensor");
+  assert.throws(
+    () => tensorStats(new Float32Array(3) as never),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "tensor",
+  );
 });
 
 test("check mode (Device.open({ check })): one report per call with input/output stats; in place sees the input before", () => {
@@ -89,12 +98,16 @@ test("diag scratch layout: the first pass writes each segment where nk_diag_fina
   const { bytes, maxesAt, resultAt, maxBlocks, segments } = DIAG_SCRATCH;
   for (const blocks of [1, 2, 189, 1000, maxBlocks]) {
     const mem = new ArrayBuffer(bytes);
-    const counts = new BigUint64Array(mem, 0, maxesAt / 8), maxes = new Float32Array(mem, maxesAt, (resultAt - maxesAt) / 4);
+    const counts = new BigUint64Array(mem, 0, maxesAt / 8),
+      maxes = new Float32Array(mem, maxesAt, (resultAt - maxesAt) / 4);
     const written: [number, number][] = [];
     for (let s = 0; s < segments; s++) {
       const at = partialAt(s, blocks);
       assert.ok(at.counts % 8 === 0 && at.maxes % 4 === 0, "aligned");
-      assert.ok(at.counts + blocks * 8 <= maxesAt && at.maxes + blocks * 4 <= resultAt, `segment ${s} of ${blocks} fits`);
+      assert.ok(
+        at.counts + blocks * 8 <= maxesAt && at.maxes + blocks * 4 <= resultAt,
+        `segment ${s} of ${blocks} fits`,
+      );
       for (let b = 0; b < blocks; b++) {
         counts[at.counts / 8 + b] = BigInt(1 + s * 1000 + (b % 3)); // distinct per segment
         maxes[(at.maxes - maxesAt) / 4 + b] = s * 100 + (b % 7);
@@ -125,7 +138,10 @@ test("histogram: counts per bin, below/above/non-finite, edges; bad bins/range r
   assert.deepEqual([h.below, h.above, h.nonFinite, h.count], [1, 1, 2, 10]);
   assert.equal(h.counts.reduce((a, b) => a + b) + h.below + h.above + h.nonFinite, h.count);
   assert.throws(() => histogram(t, { bins: 0 }), (e: unknown) => e instanceof ArgumentError && e.argument === "bins");
-  assert.throws(() => histogram(t, { range: [1, 1] }), (e: unknown) => e instanceof ArgumentError && e.argument === "range");
+  assert.throws(
+    () => histogram(t, { range: [1, 1] }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "range",
+  );
   // After LayerNorm, N(0,1)-like data sits inside [-4, 4].
   using x = dev.tensor(randoms(4096, 5, -1, 1), [4, 1024]);
   using y = layerNorm(x);
@@ -147,7 +163,10 @@ test("sanityCheck: passes on the CPU backend, cheaply; Device.open runs the regi
     throw new SanityCheckError("layerNorm", 3, 0, 0.5, d.backend);
   });
   try {
-    assert.throws(() => Device.open({ backend: "cpu" }), (e: unknown) => e instanceof SanityCheckError && /element 3/.test(e.message));
+    assert.throws(
+      () => Device.open({ backend: "cpu" }),
+      (e: unknown) => e instanceof SanityCheckError && /element 3/.test(e.message),
+    );
     Device.open({ backend: "cpu", sanityCheck: false }).close();
     assert.equal(ran, 1);
   } finally {
@@ -158,44 +177,54 @@ test("sanityCheck: passes on the CPU backend, cheaply; Device.open runs the regi
 
 // ---- on the GPU: the diag kernels ----
 
-gpuTest("tensorStats on CUDA equals the host's exactly: f32/f16/bf16, strided, small and large (grid-stride), with NaN/±Inf", async () => {
-  using dev = Device.open({ backend: "cuda", sanityCheck: false });
-  await loadKernels(dev);
-  const cases: [number, number, number][] = [[1, 1, 0], [3, 7, 2], [33, 1000, 5], [3000, 4097, 3], [64, 65537, 0]];
-  for (const dtype of ["f32", "f16", "bf16"] as DType[]) {
-    for (const [rows, d, pad] of cases) {
-      const v = withNonFinite(rows, d, rows + d, 100);
-      using x = dev.tensor(v, [rows, d], { dtype, rowStride: d + pad });
-      const want = statsOfValues(x.readSync());
-      const got = tensorStats(x);
-      assert.deepEqual(got, want, `${dtype} [${rows}, ${d}] stride ${d + pad}`);
-      assert.deepEqual(tensorStats(x), got, "repeatable");
+gpuTest(
+  "tensorStats on CUDA equals the host's exactly: f32/f16/bf16, strided, small and large (grid-stride), with NaN/±Inf",
+  async () => {
+    using dev = Device.open({ backend: "cuda", sanityCheck: false });
+    await loadKernels(dev);
+    const cases: [number, number, number][] = [[1, 1, 0], [3, 7, 2], [33, 1000, 5], [3000, 4097, 3], [64, 65537, 0]];
+    for (const dtype of ["f32", "f16", "bf16"] as DType[]) {
+      for (const [rows, d, pad] of cases) {
+        const v = withNonFinite(rows, d, rows + d, 100);
+        using x = dev.tensor(v, [rows, d], { dtype, rowStride: d + pad });
+        const want = statsOfValues(x.readSync());
+        const got = tensorStats(x);
+        assert.deepEqual(got, want, `${dtype} [${rows}, ${d}] stride ${d + pad}`);
+        assert.deepEqual(tensorStats(x), got, "repeatable");
+      }
     }
-  }
-  using e = dev.tensor([], [0, 16]);
-  assert.deepEqual(tensorStats(e), { count: 0, nonFinite: 0, absMax: 0 });
-});
+    using e = dev.tensor([], [0, 16]);
+    assert.deepEqual(tensorStats(e), { count: 0, nonFinite: 0, absMax: 0 });
+  },
+);
 
-gpuTest("check mode on CUDA: reports equal the host's stats; in place reports x before; outputs identical to unchecked", () => {
-  const reports: CheckReport[] = [];
-  using dev = Device.open({ backend: "cuda", check: (r) => reports.push(r) });
-  const rows = 257, d = 3000;
-  const v = withNonFinite(rows, d, 7, 20);
-  for (const dtype of ["f32", "bf16", "f16"] as DType[]) {
-    using x = dev.tensor(v, [rows, d], { dtype });
-    const xin = x.readSync();
-    using y = layerNorm(x);
-    const r = reports.at(-1)!;
-    assert.deepEqual(r.input, statsOfValues(xin), dtype);
-    assert.deepEqual(r.output, statsOfValues(y.readSync()), dtype);
-    using y2 = layerNorm(x, { check: false });
-    assert.deepEqual(new Uint8Array(y2.readSync().buffer), new Uint8Array(y.readSync().buffer), "check mode changes nothing");
-    rmsNorm(x, { out: x });
-    assert.deepEqual(reports.at(-1)!.input, statsOfValues(xin), `${dtype} in place`);
-    assert.deepEqual(reports.at(-1)!.output, statsOfValues(x.readSync()));
-  }
-  assert.equal(reports.length, 6);
-});
+gpuTest(
+  "check mode on CUDA: reports equal the host's stats; in place reports x before; outputs identical to unchecked",
+  () => {
+    const reports: CheckReport[] = [];
+    using dev = Device.open({ backend: "cuda", check: (r) => reports.push(r) });
+    const rows = 257, d = 3000;
+    const v = withNonFinite(rows, d, 7, 20);
+    for (const dtype of ["f32", "bf16", "f16"] as DType[]) {
+      using x = dev.tensor(v, [rows, d], { dtype });
+      const xin = x.readSync();
+      using y = layerNorm(x);
+      const r = reports.at(-1)!;
+      assert.deepEqual(r.input, statsOfValues(xin), dtype);
+      assert.deepEqual(r.output, statsOfValues(y.readSync()), dtype);
+      using y2 = layerNorm(x, { check: false });
+      assert.deepEqual(
+        new Uint8Array(y2.readSync().buffer),
+        new Uint8Array(y.readSync().buffer),
+        "check mode changes nothing",
+      );
+      rmsNorm(x, { out: x });
+      assert.deepEqual(reports.at(-1)!.input, statsOfValues(xin), `${dtype} in place`);
+      assert.deepEqual(reports.at(-1)!.output, statsOfValues(x.readSync()));
+    }
+    assert.equal(reports.length, 6);
+  },
+);
 
 gpuTest("sanityCheck runs at Device.open on CUDA in well under a second", async () => {
   const t0 = performance.now();
@@ -205,6 +234,8 @@ gpuTest("sanityCheck runs at Device.open on CUDA in well under a second", async 
   const t1 = performance.now();
   sanityCheck(dev);
   const again = performance.now() - t1;
-  console.log(`# Device.open with sanity check: ${ms.toFixed(1)} ms; check alone (module loaded): ${again.toFixed(2)} ms`);
+  console.log(
+    `# Device.open with sanity check: ${ms.toFixed(1)} ms; check alone (module loaded): ${again.toFixed(2)} ms`,
+  );
   assert.ok(ms < 2000 && again < 50);
 });

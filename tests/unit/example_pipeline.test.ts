@@ -15,7 +15,14 @@ function data(rows: number, d: number, chunks: number) {
   return { input, weight: randoms(d, 12, 0.5, 1.5), bias: randoms(d, 13) };
 }
 
-function maxError(out: Float32Array, input: Float32Array, weight: Float32Array, bias: Float32Array, rows: number, d: number): number {
+function maxError(
+  out: Float32Array,
+  input: Float32Array,
+  weight: Float32Array,
+  bias: Float32Array,
+  rows: number,
+  d: number,
+): number {
   const ref = cpuNormForward({ kind: "layer", rows, d, x: input, xStride: d, weight, bias, eps: 1e-5 });
   let worst = 0;
   for (let i = 0; i < out.length; i++) worst = Math.max(worst, Math.abs(out[i] - ref.y[i]));
@@ -50,5 +57,8 @@ gpuTest("pipeline on CUDA: correct, and uploads overlap compute (event timestamp
   );
   assert.ok(err < 1e-4, `max abs error ${err}`);
   assert.ok(times.totalMs < times.sumMs, `no overlap: total ${times.totalMs} ms ≥ parts ${times.sumMs} ms`);
-  assert.ok(times.uploadBeforePreviousDone.some(Boolean), "some upload ran while the previous chunk was being processed");
+  assert.ok(
+    times.uploadBeforePreviousDone.some(Boolean),
+    "some upload ran while the previous chunk was being processed",
+  );
 });

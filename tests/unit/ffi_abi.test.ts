@@ -77,10 +77,26 @@ function commentPrototype(name: string): Prototype {
 }
 
 const U64_TYPES = new Set([
-  "CUdeviceptr", "size_t", "CUstream", "CUevent", "CUmodule", "CUfunction", "CUcontext", "CUgraph", "CUgraphExec",
+  "CUdeviceptr",
+  "size_t",
+  "CUstream",
+  "CUevent",
+  "CUmodule",
+  "CUfunction",
+  "CUcontext",
+  "CUgraph",
+  "CUgraphExec",
   "unsigned long long",
 ]);
-const I32_TYPES = new Set(["int", "CUdevice", "CUresult", "CUdevice_attribute", "CUfunction_attribute", "CUstreamCaptureMode", "CUpointer_attribute"]);
+const I32_TYPES = new Set([
+  "int",
+  "CUdevice",
+  "CUresult",
+  "CUdevice_attribute",
+  "CUfunction_attribute",
+  "CUstreamCaptureMode",
+  "CUpointer_attribute",
+]);
 const U32_TYPES = new Set(["unsigned int", "unsigned char"]);
 
 /** The FFI types a C parameter type may travel as on x86-64 / aarch64 Linux (LP64). */
@@ -254,12 +270,16 @@ const CC = ["gcc", "cc"].find((c) => {
 const LAYOUT_SKIP = !HAVE_CUDA_H ? NO_HEADER : !CC ? "no C compiler (gcc/cc)" : false;
 
 test(
-  LAYOUT_SKIP ? `struct layouts equal cuda.h's [skipped: ${LAYOUT_SKIP}]` : "struct layouts (CUlaunchConfig, CUgraphExecUpdateResultInfo) equal cuda.h's",
+  LAYOUT_SKIP
+    ? `struct layouts equal cuda.h's [skipped: ${LAYOUT_SKIP}]`
+    : "struct layouts (CUlaunchConfig, CUgraphExecUpdateResultInfo) equal cuda.h's",
   { skip: LAYOUT_SKIP },
   () => {
     const dir = mkdtempSync("/tmp/normkit-layout-");
     try {
-      writeFileSync(`${dir}/l.c`, `#include <cuda.h>
+      writeFileSync(
+        `${dir}/l.c`,
+        `#include <cuda.h>
 #include <stddef.h>
 #include <stdio.h>
 int main(void) {
@@ -270,13 +290,21 @@ int main(void) {
     offsetof(CUgraphExecUpdateResultInfo, result));
   return 0;
 }
-`);
+`,
+      );
       execFileSync(CC!, ["-I/usr/local/cuda/include", "-o", `${dir}/l`, `${dir}/l.c`]);
       const got = execFileSync(`${dir}/l`, { encoding: "utf8" }).trim().split(" ").map(Number);
       assert.deepEqual(got, [
-        CU_LAUNCH_CONFIG.size, CU_LAUNCH_CONFIG.stream, CU_LAUNCH_CONFIG.attrs, CU_LAUNCH_CONFIG.numAttrs,
-        CU_LAUNCH_ATTRIBUTE.size, CU_LAUNCH_ATTRIBUTE.value, CU_LAUNCH_ATTRIBUTE.value, CU_LAUNCH_ATTRIBUTE.value,
-        CU_GRAPH_EXEC_UPDATE_RESULT_INFO.size, CU_GRAPH_EXEC_UPDATE_RESULT_INFO.result,
+        CU_LAUNCH_CONFIG.size,
+        CU_LAUNCH_CONFIG.stream,
+        CU_LAUNCH_CONFIG.attrs,
+        CU_LAUNCH_CONFIG.numAttrs,
+        CU_LAUNCH_ATTRIBUTE.size,
+        CU_LAUNCH_ATTRIBUTE.value,
+        CU_LAUNCH_ATTRIBUTE.value,
+        CU_LAUNCH_ATTRIBUTE.value,
+        CU_GRAPH_EXEC_UPDATE_RESULT_INFO.size,
+        CU_GRAPH_EXEC_UPDATE_RESULT_INFO.result,
       ]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -328,9 +356,12 @@ test(name("libc through ffi: buffer arguments honour byteOffset, u64 results are
 
 // Deno: a symbol the library lacks comes back null (an older driver), and the others are declared without
 // `optional` (ffi/deno.ts opens a probe first), for which Deno makes fast calls.
-const DENO_SKIP = FFI_SKIP || (ffi!.name !== "deno" ? "the null-for-missing contract is Deno's (bun:ffi refuses the open)" : false);
+const DENO_SKIP = FFI_SKIP ||
+  (ffi!.name !== "deno" ? "the null-for-missing contract is Deno's (bun:ffi refuses the open)" : false);
 test(
-  DENO_SKIP ? `a missing symbol is null, the others callable [skipped: ${DENO_SKIP}]` : "a missing symbol is null, the others callable (Deno)",
+  DENO_SKIP
+    ? `a missing symbol is null, the others callable [skipped: ${DENO_SKIP}]`
+    : "a missing symbol is null, the others callable (Deno)",
   { skip: DENO_SKIP },
   () => {
     const lib = ffi!.open("libc.so.6", { ...LIBC, nk_no_such_symbol: { parameters: ["i32"], result: "i32" } } as const);

@@ -8,7 +8,17 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { cpuNormForward, Device, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, Tensor, UnsupportedError, loadKernels } from "../../mod.ts";
+import {
+  cpuNormForward,
+  Device,
+  layerNorm,
+  layerNormBackward,
+  loadKernels,
+  rmsNorm,
+  rmsNormBackward,
+  Tensor,
+  UnsupportedError,
+} from "../../mod.ts";
 import { DisposedError, Graph, GraphExec, GraphUpdateError, type Stream } from "../../gpu.ts";
 import type { Driver, GraphDriver, GraphUpdateRefusal } from "../../runtime/driver.ts";
 import { deviceCapturing } from "../../runtime/stream.ts";
@@ -81,7 +91,14 @@ test("capture bookkeeping: begin/end, capturing flag, modes, Graph → GraphExec
     exec.launch(stream); // an executable graph outlives the Graph it came from
     using g2 = stream.capture(() => {}, { mode: "relaxed" });
     assert.deepEqual(calls, [
-      "begin:global", "end", `instantiate:${gh}`, `launch:${eh}`, `destroy:${gh}`, `launch:${eh}`, "begin:relaxed", "end",
+      "begin:global",
+      "end",
+      `instantiate:${gh}`,
+      `launch:${eh}`,
+      `destroy:${gh}`,
+      `launch:${eh}`,
+      "begin:relaxed",
+      "end",
     ]);
     assert.ok(g2 instanceof Graph);
   } finally {
@@ -93,7 +110,11 @@ test("synchronizing or reading into JS memory while capturing throws before the 
   const { dev, stream, buf, x } = fakeGpu();
   try {
     stream.beginCapture();
-    assert.throws(() => stream.synchronize(), (e: unknown) => e instanceof UnsupportedError && /Stream.synchronize while the stream is capturing/.test(e.message));
+    assert.throws(
+      () => stream.synchronize(),
+      (e: unknown) =>
+        e instanceof UnsupportedError && /Stream.synchronize while the stream is capturing/.test(e.message),
+    );
     assert.throws(() => stream.query(), /Stream.query while the stream is capturing/);
     assert.throws(() => buf.write(new Uint8Array(8), { stream }), /DeviceBuffer.write .* capturing/);
     assert.throws(() => buf.read(new Uint8Array(8), { stream }), /DeviceBuffer.read .* capturing/);
@@ -109,7 +130,10 @@ test("norms during a capture: without out (or with stats) they refuse to allocat
   const { dev, stream, other, x, y } = fakeGpu();
   try {
     stream.beginCapture();
-    assert.throws(() => rmsNorm(x, { stream }), (e: unknown) => e instanceof UnsupportedError && /allocate its output \(pass out\)/.test(e.message));
+    assert.throws(
+      () => rmsNorm(x, { stream }),
+      (e: unknown) => e instanceof UnsupportedError && /allocate its output \(pass out\)/.test(e.message),
+    );
     assert.throws(() => layerNorm(x, { stream, out: y, stats: true }), /allocate the statistics/);
     // Allocation breaks a global capture whichever stream it is for: the check is per device.
     assert.throws(() => layerNorm(x, { stream: other }), /during a graph capture/);
@@ -123,9 +147,12 @@ test("backward during a capture: refuses to allocate dx or the parameter gradien
   const { dev, stream, buf, x, y } = fakeGpu();
   try {
     // Views of an existing buffer: making new tensors would call the (fake) driver.
-    const mean = new Tensor(buf, [4]), rstd = new Tensor(buf, [4], { offset: 4 }), w = new Tensor(buf, [8], { offset: 8 });
+    const mean = new Tensor(buf, [4]),
+      rstd = new Tensor(buf, [4], { offset: 4 }),
+      w = new Tensor(buf, [8], { offset: 8 });
     stream.beginCapture();
-    const refuses = (names: RegExp) => (e: unknown) => e instanceof UnsupportedError && /graph capture/.test(e.message) && names.test(e.message);
+    const refuses = (names: RegExp) => (e: unknown) =>
+      e instanceof UnsupportedError && /graph capture/.test(e.message) && names.test(e.message);
     assert.throws(() => layerNormBackward(y, x, { mean, rstd, stream }), refuses(/allocate dx/));
     assert.throws(() => rmsNormBackward(y, x, { rstd, weight: w, stream, dx: y }), refuses(/allocate dweight/));
     stream.endCapture().close();
@@ -151,7 +178,10 @@ test("capture(): a throwing recorder ends the capture, frees the partial graph a
   const { dev, stream, live } = fakeGpu();
   try {
     const boom = new Error("boom");
-    assert.throws(() => stream.capture(() => { throw boom; }), (e) => e === boom);
+    assert.throws(() =>
+      stream.capture(() => {
+        throw boom;
+      }), (e) => e === boom);
     assert.equal(stream.capturing, false);
     assert.equal(live.size, 0, "the partial graph was destroyed");
     stream.capture(() => {}).close(); // and the stream can capture again
@@ -175,7 +205,11 @@ test("update(): success, and a refusal is GraphUpdateError with the driver's rea
   try {
     using a = no.stream.capture(() => {}), b = no.stream.capture(() => {});
     using exec = a.instantiate();
-    assert.throws(() => exec.update(b), (e: unknown) => e instanceof GraphUpdateError && e.reason === "topology-changed" && /topology-changed/.test(e.message));
+    assert.throws(
+      () => exec.update(b),
+      (e: unknown) =>
+        e instanceof GraphUpdateError && e.reason === "topology-changed" && /topology-changed/.test(e.message),
+    );
   } finally {
     no.dev.close();
   }
@@ -242,9 +276,19 @@ gpuTest("graph: captured rmsNorm → layerNorm replays on new input, bit-identic
       assert.deepEqual(g1, eager1, "graph rmsNorm = eager rmsNorm");
       assert.deepEqual(g2, eager2, "graph layerNorm = eager layerNorm");
       // And the eager result is right (bf16 output: 2^-8 relative plus a little absolute).
-      const ref = cpuNormForward({ kind: "rms", rows: ROWS, d: D, x: t.x.readSync({ stream }), xStride: D, weight: t.w.readSync(), eps: 1e-6 });
+      const ref = cpuNormForward({
+        kind: "rms",
+        rows: ROWS,
+        d: D,
+        x: t.x.readSync({ stream }),
+        xStride: D,
+        weight: t.w.readSync(),
+        eps: 1e-6,
+      });
       let worst = 0;
-      for (let i = 0; i < ROWS * D; i++) worst = Math.max(worst, Math.abs(g1[i] - ref.y[i]) / (Math.abs(ref.y[i]) * 2 ** -7 + 1e-3));
+      for (let i = 0; i < ROWS * D; i++) {
+        worst = Math.max(worst, Math.abs(g1[i] - ref.y[i]) / (Math.abs(ref.y[i]) * 2 ** -7 + 1e-3));
+      }
       assert.ok(worst <= 1, `rmsNorm vs float64: ${worst} of the bf16 tolerance`);
     }
   } finally {
@@ -315,21 +359,24 @@ gpuTest("graph: update() retargets an executable graph to other buffers; a diffe
   }
 });
 
-gpuTest("graph: Graph/GraphExec are owned by the device; closing it releases them, use after is DisposedError", async () => {
-  const dev = Device.open({ backend: "cuda" });
-  await loadKernels(dev);
-  const stream = dev.createStream();
-  const t = setup(dev, 70);
-  twoNorms(t, stream);
-  const before = dev.owner.liveCount;
-  const graph = stream.capture(() => twoNorms(t, stream));
-  const exec = graph.instantiate();
-  assert.equal(dev.owner.liveCount, before + 2);
-  graph.close();
-  assert.equal(dev.owner.liveCount, before + 1);
-  exec.launch(stream);
-  stream.synchronize();
-  dev.close();
-  assert.throws(() => exec.launch(), DisposedError);
-  assert.equal(exec.closed, true);
-});
+gpuTest(
+  "graph: Graph/GraphExec are owned by the device; closing it releases them, use after is DisposedError",
+  async () => {
+    const dev = Device.open({ backend: "cuda" });
+    await loadKernels(dev);
+    const stream = dev.createStream();
+    const t = setup(dev, 70);
+    twoNorms(t, stream);
+    const before = dev.owner.liveCount;
+    const graph = stream.capture(() => twoNorms(t, stream));
+    const exec = graph.instantiate();
+    assert.equal(dev.owner.liveCount, before + 2);
+    graph.close();
+    assert.equal(dev.owner.liveCount, before + 1);
+    exec.launch(stream);
+    stream.synchronize();
+    dev.close();
+    assert.throws(() => exec.launch(), DisposedError);
+    assert.equal(exec.closed, true);
+  },
+);

@@ -17,7 +17,13 @@ import { type PlanInput, type PlanLimits, planNorm, stagedShared, stashShared } 
 import type { Driver } from "../../runtime/driver.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 
-const H200: PlanLimits = { maxGridX: 2 ** 31 - 1, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9, multiprocessors: 132 };
+const H200: PlanLimits = {
+  maxGridX: 2 ** 31 - 1,
+  maxThreadsPerBlock: 1024,
+  warpSize: 32,
+  ccMajor: 9,
+  multiprocessors: 132,
+};
 const P: PlanInput = { kind: "rms", rows: 8, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" };
 
 test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchConfig) after that", () => {
@@ -33,8 +39,12 @@ test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchCo
   assert.ok("plan" in fresh);
   assert.deepEqual(first.plan, fresh.plan);
   assert.ok(first.config instanceof LaunchConfig);
-  assert.deepEqual([first.config.grid, first.config.block, first.config.sharedBytes, first.config.cluster],
-    [fresh.plan.grid, fresh.plan.block, fresh.plan.sharedBytes, fresh.plan.cluster]);
+  assert.deepEqual([first.config.grid, first.config.block, first.config.sharedBytes, first.config.cluster], [
+    fresh.plan.grid,
+    fresh.plan.block,
+    fresh.plan.sharedBytes,
+    fresh.plan.cluster,
+  ]);
 });
 
 test("plan cache: every part of the key matters", () => {
@@ -104,7 +114,12 @@ function readArgs(params: bigint): (bigint | number)[] {
   const at = (i: number) => new DataView(ffi!.viewMemory(slots[i], 8).slice(0));
   const out: (bigint | number)[] = [];
   for (let i = 0; i < 6; i++) out.push(at(i).getBigUint64(0, true));
-  out.push(at(6).getInt32(0, true), at(7).getInt32(0, true), Number(at(8).getBigInt64(0, true)), Number(at(9).getBigInt64(0, true)));
+  out.push(
+    at(6).getInt32(0, true),
+    at(7).getInt32(0, true),
+    Number(at(8).getBigInt64(0, true)),
+    Number(at(9).getBigInt64(0, true)),
+  );
   out.push(at(10).getFloat32(0, true), at(11).getInt32(0, true), at(12).getInt32(0, true), at(13).getInt32(0, true));
   return out;
 }
@@ -114,7 +129,8 @@ function fakeViews() {
   return fakeCudaDevice((dev) => {
     const rows = 8, d = 4096, xs = d + 8;
     const buf = dev.alloc(2 * (16 + rows * xs + rows * d + 3 * d));
-    const view = (offset: number, shape: number[], rowStride?: number) => new Tensor(buf, shape, { dtype: "bf16", offset, rowStride });
+    const view = (offset: number, shape: number[], rowStride?: number) =>
+      new Tensor(buf, shape, { dtype: "bf16", offset, rowStride });
     let at = 16;
     const x = view(at, [rows, d], xs);
     const y = view(at += rows * xs, [rows, d]);
@@ -128,8 +144,11 @@ function fakeViews() {
 test("fake CUDA: a repeated call launches with exactly the arguments of a validated one, also after other calls", async () => {
   const { dev, made: m, launches } = await fakeViews();
   try {
-    const want = (w: Tensor, b: Tensor | undefined, eps: number) =>
-      [m.x.ptr, m.y.ptr, w.ptr, b ? b.ptr : 0n, 0n, 0n, m.rows, m.d, m.x.rowStride, m.y.rowStride, Math.fround(eps)];
+    const want = (
+      w: Tensor,
+      b: Tensor | undefined,
+      eps: number,
+    ) => [m.x.ptr, m.y.ptr, w.ptr, b ? b.ptr : 0n, 0n, 0n, m.rows, m.d, m.x.rowStride, m.y.rowStride, Math.fround(eps)];
     const args = (i: number) => launches[i].args as (bigint | number)[];
     rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
     assert.equal(launches.length, 1);
@@ -148,7 +167,11 @@ test("fake CUDA: a repeated call launches with exactly the arguments of a valida
     // Each validated call repeats from a block of its own (written on its first repeat): taking turns rewrites nothing.
     assert.notEqual(launches[7].params, launches[3].params, "w2's repeats and w's repeats launch different blocks");
     assert.equal(launches[7].params, launches[6].params);
-    assert.notEqual(launches[6].params, launches[4].params, "the full validation launched from the kernel's block, the repeat from its own");
+    assert.notEqual(
+      launches[6].params,
+      launches[4].params,
+      "the full validation launched from the kernel's block, the repeat from its own",
+    );
     rmsNorm(m.x, { weight: m.w2, out: m.y, stream: m.s, eps: 1e-2 });
     assert.deepEqual(args(8).slice(0, 11), want(m.w2, undefined, 1e-2));
     layerNorm(m.x, { weight: m.w, bias: m.b, out: m.y, stream: m.s, eps: 1e-3 });
@@ -157,7 +180,14 @@ test("fake CUDA: a repeated call launches with exactly the arguments of a valida
     assert.deepEqual(geometry(launches[7]), geometry(launches[0]));
     // Someone else launching the same prepared kernel (the public Kernel.launch) writes the kernel's own block;
     // the repeats launch their own blocks, which it leaves as they were.
-    const planned = cachedNormPlan(dev.cache, { kind: "layer", rows: m.rows, d: m.d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, () => assert.fail("cached"));
+    const planned = cachedNormPlan(dev.cache, {
+      kind: "layer",
+      rows: m.rows,
+      d: m.d,
+      inputDtype: "bf16",
+      outputDtype: "bf16",
+      paramDtype: "bf16",
+    }, () => assert.fail("cached"));
     assert.ok(planned instanceof PlannedLaunch);
     const k = planned.kernel(dev);
     k.launch(m.s, planned.config, [m.y, m.x, null, null, null, null, 1, 2, 3, 4, 0.5, 1, 1, 0]);
@@ -185,7 +215,10 @@ test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), 
   }), { record: true, snapshot: readArgs });
   try {
     const m = f.made;
-    const p = planNorm({ kind: "rms", rows: 300, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" }, planLimits(f.dev));
+    const p = planNorm(
+      { kind: "rms", rows: 300, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" },
+      planLimits(f.dev),
+    );
     assert.ok("plan" in p);
     assert.equal(p.plan.mapping, "block");
     assert.equal(p.plan.prefetch, 256, "2 MiB of 8 KiB rows");
@@ -267,7 +300,8 @@ test("fake CUDA: the op launches the vector-only kernel (LN blockfull, clusterfu
   // CPU buffers start at address 0 in the fake: a view's address is its byte offset.
   const f = await fakeCudaDevice((d) => {
     const buf = d.alloc(2 * (300 * 4104 + 16));
-    const t = (offset: number, shape: number[], rowStride?: number) => new Tensor(buf, shape, { dtype: "bf16", offset, rowStride });
+    const t = (offset: number, shape: number[], rowStride?: number) =>
+      new Tensor(buf, shape, { dtype: "bf16", offset, rowStride });
     return {
       s: d.createStream(),
       x: t(0, [300, 4096]), // block: 300 rows of 4096
@@ -303,12 +337,21 @@ test("fake CUDA: the op launches the vector-only kernel (LN blockfull, clusterfu
     layerNorm(m.xOdd, { weight: m.w, out: m.y, stream: m.s });
     assert.equal(last().kernel, "nk_ln_block_bf16_bf16_bf16", "x at 2 bytes");
     const masked = last();
-    assert.deepEqual([masked.grid, masked.block, masked.shared], [full.grid, full.block, full.shared], "the same geometry");
+    assert.deepEqual(
+      [masked.grid, masked.block, masked.shared],
+      [full.grid, full.block, full.shared],
+      "the same geometry",
+    );
     layerNorm(m.xPad, { weight: m.w, out: m.y, stream: m.s });
     assert.equal(last().kernel, "nk_ln_block_bf16_bf16_bf16", "x stride of 8200 bytes");
     layerNorm(m.x4100, { out: m.y4100, stream: m.s });
     assert.equal(last().kernel, "nk_ln_block_bf16_bf16_f32", "D = 4100");
-    layerNorm(m.x, { weight: m.w, bias: new Tensor(m.x.buffer, [4096], { dtype: "bf16", offset: 4 }), out: m.y, stream: m.s });
+    layerNorm(m.x, {
+      weight: m.w,
+      bias: new Tensor(m.x.buffer, [4096], { dtype: "bf16", offset: 4 }),
+      out: m.y,
+      stream: m.s,
+    });
     assert.equal(last().kernel, "nk_ln_block_bf16_bf16_bf16", "bias at 8 bytes");
     layerNorm(m.x, { out: m.x, stream: m.s });
     assert.equal(last().kernel, "nk_ln_blockfull_bf16_bf16_f32", "in place, no parameters");
@@ -322,7 +365,10 @@ test("fake CUDA: the op launches the vector-only kernel (LN blockfull, clusterfu
     assert.equal(last().kernel, "nk_ln_cluster_bf16_bf16_f32");
     assert.deepEqual([last().cluster, last().grid[0]], [8, 8 * Math.floor(132 / 8)]);
     layerNorm(m.xc, { out: m.yc, stream: m.s });
-    assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_clusterfull_bf16_bf16_f32", 8 * (Math.floor(132 / 8) - 1)]);
+    assert.deepEqual([last().kernel, last().grid[0]], [
+      "nk_ln_clusterfull_bf16_bf16_f32",
+      8 * (Math.floor(132 / 8) - 1),
+    ]);
     // `rows`: the tile for aligned rows of 16 chunks on its own grid (2 steps of 64 rows per CTA: 3000 / 128 -> 24 CTAs),
     // the two-pass rows kernel otherwise (128 rows per CTA: 24 as well at this D), with the same blocks.
     layerNorm(m.xr, { out: m.yr, stream: m.s });
@@ -333,16 +379,36 @@ test("fake CUDA: the op launches the vector-only kernel (LN blockfull, clusterfu
     assert.equal(last().kernel, "nk_ln_rowstwopass_bf16_bf16_f32", "x at 2 bytes");
     assert.deepEqual([last().grid[0], last().block[0], last().shared], [24, 256, 0]);
     layerNorm(m.x8, { out: m.y8, stream: m.s });
-    assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_rowstile_bf16_bf16_f32", 2], "D = 8: 3000 / 2048 rows per CTA");
+    assert.deepEqual(
+      [last().kernel, last().grid[0]],
+      ["nk_ln_rowstile_bf16_bf16_f32", 2],
+      "D = 8: 3000 / 2048 rows per CTA",
+    );
     layerNorm(m.x8Odd, { out: m.y8, stream: m.s });
-    assert.deepEqual([last().kernel, last().grid[0]], ["nk_ln_rowstwopass_bf16_bf16_f32", 12], "the plan's grid: 3000 / 256");
+    assert.deepEqual(
+      [last().kernel, last().grid[0]],
+      ["nk_ln_rowstwopass_bf16_bf16_f32", 12],
+      "the plan's grid: 3000 / 256",
+    );
     // RMSNorm's rows have the tile up to D = 64 (TILE_MAX_D), on the same grid; its `rows` kernel otherwise.
     rmsNorm(m.x8, { weight: new Tensor(m.w.buffer, [8], { dtype: "bf16" }), out: m.y8, stream: m.s });
-    assert.deepEqual([last().kernel, last().grid[0], last().block[0]], ["nk_rms_rowstile_bf16_bf16_bf16", 2, 256], "RMSNorm D = 8");
+    assert.deepEqual(
+      [last().kernel, last().grid[0], last().block[0]],
+      ["nk_rms_rowstile_bf16_bf16_bf16", 2, 256],
+      "RMSNorm D = 8",
+    );
     rmsNorm(m.x8Odd, { out: m.y8, stream: m.s });
-    assert.deepEqual([last().kernel, last().grid[0]], ["nk_rms_rows_bf16_bf16_f32", 12], "RMSNorm D = 8, x at 2 bytes: 3000 / 256");
+    assert.deepEqual(
+      [last().kernel, last().grid[0]],
+      ["nk_rms_rows_bf16_bf16_f32", 12],
+      "RMSNorm D = 8, x at 2 bytes: 3000 / 256",
+    );
     rmsNorm(m.xr, { out: m.yr, stream: m.s });
-    assert.deepEqual([last().kernel, last().grid[0]], ["nk_rms_rows_bf16_bf16_f32", 47], "RMSNorm D = 128: its rows plan, 4 lanes a row, 3000 / 64");
+    assert.deepEqual(
+      [last().kernel, last().grid[0]],
+      ["nk_rms_rows_bf16_bf16_f32", 47],
+      "RMSNorm D = 128: its rows plan, 4 lanes a row, 3000 / 64",
+    );
   } finally {
     f.dev.close();
   }
@@ -360,7 +426,11 @@ test("fake CUDA: after a validated call, changed options are still refused befor
     };
     refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, eps: -1 }), ArgumentError, /eps/);
     refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, eps: NaN }), ArgumentError, /eps/);
-    refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, check: "yes" as unknown as boolean }), ArgumentError, /check/);
+    refused(
+      () => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, check: "yes" as unknown as boolean }),
+      ArgumentError,
+      /check/,
+    );
     refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s, outDtype: "f32" }), ArgumentError, /out\.dtype/);
     refused(() => rmsNorm(m.x, { weight: m.w, out: m.w, stream: m.s }), ArgumentError, /out/);
     refused(() => rmsNorm(m.x, { weight: m.w, out: m.y, stream: {} as Stream }), ArgumentError, /stream/);
@@ -375,7 +445,10 @@ test("fake CUDA: after a validated call, changed options are still refused befor
     assert.equal(launches.length, n + 1);
     // The buffer under every view closed: x first.
     m.buf.close();
-    assert.throws(() => rmsNorm(m.x, { weight: m.w, out: m.y }), (e: unknown) => e instanceof DisposedError && /^x /.test(argName(e)));
+    assert.throws(
+      () => rmsNorm(m.x, { weight: m.w, out: m.y }),
+      (e: unknown) => e instanceof DisposedError && /^x /.test(argName(e)),
+    );
     assert.equal(launches.length, n + 1);
   } finally {
     dev.close();
@@ -429,12 +502,18 @@ test("fake CUDA: calls taking turns with several weights repeat each weight's va
     assert.deepEqual(f.launches[17].args, f.launches[15].args);
     // A weight closed since its call: DisposedError naming it, nothing launched; the others still launch.
     m.ws[3].close();
-    assert.throws(() => rmsNorm(m.x, { weight: m.ws[3], out: m.y, stream: m.s }), (e: unknown) => e instanceof DisposedError && /weight/.test((e as Error).message));
+    assert.throws(
+      () => rmsNorm(m.x, { weight: m.ws[3], out: m.y, stream: m.s }),
+      (e: unknown) => e instanceof DisposedError && /weight/.test((e as Error).message),
+    );
     assert.equal(f.launches.length, 18);
     rmsNorm(m.x, { weight: m.ws[4], out: m.y, stream: m.s });
     assert.equal(weightArg(18), m.ws[4].ptr);
     // A bad weight (no tensor) goes the full way and is refused as ever.
-    assert.throws(() => rmsNorm(m.x, { weight: 7 as never, out: m.y, stream: m.s }), (e: unknown) => e instanceof ArgumentError && /weight/.test((e as Error).message));
+    assert.throws(
+      () => rmsNorm(m.x, { weight: 7 as never, out: m.y, stream: m.s }),
+      (e: unknown) => e instanceof ArgumentError && /weight/.test((e as Error).message),
+    );
   } finally {
     Kernel.prototype.checkLaunch = checkLaunch;
     f.dev.close();
@@ -478,8 +557,20 @@ test("fake CUDA: a weight, bias, out or device closed after a validated call is 
 
 // ---- CUDA ---------------------------------------------------------------------------------------------
 
-const COUNTED = ["memAlloc", "memFree", "hostAlloc", "hostFree", "moduleLoad", "moduleFunction", "streamCreate", "eventCreate",
-  "streamSynchronize", "synchronize", "launch", "launchEx"] as const;
+const COUNTED = [
+  "memAlloc",
+  "memFree",
+  "hostAlloc",
+  "hostFree",
+  "moduleLoad",
+  "moduleFunction",
+  "streamCreate",
+  "eventCreate",
+  "streamSynchronize",
+  "synchronize",
+  "launch",
+  "launchEx",
+] as const;
 type Counted = (typeof COUNTED)[number];
 
 /** Counts calls of the driver's allocating (and synchronizing, launching) methods until restore(). */
@@ -530,7 +621,19 @@ gpuTest("hot path: 1000 layerNorm + 1000 rmsNorm calls with out allocate nothing
     stream.synchronize();
     const c = s.counts;
     console.log(`# driver calls over 2000 norms: ${JSON.stringify(c)}`);
-    for (const k of ["memAlloc", "memFree", "hostAlloc", "hostFree", "moduleLoad", "moduleFunction", "streamCreate", "eventCreate", "synchronize"] as const) {
+    for (
+      const k of [
+        "memAlloc",
+        "memFree",
+        "hostAlloc",
+        "hostFree",
+        "moduleLoad",
+        "moduleFunction",
+        "streamCreate",
+        "eventCreate",
+        "synchronize",
+      ] as const
+    ) {
       assert.equal(c[k], 0, `${k} calls on the hot path`);
     }
     assert.equal(c.launch + c.launchEx, 2000, "one launch per call");

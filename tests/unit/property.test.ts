@@ -94,7 +94,9 @@ function runCase(dev: Device, c: Case, exact: boolean): void {
   x.write(values);
   const xin = x.readSync(); // what the device holds
   using w = c.weight ? dev.tensor(Float32Array.from({ length: d }, () => 0.5 + next()), [d], { dtype: tw }) : undefined;
-  using b = c.bias && c.kind === "layer" ? dev.tensor(Float32Array.from({ length: d }, () => next() * 2 - 1), [d], { dtype: tw }) : undefined;
+  using b = c.bias && c.kind === "layer"
+    ? dev.tensor(Float32Array.from({ length: d }, () => next() * 2 - 1), [d], { dtype: tw })
+    : undefined;
   using given = outMode === "given" ? dev.empty(shape, { dtype: tout, rowStride: d + c.outPad }) : undefined;
   given?.buffer.fill(0xff); // NaN in every dtype: an unwritten element fails
   const out = outMode === "inplace" ? x : given;
@@ -105,21 +107,34 @@ function runCase(dev: Device, c: Case, exact: boolean): void {
     assert.deepEqual(r.y.shape, shape);
     const got = r.y.readSync();
     const ref = cpuNormForward({
-      kind: c.kind, rows, d, x: xin, xStride: d, weight: w?.readSync(), bias: b?.readSync(), eps: c.eps,
+      kind: c.kind,
+      rows,
+      d,
+      x: xin,
+      xStride: d,
+      weight: w?.readSync(),
+      bias: b?.readSync(),
+      eps: c.eps,
     });
     for (let i = 0; i < rows * d; i++) {
       const e = ref.y[i];
       const want = tout === "f32" ? (exact ? roundTo(e, "f32") : e) : roundTo(e, tout);
       const tol = exact ? 0 : tout === "f32" ? 1e-5 * (1 + Math.abs(e)) : ulpOf(e, tout) + 1e-6 * (1 + Math.abs(e));
       if (!(Math.abs(got[i] - want) <= tol)) {
-        assert.fail(`${label}: y[${Math.floor(i / d)}][${i % d}] = ${got[i]}, expected ${want} (float64 ${e}, tolerance ${tol})`);
+        assert.fail(
+          `${label}: y[${Math.floor(i / d)}][${i % d}] = ${got[i]}, expected ${want} (float64 ${e}, tolerance ${tol})`,
+        );
       }
     }
     const mean = r.mean.readSync(), rstd = r.rstd.readSync();
     for (let row = 0; row < rows; row++) {
       const rs = exact ? 0 : 1e-5 * ref.rstd[row], ms = exact ? 0 : 1e-5 * (1 + Math.abs(ref.mean[row]));
-      if (!(Math.abs(rstd[row] - roundTo(ref.rstd[row], "f32")) <= rs)) assert.fail(`${label}: rstd[${row}] = ${rstd[row]}, float64 ${ref.rstd[row]}`);
-      if (!(Math.abs(mean[row] - roundTo(ref.mean[row], "f32")) <= ms)) assert.fail(`${label}: mean[${row}] = ${mean[row]}, float64 ${ref.mean[row]}`);
+      if (!(Math.abs(rstd[row] - roundTo(ref.rstd[row], "f32")) <= rs)) {
+        assert.fail(`${label}: rstd[${row}] = ${rstd[row]}, float64 ${ref.rstd[row]}`);
+      }
+      if (!(Math.abs(mean[row] - roundTo(ref.mean[row], "f32")) <= ms)) {
+        assert.fail(`${label}: mean[${row}] = ${mean[row]}, float64 ${ref.mean[row]}`);
+      }
     }
   } finally {
     if (!out) r.y.close();
@@ -134,22 +149,25 @@ test("property (CPU backend, 200 cases): any shape/stride/offset/dtypes/eps/affi
   assert.equal(dev.owner.liveCount, 1, "every case closed what it made (the default stream remains)");
 });
 
-gpuTest(`property (CUDA, ${GPU_RUNS} cases): any shape/stride/offset/dtypes/eps/affine/out placement within tolerance of float64`, () => {
-  using dev = Device.open({ backend: "cuda" });
-  const live = (() => {
-    void dev.stream;
-    return dev.owner.liveCount;
-  })();
-  let cases = 0;
-  const t0 = performance.now();
-  fc.assert(
-    fc.property(caseArb(262_144), (c) => {
-      cases++;
-      runCase(dev, c, false);
-    }),
-    { numRuns: GPU_RUNS, seed: 20261130 },
-  );
-  console.log(`# property: ${cases} CUDA cases, 0 mismatches, ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-  // Every case's tensors were closed (the sanity check at open already loaded the norm module).
-  assert.equal(dev.owner.liveCount, live, "every case closed what it made");
-});
+gpuTest(
+  `property (CUDA, ${GPU_RUNS} cases): any shape/stride/offset/dtypes/eps/affine/out placement within tolerance of float64`,
+  () => {
+    using dev = Device.open({ backend: "cuda" });
+    const live = (() => {
+      void dev.stream;
+      return dev.owner.liveCount;
+    })();
+    let cases = 0;
+    const t0 = performance.now();
+    fc.assert(
+      fc.property(caseArb(262_144), (c) => {
+        cases++;
+        runCase(dev, c, false);
+      }),
+      { numRuns: GPU_RUNS, seed: 20261130 },
+    );
+    console.log(`# property: ${cases} CUDA cases, 0 mismatches, ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    // Every case's tensors were closed (the sanity check at open already loaded the norm module).
+    assert.equal(dev.owner.liveCount, live, "every case closed what it made");
+  },
+);

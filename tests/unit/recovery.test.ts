@@ -19,20 +19,30 @@ import { STICKY_ERROR_CODES } from "../../runtime/errors.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 
 test("GpuError: sticky codes say the context is unusable and the process must be restarted; others do not", () => {
-  const e = new GpuError("cuda", "cuStreamSynchronize", 700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered");
+  const e = new GpuError(
+    "cuda",
+    "cuStreamSynchronize",
+    700,
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "an illegal memory access was encountered",
+  );
   assert.equal(e.sticky, true);
   assert.equal(e.restartRequired, false, "not yet known: recover() finds out");
   assert.match(e.message, /context is unusable/);
   assert.match(e.message, /process must be restarted/);
   assert.match(e.message, /device\.recover\(\)/);
   assert.doesNotMatch(e.message, /makes the device usable again/);
-  const r = new GpuError("cuda", "device.recover(): cuDevicePrimaryCtxRetain", 700, "CUDA_ERROR_ILLEGAL_ADDRESS", "x", { restartRequired: true });
+  const r = new GpuError("cuda", "device.recover(): cuDevicePrimaryCtxRetain", 700, "CUDA_ERROR_ILLEGAL_ADDRESS", "x", {
+    restartRequired: true,
+  });
   assert.ok(r.sticky && r.restartRequired);
   assert.match(r.message, /context is unusable and in-process recovery is impossible with this driver/);
   assert.match(r.message, /process must be restarted/);
   const forced = new GpuError("cuda", "c", 709, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "x", { restartRequired: true });
   assert.equal(forced.sticky, true, "restartRequired implies sticky");
-  for (const code of [719, 710, 716, 715]) assert.equal(new GpuError("cuda", "c", code, "X", "y").sticky, true, `${code}`);
+  for (const code of [719, 710, 716, 715]) {
+    assert.equal(new GpuError("cuda", "c", code, "X", "y").sticky, true, `${code}`);
+  }
   const oom = new GpuError("cuda", "cuMemAlloc_v2", 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory");
   assert.equal(oom.sticky, false);
   assert.doesNotMatch(oom.message, /unusable/);
@@ -75,7 +85,9 @@ class FakeDriver {
   constructor(readonly resetClears: boolean) {}
   #call(name: string): void {
     this.calls.push(name);
-    if (this.sticky) throw new GpuError("cuda", name, 700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered");
+    if (this.sticky) {
+      throw new GpuError("cuda", name, 700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered");
+    }
   }
   #make(name: string): bigint {
     this.#call(name);
@@ -89,9 +101,19 @@ class FakeDriver {
   }
   deviceCount = () => 1;
   deviceInfo = (ordinal: number): DeviceInfo => ({
-    ordinal, name: "fake", arch: "sm_90", computeCapability: [9, 0], multiprocessors: 132, totalMemory: 1 << 30, warpSize: 32,
-    maxThreadsPerBlock: 1024, maxBlockDim: [1024, 1024, 64], maxGridDim: [2 ** 31 - 1, 65535, 65535], maxSharedPerBlock: 49152,
-    maxSharedPerBlockOptin: 232448, l2CacheBytes: 1 << 20,
+    ordinal,
+    name: "fake",
+    arch: "sm_90",
+    computeCapability: [9, 0],
+    multiprocessors: 132,
+    totalMemory: 1 << 30,
+    warpSize: 32,
+    maxThreadsPerBlock: 1024,
+    maxBlockDim: [1024, 1024, 64],
+    maxGridDim: [2 ** 31 - 1, 65535, 65535],
+    maxSharedPerBlock: 49152,
+    maxSharedPerBlockOptin: 232448,
+    l2CacheBytes: 1 << 20,
   });
   retainContext = (): bigint => (this.#call("retainContext"), this.retained++, 0xc0n);
   releaseContext = (): void => {
@@ -123,7 +145,14 @@ function faultedDevices(resetClears: boolean) {
   const fake = new FakeDriver(resetClears);
   const driver = fake as unknown as Driver;
   const dev = Device.openWithDriver(driver), peer = Device.openWithDriver(driver); // share the primary context
-  const res = [dev.alloc(256), dev.createStream(), dev.createEvent(), dev.loadModule(".version 7.0\n"), dev.stream, peer.alloc(64)];
+  const res = [
+    dev.alloc(256),
+    dev.createStream(),
+    dev.createEvent(),
+    dev.loadModule(".version 7.0\n"),
+    dev.stream,
+    peer.alloc(64),
+  ];
   fake.sticky = true; // a kernel faulted
   return { fake, driver, dev, peer, res };
 }
@@ -136,7 +165,10 @@ test("recover() when the reset does not clear a sticky error (fake driver, as NV
   const { fake, driver, dev, peer, res } = faultedDevices(false);
   assert.throws(() => dev.synchronize(), (e: unknown) => e instanceof GpuError && e.sticky && !e.restartRequired);
   const from = fake.calls.length;
-  assert.throws(() => dev.recover(), (e: unknown) => restartRequired(e) && /device\.recover\(\): retainContext/.test((e as GpuError).message));
+  assert.throws(
+    () => dev.recover(),
+    (e: unknown) => restartRequired(e) && /device\.recover\(\): retainContext/.test((e as GpuError).message),
+  );
   const during = fake.calls.slice(from);
   assert.deepEqual(during.filter((c) => FREES.includes(c)), [], "no frees: the memory goes with the reset");
   assert.ok(during.includes("resetContext"), "the reset was tried");
@@ -165,7 +197,10 @@ test("recover() when the reset does clear the context (fake driver: HIP or a fut
   dev.recover();
   assert.ok(!dev.poisoned && !peer.poisoned);
   for (const r of res) assert.ok(r.closed, `${r.constructor.name} released`);
-  assert.ok(fake.calls.includes("synchronize") && fake.calls.at(-1) === "streamCreate", "checked, then a fresh default stream");
+  assert.ok(
+    fake.calls.includes("synchronize") && fake.calls.at(-1) === "streamCreate",
+    "checked, then a fresh default stream",
+  );
   const b = dev.alloc(64), pb = peer.alloc(64);
   assert.equal(fake.live.size, 3, "the new default stream and two buffers");
   b.close();
@@ -219,7 +254,11 @@ interface ChildOut {
 /** Runs tests/fixtures/fault_child.ts in a child of this runtime; returns its JSON line. */
 function runChild(...args: string[]): ChildOut {
   const argv = isDeno ? ["run", "--allow-ffi", "--allow-env", "--allow-read", child, ...args] : [child, ...args];
-  const r = spawnSync(process.execPath, argv, { encoding: "utf8", env: { ...process.env, NO_COLOR: "1" }, timeout: 180_000 });
+  const r = spawnSync(process.execPath, argv, {
+    encoding: "utf8",
+    env: { ...process.env, NO_COLOR: "1" },
+    timeout: 180_000,
+  });
   assert.equal(r.status, 0, `child ${args.join(" ")}: status ${r.status} ${r.signal ?? ""}\n${r.stdout}\n${r.stderr}`);
   const line = r.stdout.trim().split("\n").pop()!;
   const out = JSON.parse(line) as ChildOut;
@@ -237,35 +276,42 @@ const isStickyInfo = (e: ErrInfo | null | undefined): boolean =>
   !!e && e.name === "GpuError" && e.sticky === true && /context is unusable/.test(e.message) &&
   ["CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED"].includes(e.codeName ?? "");
 
-gpuTest("a faulting kernel (in a child process) → sticky GpuError; recover() releases every child and reports that the process must restart; a fresh process works", () => {
-  const out = runChild("fault");
-  assert.ok(isStickyInfo(out.atSync), `the fault surfaces as a sticky GpuError: ${JSON.stringify(out.atSync)}`);
-  assert.ok(isStickyInfo(out.again), `still unusable: ${JSON.stringify(out.again)}`);
-  assert.ok(isStickyInfo(out.atPeer), `the peer shares the context: ${JSON.stringify(out.atPeer)}`);
-  assert.ok(out.released && Object.keys(out.released).length === 8, JSON.stringify(out.released));
-  for (const [name, closed] of Object.entries(out.released)) assert.equal(closed, true, `${name} released by recover()`);
-  assert.equal(out.useAfterRelease, "DisposedError");
-  if (out.recover === "ok") {
-    // The driver cleared the sticky error: the device must work again.
-    assert.ok(out.normError != null && out.normError <= 1e-5, `after recover(): layerNorm error ${out.normError}`);
-    assert.deepEqual(out.poisoned, { dev: false, peer: false });
-    console.log("# recover(): this driver DID recover in-process; layerNorm matched float64 afterwards");
-  } else {
-    const e = out.recover!;
-    assert.ok(e.name === "GpuError" && e.sticky && e.restartRequired, JSON.stringify(e));
-    assert.match(e.message, /in-process recovery is impossible with this driver/);
-    assert.match(e.message, /process must be restarted/);
-    assert.deepEqual(out.poisoned, { dev: true, peer: true });
-    for (const [what, err] of Object.entries(out.afterPoison ?? {})) {
-      assert.ok(err && err.restartRequired === true, `${what} after poisoning: ${JSON.stringify(err)}`);
+gpuTest(
+  "a faulting kernel (in a child process) → sticky GpuError; recover() releases every child and reports that the process must restart; a fresh process works",
+  () => {
+    const out = runChild("fault");
+    assert.ok(isStickyInfo(out.atSync), `the fault surfaces as a sticky GpuError: ${JSON.stringify(out.atSync)}`);
+    assert.ok(isStickyInfo(out.again), `still unusable: ${JSON.stringify(out.again)}`);
+    assert.ok(isStickyInfo(out.atPeer), `the peer shares the context: ${JSON.stringify(out.atPeer)}`);
+    assert.ok(out.released && Object.keys(out.released).length === 8, JSON.stringify(out.released));
+    for (const [name, closed] of Object.entries(out.released)) {
+      assert.equal(closed, true, `${name} released by recover()`);
     }
-    console.log(`# recover(): in-process recovery impossible (${e.codeName} at ${e.call}); the device refused further use`);
-  }
-  assert.equal(out.close, "ok", `close() after the fault: ${JSON.stringify(out.close)}`);
-  assert.ok(out.closedAfter && out.disposedAfterClose);
-  // The recovery path: a new process.
-  const fresh = runChild("norm", "cuda");
-  assert.equal(fresh.backend, "cuda");
-  assert.ok(fresh.normError != null && fresh.normError <= 1e-5, `fresh process: layerNorm error ${fresh.normError}`);
-  console.log("# a fresh process opened the GPU and its layerNorm matched float64");
-});
+    assert.equal(out.useAfterRelease, "DisposedError");
+    if (out.recover === "ok") {
+      // The driver cleared the sticky error: the device must work again.
+      assert.ok(out.normError != null && out.normError <= 1e-5, `after recover(): layerNorm error ${out.normError}`);
+      assert.deepEqual(out.poisoned, { dev: false, peer: false });
+      console.log("# recover(): this driver DID recover in-process; layerNorm matched float64 afterwards");
+    } else {
+      const e = out.recover!;
+      assert.ok(e.name === "GpuError" && e.sticky && e.restartRequired, JSON.stringify(e));
+      assert.match(e.message, /in-process recovery is impossible with this driver/);
+      assert.match(e.message, /process must be restarted/);
+      assert.deepEqual(out.poisoned, { dev: true, peer: true });
+      for (const [what, err] of Object.entries(out.afterPoison ?? {})) {
+        assert.ok(err && err.restartRequired === true, `${what} after poisoning: ${JSON.stringify(err)}`);
+      }
+      console.log(
+        `# recover(): in-process recovery impossible (${e.codeName} at ${e.call}); the device refused further use`,
+      );
+    }
+    assert.equal(out.close, "ok", `close() after the fault: ${JSON.stringify(out.close)}`);
+    assert.ok(out.closedAfter && out.disposedAfterClose);
+    // The recovery path: a new process.
+    const fresh = runChild("norm", "cuda");
+    assert.equal(fresh.backend, "cuda");
+    assert.ok(fresh.normError != null && fresh.normError <= 1e-5, `fresh process: layerNorm error ${fresh.normError}`);
+    console.log("# a fresh process opened the GPU and its layerNorm matched float64");
+  },
+);

@@ -7,7 +7,15 @@ import { normBackward } from "../../ops/cpu_bwd.ts";
 import { randoms } from "../fixtures/random.ts";
 
 /** L = Σ dy · y(x, w, b): its gradient is exactly what the backward returns. */
-function loss(kind: NormKind, x: Float64Array, w: Float64Array, b: Float64Array, dy: Float64Array, rows: number, d: number): number {
+function loss(
+  kind: NormKind,
+  x: Float64Array,
+  w: Float64Array,
+  b: Float64Array,
+  dy: Float64Array,
+  rows: number,
+  d: number,
+): number {
   const y = normForward({ kind, rows, d, x, xStride: d, weight: w, bias: b, eps: 1e-5 }).y;
   let s = 0;
   for (let i = 0; i < y.length; i++) s += y[i] * dy[i];
@@ -49,7 +57,7 @@ for (const kind of ["layer", "rms"] as const) {
         assert.ok(Math.abs(got.dbias[j] - wb) <= tol, `dbias[${j}]: ${got.dbias[j]} vs ${wb}`);
       }
       // d = 1 LayerNorm: y = b, so dx = 0 and dweight = 0 exactly.
-      if (kind === "layer" && d === 1) for (const v of got.dx) assert.equal(Math.abs(v), 0);
+      if (kind === "layer" && d === 1) { for (const v of got.dx) assert.equal(Math.abs(v), 0); }
     });
   }
 }

@@ -7,7 +7,16 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  ArgumentError, Device, DisposedError, LayerNorm, layerNorm, layerNormBackward, loadKernels, RMSNorm, rmsNorm, rmsNormBackward,
+  ArgumentError,
+  Device,
+  DisposedError,
+  LayerNorm,
+  layerNorm,
+  layerNormBackward,
+  loadKernels,
+  RMSNorm,
+  rmsNorm,
+  rmsNormBackward,
   Tensor,
 } from "../../mod.ts";
 import process from "node:process";
@@ -88,7 +97,10 @@ test("unsupported dtype: outDtype, tensor dtype, and a weight of a third dtype a
   using h = dev.tensor(randoms(32, 7), [4, 8], { dtype: "bf16" });
   using hout = dev.empty([4, 8], { dtype: "bf16" });
   using wf16 = dev.tensor(randoms(8, 8), [8], { dtype: "f16" });
-  refused(dev, ArgumentError, "weight.dtype", () => layerNorm(h, { weight: wf16, out: hout }), { poison: [hout], keep: [h] });
+  refused(dev, ArgumentError, "weight.dtype", () => layerNorm(h, { weight: wf16, out: hout }), {
+    poison: [hout],
+    keep: [h],
+  });
   void out;
 });
 
@@ -111,8 +123,13 @@ test("out of the wrong shape or dtype → ArgumentError(out | out.dtype)", () =>
   using o2 = dev.empty([32]);
   using o3 = dev.empty([2, 2, 8]); // same numel, other shape
   using o4 = dev.empty([4, 8], { dtype: "f16" });
-  for (const o of [o1, o2, o3]) refused(dev, ArgumentError, "out", () => layerNorm(x, { out: o }), { poison: [o], keep: [x] });
-  refused(dev, ArgumentError, "out.dtype", () => layerNorm(x, { out: o4, outDtype: "f32" }), { poison: [o4], keep: [x] });
+  for (const o of [o1, o2, o3]) {
+    refused(dev, ArgumentError, "out", () => layerNorm(x, { out: o }), { poison: [o], keep: [x] });
+  }
+  refused(dev, ArgumentError, "out.dtype", () => layerNorm(x, { out: o4, outDtype: "f32" }), {
+    poison: [o4],
+    keep: [x],
+  });
 });
 
 test("out partially overlapping x, weight or bias → ArgumentError(out); exact aliasing of x is in place and allowed", () => {
@@ -136,8 +153,16 @@ test("out partially overlapping x, weight or bias → ArgumentError(out); exact 
   w.write(randoms(8, 11));
   b.write(randoms(8, 12));
   using x1 = dev.tensor(randoms(8, 13), [1, 8]);
-  refused(dev, ArgumentError, "out", () => layerNorm(x1, { weight: w, bias: b, out: new Tensor(pbuf, [1, 8]) }), { keep: [x1, w] });
-  refused(dev, ArgumentError, "out", () => layerNorm(x1, { weight: w, bias: b, out: new Tensor(pbuf, [1, 8], { offset: 6 }) }), { keep: [x1] });
+  refused(dev, ArgumentError, "out", () => layerNorm(x1, { weight: w, bias: b, out: new Tensor(pbuf, [1, 8]) }), {
+    keep: [x1, w],
+  });
+  refused(
+    dev,
+    ArgumentError,
+    "out",
+    () => layerNorm(x1, { weight: w, bias: b, out: new Tensor(pbuf, [1, 8], { offset: 6 }) }),
+    { keep: [x1] },
+  );
   // Exact alias (another Tensor object over the same bytes): allowed, and equals the out-of-place result.
   using ref = layerNorm(dev.tensor(xs, [4, 8]));
   const alias = new Tensor(buf, [4, 8]);
@@ -237,15 +262,27 @@ test("a non-integer, negative, NaN or unsafe shape → ArgumentError(shape[i])",
 test("check option that is not a boolean → ArgumentError(check); Device.open options are checked", () => {
   using dev = cpu();
   const { x, out } = setup(dev);
-  refused(dev, ArgumentError, "check", () => layerNorm(x, { out, check: "yes" as never }), { poison: [out], keep: [x] });
-  assert.throws(() => Device.open({ backend: "cpu", check: 1 as never }), (e: unknown) => e instanceof ArgumentError && e.argument === "check");
-  assert.throws(() => Device.open({ backend: "cpu", sanityCheck: "no" as never }), (e: unknown) => e instanceof ArgumentError && e.argument === "sanityCheck");
+  refused(dev, ArgumentError, "check", () => layerNorm(x, { out, check: "yes" as never }), {
+    poison: [out],
+    keep: [x],
+  });
+  assert.throws(
+    () => Device.open({ backend: "cpu", check: 1 as never }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "check",
+  );
+  assert.throws(
+    () => Device.open({ backend: "cpu", sanityCheck: "no" as never }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "sanityCheck",
+  );
 });
 
 test("launch configuration: zero, fractional or > 3 dims → ArgumentError; limits checked against the device", () => {
   using dev = cpu();
   const bad = (argument: string, opts: object) =>
-    assert.throws(() => new LaunchConfig(opts as never), (e: unknown) => e instanceof ArgumentError && e.argument === argument);
+    assert.throws(
+      () => new LaunchConfig(opts as never),
+      (e: unknown) => e instanceof ArgumentError && e.argument === argument,
+    );
   bad("grid", { grid: [0], block: [32] });
   bad("grid", { grid: [1, 1, 1, 1], block: [32] });
   bad("block", { grid: [1], block: [1.5] });
@@ -274,40 +311,49 @@ function refusedLaunch(dev: Device, y: { read(d: Uint8Array): void }, argument: 
   assert.deepEqual(after, before, "nothing was written");
 }
 
-gpuTest("grid or block beyond the device's limits → ArgumentError(grid[i] | block[i] | block | sharedBytes), nothing launched", async () => {
-  using dev = Device.open({ backend: "cuda", sanityCheck: false });
-  await loadKernels(dev);
-  using mod = dev.loadModule(await kernelImage(dev));
-  const k = mod.kernel("scale_f32", SCALE_ARGS);
-  using x = dev.alloc(4096), y = dev.alloc(4096);
-  x.fill(0x3f);
-  y.fill32(POISON);
-  const i = dev.info;
-  const run = (cfg: object) => () => launch(dev.stream, new LaunchConfig(cfg as never), k, x, y, 2, 1024);
-  refusedLaunch(dev, y, "grid[0]", run({ grid: [i.maxGridDim[0] + 1], block: [32] }));
-  refusedLaunch(dev, y, "grid[1]", run({ grid: [1, i.maxGridDim[1] + 1], block: [32] }));
-  refusedLaunch(dev, y, "block[0]", run({ grid: [1], block: [i.maxBlockDim[0] + 1] }));
-  refusedLaunch(dev, y, "block[2]", run({ grid: [1], block: [1, 1, i.maxBlockDim[2] + 1] }));
-  refusedLaunch(dev, y, "block", run({ grid: [1], block: [32, 32, 2] })); // 2048 threads > 1024
-  refusedLaunch(dev, y, "sharedBytes", run({ grid: [1], block: [32], sharedBytes: i.maxSharedPerBlockOptin + 1 }));
-});
+gpuTest(
+  "grid or block beyond the device's limits → ArgumentError(grid[i] | block[i] | block | sharedBytes), nothing launched",
+  async () => {
+    using dev = Device.open({ backend: "cuda", sanityCheck: false });
+    await loadKernels(dev);
+    using mod = dev.loadModule(await kernelImage(dev));
+    const k = mod.kernel("scale_f32", SCALE_ARGS);
+    using x = dev.alloc(4096), y = dev.alloc(4096);
+    x.fill(0x3f);
+    y.fill32(POISON);
+    const i = dev.info;
+    const run = (cfg: object) => () => launch(dev.stream, new LaunchConfig(cfg as never), k, x, y, 2, 1024);
+    refusedLaunch(dev, y, "grid[0]", run({ grid: [i.maxGridDim[0] + 1], block: [32] }));
+    refusedLaunch(dev, y, "grid[1]", run({ grid: [1, i.maxGridDim[1] + 1], block: [32] }));
+    refusedLaunch(dev, y, "block[0]", run({ grid: [1], block: [i.maxBlockDim[0] + 1] }));
+    refusedLaunch(dev, y, "block[2]", run({ grid: [1], block: [1, 1, i.maxBlockDim[2] + 1] }));
+    refusedLaunch(dev, y, "block", run({ grid: [1], block: [32, 32, 2] })); // 2048 threads > 1024
+    refusedLaunch(dev, y, "sharedBytes", run({ grid: [1], block: [32], sharedBytes: i.maxSharedPerBlockOptin + 1 }));
+  },
+);
 
-gpuTest("wrong argument count or type passed to a Kernel → ArgumentError naming the kernel's arguments, nothing launched", async () => {
-  using dev = Device.open({ backend: "cuda", sanityCheck: false });
-  await loadKernels(dev);
-  using mod = dev.loadModule(await kernelImage(dev));
-  const k = mod.kernel("scale_f32", SCALE_ARGS);
-  using x = dev.alloc(4096), y = dev.alloc(4096);
-  y.fill32(POISON);
-  const cfg = new LaunchConfig({ grid: [4], block: [256] });
-  refusedLaunch(dev, y, "arguments of scale_f32", () => launch(dev.stream, cfg, k, x, y, 2));
-  refusedLaunch(dev, y, "arguments of scale_f32", () => launch(dev.stream, cfg, k, x, y, 2, 1024, 5));
-  refusedLaunch(dev, y, "scale_f32 argument 1", () => launch(dev.stream, cfg, k, x, "y" as never, 2, 1024));
-  refusedLaunch(dev, y, "scale_f32 argument 2", () => launch(dev.stream, cfg, k, x, y, 2n as never, 1024));
-  refusedLaunch(dev, y, "scale_f32 argument 3", () => launch(dev.stream, cfg, k, x, y, 2, 1.5));
-  refusedLaunch(dev, y, "scale_f32 argument 0", () => launch(dev.stream, cfg, k, {} as never, y, 2, 1024));
-  assert.throws(() => mod.kernel("scale_f32", ["ptr", "f16" as never]), (e: unknown) => e instanceof ArgumentError && e.argument === "argTypes[1]");
-});
+gpuTest(
+  "wrong argument count or type passed to a Kernel → ArgumentError naming the kernel's arguments, nothing launched",
+  async () => {
+    using dev = Device.open({ backend: "cuda", sanityCheck: false });
+    await loadKernels(dev);
+    using mod = dev.loadModule(await kernelImage(dev));
+    const k = mod.kernel("scale_f32", SCALE_ARGS);
+    using x = dev.alloc(4096), y = dev.alloc(4096);
+    y.fill32(POISON);
+    const cfg = new LaunchConfig({ grid: [4], block: [256] });
+    refusedLaunch(dev, y, "arguments of scale_f32", () => launch(dev.stream, cfg, k, x, y, 2));
+    refusedLaunch(dev, y, "arguments of scale_f32", () => launch(dev.stream, cfg, k, x, y, 2, 1024, 5));
+    refusedLaunch(dev, y, "scale_f32 argument 1", () => launch(dev.stream, cfg, k, x, "y" as never, 2, 1024));
+    refusedLaunch(dev, y, "scale_f32 argument 2", () => launch(dev.stream, cfg, k, x, y, 2n as never, 1024));
+    refusedLaunch(dev, y, "scale_f32 argument 3", () => launch(dev.stream, cfg, k, x, y, 2, 1.5));
+    refusedLaunch(dev, y, "scale_f32 argument 0", () => launch(dev.stream, cfg, k, {} as never, y, 2, 1024));
+    assert.throws(
+      () => mod.kernel("scale_f32", ["ptr", "f16" as never]),
+      (e: unknown) => e instanceof ArgumentError && e.argument === "argTypes[1]",
+    );
+  },
+);
 
 gpuTest("GPU ops refuse the same bad inputs before launching (out overlap, eps, other device's stream)", async () => {
   using dev = Device.open({ backend: "cuda", sanityCheck: false });
@@ -333,7 +379,10 @@ test("Module.load with a good weight and a bad bias → ArgumentError(bias), the
   m.load({ weight: randoms(8, 4), bias: randoms(8, 5) });
   const before = m.state();
   for (const bias of [randoms(7, 6), ["1", 2, 3, 4, 5, 6, 7, 8], { int8: new Int8Array(8), scale: NaN }]) {
-    assert.throws(() => m.load({ weight: randoms(8, 7), bias: bias as never }), (e: unknown) => e instanceof ArgumentError && /^bias/.test(e.argument));
+    assert.throws(
+      () => m.load({ weight: randoms(8, 7), bias: bias as never }),
+      (e: unknown) => e instanceof ArgumentError && /^bias/.test(e.argument),
+    );
     assert.deepEqual(m.state(), before, "a refused load changes neither parameter");
   }
 });
@@ -343,7 +392,9 @@ test("backward dx, dweight or dbias overlapping weight, mean or rstd → Argumen
   const x = dev.tensor(randoms(32, 8), [4, 8]);
   const dy = dev.tensor(randoms(32, 9), [4, 8]);
   const inputs = () => ({
-    w: dev.tensor(randoms(8, 10), [8]), mean: dev.tensor(randoms(4, 11), [4]), rstd: dev.tensor(randoms(4, 12).map((v) => 1 + Math.abs(v)), [4]),
+    w: dev.tensor(randoms(8, 10), [8]),
+    mean: dev.tensor(randoms(4, 11), [4]),
+    rstd: dev.tensor(randoms(4, 12).map((v) => 1 + Math.abs(v)), [4]),
   });
   for (const name of ["weight", "mean", "rstd"] as const) {
     // dx's last row and the input `name` share a buffer, and two elements: [2, 34) and [32, 32 + n).
@@ -359,11 +410,25 @@ test("backward dx, dweight or dbias overlapping weight, mean or rstd → Argumen
     assert.throws(call, new RegExp(`overlap with ${name}`));
     // dweight over the same input: refused too (the finalize writes it while nothing may still read it).
     const dwBuf = name === "weight" ? undefined : new Tensor(buf, [8], { offset: 28 });
-    if (dwBuf) refused(dev, ArgumentError, "dweight", () => layerNormBackward(dy, x, { mean: args.mean, rstd: args.rstd, weight: args.weight, dweight: dwBuf }), { keep: [shared] });
+    if (dwBuf) {
+      refused(
+        dev,
+        ArgumentError,
+        "dweight",
+        () => layerNormBackward(dy, x, { mean: args.mean, rstd: args.rstd, weight: args.weight, dweight: dwBuf }),
+        {
+          keep: [shared],
+        },
+      );
+    }
   }
   const t = inputs();
   const clear = dev.empty([4, 8]);
-  assert.equal(layerNormBackward(dy, x, { mean: t.mean, rstd: t.rstd, weight: t.w, dx: clear }).dx, clear, "a dx clear of every input is accepted");
+  assert.equal(
+    layerNormBackward(dy, x, { mean: t.mean, rstd: t.rstd, weight: t.w, dx: clear }).dx,
+    clear,
+    "a dx clear of every input is accepted",
+  );
 });
 
 test("eps whose f32 is 0 or Infinity (1e-50, 1e39), and every bad eps of a module → ArgumentError(eps)", () => {
@@ -424,7 +489,17 @@ test("an options object with getters: each option read exactly once (norms, back
   }
   const st = layerNorm(x, { weight: w, bias: b, stats: true });
   const dx = dev.empty([4, 8]), dw = dev.empty([8]), db = dev.empty([8]);
-  const bwd = { mean: st.mean, rstd: st.rstd, weight: w, bias: b, dx, dweight: dw, dbias: db, accumulate: false, stream: s };
+  const bwd = {
+    mean: st.mean,
+    rstd: st.rstd,
+    weight: w,
+    bias: b,
+    dx,
+    dweight: dw,
+    dbias: db,
+    accumulate: false,
+    stream: s,
+  };
   const lb = countingOptions(bwd);
   layerNormBackward(st.y, x, lb.opts);
   assertReadOnce(lb.reads, Object.keys(bwd), "layerNormBackward");
@@ -459,16 +534,27 @@ test("an options object answering another weight or stream on a later read canno
     // Views of one buffer: distinct device addresses (the fake's buffers all start at 0).
     const buf = d.alloc(4 * (16 + 64 + 16));
     const view = (offset: number, shape: number[]) => new Tensor(buf, shape, { offset });
-    return { x: view(16, [4, 8]), y: view(48, [4, 8]), w1: view(80, [8]), w2: view(88, [8]), s1: d.createStream(), s2: d.createStream() };
+    return {
+      x: view(16, [4, 8]),
+      y: view(48, [4, 8]),
+      w1: view(80, [8]),
+      w2: view(88, [8]),
+      s1: d.createStream(),
+      s2: d.createStream(),
+    };
   }, { record: true, snapshot: weightArg });
   try {
     // Two reads answer w1, later ones w2; one read answers s1, later ones s2. Read more than once, the checks would
     // pass w1 on s1 and the repeat-call cache remember w2 on s2 for them.
     let weightReads = 0, streamReads = 0;
     const shifty = {
-      get weight() { return ++weightReads <= 2 ? m.w1 : m.w2; },
+      get weight() {
+        return ++weightReads <= 2 ? m.w1 : m.w2;
+      },
       out: m.y,
-      get stream() { return ++streamReads <= 1 ? m.s1 : m.s2; },
+      get stream() {
+        return ++streamReads <= 1 ? m.s1 : m.s2;
+      },
     };
     rmsNorm(m.x, shifty as never);
     // A plain call with w2 on s2 must launch with w2 on s2, not repeat a call validated for w1 on s1.
@@ -494,7 +580,9 @@ test("values that are not numbers → ArgumentError(values…): strings, undefin
     [{ length: 2, 0: 1, 1: 2 }, [2], "values"],
     [null, [1], "values"],
   ];
-  for (const [values, shape, argument] of cases) refused(dev, ArgumentError, argument, () => dev.tensor(values as never, shape));
+  for (const [values, shape, argument] of cases) {
+    refused(dev, ArgumentError, argument, () => dev.tensor(values as never, shape));
+  }
   const t = dev.tensor([1, 2, 3, 4], [4]);
   refused(dev, ArgumentError, "values[1]", () => t.write([1, "2", 3, 4] as never), { keep: [t] });
   // NaN and Infinity are numbers, and stay (check mode is there to find them).
@@ -522,11 +610,18 @@ test("int8 scales that are NaN, Infinity, negative, strings or overflow f32 → 
     [[1, 1, 1], "weight.scale"],
   ];
   for (const [scale, argument] of cases) {
-    assert.throws(() => m.load({ weight: { int8, scale: scale as never } }), (e: unknown) => e instanceof ArgumentError && e.argument === argument, argument);
+    assert.throws(
+      () => m.load({ weight: { int8, scale: scale as never } }),
+      (e: unknown) => e instanceof ArgumentError && e.argument === argument,
+      argument,
+    );
     assert.deepEqual(m.state(), before);
   }
   for (const weight of [[1, 2, 3, 1e39], [1, 2, NaN, 4]]) {
-    assert.throws(() => m.load({ weight }), (e: unknown) => e instanceof ArgumentError && /^weight\[\d\]$/.test(e.argument));
+    assert.throws(
+      () => m.load({ weight }),
+      (e: unknown) => e instanceof ArgumentError && /^weight\[\d\]$/.test(e.argument),
+    );
   }
   m.load({ weight: { int8, scale: [0.5, 0.25, 0, 2] } });
   assert.deepEqual([...m.state().weight!], [0.5, -0.5, 0, 254]);
@@ -553,16 +648,36 @@ test("null options, a null or Proxy device, a Proxy tensor, a look-alike buffer 
   assert.throws(() => x.readSync({ stream: "s" as never }), is("stream"));
 });
 
-test("options of the wrong type (stats: \"no\", accumulate: \"true\", a bias given to rmsNorm) → ArgumentError naming them", () => {
+test('options of the wrong type (stats: "no", accumulate: "true", a bias given to rmsNorm) → ArgumentError naming them', () => {
   using dev = cpu();
   const { x, out, w, b } = setup(dev);
   refused(dev, ArgumentError, "stats", () => layerNorm(x, { stats: "no" as never }), { keep: [x] });
   refused(dev, ArgumentError, "stats", () => rmsNorm(x, { stats: 0 as never, out }), { poison: [out], keep: [x] });
-  refused(dev, ArgumentError, "bias", () => rmsNorm(x, { weight: w, bias: b, out } as never), { poison: [out], keep: [x, w, b] });
+  refused(dev, ArgumentError, "bias", () => rmsNorm(x, { weight: w, bias: b, out } as never), {
+    poison: [out],
+    keep: [x, w, b],
+  });
   const st = layerNorm(x, { weight: w, bias: b, stats: true });
   const dw = dev.tensor(randoms(8, 20), [8]), db = dev.tensor(randoms(8, 21), [8]);
-  refused(dev, ArgumentError, "accumulate", () => layerNormBackward(st.y, x, { mean: st.mean, rstd: st.rstd, weight: w, bias: b, dweight: dw, dbias: db, accumulate: "true" as never }), { keep: [dw, db] });
-  refused(dev, ArgumentError, "bias", () => rmsNormBackward(st.y, x, { rstd: st.rstd, weight: w, bias: b } as never), { keep: [x] });
+  refused(
+    dev,
+    ArgumentError,
+    "accumulate",
+    () =>
+      layerNormBackward(st.y, x, {
+        mean: st.mean,
+        rstd: st.rstd,
+        weight: w,
+        bias: b,
+        dweight: dw,
+        dbias: db,
+        accumulate: "true" as never,
+      }),
+    { keep: [dw, db] },
+  );
+  refused(dev, ArgumentError, "bias", () => rmsNormBackward(st.y, x, { rstd: st.rstd, weight: w, bias: b } as never), {
+    keep: [x],
+  });
   refused(dev, ArgumentError, "bias", () => new RMSNorm(dev, 8, { bias: false } as never));
   refused(dev, ArgumentError, "zeroCentered", () => new RMSNorm(dev, 8, { zeroCentered: "yes" as never }));
 });
@@ -584,17 +699,32 @@ test("a module given input of the wrong D → ArgumentError(x) naming the module
   using dev = cpu();
   for (const m of [new LayerNorm(dev, 8), new RMSNorm(dev, 8)]) {
     using x = dev.tensor(randoms(8, 1), [2, 4]);
-    assert.throws(() => m.forward(x), (e: unknown) => e instanceof ArgumentError && e.argument === "x" && /\b8\b.*module's d/.test(e.message));
+    assert.throws(
+      () => m.forward(x),
+      (e: unknown) => e instanceof ArgumentError && e.argument === "x" && /\b8\b.*module's d/.test(e.message),
+    );
     m.close();
   }
 });
 
 test("tensors past 2^53 − 1 elements or bytes → ArgumentError(shape) with the exact count; past host memory → ArgumentError(bytes)", () => {
   using dev = cpu();
-  assert.throws(() => dev.empty([2 ** 30, 2 ** 30]), (e: unknown) => e instanceof ArgumentError && e.argument === "shape" && e.message.includes(`${2n ** 60n} elements`));
-  assert.throws(() => dev.empty([2 ** 26, 2 ** 26], { dtype: "bf16" }), (e: unknown) => e instanceof ArgumentError && e.argument === "shape" && e.message.includes(`${2n ** 53n} bytes`));
-  assert.throws(() => dev.empty([2 ** 40, 1]), (e: unknown) => e instanceof ArgumentError && e.argument === "bytes" && e.message.includes(`${2 ** 42}`));
-  assert.throws(() => dev.tensor([], [2 ** 40, 2 ** 40, 0]), (e: unknown) => e instanceof ArgumentError && e.argument === "shape");
+  assert.throws(
+    () => dev.empty([2 ** 30, 2 ** 30]),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "shape" && e.message.includes(`${2n ** 60n} elements`),
+  );
+  assert.throws(
+    () => dev.empty([2 ** 26, 2 ** 26], { dtype: "bf16" }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "shape" && e.message.includes(`${2n ** 53n} bytes`),
+  );
+  assert.throws(
+    () => dev.empty([2 ** 40, 1]),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "bytes" && e.message.includes(`${2 ** 42}`),
+  );
+  assert.throws(
+    () => dev.tensor([], [2 ** 40, 2 ** 40, 0]),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "shape",
+  );
 });
 
 test("a CUDA library that cannot be loaded: the fallback reason says so once, naming the library and no other path", () => {

@@ -12,7 +12,9 @@ const message = (e: unknown) => (e instanceof Error ? `${e.name}: ${e.message}` 
 
 if (scenario === "auto") {
   using dev = Device.open();
-  console.log(JSON.stringify({ backend: dev.backend, arch: dev.info.arch, warpSize: dev.info.warpSize, name: dev.name }));
+  console.log(
+    JSON.stringify({ backend: dev.backend, arch: dev.info.arch, warpSize: dev.info.warpSize, name: dev.name }),
+  );
 } else if (scenario === "norm") {
   // No sanity check: the fake library runs no kernel (loadKernels would run the check Device.open deferred).
   using dev = Device.open({ backend: "hip", sanityCheck: false });
@@ -34,7 +36,16 @@ if (scenario === "auto") {
     arch: dev.info.arch,
     warpSize: dev.info.warpSize,
     beforeLoad,
-    ptrs: { x: String(x.ptr), y: String(r.y.ptr), w: String(w.ptr), b: String(b.ptr), mean: String(r.mean.ptr), rstd: String(r.rstd.ptr), xh: String(xh.ptr), y2: String(y2.ptr) },
+    ptrs: {
+      x: String(x.ptr),
+      y: String(r.y.ptr),
+      w: String(w.ptr),
+      b: String(b.ptr),
+      mean: String(r.mean.ptr),
+      rstd: String(r.rstd.ptr),
+      xh: String(xh.ptr),
+      y2: String(y2.ptr),
+    },
   }));
   r.y.close(), r.mean.close(), r.rstd.close();
 } else if (scenario === "unsupported") {

@@ -4,7 +4,8 @@
 #
 #   bash scripts/gpu-sanitize.sh deno|bun        # the runtime must travel as .rt/<runtime>.xz (like gpu-check.sh)
 #
-# Each run gets SANITIZE_TIMEOUT seconds (default 150); a failed run does not stop the others. Logs:
+# SANITIZE_TOOLS and SANITIZE_FAMILIES pick a subset (default: all). Each run gets SANITIZE_TIMEOUT seconds (default
+# 150); a failed run does not stop the others. Logs:
 # $OUT/sanitize-<tool>-<family>.txt. Exit status: 0 only when every run reported 0 errors and its results matched.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +27,11 @@ command -v "$rt" >/dev/null || { echo "gpu-sanitize: $rt not found (carry .rt/$r
 if [ "$rt" = deno ]; then cmd=(deno run -A scripts/sanitize_cases.ts); else cmd=(bun scripts/sanitize_cases.ts); fi
 
 status=0; table=$(printf '%-10s %-5s %6s %6s  %s' tool family exit secs errors)$'\n'
-for tool in memcheck racecheck synccheck initcheck; do
+read -r -a tools <<<"${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}"
+read -r -a families <<<"${SANITIZE_FAMILIES:-fwd bwd diag}"
+for tool in "${tools[@]}"; do
   extra=(); [ "$tool" = racecheck ] && extra=(--racecheck-report all)
-  for fam in fwd bwd diag; do
+  for fam in "${families[@]}"; do
     log="$OUT/sanitize-$tool-$fam.txt"
     echo "== $tool $fam ($rt)"
     start=$(date +%s)

@@ -176,65 +176,6 @@ NK_INLINE void nk_bwd_sums(const float (&xf)[VEC], const float (&df)[VEC], const
   }
 }
 
-// One row of `wide`'s and `tile`'s row loops: its x, dy and dx, whether each may take whole-chunk accesses, and
-// the forward's statistics (mu = 0 for RMS).
-template <class TX, class TD>
-struct nk_bwd_row {
-  const typename TX::S* x;
-  const typename TD::S* dy;
-  typename TX::S* dx;
-  bool xvec, dvec, dxvec;
-  float mu, rs;
-};
-template <class TX, class TD, bool LN, int VEC>
-NK_INLINE nk_bwd_row<TX, TD> nk_bwd_row_at(const typename TX::S* X, const typename TD::S* DY, typename TX::S* DX,
-                                           long long row, long long x_stride, long long dy_stride,
-                                           long long dx_stride, const float* mean, const float* rstd) {
-  nk_bwd_row<TX, TD> r;
-  r.x = X + row * x_stride;
-  r.dy = DY + row * dy_stride;
-  r.dx = DX + row * dx_stride;
-  r.xvec = nk_aligned(r.x, nk_chunk_align<TX, VEC>::A);
-  r.dvec = nk_aligned(r.dy, nk_chunk_align<TD, VEC>::A);
-  r.dxvec = nk_aligned(r.dx, nk_chunk_align<TX, VEC>::A);
-  r.mu = LN ? mean[row] : 0.0f;
-  r.rs = rstd[row];
-  return r;
-}
-
-// A strided row pass of `wide` and `rowsum`: this thread's chunks c = t, t + tpr, ... of the row, x and dy loaded as
-// floats (+0 past the row's end), each handed to f(off, nvalid, xf, df), off the chunk's first column. One loop for
-// both passes of `wide` and the one of `rowsum`, so that they load alike.
-template <class TX, class TD, int VEC, class F>
-NK_INLINE void nk_bwd_row_chunks(const typename TX::S* xr, bool xvec, const typename TD::S* dyr, bool dvec, int t,
-                                 int tpr, int nchunks, int d, F f) {
-#pragma unroll 4
-  for (int c = t; c < nchunks; c += tpr) {
-    const long long off = (long long)c * VEC;
-    const int nvalid = nk_chunk_valid<VEC>(c, d);
-    float xf[VEC], df[VEC];
-    nk_load_f<TX, VEC>(xr + off, xvec, nvalid, xf);
-    nk_load_f<TD, VEC>(dyr + off, dvec, nvalid, df);
-    f(off, nvalid, xf, df);
-  }
-}
-
-// The sums pass of `wide` and `rowsum` over one row: a = mean(g) (LN; 0 for RMS) and b = mean(g * xhat), reduced
-// over the block (every thread gets both; every thread must call it).
-template <class TX, class TD, class TW, bool LN, int VEC>
-NK_INLINE void nk_bwd_row_ab(const typename TX::S* xr, bool xvec, const typename TD::S* dyr, bool dvec,
-                             const typename TW::S* W, bool pvec, int t, int tpr, int nchunks, int d, float mu,
-                             float rs, nk_red_block& red, float& a, float& b) {
-  float sg = 0.0f, sgx = 0.0f;
-  nk_bwd_row_chunks<TX, TD, VEC>(xr, xvec, dyr, dvec, t, tpr, nchunks, d,
-                                 [&](long long off, int nvalid, const float (&xf)[VEC], const float (&df)[VEC]) {
-                                   nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, sg, sgx);
-                                 });
-  const float fd = (float)d;
-  a = LN ? red(sg) / fd : 0.0f;
-  b = red(sgx) / fd;
-}
-
 // Pass 1 of `cached` over one chunk: nk_bwd_sums, plus the chunk's parameter sums (accw += dy * xhat, and
 // for LN accb += dy when RB, the dbias sums in registers), which need no row sum. Elements past the row's end
 // were loaded as +0 (dy = 0 adds nothing; their slots are never written out).
@@ -276,5 +217,31 @@ NK_INLINE void nk_bwd_add_dy(float* accb, const float (&df)[VEC], int nvalid) {
   const typename TX::S* X = (const typename TX::S*)x;       \
   const typename TW::S* W = (const typename TW::S*)weight;  \
   typename TX::S* DX = (typename TX::S*)dx
+
+// The locals of one row (`row`) in the row loops of `wide` and `tile`: its x, dy and dx, whether each may take
+// whole-chunk accesses, and the forward's statistics (mu = 0 for RMS). A macro, as NK_BWD_TYPED_PTRS: written as
+// a helper returning them in a struct, nvcc moved the mean/rstd address conversions into the row loop (other PTX).
+#define NK_BWD_ROW_LOCALS                                         \
+  const typename TX::S* xr = X + row * x_stride;                  \
+  const typename TD::S* dyr = DY + row * dy_stride;               \
+  typename TX::S* dxr = DX + row * dx_stride;                     \
+  const bool xvec = nk_aligned(xr, nk_chunk_align<TX, VEC>::A);   \
+  const bool dvec = nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);  \
+  const bool dxvec = nk_aligned(dxr, nk_chunk_align<TX, VEC>::A); \
+  const float mu = LN ? mean[row] : 0.0f, rs = rstd[row]
+
+// One strided pass of `wide` and `rowsum` over a row: for this thread's chunks c = t, t + tpr, ... (of nchunks;
+// VEC elements, d in the row), off (the chunk's first column), nvalid, and x and dy of the chunk as floats in xf
+// and df (+0 past the row's end), then the statement given. A macro, not a helper taking the statement as a
+// lambda or a helper holding the loop: written either way, nvcc compiled the kernels to other PTX.
+#define NK_BWD_ROW_PASS(...)                                   \
+  _Pragma("unroll 4") for (int c = t; c < nchunks; c += tpr) { \
+    const long long off = (long long)c * VEC;                  \
+    const int nvalid = nk_chunk_valid<VEC>(c, d);              \
+    float xf[VEC], df[VEC];                                    \
+    nk_load_f<TX, VEC>(xr + off, xvec, nvalid, xf);            \
+    nk_load_f<TD, VEC>(dyr + off, dvec, nvalid, df);           \
+    __VA_ARGS__;                                               \
+  }
 
 #endif  // NORMKIT_BWD_COMMON_CUH

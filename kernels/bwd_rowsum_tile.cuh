@@ -28,6 +28,7 @@ NK_INLINE void nk_bwd_rowsum(NK_BWD_PARAMS) {
   (void)DX;
   const int t = (int)nk_thread_x();
   const int nchunks = (d - 1) / VEC + 1;
+  const float fd = (float)d;
   nk_red_block red{nk_block_dim_x() / NK_WARP_SIZE, 0u};
   const bool pvec = nk_aligned(W, nk_chunk_align<TW, VEC>::A);
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
@@ -36,8 +37,10 @@ NK_INLINE void nk_bwd_rowsum(NK_BWD_PARAMS) {
     const bool xvec = nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
     const bool dvec = nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
     const float mu = LN ? mean[row] : 0.0f, rs = rstd[row];
-    float a, b;
-    nk_bwd_row_ab<TX, TD, TW, LN, VEC>(xr, xvec, dyr, dvec, W, pvec, t, tpr, nchunks, d, mu, rs, red, a, b);
+    float sg = 0.0f, sgx = 0.0f;
+    NK_BWD_ROW_PASS(nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, sg, sgx));
+    const float a = LN ? red(sg) / fd : 0.0f;
+    const float b = red(sgx) / fd;
     if (t == 0) {
       part[2 * row] = a;
       part[2 * row + 1] = b;
@@ -72,16 +75,15 @@ NK_INLINE void nk_bwd_tile(NK_BWD_PARAMS) {
 #pragma unroll
   for (int k = 0; k < NT * VEC; ++k) accw[k] = 0.0f, accb[k] = 0.0f;
   for (long long row = g; row < rows; row += G) {
-    const nk_bwd_row<TX, TD> r =
-        nk_bwd_row_at<TX, TD, LN, VEC>(X, DY, DX, row, x_stride, dy_stride, dx_stride, mean, rstd);
+    NK_BWD_ROW_LOCALS;
     const float a = rowsums[2 * row], b = rowsums[2 * row + 1];
     float xf[NT][VEC], df[NT][VEC];
 #pragma unroll
     for (int i = 0; i < NT; ++i) {  // every load of the row first: NT chunks of x and dy in flight
       const int c = c0 + i * tpr;
       const int nvalid = c < nchunks ? nk_chunk_valid<VEC>(c, d) : 0;
-      nk_load_f<TX, VEC>(r.x + (long long)c * VEC, r.xvec, nvalid, xf[i]);
-      nk_load_f<TD, VEC>(r.dy + (long long)c * VEC, r.dvec, nvalid, df[i]);
+      nk_load_f<TX, VEC>(xr + (long long)c * VEC, xvec, nvalid, xf[i]);
+      nk_load_f<TD, VEC>(dyr + (long long)c * VEC, dvec, nvalid, df[i]);
     }
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
@@ -93,13 +95,13 @@ NK_INLINE void nk_bwd_tile(NK_BWD_PARAMS) {
       if (W) nk_load_f<TW, VEC>(W + off, pvec, nvalid, wf);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const float xh = LN ? (xf[i][e] - r.mu) * r.rs : xf[i][e] * r.rs;
+        const float xh = LN ? (xf[i][e] - mu) * rs : xf[i][e] * rs;
         const float gg = W ? df[i][e] * wf[e] : df[i][e];
-        o[e] = r.rs * (LN ? (gg - a) - xh * b : gg - xh * b);
+        o[e] = rs * (LN ? (gg - a) - xh * b : gg - xh * b);
         accw[i * VEC + e] += e < nvalid ? df[i][e] * xh : 0.0f;
         if (LN) accb[i * VEC + e] += e < nvalid ? df[i][e] : 0.0f;
       }
-      nk_store_f<TX, VEC>(r.dx + off, r.dxvec, nvalid, o);
+      nk_store_f<TX, VEC>(dxr + off, dxvec, nvalid, o);
     }
   }
 #pragma unroll

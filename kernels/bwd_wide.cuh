@@ -22,6 +22,7 @@ NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
   NK_BWD_TYPED_PTRS;
   const int t = (int)nk_thread_x();
   const int nchunks = (d - 1) / VEC + 1;
+  const float fd = (float)d;
   float* const prow = part ? part + (long long)nk_block_x() * NACC * d : nullptr;
   float* acc = (part && nv) ? nk_fwd_smem + ((2 * (nk_block_dim_x() / NK_WARP_SIZE) + 3) & ~3u) : prow;
   if (acc)
@@ -34,16 +35,13 @@ NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
   const bool pvec = nk_aligned(W, nk_chunk_align<TW, VEC>::A);
   const bool accvec = d % 4 == 0;  // acc rows then start 16-byte aligned (part and the slots are)
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
-    const nk_bwd_row<TX, TD> r =
-        nk_bwd_row_at<TX, TD, LN, VEC>(X, DY, DX, row, x_stride, dy_stride, dx_stride, mean, rstd);
-    float a, b;
-    nk_bwd_row_ab<TX, TD, TW, LN, VEC>(r.x, r.xvec, r.dy, r.dvec, W, pvec, t, tpr, nchunks, d, r.mu, r.rs, red, a, b);
-    nk_bwd_row_chunks<TX, TD, VEC>(
-        r.x, r.xvec, r.dy, r.dvec, t, tpr, nchunks, d,
-        [&](long long off, int nvalid, const float (&xf)[VEC], const float (&df)[VEC]) {
-          nk_bwd_chunk<TX, TD, TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, r.mu, r.rs, a, b, r.dx + off,
-                                            r.dxvec, acc ? acc + off : acc, d, accvec);
-        });
+    NK_BWD_ROW_LOCALS;
+    float sg = 0.0f, sgx = 0.0f;
+    NK_BWD_ROW_PASS(nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, sg, sgx));
+    const float a = LN ? red(sg) / fd : 0.0f;
+    const float b = red(sgx) / fd;
+    NK_BWD_ROW_PASS(nk_bwd_chunk<TX, TD, TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, a, b, dxr + off,
+                                                      dxvec, acc ? acc + off : acc, d, accvec));
   }
   if (part && nv)  // this thread's own columns: no barrier needed
     for (int j = t * VEC; j < d; j += tpr * VEC)

@@ -2,8 +2,9 @@
  * normkit: LayerNorm and RMSNorm on GPUs (CUDA driver API) for Deno and Bun, with a CPU fallback.
  *
  * ```ts
- * import { Device, layerNorm } from "@normkit/normkit";
+ * import { Device, layerNorm, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();                       // CUDA when present, else CPU
+ * await loadKernels(dev);                          // the kernels of this GPU's architecture (no-op on the CPU)
  * using x = dev.tensor(values, [rows, d]);
  * using y = layerNorm(x, { eps: 1e-5 });
  * const out = await y.toArray();
@@ -22,7 +23,8 @@ export {
 } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
-export { loadKernels, setDependentLaunch } from "./ops/kernels.ts";
+export { loadKernels, type LoadKernelsOptions, setDependentLaunch } from "./ops/kernels.ts";
+export type { KernelImageSet } from "./ops/images.ts";
 export { normForward as cpuNormForward, type CpuNormInput, type CpuNormOutput } from "./ops/cpu.ts";
 export {
   layerNormBackward,
@@ -33,7 +35,7 @@ export {
 } from "./ops/backward.ts";
 export { normBackward as cpuNormBackward, type CpuNormBackwardInput, type CpuNormBackwardOutput } from "./ops/cpu_bwd.ts";
 export { LayerNorm, type NormModuleOptions, type ParamValues, RMSNorm } from "./ops/modules.ts";
-// Diagnostics (seed 002 §4.4). Importing diag_sanity registers the sanity check Device.open() runs.
+// Diagnostics. Importing diag_sanity registers the sanity check Device.open() runs.
 export { type Histogram, histogram, tensorStats } from "./ops/diag.ts";
 export { sanityCheck } from "./ops/diag_sanity.ts";
 export type { CheckReport, TensorStats } from "./runtime/device.ts";

@@ -14,7 +14,7 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor } from "../mod.ts";
+import { type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, setDependentLaunch, type Tensor, loadKernels } from "../mod.ts";
 import { fillFromTile, randomTile } from "./tile.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 import { planNormBackward } from "../ops/plan_bwd.ts";
@@ -40,6 +40,7 @@ const PASSES = args.includes("--passes") ? Number(args[args.indexOf("--passes") 
 if (!Number.isInteger(PASSES) || PASSES < 1) throw new Error(`--passes: a whole number >= 1, not ${args[args.indexOf("--passes") + 1]}`);
 
 using dev = openCuda("bench/bench.ts");
+await loadKernels(dev);
 // --pdl off: programmatic dependent launch off (on by default on sm_90), to measure what it changes.
 const pdlArg = args.includes("--pdl") ? args[args.indexOf("--pdl") + 1] : "on";
 if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pdlArg}`);

@@ -1,8 +1,10 @@
-// Cold start from C, for comparison with bench/coldstart.ts: wall time of cuInit, primary-context retain,
-// cuModuleLoadData of precompiled/norm.fatbin, and the first launch + synchronize of a norm kernel.
+// Cold start from C, the driver's own part of bench/coldstart.ts: wall time of cuInit, primary-context retain,
+// cuModuleLoadData of one per-architecture image (precompiled/norm_sm80.fatbin, norm_sm90.fatbin, or
+// packages/ptx/norm_compute90.fatbin: the one normkit's loadKernels picks for the GPU), and the first launch +
+// synchronize of a norm kernel.
 // Build: bash bench/build-c.sh
-// Usage: bench/coldstart_c precompiled/norm.fatbin   (one line of milliseconds; run it in a fresh process;
-// bash scripts/fatbin.sh writes the fatbin out of precompiled/norm_fatbin.json)
+// Usage: bench/coldstart_c precompiled/norm_sm90.fatbin   (one JSON line of milliseconds; run it in a fresh
+// process; bench/coldstart.ts --c bench/coldstart_c runs it beside each of its own runs)
 #define _POSIX_C_SOURCE 199309L
 #include <cuda.h>
 #include <dlfcn.h>
@@ -67,7 +69,8 @@ int main(int argc, char** argv) {
   CHECK(launch(fn, 1, 1, 1, 256, 1, 1, 0, 0, args, 0));
   CHECK(sync());
   const double t5 = now_ms();
-  printf("coldstart_c dlopen+read %.1f ms, cuInit %.1f ms, context %.1f ms, module load %.1f ms, first launch+sync %.1f ms, total %.1f ms\n",
+  printf("{\"dlopen_read_ms\": %.3f, \"init_ms\": %.3f, \"context_ms\": %.3f, \"module_load_ms\": %.3f, "
+         "\"first_launch_ms\": %.3f, \"total_ms\": %.3f}\n",
          t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0);
   return 0;
 }

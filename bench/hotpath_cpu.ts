@@ -29,7 +29,7 @@ if (import.meta.main) {
   };
   const N = Number(arg("--n") ?? 200_000), ROUNDS = 5;
   const CASES = [[8, 4096], [1, 8192]];
-  const { dev, made } = fakeCudaDevice((dev) => ({
+  const { dev, made } = await fakeCudaDevice((dev) => ({
     stream: dev.createStream(),
     tensors: CASES.map(([rows, d]) => ({
       rows,

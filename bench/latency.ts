@@ -23,7 +23,7 @@
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { setDependentLaunch } from "../mod.ts";
+import { setDependentLaunch, loadKernels } from "../mod.ts";
 import { openCuda } from "./open_cuda.ts";
 import { gridCases } from "./latency_grid.ts";
 import { planNorm } from "../ops/plan.ts";
@@ -69,6 +69,7 @@ if (compare > 0) {
 }
 
 using dev = openCuda("bench/latency.ts");
+await loadKernels(dev);
 const pdlArg = arg("--pdl") ?? "on";
 if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pdlArg}`);
 const dependent = setDependentLaunch(dev, pdlArg === "on");

@@ -9,7 +9,7 @@
 //   graph_device_us  events around 200 replays, divided by 200 * 100
 //
 //   bash bench/build-c.sh && bench/latency_c precompiled/norm.fatbin cases.txt [out.json]
-//   (bash scripts/fatbin.sh first: it writes precompiled/norm.fatbin out of precompiled/norm_fatbin.json)
+//   (bash scripts/fatbin.sh first: it joins the per-architecture images into precompiled/norm.fatbin)
 //
 // cases.txt comes from `bench/latency.ts --cases`: one line per case,
 //   kind rows d kernel grid block shared cluster tpr nv prefetch dependent

@@ -22,7 +22,7 @@
 import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { setDependentLaunch, type Tensor } from "../mod.ts";
+import { setDependentLaunch, type Tensor, loadKernels } from "../mod.ts";
 import { openCuda } from "./open_cuda.ts";
 import type { Stream } from "../gpu.ts";
 import { gridCases, normOp } from "./latency_grid.ts";
@@ -30,8 +30,7 @@ import { randoms } from "../tests/fixtures/random.ts";
 import { ffi } from "../ffi/runtime.ts";
 import { planLimits } from "../ops/kernels.ts";
 import { planNorm } from "../ops/plan.ts";
-import { NORM_FATBIN } from "../precompiled/norm_cuda.ts";
-import { decodeBase64 } from "../runtime/base64.ts";
+import { kernelImage } from "../ops/images.ts";
 
 
 const BATCH = 16, PAIRS = 400, SYNC_PAIRS = 8, WARMUP = 500; // SYNC_PAIRS * 2 * BATCH = 256 launches per sync
@@ -57,10 +56,11 @@ const SHIM = {
 } as const;
 
 using dev = openCuda("bench/latency_inproc.ts");
+await loadKernels(dev);
 const dependent = setDependentLaunch(dev, (arg("--pdl") ?? "on") === "on");
 using stream = dev.createStream(); // creating it makes normkit's context current on this thread, for the shim
 const shim = ffi.open(arg("--shim") ?? fileURLToPath(new URL("./liblaunch_shim.so", import.meta.url)), SHIM);
-const image = decodeBase64(NORM_FATBIN); // kept reachable while the module is loaded
+const image = await kernelImage(dev); // kept reachable while the module is loaded
 const loaded = shim.symbols.nk_shim_load(image);
 if (loaded !== 0) throw new Error(`nk_shim_load failed: CUresult ${loaded}`);
 console.log(`# ${runtime}, ${dev.name}, dependent launch ${dependent ? "on" : "off"}, ${new Date().toISOString()}`);

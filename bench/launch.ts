@@ -7,14 +7,14 @@
  *   deno run -A bench/launch.ts      bun bench/launch.ts
  */
 import process from "node:process";
-import { launch, LaunchConfig, NORM_FATBIN } from "../gpu.ts";
+import { launch, LaunchConfig, kernelImage } from "../gpu.ts";
 import { openCuda } from "./open_cuda.ts";
 
 const WARMUP = 1000, N = 10_000, SYNC_EVERY = 256;
 const runtime = "Deno" in globalThis ? "deno" : "bun";
 
 using dev = openCuda("bench/launch.ts");
-using mod = dev.loadModule(Uint8Array.from(atob(NORM_FATBIN), (c) => c.charCodeAt(0)));
+using mod = dev.loadModule(await kernelImage(dev));
 const k = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
 using x = dev.alloc(1024), y = dev.alloc(1024);
 using stream = dev.createStream();

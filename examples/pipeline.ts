@@ -8,7 +8,7 @@
  *   deno run --allow-ffi --allow-env --allow-read examples/pipeline.ts
  *   bun examples/pipeline.ts
  */
-import { cpuNormForward, Device, layerNorm, type Tensor } from "../mod.ts";
+import { cpuNormForward, Device, layerNorm, type Tensor, loadKernels } from "../mod.ts";
 import type { Event } from "../gpu.ts";
 
 export interface PipelineOptions {
@@ -107,6 +107,7 @@ if (import.meta.main) {
   const weight = Float32Array.from({ length: d }, () => 1 + rand() / 4);
   const bias = Float32Array.from({ length: d }, () => rand() / 4);
   using dev = Device.open();
+  await loadKernels(dev);
   console.log(`backend: ${dev.backend} (${dev.name})`);
   runPipeline(dev, input.subarray(0, 2 * rows * d), weight, bias, { rows, d, chunks: 2 }); // warm-up
   const { output, times } = runPipeline(dev, input, weight, bias, { rows, d, chunks, repeats: 8 });

@@ -5,7 +5,7 @@
  *   deno run --allow-ffi --allow-env --allow-read examples/quickstart.ts
  *   bun examples/quickstart.ts
  */
-import { cpuNormForward, Device, layerNorm } from "../mod.ts";
+import { cpuNormForward, Device, layerNorm, loadKernels } from "../mod.ts";
 
 const rows = 4096, d = 1024, eps = 1e-5;
 
@@ -17,6 +17,7 @@ const ws = Float32Array.from({ length: d }, () => 1 + rand() / 4);
 const bs = Float32Array.from({ length: d }, () => rand() / 4);
 
 using dev = Device.open();
+await loadKernels(dev);
 console.log(`backend: ${dev.backend} (${dev.name})${dev.fallbackReason ? ` — fell back: ${dev.fallbackReason}` : ""}`);
 using x = dev.tensor(xs, [rows, d]);
 using weight = dev.tensor(ws, [d]);

@@ -6,7 +6,7 @@
  * neither Deno's module graph (`deno check`, `deno publish`, JSR) nor a type-checker without Bun's types may
  * see the `bun:ffi` specifier. `bun build` leaves `import.meta.require("bun:ffi")` for Bun to resolve at run time.
  */
-import { Buffer } from "node:buffer";
+import { readFile } from "node:fs/promises";
 import process from "node:process";
 import type { FfiRuntime, NativeLibrary, NativeType, SymbolTable } from "./types.ts";
 
@@ -41,9 +41,8 @@ const BUN_TYPE: Record<NativeType, string> = {
 /** The FFI over bun:ffi; use it only under Bun (ffi/runtime.ts picks it when `globalThis.Bun` exists). */
 export const bunFfi: FfiRuntime = {
   name: "bun",
-  decodeBase64: (s) => {
-    const b = Buffer.from(s, "base64");
-    // A plain Uint8Array over the same bytes (large buffers are not pooled: the view starts at 0).
+  readFile: async (fileUrl) => {
+    const b = await readFile(new URL(fileUrl));
     return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
   },
   open<T extends SymbolTable>(path: string, table: T): NativeLibrary<T> {

@@ -70,4 +70,5 @@ export const denoFfi: FfiRuntime = {
   ffiAllowed(): boolean {
     return D.permissions.querySync?.({ name: "ffi" })?.state === "granted";
   },
+  readFile: (fileUrl) => D.readFile(new URL(fileUrl)),
 };

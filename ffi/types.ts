@@ -47,10 +47,6 @@ export interface FfiRuntime {
   env(name: string): string | undefined;
   /** Whether FFI is permitted at all (Deno: --allow-ffi). */
   ffiAllowed(): boolean;
-  /**
-   * The bytes of a standard (padded) base64 string, where the runtime decodes large ones faster than
-   * Uint8Array.fromBase64 (runtime/base64.ts uses this first). Bun: Buffer.from, 0.6–7 ms for the 9 MB fatbin string
-   * against 22–57 ms (this 2-core VM, 2026-12-03); Deno has none (fromBase64 took 12–35 ms there, Buffer.from 27–30).
-   */
-  decodeBase64?(s: string): Uint8Array;
+  /** The bytes of a local file given by its file: URL (a kernel image beside the modules). Deno: --allow-read. */
+  readFile(fileUrl: string): Promise<Uint8Array>;
 }

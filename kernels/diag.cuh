@@ -1,4 +1,4 @@
-// normkit diagnostics kernels (check mode, seed 002 §4.4): the number of non-finite values and the abs-max
+// normkit diagnostics kernels (check mode): the number of non-finite values and the abs-max
 // of the finite values of a row-strided tensor, computed on the device in two deterministic passes:
 //
 //   nk_diag_partial_<t>: grid of G blocks × NK_DIAG_THREADS; block b writes counts[b] and maxes[b] for the

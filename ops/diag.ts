@@ -1,5 +1,5 @@
 /**
- * Diagnostics (seed 002 §4.4): the three quiet failures of a norm layer are NaN spreading from the input,
+ * Diagnostics: the three quiet failures of a norm layer are NaN spreading from the input,
  * overflow (f16 inputs near 65504) and a drifting output distribution. This file gives
  *   - tensorStats(t): non-finite count and abs-max, computed where the tensor lives (two deterministic
  *     kernels on GPUs, kernels/diag.cuh; the host on the CPU backend);

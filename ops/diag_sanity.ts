@@ -1,22 +1,24 @@
 /**
- * The sanity check of seed 002 §4.4, run by Device.open() unless `{ sanityCheck: false }`: all-ones rows
+ * The sanity check, run by Device.open() unless `{ sanityCheck: false }`: all-ones rows
  * through LayerNorm (weight 1, bias 0) must give 0 and through RMSNorm (weight 1) must give 1/sqrt(1 + eps).
  * It catches a wrong module, a broken launch path or a broken copy before the first real call. Cost: two small
- * launches and two reads of 12 KB (plus loading the norm module, which the first real call would do anyway).
+ * launches and two reads of 12 KB. On a GPU it runs when loadKernels() has loaded the kernels.
  * Importing this module (the package's main module does) registers it with Device.open().
  */
 import { type Device, setSanityCheck } from "../runtime/device.ts";
 import { SanityCheckError } from "../runtime/errors.ts";
 import { layerNorm, rmsNorm } from "./norm.ts";
-import { MODULE_KEY } from "./kernels.ts";
+import { deferSanityCheck, normModuleLoaded } from "./kernels.ts";
 
 const ROWS = 3, D = 1000; // D = 1000: not a multiple of the vector width, so the masked tail runs too
 const RMS_EPS = 1e-6;
 
 /** Runs the check on `device`; throws SanityCheckError naming the first wrong element. */
 export function sanityCheck(device: Device): void {
-  if (device.backend === "hip" && !device.cache.has(MODULE_KEY)) {
-    // HIP kernels need an async loadKernels() first; the check cannot load them synchronously here.
+  if (!normModuleLoaded(device)) {
+    // Device.open() runs before the kernels are loaded (an asynchronous read): the check runs at the end of the
+    // loadKernels() that loads them.
+    deferSanityCheck(device, sanityCheck);
     return;
   }
   const ones = new Float32Array(ROWS * D).fill(1);

@@ -1,14 +1,12 @@
 /**
- * The precompiled norm module, loaded once per device (the embedded fatbin on CUDA, the device's code object on
- * HIP), with prepared kernels, and the device limits the plan uses. The one place that tells backends apart.
+ * The precompiled norm module of a device: loaded by loadKernels() from the image of the device's own architecture
+ * (ops/images.ts), with prepared kernels, and the device limits the plan uses. The one place that tells backends apart.
  */
-import { NORM_FATBIN } from "../precompiled/norm_cuda.ts";
-import { decodeBase64 } from "../runtime/base64.ts";
 import type { Device } from "../runtime/device.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
-import { hipCodeObject, hsacoTarget, loadHipCodeObjects } from "./hip_module.ts";
+import { imageChoice, imageSets, kernelImage, type KernelImageSet } from "./images.ts";
 import type { PlanLimits } from "./plan.ts";
 import type { BwdLimits } from "./plan_bwd.ts";
 
@@ -19,37 +17,77 @@ export const NORM_FWD_ARGS: readonly ArgType[] = [
   "i32", "i32", "i32", //                       tpr, nv, prefetch (from the plan)
 ];
 
-let fatbin: Uint8Array | undefined;
-function fatbinBytes(): Uint8Array {
-  // Decoded once per process; embedded as base64 so that importing by URL needs no file reads.
-  return (fatbin ??= decodeBase64(NORM_FATBIN));
+/** Options of loadKernels. */
+export interface LoadKernelsOptions {
+  /**
+   * Images beyond the SASS normkit ships (sm_80, sm_90), searched first: `await import("@normkit/ptx")` for GPUs
+   * newer than sm_90, `await import("@normkit/hip")` for AMD GPUs, or a KernelImageSet of your own (a bundle's).
+   */
+  images?: KernelImageSet | readonly KernelImageSet[];
 }
 
-/** The image of the norm module for `device`'s backend and target. */
-function moduleImage(device: Device): Uint8Array {
-  switch (device.backend) {
-    case "cuda":
-      return fatbinBytes();
-    case "hip":
-      return hipCodeObject(hsacoTarget(device.info));
-    default:
-      throw new UnsupportedError(`the ${device.backend} backend has no kernel module`);
+// The image each device's module was loaded from: kept outside device.cache, which device.recover() clears, so
+// that the module comes back (synchronously) after a recovery without another loadKernels().
+const loadedImages = new WeakMap<Device, Uint8Array>();
+// A sanity check Device.open() could not run before the kernels were loaded (ops/diag_sanity.ts puts it here).
+const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
+
+/**
+ * Makes the norm kernels of `device` ready: reads the image of the device's own architecture (SASS sm_80 for
+ * compute capability 8.x, SASS sm_90 for 9.x, the PTX of `@normkit/ptx` for newer GPUs, the code object of
+ * `@normkit/hip` for an AMD GPU) and loads it; then runs the sanity check Device.open() deferred. Needed once per
+ * GPU device before the first norm (a norm before it throws UnsupportedError); a no-op on the CPU and when
+ * already loaded. Reading needs --allow-read under Deno for a local copy, --allow-net for one imported by URL or
+ * from JSR (docs/loading.md).
+ *
+ * @example
+ * ```ts
+ * using dev = Device.open();
+ * await loadKernels(dev);                                              // CUDA sm_80/sm_90, or CPU
+ * await loadKernels(dev, { images: await import("@normkit/hip") });    // AMD GPUs
+ * ```
+ */
+export async function loadKernels(device: Device, options?: LoadKernelsOptions): Promise<void> {
+  if (options !== undefined && (typeof options !== "object" || options === null)) {
+    throw new ArgumentError("options", "an object { images? }", options);
+  }
+  imageSets(options?.images); // refuses a bad option on the CPU too
+  if (device.backend === "cpu" || normModuleLoaded(device)) return;
+  loadNormModule(device, await kernelImage(device, options)); // nothing if a concurrent call loaded it meanwhile
+  const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;
+  if (pending) {
+    device.cache.delete(PENDING_SANITY_KEY);
+    try {
+      pending(device);
+    } catch (e) {
+      // A module that fails the check is not kept: the norms refuse to run rather than give wrong results.
+      (device.cache.get(MODULE_KEY) as Module).close();
+      device.cache.delete(MODULE_KEY);
+      loadedImages.delete(device);
+      throw e;
+    }
   }
 }
 
 /**
- * Makes the norm kernels of `device` ready: on HIP imports the AMD code objects (on demand, so that CUDA and CPU
- * users never load them) and loads the device's; on CUDA loads the fatbin now rather than at the first launch;
- * nothing on the CPU. Needed once per HIP device before layerNorm/rmsNorm; harmless anywhere.
+ * @internal Loads `image` (what kernelImage(device) reads) as `device`'s norm module, synchronously, unless one is
+ * loaded: loadKernels' last step, and for tests whose workflows are synchronous (the fault-injection sweep).
  */
-export async function loadKernels(device: Device): Promise<void> {
-  if (device.backend === "cpu") return;
-  // Refuse an unsupported AMD target before importing 5.3 MB for nothing.
-  if (device.backend === "hip") {
-    hsacoTarget(device.info);
-    await loadHipCodeObjects();
-  }
-  normModule(device);
+export function loadNormModule(device: Device, image: Uint8Array): void {
+  if (normModuleLoaded(device)) return;
+  device.cache.set(MODULE_KEY, device.loadModule(image));
+  loadedImages.set(device, image);
+}
+
+/** Whether `device`'s norm module is loaded (on the CPU: there is none to load). */
+export function normModuleLoaded(device: Device): boolean {
+  const mod = device.cache.get(MODULE_KEY) as Module | undefined;
+  return device.backend === "cpu" || (mod !== undefined && !mod.closed);
+}
+
+/** @internal ops/diag_sanity.ts: run `check` at the end of the loadKernels() that loads `device`'s module. */
+export function deferSanityCheck(device: Device, check: (d: Device) => void): void {
+  device.cache.set(PENDING_SANITY_KEY, check);
 }
 
 /** The device limits the launch plan depends on. Clusters are an NVIDIA (sm_90+) feature: ccMajor 0 elsewhere. */
@@ -80,11 +118,22 @@ export function bwdPlanLimits(device: { readonly backend: string; readonly info:
 /** The device-cache key of the norm module (normModule). */
 export const MODULE_KEY = "normkit.norm.module";
 
-/** The norm module of `device`, loaded on first use and closed with the device. */
+/**
+ * The norm module of `device`: the one loadKernels() loaded (again from the same image after device.recover());
+ * UnsupportedError saying to call it when it has not run for this device.
+ */
 export function normModule(device: Device): Module {
   let mod = device.cache.get(MODULE_KEY) as Module | undefined;
   if (!mod || mod.closed) {
-    mod = device.loadModule(moduleImage(device));
+    const image = loadedImages.get(device);
+    if (!image) {
+      imageChoice(device); // a device normkit has no image for: say so rather than "not loaded"
+      throw new UnsupportedError(
+        `the norm kernels of ${device.info.name} are not loaded: \`await loadKernels(dev)\` once after Device.open() ` +
+          `(docs/loading.md)`,
+      );
+    }
+    mod = device.loadModule(image);
     device.cache.set(MODULE_KEY, mod);
   }
   return mod;
@@ -117,8 +166,9 @@ export function dependentLaunchByDefault(name: string): boolean {
 }
 
 /**
- * Whether the code the fatbin gives `device` has the griddepcontrol instructions: only the sm_90 SASS does
- * (the sm_80 SASS that runs on 8.x, and the compute_80 PTX that newer GPUs JIT-compile, do not).
+ * Whether normkit launches with programmatic dependent launch on `device`: where the sm_90 SASS runs (compute
+ * capability 9.0; the sm_80 SASS has no griddepcontrol instructions). The compute_90 PTX that newer GPUs
+ * JIT-compile has them, but dependent launch has been measured on 9.0 only, so it stays off there.
  */
 export function dependentLaunchSupported(device: { readonly backend: string; readonly info: DeviceInfo }): boolean {
   const [major, minor] = device.info.computeCapability;

@@ -31,7 +31,7 @@ export interface OpenOptions {
    */
   sanityCheck?: boolean;
   /**
-   * Check mode (seed 002 §4.4): after every norm call, count the non-finite values and take the abs-max of
+   * Check mode: after every norm call, count the non-finite values and take the abs-max of
    * input and output on the device, and report them (`device.lastCheck`, and to the callback if one is
    * given). Each checked call synchronizes its stream: for debugging, not for speed. Default false.
    */

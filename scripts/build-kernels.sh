@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# Build the precompiled NVIDIA kernels from kernels/ into precompiled/.
+# Build the precompiled NVIDIA kernels from kernels/ into precompiled/ (and packages/ptx/).
 #
-#   bash scripts/build-kernels.sh          # rebuild precompiled/norm.ptx.gz, norm_cuda.ts, norm_fatbin.json (and norm.fatbin)
+#   bash scripts/build-kernels.sh          # rebuild the images and norm_cuda.ts (and the combined norm.fatbin)
 #   bash scripts/build-kernels.sh --check  # rebuild into a temp dir; exit 1 naming any stale file
-#   bash scripts/build-kernels.sh --modules-only  # rewrite norm_cuda.ts and norm_fatbin.json from the existing
+#   bash scripts/build-kernels.sh --modules-only  # rewrite the images and modules from the existing
 #                                          # precompiled/norm.fatbin, compiling nothing (after a full build, when only
 #                                          # the modules' layout changed; --check still rebuilds everything)
 #
-# Outputs (all generated; never edit them by hand):
-#   precompiled/norm.ptx.gz  PTX for compute_80 (JIT fallback for any GPU >= sm_80), gzip -9n: 11 MB of
-#                            text would crowd the 64 MiB a GPU-host call may carry
-#   precompiled/norm.fatbin  SASS for sm_80 and sm_90, plus PTX for compute_90; not committed (.gitignore):
-#                            norm_cuda.ts holds the same bytes, and scripts/fatbin.sh writes them back out
-#   precompiled/norm_cuda.ts the source hash, the kernel names, and NORM_FATBIN from norm_fatbin.json
-#   precompiled/norm_fatbin.json  the fatbin as a base64 string (a JSON module: Deno and Bun import a 9 MB JSON
-#                            string in about half the time of the same string in a .ts module)
+# Outputs (all generated; never edit them by hand), one image per architecture so that a device reads only its own
+# (docs/loading.md):
+#   precompiled/norm_sm80.fatbin     SASS for sm_80 (serves compute capability 8.x)
+#   precompiled/norm_sm90.fatbin     SASS for sm_90
+#   packages/ptx/norm_compute90.fatbin  PTX for compute_90 (JIT-compiled on GPUs newer than sm_90): the package
+#                                    @normkit/ptx, published on its own
+#   precompiled/norm_cuda.ts         the source hash, the kernel names, and where the images are (no image bytes)
+#   packages/ptx/build.ts            the source hash the PTX was compiled from
+#   precompiled/norm.fatbin          the three entries in one fatbin, as nvcc wrote it: not committed (.gitignore);
+#                                    the images above are its entries, byte for byte, each behind a fatbin header of
+#                                    its own (split_fatbin), and scripts/fatbin.sh puts them back together
 #
 # Kernel names: the extern "C" NK_GLOBAL kernels written out in kernels/norm.cu, then the generated
 # fast forward kernels nk_{ln|rms}_{rows|block|cluster|wide|latency|stash}_{tin}_{tout}_{tw} and nk_ln_{blockfull|clusterfull|rowstwopass}_*, nk_{ln|rms}_rowstile_*, one set per X(tin, tout, tw)
-# line of NK_FWD_DTYPES in kernels/norm.cu; the list must equal the PTX's .entry set exactly.
+# line of NK_FWD_DTYPES in kernels/norm.cu; the list must equal the .entry set of a compute_80 PTX compile exactly
+# (an intermediate, not kept: tests/unit/kernel_images.test.ts checks the names in the SASS images' symbol tables).
 # The PTX and fatbin compiles run concurrently (about 8 minutes on 2 cores for the 368 kernels; twice, with the
 # reproducibility check below).
 #
@@ -40,9 +44,11 @@ HASHED_REL=(
   kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh kernels/fwd_common.cuh kernels/fwd_row_cache.cuh kernels/fwd_rows.cuh kernels/fwd_block.cuh kernels/fwd_cluster.cuh kernels/fwd_wide.cuh kernels/fwd_stash.cuh
   kernels/diag.cuh kernels/norm_bwd.cuh kernels/bwd_common.cuh kernels/bwd_cached.cuh kernels/bwd_wide.cuh kernels/bwd_rowsum_tile.cuh kernels/bwd_finalize.cuh)
 OUT_REL="precompiled"
-GENERATED=(norm.ptx.gz norm.fatbin norm_cuda.ts norm_fatbin.json)
-# What --check compares with the committed files: the fatbin through its base64 copy in norm_fatbin.json.
-COMMITTED=(norm.ptx.gz norm_cuda.ts norm_fatbin.json)
+# Generated files, by path from the repository root; the build writes each to OUTDIR/<its base name>.
+# What --check compares with the committed files: all but the combined fatbin (its entries are the images).
+COMMITTED=(precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin precompiled/norm_cuda.ts
+  packages/ptx/norm_compute90.fatbin packages/ptx/build.ts)
+GENERATED=(precompiled/norm.fatbin "${COMMITTED[@]}")
 
 MAX_SPILL=96
 MODE=build
@@ -50,7 +56,7 @@ case "${1:-}" in
   "") ;;
   --check) MODE=check ;;
   --modules-only) MODE=modules ;;
-  -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
   *) echo "build-kernels: unknown argument '$1' (use --check, --modules-only or nothing)" >&2; exit 2 ;;
 esac
 
@@ -87,7 +93,7 @@ build() {
     [[ -n "$quiet" ]] || cat "$out/ptx.log" "$out/ptxas.log" >&2
     # Spills: the register caps (64 per thread, for occupancy) leave a few LN kernels a few words
     # short; up to MAX_SPILL bytes per kernel are accepted: on the H200 these kernels ran faster than
-    # the spill-free 106-register ones (LN bf16 D=4096: 82% -> 93% of copy, bench/RESULTS.md).
+    # the spill-free 106-register ones (LN bf16 D=4096: 82% -> 93% of copy, bench/README.md).
     # More is a build error.
     local worst
     worst="$(grep -oE '[0-9]+ bytes spill stores' "$out/ptxas.log" | grep -oE '^[0-9]+' | sort -n | tail -1)"
@@ -124,8 +130,47 @@ build() {
   fi
   grep -q '^\.target sm_80$' "$out/norm.ptx" || { echo "build-kernels: norm.ptx is not .target sm_80" >&2; exit 1; }
   check_fatbin "$out" "$quiet"
+  split_fatbin "$out"
   write_modules "$out" "$names"
-  gzip -9 -n -c "$out/norm.ptx" >"$out/norm.ptx.gz"  # -n: no name or time stamp, so the bytes reproduce
+  rm -f "$out/norm.ptx"
+}
+
+# le BYTES VALUE: VALUE as BYTES little-endian bytes (printf escapes).
+le() {
+  local n=$1 v=$2 i
+  for ((i = 0; i < n; i++)); do printf '\\x%02x' $(((v >> (8 * i)) & 255)); done
+}
+# u FILE OFFSET BYTES: the unsigned little-endian integer at OFFSET.
+u() { od -An -t "u$3" -j "$2" -N "$3" "$1" | tr -d ' '; }
+
+# split_fatbin OUTDIR: OUTDIR/norm.fatbin's entries, each as a fatbin of its own (the 16-byte fatbin header
+# {u32 magic 0xBA55ED50, u16 version 1, u16 header size 16, u64 size of what follows}, then the entry's header and
+# payload unchanged: still compressed, loaded and inflated by the driver): norm_sm80.fatbin, norm_sm90.fatbin and
+# norm_compute90.fatbin. Entry header: u16 kind (1 PTX, 2 SASS) at +0, u32 header size at +4, u64 payload size at
+# +8, u32 arch at +28.
+split_fatbin() {
+  local out=$1 f="$1/norm.fatbin" total off end kind ehs size arch name seen=""
+  [[ "$(u "$f" 0 4)" == $((0xBA55ED50)) && "$(u "$f" 6 2)" == 16 ]] || { echo "build-kernels: $f: not a fatbin" >&2; exit 1; }
+  total=$(stat -c %s "$f")
+  end=$((16 + $(u "$f" 8 8)))
+  ((end == total)) || { echo "build-kernels: $f: size field $end != file size $total" >&2; exit 1; }
+  off=16
+  while ((off < end)); do
+    kind=$(u "$f" "$off" 2); ehs=$(u "$f" $((off + 4)) 4); size=$(u "$f" $((off + 8)) 8); arch=$(u "$f" $((off + 28)) 4)
+    case "$kind" in
+      1) name="norm_compute${arch}.fatbin" ;;
+      2) name="norm_sm${arch}.fatbin" ;;
+      *) echo "build-kernels: $f: entry of kind $kind at $off" >&2; exit 1 ;;
+    esac
+    {
+      printf "$(le 4 $((0xBA55ED50)))$(le 2 1)$(le 2 16)$(le 8 $((ehs + size)))"
+      dd if="$f" iflag=skip_bytes,count_bytes skip="$off" count=$((ehs + size)) bs=1M status=none
+    } >"$out/$name"
+    seen+=" $name"
+    off=$((off + ehs + size))
+  done
+  [[ "$seen" == " norm_sm80.fatbin norm_sm90.fatbin norm_compute90.fatbin" ]] ||
+    { echo "build-kernels: $f holds$seen (expected SASS sm_80, sm_90 and PTX compute_90, in that order)" >&2; exit 1; }
 }
 
 # The kernel names, from the source alone: every extern "C" NK_GLOBAL function, in source order, then the generated ones.
@@ -176,7 +221,7 @@ check_fatbin() {
   fi
 }
 
-# write_modules OUTDIR NAMES: norm_cuda.ts and norm_fatbin.json for OUTDIR/norm.fatbin.
+# write_modules OUTDIR NAMES: norm_cuda.ts and the PTX package's build.ts for the images in OUTDIR.
 write_modules() {
   local out="$1" names="$2"
   local sha
@@ -186,9 +231,8 @@ write_modules() {
     echo "// Source: ${HASHED_REL[*]}; sha256 of them concatenated in that order:"
     echo "//   $sha"
     echo "// Compiler: $NVCC_VERSION"
-    echo "// PTX:         precompiled/norm.ptx.gz nvcc ${NVCC_FLAGS[*]} ${PTX_FLAGS[*]} (gzip -9n)"
-    echo "// NORM_FATBIN: precompiled/norm.fatbin nvcc ${NVCC_FLAGS[*]} ${FATBIN_FLAGS[*]}"
-    echo "//              (SASS sm_80 + sm_90, PTX compute_90)"
+    echo "// Images: nvcc ${NVCC_FLAGS[*]} ${FATBIN_FLAGS[*]},"
+    echo "//   one fatbin per entry: norm_sm80.fatbin (SASS), norm_sm90.fatbin (SASS), packages/ptx/norm_compute90.fatbin (PTX)"
     echo ""
     echo "/** The kernel sources, in the order NORM_SOURCE_SHA256 hashes them (paths from the repository root). */"
     echo "export const NORM_SOURCE_FILES: readonly string[] = Object.freeze(["
@@ -200,7 +244,7 @@ write_modules() {
     echo "export const NORM_SOURCE_SHA256: string ="
     echo "  \"$sha\";"
     echo ""
-    echo "/** The extern \"C\" kernels in both images: the hand-written ones in source order, then"
+    echo "/** The extern \"C\" kernels in every image: the hand-written ones in source order, then"
     echo " *  nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw} per dtype triple, then the backward"
     echo " *  nk_{ln|rms}_bwd_{cached|wide|rowsum|tile|cluster}_{tx}_{tdy}_{tw} per B(...) triple (kernels/README.md). */"
     echo "export const NORM_KERNELS: readonly string[] = Object.freeze(["
@@ -208,19 +252,25 @@ write_modules() {
     for n in $names; do echo "  \"$n\","; done
     echo "]);"
     echo ""
-    echo "/** precompiled/norm.fatbin as base64: SASS for sm_80 and sm_90, PTX for compute_90 (compressed entries), from"
-    echo " *  norm_fatbin.json. (precompiled/norm.ptx.gz, compute_80 PTX for JIT elsewhere, is a file only: 11 MB of text is"
-    echo " *  too much to embed.) */"
-    echo "export const NORM_FATBIN: string = fatbin;"
-  } >"$out/norm_cuda.ts.body"
+    echo "/** Where the SASS images this package ships are, by target: files beside this module, read by loadKernels() for"
+    echo " *  the device's own target only (importing this module reads none). Each is a fatbin of one compressed entry. */"
+    echo "export const NORM_CUDA_IMAGES: Readonly<Record<string, { readonly href: string }>> = Object.freeze({"
+    echo "  sm_80: new URL(\"./norm_sm80.fatbin\", import.meta.url),"
+    echo "  sm_90: new URL(\"./norm_sm90.fatbin\", import.meta.url),"
+    echo "});"
+  } >"$out/norm_cuda.ts"
   {
     echo "// GENERATED by scripts/build-kernels.sh. DO NOT EDIT: run \`bash scripts/build-kernels.sh\`."
-    echo "import fatbin from \"./norm_fatbin.json\" with { type: \"json\" };"
-    tail -n +2 "$out/norm_cuda.ts.body"
-  } >"$out/norm_cuda.ts"
-  rm -f "$out/norm_cuda.ts.body"
-  echo "\"$(base64 -w0 "$out/norm.fatbin")\"" >"$out/norm_fatbin.json"
+    echo "// Compiler: $NVCC_VERSION"
+    echo ""
+    echo "/** sha256 of the kernel sources norm_compute90.fatbin was compiled from: loadKernels() takes these images only"
+    echo " *  for a normkit of the same NORM_SOURCE_SHA256. */"
+    echo "export const sourceSha256: string = \"$sha\";"
+  } >"$out/build.ts"
 }
+
+# dest REL: where the generated file REL (a path from the repository root) lies in a build directory.
+dest() { basename "$1"; }
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/normkit-kernels.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
@@ -228,9 +278,10 @@ trap 'rm -rf "$TMP"' EXIT
 if [[ "$MODE" == modules ]]; then
   [[ -f "$ROOT/$OUT_REL/norm.fatbin" ]] || { echo "build-kernels --modules-only: no $OUT_REL/norm.fatbin (run a full build)" >&2; exit 1; }
   cp "$ROOT/$OUT_REL/norm.fatbin" "$TMP/norm.fatbin"
+  split_fatbin "$TMP"
   write_modules "$TMP" "$(kernel_names)"
-  cp "$TMP/norm_cuda.ts" "$TMP/norm_fatbin.json" "$ROOT/$OUT_REL/"
-  echo "build-kernels: wrote $OUT_REL/norm_cuda.ts and $OUT_REL/norm_fatbin.json from $OUT_REL/norm.fatbin (nothing compiled)" >&2
+  for f in "${COMMITTED[@]}"; do cp "$TMP/$(dest "$f")" "$ROOT/$f"; done
+  echo "build-kernels: wrote ${COMMITTED[*]} from $OUT_REL/norm.fatbin (nothing compiled)" >&2
   exit 0
 fi
 
@@ -238,8 +289,8 @@ if [[ "$MODE" == check ]]; then
   build "$TMP" quiet
   stale=()
   for f in "${COMMITTED[@]}"; do
-    if [[ ! -f "$ROOT/$OUT_REL/$f" ]]; then stale+=("$OUT_REL/$f (missing)")
-    elif ! cmp -s "$TMP/$f" "$ROOT/$OUT_REL/$f"; then stale+=("$OUT_REL/$f"); fi
+    if [[ ! -f "$ROOT/$f" ]]; then stale+=("$f (missing)")
+    elif ! cmp -s "$TMP/$(dest "$f")" "$ROOT/$f"; then stale+=("$f"); fi
   done
   if ((${#stale[@]})); then
     echo "build-kernels --check: STALE precompiled output (does not match a rebuild of kernels/):" >&2
@@ -248,7 +299,7 @@ if [[ "$MODE" == check ]]; then
     if [[ -n "$recorded" && "$recorded" != "$NVCC_VERSION" ]]; then
       echo "  note: committed files were built with '$recorded', this nvcc is '$NVCC_VERSION'" >&2
     fi
-    echo "Fix: run 'bash scripts/build-kernels.sh' and commit precompiled/." >&2
+    echo "Fix: run 'bash scripts/build-kernels.sh' and commit precompiled/ and packages/ptx/." >&2
     exit 1
   fi
   echo "build-kernels --check: precompiled/ is up to date (${COMMITTED[*]})"
@@ -260,8 +311,8 @@ build "$TMP"
 mkdir "$TMP/again"
 build "$TMP/again" quiet
 for f in "${GENERATED[@]}"; do
-  cmp -s "$TMP/$f" "$TMP/again/$f" || { echo "build-kernels: $f is not reproducible (two builds differ)" >&2; exit 1; }
+  cmp -s "$TMP/$(dest "$f")" "$TMP/again/$(dest "$f")" ||
+    { echo "build-kernels: $f is not reproducible (two builds differ)" >&2; exit 1; }
 done
-mkdir -p "$ROOT/$OUT_REL"
-for f in "${GENERATED[@]}"; do cp "$TMP/$f" "$ROOT/$OUT_REL/$f"; done
-echo "build-kernels: wrote ${GENERATED[*]/#/$OUT_REL/} (reproducible: two builds identical)" >&2
+for f in "${GENERATED[@]}"; do mkdir -p "$(dirname "$ROOT/$f")"; cp "$TMP/$(dest "$f")" "$ROOT/$f"; done
+echo "build-kernels: wrote ${GENERATED[*]} (reproducible: two builds identical)" >&2

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Writes the CUDA fatbin that precompiled/norm_cuda.ts embeds (NORM_FATBIN: base64, from norm_fatbin.json) as a
-# file, for the C programs in bench/ (launch_c, latency_c, coldstart_c). The fatbin is not committed as a file of its
-# own: it would travel twice in every GPU-host call (the call carries at most 64 MiB), and norm_fatbin.json holds the
-# same bytes (scripts/build-kernels.sh --check compares them with a rebuild; tests/unit/precompiled.test.ts checks this
-# script's output against NORM_FATBIN).
+# Writes one CUDA fatbin holding all three precompiled images (SASS sm_80, SASS sm_90, PTX compute_90), for the C
+# programs in bench/ that load "the" module on any GPU (launch_c, latency_c). It is what nvcc wrote before
+# scripts/build-kernels.sh split it into one file per entry: each image is a fatbin of one entry (16-byte fatbin
+# header, then the entry), so the combined file is a fatbin header followed by the three entries, byte for byte
+# (tests/unit/kernel_images.test.ts checks this). bench/coldstart_c loads a per-architecture image instead.
 #   bash scripts/fatbin.sh [out]        # default: precompiled/norm.fatbin
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-precompiled/norm.fatbin}
-b64=$(sed -E 's/^"([A-Za-z0-9+\/=]+)"$/\1/' precompiled/norm_fatbin.json)
-[[ -n "$b64" && "$b64" != *'"'* ]] || { echo "fatbin.sh: no base64 string in precompiled/norm_fatbin.json" >&2; exit 1; }
-base64 -d <<<"$b64" >"$out.tmp"
+parts=(precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin packages/ptx/norm_compute90.fatbin)
+size=0
+for p in "${parts[@]}"; do
+  [[ -f "$p" ]] || { echo "fatbin.sh: $p is missing (bash scripts/build-kernels.sh)" >&2; exit 1; }
+  size=$((size + $(stat -c %s "$p") - 16))
+done
+le() { local n=$1 v=$2 i; for ((i = 0; i < n; i++)); do printf '\\x%02x' $(((v >> (8 * i)) & 255)); done; }
+{
+  printf "$(le 4 $((0xBA55ED50)))$(le 2 1)$(le 2 16)$(le 8 "$size")"
+  for p in "${parts[@]}"; do dd if="$p" iflag=skip_bytes skip=16 bs=1M status=none; done
+} >"$out.tmp"
 mv "$out.tmp" "$out"

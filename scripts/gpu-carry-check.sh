@@ -14,13 +14,12 @@ check() { # name, bytes, limit in bytes
 }
 size() { local n=0 f; for f in "$@"; do [ -f "$f" ] && n=$((n + $(wc -c < "$f"))); done; echo "$n"; }
 
-# precompiled/'s share: 64 MiB less Bun's runtime (about 37 MiB compressed) and the rest of the tree.
-check "precompiled/ (the modules that travel)" \
-  "$(size precompiled/norm_cuda.ts precompiled/norm_fatbin.json precompiled/norm.ptx.gz precompiled/norm_hip.ts precompiled/norm_hsaco.json)" \
+# The kernel images' share: 64 MiB less Bun's runtime (about 37 MiB compressed) and the rest of the tree.
+check "kernel images (precompiled/, packages/)" \
+  "$(size precompiled/norm_cuda.ts precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin \
+    packages/ptx/norm_compute90.fatbin packages/hip/norm_gfx90a.hsaco.gz packages/hip/norm_gfx942.hsaco.gz \
+    packages/hip/norm_gfx1100.hsaco.gz)" \
   $((49 * MiB / 2))
-# The fatbin travels as base64 (4/3 of it) in norm_fatbin.json.
-fatbin=$(( $(tr -cd 'A-Za-z0-9+/' < precompiled/norm_fatbin.json | wc -c) * 3 / 4 ))
-check "fatbin (decoded from norm_fatbin.json)" "$fatbin" $((7 * MiB))
 
 # The whole call: the files git would copy (tracked and untracked, not ignored) and the runtimes in .rt/; without git
 # (on the GPU host), every file but node_modules/.

@@ -31,7 +31,7 @@ grep -E '^#|FAILED|fail|error|passed|pass$|skip' "$OUT/tests-latency-$rt.txt" | 
 echo "== cold start ($rt)"
 timeout 300 "${run[@]}" bench/coldstart.ts --runs 5 --json "$OUT/coldstart-$rt.json" 2>&1 | tee "$OUT/coldstart-$rt.txt" || status=1
 
-bash scripts/fatbin.sh || status=1  # precompiled/norm.fatbin for the C side, from norm_fatbin.json
+bash scripts/fatbin.sh || status=1  # precompiled/norm.fatbin for the C side, joined from the per-architecture images
 bash bench/build-c.sh || status=1
 # Programmatic dependent launch on (the default on sm_90) and off: TS and C make the same launches each time.
 for pdl in on off; do

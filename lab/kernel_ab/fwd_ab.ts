@@ -11,7 +11,7 @@
 import process from "node:process";
 import { readFileSync } from "node:fs";
 import { type Kernel, LaunchConfig, type Module } from "../../gpu.ts";
-import type { DType } from "../../mod.ts";
+import { type DType, loadKernels } from "../../mod.ts";
 import { NORM_FWD_ARGS, planLimits } from "../../ops/kernels.ts";
 import { fwdFull, type LaunchPlan, planNorm } from "../../ops/plan.ts";
 import { decode } from "../../runtime/dtype.ts";
@@ -33,6 +33,7 @@ const DTYPES = opt("--dtypes", "bf16,f16").split(",") as DType[];
 const DS = opt("--ds", "1024,4096,16384,65536,131072").split(",").map(Number);
 
 using dev = openCuda("lab/kernel_ab/fwd_ab.ts");
+await loadKernels(dev);
 using held = new DisposableStack();
 const modules: Module[] = paths.map((p) => held.use(dev.loadModule(readFileSync(p))));
 using timer = deviceTimer(dev, 30);

@@ -7,13 +7,14 @@
  *   compute-sanitizer --tool racecheck --kernel-name kns=stash bun lab/ncu/profile_one.ts layer f32 65536 forward 137
  */
 import process from "node:process";
-import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward } from "../../mod.ts";
+import { Device, type DType, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, loadKernels } from "../../mod.ts";
 
 const [kind = "layer", dtype = "bf16", dArg = "4096", pass = "forward", rowsArg] = process.argv.slice(2);
 const d = Number(dArg);
 const rows = rowsArg ? Number(rowsArg) : Math.ceil(2 ** 30 / (2 * d * (dtype === "f32" ? 4 : 2)));
 if (!Number.isInteger(rows) || rows < 1) throw new Error(`rows: a positive integer, not ${rowsArg}`);
 using dev = Device.open({ backend: "cuda" });
+await loadKernels(dev);
 using x = dev.empty([rows, d], { dtype: dtype as DType });
 using y = dev.empty([rows, d], { dtype: dtype as DType });
 x.buffer.fill32(0x3f803f80); // 1.0039 as bf16 pairs / a finite f16 pair / ~1.0 as f32: not zeros

@@ -5,14 +5,15 @@
  * Skipped, with the reason, without a CUDA device.
  */
 import assert from "node:assert/strict";
-import { ArgumentError, cpuNormForward, Device, rmsNorm, Tensor } from "../../mod.ts";
+import { ArgumentError, cpuNormForward, Device, loadKernels, rmsNorm, Tensor } from "../../mod.ts";
 import { CUDA_SYMBOLS } from "../../ffi/cuda.ts";
 import { openLibrary } from "../../ffi/library.ts";
 import { ffi } from "../../ffi/runtime.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 
-gpuTest("interop: a cuMemAlloc'd x and out and a cuStreamCreate'd stream run a norm; closing frees nothing", () => {
+gpuTest("interop: a cuMemAlloc'd x and out and a cuStreamCreate'd stream run a norm; closing frees nothing", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   dev.synchronize(); // makes the device's (primary) context current on this thread for the raw calls below
   const cu = openLibrary("libcuda.so.1", "NORMKIT_CUDA_LIB", CUDA_SYMBOLS).symbols;
   const out = new BigUint64Array(1);

@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import process from "node:process";
-import { Device, layerNorm } from "../../mod.ts";
+import { Device, layerNorm, loadKernels } from "../../mod.ts";
 import { gpuTest } from "../fixtures/helpers.ts";
 import { tinyFatbin } from "../fixtures/tiny_module.ts";
 
@@ -25,8 +25,9 @@ function collect(): void {
   else g.gc?.();
 }
 
-gpuTest(`leaks: ${CYCLES} create/dispose cycles of each resource kind leave device memory, host RSS and live count at baseline`, () => {
+gpuTest(`leaks: ${CYCLES} create/dispose cycles of each resource kind leave device memory, host RSS and live count at baseline`, async () => {
   using dev = Device.open({ backend: "cuda", sanityCheck: false });
+  await loadKernels(dev);
   const image = tinyFatbin();
   using x = dev.tensor(Float32Array.from({ length: 8 * 512 }, (_, i) => Math.sin(i)), [8, 512]);
   const kinds: [string, (i: number) => void][] = [

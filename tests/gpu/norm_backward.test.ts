@@ -5,7 +5,7 @@
  * modules, and bitwise determinism over 20 runs. Skipped, with the reason, when there is no CUDA device.
  */
 import assert from "node:assert/strict";
-import { Device, type DType, LayerNorm, layerNorm, RMSNorm, rmsNorm } from "../../mod.ts";
+import { Device, type DType, LayerNorm, layerNorm, RMSNorm, rmsNorm, loadKernels } from "../../mod.ts";
 import { ulpOf } from "../../runtime/dtype.ts";
 import { devicePlanBackward, launchBackward } from "../../ops/backward.ts";
 import { bwdFull, cachedShared, maxvBwd, smemDbias } from "../../ops/plan_bwd.ts";
@@ -45,14 +45,16 @@ function check(dev: Device, c: BwdCase, seen?: Set<string>): void {
 }
 
 for (const kind of ["layer", "rms"] as const) {
-  gpuTest(`${kind} backward: every dtype combination × D ∈ {1, 3, 127, 1000, 4097, 8192}`, () => {
+  gpuTest(`${kind} backward: every dtype combination × D ∈ {1, 3, 127, 1000, 4097, 8192}`, async () => {
     using dev = Device.open({ backend: "cuda" });
+    await loadKernels(dev);
     for (const [tx, tdy, tw] of COMBOS) {
       for (const d of [1, 3, 127, 1000, 4097, 8192]) check(dev, { kind, rows: d > 4000 ? 40 : 300, d, tx, tdy, tw });
     }
   });
-  gpuTest(`${kind} backward: long rows (cluster, wide, split), strided rows, accumulation, no affine`, () => {
+  gpuTest(`${kind} backward: long rows (cluster, wide, split), strided rows, accumulation, no affine`, async () => {
     using dev = Device.open({ backend: "cuda" });
+    await loadKernels(dev);
     const seen = new Set<string>();
     for (const [tx, tdy, tw] of [["f32", "f32", "f32"], ["bf16", "bf16", "bf16"], ["f16", "f32", "f32"]] as [DType, DType, DType][]) {
       check(dev, { kind, rows: 6, d: 65537, tx, tdy, tw }, seen);
@@ -88,9 +90,10 @@ for (const kind of ["layer", "rms"] as const) {
     const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
     assert.deepEqual([...seen].sort(), want, "mappings exercised");
   });
-  // Small and quick: what scripts/gpu-sanitize.sh runs the backward kernels with (SANITIZE_FILTER=/few rows/).
-  gpuTest(`${kind} backward: every mapping on a few rows`, () => {
+  // Small and quick: every mapping on a few rows (a short run, e.g. under compute-sanitizer with a test filter).
+  gpuTest(`${kind} backward: every mapping on a few rows`, async () => {
     using dev = Device.open({ backend: "cuda" });
+    await loadKernels(dev);
     const seen = new Set<string>();
     for (const c of [
       { rows: 64, d: 512 }, { rows: 9, d: 4100, pad: 4 }, { rows: 5, d: 20001 },
@@ -105,8 +108,9 @@ for (const kind of ["layer", "rms"] as const) {
     const want = dev.info.computeCapability[0] >= 9 ? ["cached", "cluster", "split", "wide"] : ["cached", "split", "wide"];
     assert.deepEqual([...seen].sort(), want, "mappings exercised");
   });
-  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and cluster; 16 CTAs at d 200000 and staged f32 rows on sm_90)`, () => {
+  gpuTest(`${kind} backward: 20 runs are bitwise identical (cached and cluster; 16 CTAs at d 200000 and staged f32 rows on sm_90)`, async () => {
     using dev = Device.open({ backend: "cuda" });
+    await loadKernels(dev);
     // (d 200000: 16 rows, about two per resident cluster of 16 CTAs, keeps the 20 runs' host checks short.)
     const cases: BwdCase[] = [256, 4096, 50000, 200000].map((d) => ({ kind, rows: d > 100000 ? 16 : d > 10000 ? 64 : 3000, d, tx: "bf16", tdy: "bf16", tw: "f32", seed: 99 }));
     // f32 rows of 65536 through the staged kernels (on sm_90; LN in its own geometry, 5 chunks per thread and the dbias
@@ -137,8 +141,9 @@ for (const kind of ["layer", "rms"] as const) {
 // against the float64 reference by the tests above (e.g. d 16384 and 24576, and 131072 on 16 CTAs) and, for the staged
 // plans in geometries of their own (RMS 16-bit in 128-thread CTAs, smallStagedCtas; LN f32 at 5 chunks per thread in
 // CTAs of <= 416 threads, lnF32Staged), here.
-gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for bit (sm_90)", () => {
+gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for bit (sm_90)", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const cases: [("layer" | "rms"), number, DType, DType, number][] = [
     ["layer", 65536, "f32", "f32", 40], ["layer", 12288, "bf16", "f32", 900], ["layer", 16384, "f16", "f16", 700],
     ["rms", 32768, "f32", "f32", 90], ["rms", 131072, "bf16", "bf16", 40], ["layer", 131072, "f32", "f32", 37],
@@ -228,8 +233,9 @@ gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for
 // 1e-4 * (1 + |cpu|).
 for (const kind of ["rms", "layer"] as const) {
   const what = kind === "rms" ? "RMSNorm module (zero-centred weight)" : "LayerNorm module (int8 per-channel weight, bias)";
-  gpuTest(`${what} on CUDA: y, dx and the accumulated gradients match the CPU device`, () => {
+  gpuTest(`${what} on CUDA: y, dx and the accumulated gradients match the CPU device`, async () => {
     using gpu = Device.open({ backend: "cuda" });
+    await loadKernels(gpu);
     using cpu = Device.open({ backend: "cpu" });
     const d = 2048, rows = 64;
     const xv = randoms(rows * d, 5, -2, 2), dyv = randoms(rows * d, 6, -1, 1), wv = randoms(d, 7, 0.5, 1.5);

@@ -12,7 +12,7 @@
  * Skipped, with the reason, when there is no CUDA device.
  */
 import assert from "node:assert/strict";
-import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor } from "../../mod.ts";
+import { cpuNormForward, Device, type DType, layerNorm, rmsNorm, type Tensor, loadKernels } from "../../mod.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "../../ops/kernels.ts";
 import { fwdFull, type LaunchPlan, type Mapping, planNorm, stagedShared, stagesParams, stashBuilt, stashShared, WIDE_MAX_ROW_BYTES } from "../../ops/plan.ts";
 import { LaunchConfig } from "../../runtime/module.ts";
@@ -154,8 +154,9 @@ function planOf(dev: Device, kind: Kind, rows: number, d: number, tin: DType, to
 const allMappings = (dev: Device): Mapping[] =>
   dev.info.computeCapability[0] === 9 ? ["block", "cluster", "latency", "rows", "stash", "wide"] : ["block", "latency", "rows", "wide"];
 
-gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance of float64", () => {
+gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance of float64", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const worst: Record<string, number> = {};
   const reached = new Set<Mapping>();
   // The kernels the cases launch (runCase): LayerNorm's block and cluster with both paths and the vector-only ones,
@@ -190,8 +191,9 @@ gpuTest("every dtype combination × LN/RMS × odd and even D: within tolerance o
   assert.deepEqual([...rmsKernels].sort(), rmsWant, "RMSNorm's kernels, the tile among them");
 });
 
-gpuTest("strided rows (random padding), no affine, huge D and many rows", () => {
+gpuTest("strided rows (random padding), no affine, huge D and many rows", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   let s = 5;
   const pad = (): number => (s = (s * 48271) % 2147483647) % 13;
   for (const [tin, tout, tw] of [["f32", "f32", "f32"], ["bf16", "bf16", "f32"], ["f16", "f32", "f16"]] as [DType, DType, DType][]) {
@@ -207,8 +209,9 @@ gpuTest("strided rows (random padding), no affine, huge D and many rows", () => 
   }
 });
 
-gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 relative error of float64", () => {
+gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 relative error of float64", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   // [d, rows]: a few rows of each mapping; a row per SM (132 on the H200) of 30000 (sm_90: a 1024-thread block, else
   // `wide`), of 70001 (past 128 KB: a cluster per row on a persistent cluster grid on sm_90), and of 140000 (past a
   // cluster of 8: LayerNorm's `wide`, one-pass statistics), asserted below.
@@ -237,13 +240,14 @@ gpuTest("stability: rows with mean 1e4 and std 1e-2 in f32 stay within 1e-3 rela
 // f32 49152 from a row per SM: `stash`; on fewer rows than SMs: the cluster (16-bit 49152: a 768-thread block).
 const shiftShapes = (sms: number): [number, number][] => [[300, 128], [300, 768], [270, 4096], [sms + 8, 20000], [sms + 1, 49152], [sms - 1, 49152]];
 
-gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, beside ordinary rows: within tolerance", () => {
+gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, beside ordinary rows: within tolerance", async () => {
   // The one-pass statistics (ONEPASS, kernels/norm_fwd.cuh) hold only while the shift k = x[0] is near the mean;
   // these rows (x[0] = 300, the rest in [-3, 3): |mean - k| from about 11 std at d = 128 to 136 at d = 49152) must take the centred second pass,
   // and every other row beside them in the same warp, block or cluster loop stays correct. Without that pass var loses
   // about log2(d) bits and rstd misses its 2e-6 tolerance (runCase checks y, mean and rstd; y and the mean with the
   // shift's own rounding allowed for, see runCase).
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const sms = dev.info.multiprocessors, cc9 = dev.info.computeCapability[0] === 9;
   const reached = new Set<Mapping>();
   for (const [tin, tout] of [["f32", "f32"], ["bf16", "bf16"], ["f16", "f32"]] as [DType, DType][]) {
@@ -258,12 +262,13 @@ gpuTest("LayerNorm rows whose first element (the shift) lies far from the rest, 
   assert.deepEqual([...reached].sort(), cc9 ? ["block", "cluster", "latency", "rows", "stash"] : ["block", "latency", "rows", "wide"]);
 });
 
-gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass sum of squares overflows, the centred one does not", () => {
+gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass sum of squares overflows, the centred one does not", async () => {
   // t = x - x[0] ≈ 1e19, so the one-pass sum of t^2 (d · 1e38) overflows f32 while the centred sum (x[0]'s own 1e38,
   // the rest about 1e32 each) and var (≈ 1e38 / d) stay finite: these rows must take the centred pass (ONEPASS's
   // finiteness test in kernels/norm_fwd.cuh); the other rows, all near 1e19, keep the one-pass statistics (in `rows`
   // those sharing a warp with an overflowing row take the centred pass too: the choice is a warp vote). 7 rows: `latency`.
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const sms = dev.info.multiprocessors;
   for (const tin of ["f32", "bf16"] as DType[]) {
     for (const [rows, d] of [[7, 8192], ...shiftShapes(sms)]) {
@@ -272,8 +277,9 @@ gpuTest("LayerNorm rows of about 1e19 with a first element of 0: the one-pass su
   }
 });
 
-gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (every mapping)", () => {
+gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (every mapping)", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const reached = new Set<Mapping>();
   // A few rows (latency), then 300 rows (rows, block) at the same D; clusters and wide (f32) for long rows; the `rows`
   // tile, whose warps hold 32 / n rows (n = 2, 16 chunks per row), where a row's NaN must not reach its neighbours.
@@ -306,12 +312,13 @@ gpuTest("a NaN row stays in its row; 100 repeated runs are bitwise identical (ev
   assert.deepEqual([...reached].sort(), allMappings(dev), "every mapping ran");
 });
 
-gpuTest("LayerNorm's 1024-thread-class blocks with weight/bias staged in shared memory (sm_90): whole and partial rows, weight or bias alone, neither", () => {
+gpuTest("LayerNorm's 1024-thread-class blocks with weight/bias staged in shared memory (sm_90): whole and partial rows, weight or bias alone, neither", async () => {
   // The plan gives these launches the staging slots (stagedShared). The kernel (nk_fwd_block_full) stages where the
   // launch also has weight and bias and every thread holds 8 whole chunks (D = 32768 f32, 65536 16-bit: the staged loop,
   // nk_fwd_block_staged); the other cases here (partial rows, weight or bias alone, neither) take its plain loop with
   // the slots given: both sides of that dispatch, against float64.
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const sms = dev.info.multiprocessors;
   const cc9 = dev.info.computeCapability[0] === 9;
   let staged = 0;
@@ -340,11 +347,12 @@ gpuTest("LayerNorm's 1024-thread-class blocks with weight/bias staged in shared 
   if (cc9) assert.ok(staged >= 4, `the f32 cases ran staged (${staged})`);
 });
 
-gpuTest("rows of 1024 × 9–16 chunks in one block, part in shared memory (`stash`, sm_90): geometries, dtypes, weight/bias or none, unaligned rows", () => {
+gpuTest("rows of 1024 × 9–16 chunks in one block, part in shared memory (`stash`, sm_90): geometries, dtypes, weight/bias or none, unaligned rows", async () => {
   // nk_fwd_stash (kernels/norm_fwd.cuh): 8 chunks per thread in registers, the rest (2, 4 or 8 here) in shared memory.
   // Unaligned rows (pad 1 f32 / 3 16-bit elements) are not FULL: the same kernel runs `wide`'s masked loop. Every case
   // against float64 (runCase: y, mean, rstd; with and without stats), with more rows than SMs (a block per row).
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const sms = dev.info.multiprocessors;
   const cc9 = dev.info.computeCapability[0] === 9;
   let ran = 0;
@@ -379,8 +387,9 @@ gpuTest("rows of 1024 × 9–16 chunks in one block, part in shared memory (`sta
   if (cc9) assert.equal(ran, 2 * cases.length);
 });
 
-gpuTest("in place (out: x) for every mapping", () => {
+gpuTest("in place (out: x) for every mapping", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const reached = new Set<Mapping>();
   const sms = dev.info.multiprocessors;
   // RMSNorm through every mapping (300 x 64: its tile, asserted below); LayerNorm through `latency` (4 rows; its one-pass statistics, vector and masked
@@ -418,8 +427,9 @@ gpuTest("in place (out: x) for every mapping", () => {
   assert.deepEqual([...reached].sort(), allMappings(dev), "every mapping ran in place");
 });
 
-gpuTest("L2 prefetch ahead (rows, block; back-to-back and strided rows): within tolerance of float64, and bitwise equal to the launch without it", () => {
+gpuTest("L2 prefetch ahead (rows, block; back-to-back and strided rows): within tolerance of float64, and bitwise equal to the launch without it", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const hopper = planLimits(dev).ccMajor >= 9;
   // Enough rows that rows ahead are fetched (the plan asks for about 2 MiB of x ahead), the last CTA short of rows.
   const cases: (Case & { mapping: Mapping })[] = [

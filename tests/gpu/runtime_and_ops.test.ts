@@ -3,19 +3,18 @@
  * test's name, when there is none (CI). Run on the GPU host by scripts/gpu-check.sh under Deno and Bun.
  */
 import assert from "node:assert/strict";
-import { cpuNormForward, Device, GpuError, layerNorm, rmsNorm } from "../../mod.ts";
-import { readFileSync } from "node:fs";
-import { gunzipSync } from "node:zlib";
-import { ArgumentError, launch, LaunchConfig, NORM_FATBIN, NORM_KERNELS } from "../../gpu.ts";
+import { cpuNormForward, Device, GpuError, layerNorm, rmsNorm, loadKernels } from "../../mod.ts";
+import { ArgumentError, imageChoice, kernelImage, launch, LaunchConfig, NORM_KERNELS } from "../../gpu.ts";
+import * as ptxPackage from "../../packages/ptx/mod.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 
 const MiB = 1 << 20;
 const NAN_BITS = 0x7fc00000;
-const fatbin = (): Uint8Array => Uint8Array.from(atob(NORM_FATBIN), (c) => c.charCodeAt(0));
 const SCALE_ARGS = ["ptr", "ptr", "f32", "i64"] as const;
 
-gpuTest("device: name, compute capability, SMs, memory, limits", () => {
+gpuTest("device: name, compute capability, SMs, memory, limits", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const i = dev.info;
   console.log(`# ${i.name} ${i.arch} SMs=${i.multiprocessors} mem=${(i.totalMemory / 2 ** 30).toFixed(1)} GiB ` +
     `smemOptin=${i.maxSharedPerBlockOptin} L2=${i.l2CacheBytes}`);
@@ -28,8 +27,9 @@ gpuTest("device: name, compute capability, SMs, memory, limits", () => {
   assert.equal(Device.open().backend, "cuda", "auto picks CUDA when a device exists");
 });
 
-gpuTest("memory: write/read round trip with offsets, fill, fill32, device-to-device copy", () => {
+gpuTest("memory: write/read round trip with offsets, fill, fill32, device-to-device copy", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   using buf = dev.alloc(4 * MiB);
   const src = new Uint8Array(randoms(MiB / 4, 1).buffer); // 1 MiB of random bytes
   buf.write(src, { offset: 12345 });
@@ -53,19 +53,10 @@ gpuTest("memory: write/read round trip with offsets, fill, fill32, device-to-dev
   assert.throws(() => buf.read(new Uint8Array(16), { offset: 4 * MiB - 8 }), ArgumentError);
 });
 
-/** The compute_80 PTX of one kernel, cut out of precompiled/norm.ptx.gz (JIT-compiling all of it takes long). */
-function ptxOf(kernel: string): string {
-  const ptx = new TextDecoder().decode(gunzipSync(readFileSync(new URL("../../precompiled/norm.ptx.gz", import.meta.url))));
-  const head = ptx.slice(0, ptx.indexOf("\n.", ptx.indexOf(".address_size")) + 1);
-  const start = ptx.indexOf(`.visible .entry ${kernel}(`);
-  const end = ptx.indexOf("\n}\n", start) + 3;
-  assert.ok(start > 0 && end > start, `PTX of ${kernel}`);
-  return head + ptx.slice(start, end);
-}
-
-gpuTest("modules: the fatbin holds every kernel of NORM_KERNELS for this GPU", () => {
+gpuTest("modules: this GPU's image (kernelImage) holds every kernel of NORM_KERNELS", async () => {
   using dev = Device.open({ backend: "cuda" });
-  using mod = dev.loadModule(fatbin());
+  console.log(`# ${dev.info.name}: compute capability ${dev.info.computeCapability.join(".")}, image ${imageChoice(dev).target}`);
+  using mod = dev.loadModule(await kernelImage(dev, { images: ptxPackage }));
   for (const name of NORM_KERNELS) {
     const k = mod.kernel(name, []);
     assert.ok(k.maxThreadsPerBlock >= 256, `${name}: max threads ${k.maxThreadsPerBlock}`);
@@ -73,15 +64,18 @@ gpuTest("modules: the fatbin holds every kernel of NORM_KERNELS for this GPU", (
   }
 });
 
-gpuTest("modules: fatbin and PTX (JIT) load; a prepared kernel launches and computes y = 2x", () => {
+gpuTest("modules: the SASS image and the compute_90 PTX (JIT-compiled here, timed) load; scale_f32 computes y = 2x", async () => {
   using dev = Device.open({ backend: "cuda" });
   const n = 1 << 20;
   const xs = randoms(n, 2);
   using x = dev.alloc(n * 4), y = dev.alloc(n * 4);
   x.write(xs);
-  for (const image of [fatbin(), ptxOf("scale_f32")]) {
+  const ptx = await kernelImage({ backend: "cuda", info: { ...dev.info, computeCapability: [10, 0] } }, { images: ptxPackage });
+  for (const [what, image] of [["own image", await kernelImage(dev)], ["compute_90 PTX", ptx]] as const) {
+    const t0 = performance.now();
     using mod = dev.loadModule(image);
     const k = mod.kernel("scale_f32", SCALE_ARGS);
+    console.log(`# ${what}: module load + first kernel ${(performance.now() - t0).toFixed(0)} ms`);
     assert.ok(k.attribute("registers") > 0);
     y.fill32(NAN_BITS);
     launch(dev.stream, new LaunchConfig({ grid: [264], block: [256] }), k, x, y, 2, n);
@@ -91,9 +85,10 @@ gpuTest("modules: fatbin and PTX (JIT) load; a prepared kernel launches and comp
   }
 });
 
-gpuTest("a kernel of a closed module refuses attribute/occupancy/launch with DisposedError", () => {
+gpuTest("a kernel of a closed module refuses attribute/occupancy/launch with DisposedError", async () => {
   using dev = Device.open({ backend: "cuda" });
-  const mod = dev.loadModule(fatbin());
+  await loadKernels(dev);
+  const mod = dev.loadModule(await kernelImage(dev));
   const k = mod.kernel("scale_f32", SCALE_ARGS);
   mod.close();
   assert.throws(() => k.attribute("registers"), /closed/);
@@ -102,9 +97,10 @@ gpuTest("a kernel of a closed module refuses attribute/occupancy/launch with Dis
   assert.throws(() => launch(dev.stream, new LaunchConfig({ grid: [1], block: [32] }), k, x, x, 2, 1), /closed/);
 });
 
-gpuTest("launch checks: limits, argument count and types are rejected before the driver sees them", () => {
+gpuTest("launch checks: limits, argument count and types are rejected before the driver sees them", async () => {
   using dev = Device.open({ backend: "cuda" });
-  using mod = dev.loadModule(fatbin());
+  await loadKernels(dev);
+  using mod = dev.loadModule(await kernelImage(dev));
   const k = mod.kernel("scale_f32", SCALE_ARGS);
   using x = dev.alloc(1024);
   assert.throws(() => launch(dev.stream, new LaunchConfig({ grid: [1], block: [2048] }), k, x, x, 2, 1), /block/);
@@ -122,9 +118,10 @@ gpuTest("launch checks: limits, argument count and types are rejected before the
   dev.stream.synchronize();
 });
 
-gpuTest("two streams: B waits on an event recorded on A and sees A's result", () => {
+gpuTest("two streams: B waits on an event recorded on A and sees A's result", async () => {
   using dev = Device.open({ backend: "cuda" });
-  using mod = dev.loadModule(fatbin());
+  await loadKernels(dev);
+  using mod = dev.loadModule(await kernelImage(dev));
   const k = mod.kernel("scale_f32", SCALE_ARGS);
   using a = dev.createStream(), b = dev.createStream();
   using done = dev.createEvent({ timing: false });
@@ -146,8 +143,9 @@ gpuTest("two streams: B waits on an event recorded on A and sees A's result", ()
   assert.ok(a.query() && b.query());
 });
 
-gpuTest("pinned memory: async copies round-trip exactly; events time them", () => {
+gpuTest("pinned memory: async copies round-trip exactly; events time them", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const bytes = 64 * MiB;
   using src = dev.pinned(bytes), dst = dev.pinned(bytes);
   using buf = dev.alloc(bytes);
@@ -172,8 +170,9 @@ gpuTest("pinned memory: async copies round-trip exactly; events time them", () =
   assert.deepEqual(dst.bytes.subarray(5000, 6000), src.bytes.subarray(100, 1100));
 });
 
-gpuTest("out of memory raises GpuError CUDA_ERROR_OUT_OF_MEMORY, and the next allocation works", () => {
+gpuTest("out of memory raises GpuError CUDA_ERROR_OUT_OF_MEMORY, and the next allocation works", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   assert.throws(
     () => dev.alloc(dev.info.totalMemory * 2),
     (e: unknown) => e instanceof GpuError && e.codeName === "CUDA_ERROR_OUT_OF_MEMORY" && e.call === "cuMemAlloc_v2",
@@ -183,7 +182,7 @@ gpuTest("out of memory raises GpuError CUDA_ERROR_OUT_OF_MEMORY, and the next al
   dev.synchronize();
 });
 
-gpuTest("10 000 allocate/free cycles with `using` leave free memory within 1 MiB of the start", () => {
+gpuTest("10 000 allocate/free cycles with `using` leave free memory within 1 MiB of the start", async () => {
   using dev = Device.open({ backend: "cuda", sanityCheck: false }); // the check would leave the norm module loaded
   dev.synchronize();
   const before = dev.memoryInfo().free;
@@ -198,8 +197,9 @@ gpuTest("10 000 allocate/free cycles with `using` leave free memory within 1 MiB
   assert.equal(dev.owner.liveCount, 1, "only the default stream is still live");
 });
 
-gpuTest("closing the device releases what it created; a new device works", () => {
+gpuTest("closing the device releases what it created; a new device works", async () => {
   const dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const buf = dev.alloc(MiB);
   const s = dev.createStream();
   dev.close();
@@ -207,6 +207,7 @@ gpuTest("closing the device releases what it created; a new device works", () =>
   buf.close(); // no double free, no throw
   dev.close();
   using again = Device.open({ backend: "cuda" });
+  await loadKernels(again);
   using b2 = again.alloc(MiB);
   b2.fill(3);
   again.synchronize();
@@ -214,8 +215,9 @@ gpuTest("closing the device releases what it created; a new device works", () =>
 
 // ---- the norms against the float64 reference ----
 
-function checkNorm(kind: "layer" | "rms", rows: number, d: number, opts: { stride?: number; affine?: boolean; inPlace?: boolean } = {}) {
+async function checkNorm(kind: "layer" | "rms", rows: number, d: number, opts: { stride?: number; affine?: boolean; inPlace?: boolean } = {}): Promise<number> {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const stride = opts.stride ?? d;
   const xs = randoms(rows * d, rows * 31 + d, -3, 5);
   const ws = opts.affine ? randoms(d, d + 1, 0.5, 1.5) : undefined;
@@ -247,26 +249,27 @@ function checkNorm(kind: "layer" | "rms", rows: number, d: number, opts: { strid
   return worst;
 }
 
-gpuTest("layerNorm f32 on CUDA matches float64 within 1e-5·(1+|y|): odd and large D, strides, affine, in place", () => {
+gpuTest("layerNorm f32 on CUDA matches float64 within 1e-5·(1+|y|): odd and large D, strides, affine, in place", async () => {
   const cases: [number, number, object][] = [
     [1, 1, {}], [7, 3, { affine: true }], [33, 127, { stride: 131 }], [100, 1000, { affine: true }],
     [64, 1024, { inPlace: true, affine: true }], [9, 4097, { stride: 4100, affine: true }], [3, 65537, {}],
     [1, 262144, { affine: true }], [20_000, 128, { affine: true }],
   ];
   for (const [rows, d, o] of cases) {
-    const worst = checkNorm("layer", rows, d, o);
+    const worst = await checkNorm("layer", rows, d, o);
     console.log(`# layerNorm rows=${rows} d=${d} ${JSON.stringify(o)} worst rel err ${worst.toExponential(2)}`);
   }
 });
 
-gpuTest("rmsNorm f32 on CUDA matches float64 within 1e-5·(1+|y|)", () => {
+gpuTest("rmsNorm f32 on CUDA matches float64 within 1e-5·(1+|y|)", async () => {
   for (const [rows, d, o] of [[5, 1, {}], [17, 1000, { affine: true }], [8, 8192, { stride: 8200, affine: true }]] as const) {
-    checkNorm("rms", rows, d, o);
+    await checkNorm("rms", rows, d, o);
   }
 });
 
-gpuTest("a NaN in a row makes that row NaN and leaves the others untouched; results are bitwise repeatable", () => {
+gpuTest("a NaN in a row makes that row NaN and leaves the others untouched; results are bitwise repeatable", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const rows = 64, d = 1000;
   const xs = randoms(rows * d, 9);
   xs[5 * d + 17] = NaN;
@@ -283,8 +286,9 @@ gpuTest("a NaN in a row makes that row NaN and leaves the others untouched; resu
   }
 });
 
-gpuTest("empty batch launches nothing; a weight of a third dtype is refused before launch", () => {
+gpuTest("empty batch launches nothing; a weight of a third dtype is refused before launch", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   using e = dev.tensor([], [0, 16]);
   using y = layerNorm(e);
   assert.deepEqual(y.shape, [0, 16]);

@@ -1,12 +1,12 @@
 /**
  * The ops' HIP choices, as pure functions (no library, no GPU): which code object a device gets, the plan limits a
- * HIP device yields, and that the AMD code objects stay out of the static module graph of mod.ts / gpu.ts.
+ * HIP device yields, and that loadKernels finds a HIP device's code object only in the images the user hands over.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
-import { NORM_HSACO } from "../../precompiled/norm_hip.ts";
-import { hipCodeObject, HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
+import * as hipImages from "../../packages/hip/mod.ts";
+import { HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
+import { findImage, imageChoice } from "../../ops/images.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import type { DeviceInfo } from "../../runtime/driver.ts";
 import { UnsupportedError } from "../../runtime/errors.ts";
@@ -18,7 +18,8 @@ const info = (arch: string, warpSize: number, cc: [number, number] = [9, 4]): De
 });
 
 test("the targets with their wave sizes are exactly the embedded code objects", () => {
-  assert.deepEqual(Object.keys(HSACO_WAVE).sort(), Object.keys(NORM_HSACO).sort());
+  assert.deepEqual(Object.keys(HSACO_WAVE).sort(), [...hipImages.TARGETS].sort());
+  assert.deepEqual(Object.keys(hipImages.images).sort(), [...hipImages.TARGETS].sort());
   assert.deepEqual({ ...HSACO_WAVE }, { gfx90a: 64, gfx942: 64, gfx1100: 32 });
 });
 
@@ -46,8 +47,16 @@ test("hsacoTarget: a wave size other than the code object's is refused (the plan
   assert.throws(() => hsacoTarget(info("gfx942", 32)), /wave size 32; the gfx942 code object is wave64/);
 });
 
-test("hipCodeObject before the code objects are imported says to await loadKernels(device)", () => {
-  assert.throws(() => hipCodeObject("gfx942"), /await loadKernels\(device\)/);
+test("a HIP device's image is its target's code object in @normkit/hip, found only when handed over", () => {
+  const choice = imageChoice({ backend: "hip", info: info("gfx942", 64) });
+  assert.deepEqual(choice, { target: "gfx942", package: "@normkit/hip", jit: false });
+  assert.throws(() => findImage(choice, [], "test device"), (e: unknown) => {
+    assert.ok(e instanceof UnsupportedError);
+    assert.match(e.message, /await loadKernels\(dev, \{ images: await import\("@normkit\/hip"\) \}\)/);
+    return true;
+  });
+  const url = findImage(choice, [hipImages], "test device");
+  assert.ok(url instanceof URL && url.href.endsWith("/packages/hip/norm_gfx942.hsaco.gz"), String(url));
 });
 
 test("planLimits: the device's wave size; clusters (ccMajor) only on CUDA", () => {
@@ -56,30 +65,4 @@ test("planLimits: the device's wave size; clusters (ccMajor) only on CUDA", () =
   });
   assert.equal(planLimits({ backend: "hip", info: info("gfx1100", 32) }).warpSize, 32);
   assert.equal(planLimits({ backend: "cuda", info: info("sm_90", 32, [9, 0]) }).ccMajor, 9);
-});
-
-/** Files reached from `entry` through static `import`/`export ... from` (not import()). */
-function staticGraph(entry: string): Set<string> {
-  const seen = new Set<string>();
-  const visit = (url: URL) => {
-    if (seen.has(url.href)) return;
-    seen.add(url.href);
-    const src = readFileSync(url, "utf8");
-    for (const m of src.matchAll(/^\s*(?:import|export)\s[^;]*?\sfrom\s+"(\.[^"]+)"|^\s*import\s+"(\.[^"]+)"/gm)) {
-      visit(new URL(m[1] ?? m[2], url));
-    }
-  };
-  visit(new URL(`../../${entry}`, import.meta.url));
-  return new Set([...seen].map((h) => h.slice(new URL("../../", import.meta.url).href.length)));
-}
-
-test("precompiled/norm_hip.ts is not in the static module graph of mod.ts or gpu.ts (imported only on demand)", () => {
-  const graph = new Set([...staticGraph("mod.ts"), ...staticGraph("gpu.ts")]);
-  assert.ok(graph.has("ops/hip_module.ts") && graph.has("precompiled/norm_cuda.ts"), [...graph].join(" "));
-  assert.ok(!graph.has("precompiled/norm_hip.ts"), "norm_hip.ts is imported statically");
-  // And the dynamic import is by a computed URL, which Deno's graph builder does not follow (see hip_module.ts).
-  const src = readFileSync(new URL("../../ops/hip_module.ts", import.meta.url), "utf8")
-    .replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "");
-  assert.doesNotMatch(src, /import\(\s*["']/);
-  assert.match(src, /new URL\("\.\.\/precompiled\/norm_hip\.ts", import\.meta\.url\)/);
 });

@@ -19,7 +19,6 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { HIP_SYMBOLS } from "../../ffi/hip.ts";
 import { ffi } from "../../ffi/runtime.ts";
-import { NORM_HSACO } from "../../precompiled/norm_hip.ts";
 import { NORM_FWD_ARGS } from "../../ops/kernels.ts";
 import { planNorm, type PlanInput } from "../../ops/plan.ts";
 
@@ -58,7 +57,7 @@ function run(scenario: string, env: Record<string, string>, args: string[] = [])
   const log = join(work, `${scenario}-${Date.now()}.log`);
   const script = join(dir, "run.ts");
   const isDeno = typeof (globalThis as { Deno?: unknown }).Deno !== "undefined";
-  // Deno: --allow-read because the AMD code objects are imported by a computed URL (ops/hip_module.ts).
+  // Deno: --allow-read because loadKernels reads the AMD code object from packages/hip/ (ops/images.ts).
   const argv = isDeno ? ["run", "--allow-ffi", "--allow-env", "--allow-read", script, scenario, ...args] : [script, scenario, ...args];
   const r = spawnSync(process.execPath, argv, {
     encoding: "utf8",
@@ -74,7 +73,8 @@ function fnv1a64(b: Uint8Array): string {
   for (const x of b) h = BigInt.asUintN(64, (h ^ BigInt(x)) * 0x100000001b3n);
   return h.toString(16).padStart(16, "0");
 }
-const hsaco = (arch: string) => new Uint8Array(gunzipSync(Uint8Array.from(atob(NORM_HSACO[arch]), (c) => c.charCodeAt(0))));
+const hsaco = (arch: string) =>
+  new Uint8Array(gunzipSync(readFileSync(new URL(`../../packages/hip/norm_${arch}.hsaco.gz`, import.meta.url))));
 
 test.after(() => built && rmSync(built.work, { recursive: true, force: true }));
 
@@ -89,7 +89,7 @@ for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx
     const { out, log } = run("norm", { NK_FAKE_ARCH: gcn, NK_FAKE_WAVE: String(wave) }, [String(D)]);
     assert.equal(out.arch, arch);
     assert.equal(out.warpSize, wave);
-    assert.match(String(out.beforeLoad), /UnsupportedError: .*await loadKernels\(device\)/, "a clear error before loadKernels");
+    assert.match(String(out.beforeLoad), /UnsupportedError: .*not loaded: `await loadKernels\(dev\)`/, "a clear error before loadKernels");
 
     const code = hsaco(arch);
     assert.deepEqual(log.filter((l) => l.startsWith("load ")), [`load ${code.length} ${fnv1a64(code)}`], "one module: this target's");

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { decode } from "@msgpack/msgpack";
-import { NORM_HSACO, HSACO_SOURCE_SHA256 } from "../../precompiled/norm_hip.ts";
+import { sourceSha256 as HSACO_SOURCE_SHA256, TARGETS } from "../../packages/hip/mod.ts";
 import { NORM_KERNELS, NORM_SOURCE_FILES } from "../../precompiled/norm_cuda.ts";
 import { NORM_FWD_ARGS, planLimits } from "../../ops/kernels.ts";
 import { DIAG_FINAL_ARGS, DIAG_PARTIAL_ARGS } from "../../ops/diag.ts";
@@ -20,8 +20,8 @@ import type { ArgType } from "../../runtime/module.ts";
 import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, planNorm, ROWS_BLOCK } from "../../ops/plan.ts";
 
 const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../../${p}`, import.meta.url)));
-// NORM_HSACO entries are gzip -9n, then base64 (scripts/build-hsaco.sh).
-const b64 = (s: string): Uint8Array => new Uint8Array(gunzipSync(Uint8Array.from(atob(s), (c) => c.charCodeAt(0))));
+// packages/hip/norm_<target>.hsaco.gz: each code object gzip -9n (scripts/build-hsaco.sh).
+const codeObject = (target: string): Uint8Array => new Uint8Array(gunzipSync(read(`packages/hip/norm_${target}.hsaco.gz`)));
 const WAVE = HSACO_WAVE; // what ops/hip_module.ts pairs each target with; checked against .wavefront_size below
 const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
 
@@ -80,10 +80,10 @@ const DIAG_ARGS: Record<string, readonly ArgType[]> = {
   nk_diag_final: DIAG_FINAL_ARGS,
 };
 
-test("NORM_HSACO holds ELF code objects for gfx90a, gfx942, gfx1100, built from the current sources", () => {
-  assert.deepEqual(Object.keys(NORM_HSACO).sort(), ["gfx1100", "gfx90a", "gfx942"]);
-  for (const [arch, data] of Object.entries(NORM_HSACO)) {
-    const elf = b64(data);
+test("packages/hip holds ELF code objects for gfx90a, gfx942, gfx1100, built from the current sources", () => {
+  assert.deepEqual([...TARGETS].sort(), ["gfx1100", "gfx90a", "gfx942"]);
+  for (const arch of TARGETS) {
+    const elf = codeObject(arch);
     assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], `${arch}: ELF`);
     assert.equal(elf[18] | (elf[19] << 8), 224, `${arch}: e_machine EM_AMDGPU`);
   }
@@ -94,7 +94,7 @@ test("NORM_HSACO holds ELF code objects for gfx90a, gfx942, gfx1100, built from 
 
 for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
   test(`${arch}: every kernel present; argument offsets/sizes = the launcher's packing; wave ${WAVE[arch]}; launch limits fit`, () => {
-    const md = metadata(b64(NORM_HSACO[arch]));
+    const md = metadata(codeObject(arch));
     assert.match(md["amdhsa.target"], new RegExp(`amdgcn-amd-amdhsa--${arch}`));
     const byName = new Map(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
     assert.deepEqual([...byName.keys()].sort(), [...NORM_KERNELS].sort(), "the same kernels as the CUDA build");
@@ -128,7 +128,7 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
   });
 
   test(`${arch}: every plan for a wave-${WAVE[arch]} ${arch} device picks a kernel of this code object, within its limits`, () => {
-    const md = metadata(b64(NORM_HSACO[arch]));
+    const md = metadata(codeObject(arch));
     const byName = new Map(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
     // The limits come from the same function ops/norm.ts uses, for a device like the ones HIP reports.
     const device = {

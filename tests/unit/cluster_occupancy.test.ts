@@ -18,8 +18,8 @@ import { ArgumentError, DisposedError, GpuError, UnsupportedError } from "../../
 
 const NAME = "nk_ln_bwd_cluster_bf16_bf16_bf16";
 
-test("Kernel.activeClusters: the driver's count for 2–16 CTAs; other sizes are an ArgumentError naming cluster", () => {
-  const { dev } = fakeCudaDevice(() => null);
+test("Kernel.activeClusters: the driver's count for 2–16 CTAs; other sizes are an ArgumentError naming cluster", async () => {
+  const { dev } = await fakeCudaDevice(() => null);
   try {
     const k = normKernel(dev, NAME, NORM_BWD_ARGS);
     assert.equal(k.activeClusters(512, 48, 2), 66);
@@ -33,11 +33,11 @@ test("Kernel.activeClusters: the driver's count for 2–16 CTAs; other sizes are
   }
 });
 
-test("Kernel.activeClusters and occupancy opt in to more than 48 KiB of dynamic shared memory before asking the driver", () => {
+test("Kernel.activeClusters and occupancy opt in to more than 48 KiB of dynamic shared memory before asking the driver", async () => {
   // Without the opt-in the driver counts a launch that cannot run (0): a persistent grid sized from it is one
   // cluster on the first call and the real size on the next (another parameter-sum order, other bits).
   const calls: string[] = [];
-  const { dev, driver } = fakeCudaDevice(() => null);
+  const { dev, driver } = await fakeCudaDevice(() => null);
   const raw = driver as unknown as Record<string, unknown>;
   raw.setKernelMaxDynamicShared = (_fn: bigint, bytes: number) => calls.push(`optin ${bytes}`);
   raw.activeClusters = (_fn: bigint, _t: number, shared: number) => (calls.push(`clusters ${shared}`), 7);
@@ -54,9 +54,9 @@ test("Kernel.activeClusters and occupancy opt in to more than 48 KiB of dynamic 
   }
 });
 
-test("clusters above 8 CTAs: the kernel opts in to non-portable sizes once, before the query or launch that needs it", () => {
+test("clusters above 8 CTAs: the kernel opts in to non-portable sizes once, before the query or launch that needs it", async () => {
   const calls: string[] = [];
-  const { dev, driver, made } = fakeCudaDevice((d) => d.stream, { record: true });
+  const { dev, driver, made } = await fakeCudaDevice((d) => d.stream, { record: true });
   const raw = driver as unknown as Record<string, unknown>;
   raw.allowNonPortableClusters = () => calls.push("non-portable");
   raw.activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => (calls.push(`clusters ${c}`), 1);
@@ -80,12 +80,12 @@ test("clusters above 8 CTAs: the kernel opts in to non-portable sizes once, befo
   assert.throws(() => new LaunchConfig({ grid: 17, block: 32, cluster: 17 }), (e: unknown) => e instanceof ArgumentError && /1–16/.test(e.message));
 });
 
-test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls back to the portable plan", () => {
+test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls back to the portable plan", async () => {
   // LayerNorm f32 D = 131072: 16 CTAs on the fake H200; with the driver answering 0 clusters of 16, `split`.
   const input = { kind: "layer", d: 131072, xDtype: "f32", dyDtype: "f32", weightDtype: "f32", paramGrads: true } as const;
   // "refused": the driver fails the query (or the opt-in before it) with a GpuError.
   for (const [resident16, mapping, cluster] of [[8, "cluster", 16], [0, "split", 1], ["refused", "split", 1]] as const) {
-    const { dev, driver } = fakeCudaDevice(() => null);
+    const { dev, driver } = await fakeCudaDevice(() => null);
     const raw = driver as unknown as Record<string, unknown>;
     let queries = 0;
     raw.activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => {
@@ -111,9 +111,9 @@ test("backward: a plan of 16-CTA clusters the GPU cannot hold (0 resident) falls
   }
 });
 
-test("Kernel.activeClusters: refused with UnsupportedError before compute capability 9.0, and once the module is closed", () => {
+test("Kernel.activeClusters: refused with UnsupportedError before compute capability 9.0, and once the module is closed", async () => {
   const a100 = { ...FAKE_H200, name: "fake A100", arch: "sm_80", computeCapability: [8, 0] as [number, number], multiprocessors: 108 };
-  const { dev } = fakeCudaDevice(() => null, { info: a100 });
+  const { dev } = await fakeCudaDevice(() => null, { info: a100 });
   try {
     const k = normKernel(dev, NAME, NORM_BWD_ARGS);
     assert.throws(() => k.activeClusters(256, 0, 2), (e: unknown) => e instanceof UnsupportedError && /9\.0/.test(e.message));
@@ -124,12 +124,12 @@ test("Kernel.activeClusters: refused with UnsupportedError before compute capabi
   }
 });
 
-test("forward `cluster` plans launch min(plan clusters, resident clusters) × C CTAs (fake H200)", () => {
+test("forward `cluster` plans launch min(plan clusters, resident clusters) × C CTAs (fake H200)", async () => {
   // LayerNorm bf16 D = 131072 (256 KB rows): a cluster of 8 CTAs per row, its vector-only kernel here (aligned
   // rows). The fake driver says 132 / 8 - 1 = 15 clusters of that kernel are resident: 2048 rows launch 15 clusters
   // (each loops over rows), 5 rows launch 5.
   for (const [rows, clusters] of [[2048, 15], [5, 5]]) {
-    const { dev, made, launches } = fakeCudaDevice((d) => ({
+    const { dev, made, launches } = await fakeCudaDevice((d) => ({
       x: d.empty([rows, 131072], { dtype: "bf16" }),
       y: d.empty([rows, 131072], { dtype: "bf16" }),
     }), { record: true });
@@ -148,7 +148,7 @@ test("forward `cluster` plans launch min(plan clusters, resident clusters) × C 
   }
 });
 
-test("backward on the fake H200: qualifying calls launch the plan's staged kernel, geometry and flags; others the register kernel", () => {
+test("backward on the fake H200: qualifying calls launch the plan's staged kernel, geometry and flags; others the register kernel", async () => {
   // The launches of layerNormBackward / rmsNormBackward: kernel, cluster, block, and flags, the last of the 15 parameters (NORM_BWD_ARGS; each in an 8-byte slot): bit 0 the L2 prefetch, bits 4..7 the
   // staged rows (NK_BWD_STAGES_SHIFT), read from the parameter array at launch time.
   const flagsOf = (params: bigint): number => {
@@ -168,7 +168,7 @@ test("backward on the fake H200: qualifying calls launch the plan's staged kerne
   ] as const;
   for (const c of cases) {
     const rows = 6, stride = c.d + c.pad;
-    const { dev, made, launches, driver } = fakeCudaDevice((dv) => ({
+    const { dev, made, launches, driver } = await fakeCudaDevice((dv) => ({
       x: dv.empty([rows, c.d], { dtype: "f32", rowStride: stride }),
       dy: dv.empty([rows, c.d], { dtype: "f32", rowStride: stride }),
       dx: dv.empty([rows, c.d], { dtype: "f32", rowStride: stride }),
@@ -199,7 +199,7 @@ test("backward on the fake H200: qualifying calls launch the plan's staged kerne
   }
 });
 
-test("backward: a staged variant of 16 CTAs the GPU cannot hold falls back to staging in the plan's own geometry", () => {
+test("backward: a staged variant of 16 CTAs the GPU cannot hold falls back to staging in the plan's own geometry", async () => {
   // RMS bf16 D = 65536: 4 × 512 register clusters, staged in 16 × 128 (smallStagedCtas); with no cluster of 16 resident,
   // staged in 4 × 512. LN f32 D = 131072: 16 × 512 register clusters, staged in 16 × 416 (lnF32Staged); not resident:
   // `split`, unstaged (as before).
@@ -207,7 +207,7 @@ test("backward: a staged variant of 16 CTAs the GPU cannot hold falls back to st
     ["rms", "bf16", 65536, 8, [4, 512, 16, 128]], ["rms", "bf16", 65536, 0, [4, 512, 4, 512]],
     ["layer", "f32", 131072, 8, [16, 512, 16, 416]], ["layer", "f32", 131072, 0, [1, 256, undefined, undefined]],
   ] as const) {
-    const { dev, driver } = fakeCudaDevice(() => null);
+    const { dev, driver } = await fakeCudaDevice(() => null);
     (driver as unknown as Record<string, unknown>).activeClusters = (_fn: bigint, _t: number, _s: number, c: number) => (c === 16 ? resident16 : 4);
     try {
       const r = devicePlanBackward(dev, { kind, d, xDtype: x, dyDtype: x, weightDtype: x, paramGrads: true });
@@ -220,7 +220,7 @@ test("backward: a staged variant of 16 CTAs the GPU cannot hold falls back to st
   }
 });
 
-test("backward: a staged variant in clusters of up to 8 CTAs the GPU cannot hold is dropped; the register plan stays", () => {
+test("backward: a staged variant in clusters of up to 8 CTAs the GPU cannot hold is dropped; the register plan stays", async () => {
   // A GPU that holds no cluster of 8 (the driver counts 0; register plans of up to 8 CTAs are not asked about): LN f32
   // D = 65536 keeps its 8 × 512 register clusters, unstaged (staged 8 × 416, then 8 × 512 in its own geometry: 2
   // queries); RMS bf16 D = 32768 its 2 × 512 (staged 8 × 128; the plan's own geometry does not stage: 1 query). Where
@@ -231,7 +231,7 @@ test("backward: a staged variant in clusters of up to 8 CTAs the GPU cannot hold
     { kind: "layer", x: "f32", d: 65536, resident8: 2, want: [8, 512, 416], queries: 1 },
   ] as const;
   for (const c of cases) {
-    const { dev, driver } = fakeCudaDevice(() => null);
+    const { dev, driver } = await fakeCudaDevice(() => null);
     let queries = 0;
     (driver as unknown as Record<string, unknown>).activeClusters = (_fn: bigint, _t: number, _s: number, cl: number) => {
       queries++;

@@ -31,8 +31,8 @@ function fakeWith(info = FAKE_H200) {
   }, { record: true, info });
 }
 
-test("fake H200 (sm_90): every norm launch asks for programmatic dependent launch; setDependentLaunch turns it off and on", () => {
-  const { dev, made: m, launches } = fakeWith();
+test("fake H200 (sm_90): every norm launch asks for programmatic dependent launch; setDependentLaunch turns it off and on", async () => {
+  const { dev, made: m, launches } = await fakeWith();
   try {
     rmsNorm(m.x, { weight: m.w, out: m.y });
     layerNorm(m.x, { weight: m.w, out: m.y });
@@ -51,9 +51,9 @@ test("fake H200 (sm_90): every norm launch asks for programmatic dependent launc
   }
 });
 
-test("fake A100 (sm_80 SASS, no griddepcontrol): no dependent launches, and the switch cannot turn them on", () => {
+test("fake A100 (sm_80 SASS, no griddepcontrol): no dependent launches, and the switch cannot turn them on", async () => {
   const a100 = { ...FAKE_H200, name: "fake A100", arch: "sm_80", computeCapability: [8, 0] as [number, number] };
-  const { dev, made: m, launches } = fakeWith(a100);
+  const { dev, made: m, launches } = await fakeWith(a100);
   try {
     assert.equal(dependentLaunchSupported(dev), false);
     rmsNorm(m.x, { weight: m.w, out: m.y });
@@ -69,7 +69,7 @@ test("fake A100 (sm_80 SASS, no griddepcontrol): no dependent launches, and the 
   }
 });
 
-test("only the H200-class fatbin code (sm_90 SASS) has the wait: cc 9.0 CUDA yes; 8.x, 10.0, 12.0, HIP, CPU no", () => {
+test("only the H200-class fatbin code (sm_90 SASS) has the wait: cc 9.0 CUDA yes; 8.x, 10.0, 12.0, HIP, CPU no", async () => {
   const at = (backend: string, cc: [number, number]) => dependentLaunchSupported({ backend, info: { ...FAKE_H200, computeCapability: cc } });
   assert.equal(at("cuda", [9, 0]), true);
   for (const cc of [[8, 0], [8, 6], [8, 9], [10, 0], [12, 0]] as [number, number][]) assert.equal(at("cuda", cc), false, cc.join("."));
@@ -83,7 +83,7 @@ test("only the H200-class fatbin code (sm_90 SASS) has the wait: cc 9.0 CUDA yes
   }
 });
 
-test("kernel source: the kernels that start with nk_pdl_enter() are exactly those hasDependentLaunchEntry names; only forward ones are launched with it", () => {
+test("kernel source: the kernels that start with nk_pdl_enter() are exactly those hasDependentLaunchEntry names; only forward ones are launched with it", async () => {
   const src = readFileSync(new URL("../../kernels/norm.cu", import.meta.url), "utf8").split("\n");
   const seen: string[] = [];
   for (let i = 0; i < src.length; i++) {

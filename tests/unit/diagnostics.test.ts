@@ -1,5 +1,5 @@
 /**
- * Diagnostics (issue 7, seed 002 §4.4): tensorStats, check mode, histogram, and the sanity check at
+ * Diagnostics: tensorStats, check mode, histogram, and the sanity check at
  * Device.open(). Non-finite counts and abs-max are exact quantities, so the GPU's (kernels/diag.cuh) must equal
  * the host's computed from the same stored values (readSync widens f16/bf16 exactly).
  */
@@ -15,8 +15,7 @@ import {
   rmsNorm,
   sanityCheck,
   SanityCheckError,
-  tensorStats,
-} from "../../mod.ts";
+  tensorStats, loadKernels } from "../../mod.ts";
 import { DIAG_SCRATCH, partialAt, statsOfValues } from "../../ops/diag.ts";
 import { roundTo } from "../../runtime/dtype.ts";
 import { setSanityCheck } from "../../runtime/device.ts";
@@ -86,7 +85,7 @@ test("diag scratch layout: the first pass writes each segment where nk_diag_fina
   // A host model of the two passes over the scratch: the first pass writes `blocks` partials of segment s at
   // partialAt(s, blocks); nk_diag_final's block s reads counts/maxes[s*n .. s*n+n) with n = blocks
   // (kernels/diag.cuh). With a MAX_BLOCKS segment stride, block 1 read the unwritten tail of segment 0 and
-  // check mode reported {nonFinite: 0, absMax: 0} for an all-NaN output (found on the H200).
+  // check mode would report {nonFinite: 0, absMax: 0} for an all-NaN output.
   const { bytes, maxesAt, resultAt, maxBlocks, segments } = DIAG_SCRATCH;
   for (const blocks of [1, 2, 189, 1000, maxBlocks]) {
     const mem = new ArrayBuffer(bytes);
@@ -159,8 +158,9 @@ test("sanityCheck: passes on the CPU backend, cheaply; Device.open runs the regi
 
 // ---- on the GPU: the diag kernels ----
 
-gpuTest("tensorStats on CUDA equals the host's exactly: f32/f16/bf16, strided, small and large (grid-stride), with NaN/±Inf", () => {
+gpuTest("tensorStats on CUDA equals the host's exactly: f32/f16/bf16, strided, small and large (grid-stride), with NaN/±Inf", async () => {
   using dev = Device.open({ backend: "cuda", sanityCheck: false });
+  await loadKernels(dev);
   const cases: [number, number, number][] = [[1, 1, 0], [3, 7, 2], [33, 1000, 5], [3000, 4097, 3], [64, 65537, 0]];
   for (const dtype of ["f32", "f16", "bf16"] as DType[]) {
     for (const [rows, d, pad] of cases) {
@@ -176,7 +176,7 @@ gpuTest("tensorStats on CUDA equals the host's exactly: f32/f16/bf16, strided, s
   assert.deepEqual(tensorStats(e), { count: 0, nonFinite: 0, absMax: 0 });
 });
 
-gpuTest("check mode on CUDA: reports equal the host's stats; in place reports x before; outputs identical to unchecked", () => {
+gpuTest("check mode on CUDA: reports equal the host's stats; in place reports x before; outputs identical to unchecked", async () => {
   const reports: CheckReport[] = [];
   using dev = Device.open({ backend: "cuda", check: (r) => reports.push(r) });
   const rows = 257, d = 3000;
@@ -197,9 +197,10 @@ gpuTest("check mode on CUDA: reports equal the host's stats; in place reports x 
   assert.equal(reports.length, 6);
 });
 
-gpuTest("sanityCheck runs at Device.open on CUDA in well under a second", () => {
+gpuTest("sanityCheck runs at Device.open on CUDA in well under a second", async () => {
   const t0 = performance.now();
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const ms = performance.now() - t0;
   const t1 = performance.now();
   sanityCheck(dev);

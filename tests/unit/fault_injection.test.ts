@@ -33,6 +33,13 @@ import type { DType, Tensor } from "../../mod.ts";
 import { launch, LaunchConfig } from "../../gpu.ts";
 import { CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_OUT_OF_MEMORY, FaultDriver } from "../fixtures/fault_driver.ts";
 import { randoms } from "../fixtures/helpers.ts";
+import { loadNormModule } from "../../ops/kernels.ts";
+import { kernelImage } from "../../ops/images.ts";
+import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
+
+// The image loadKernels would read for the fake (an H200: sm_90), read once here: the workflows are synchronous,
+// so they load it with loadNormModule (loadKernels' synchronous last step), a cuModuleLoadData like any other.
+const SM90 = await kernelImage({ backend: "cuda", info: FAKE_H200 });
 
 /** A workflow: opens its own Device on the fake, runs, closes everything, returns what it computed. */
 type Workflow = (fake: FaultDriver) => unknown;
@@ -262,6 +269,7 @@ function keepsOutput<T>(
 
 sweepTest("forward: layerNorm and rmsNorm, dtypes, out, stats", (fake) => {
   using dev = Device.openWithDriver(fake);
+  loadNormModule(dev, SM90);
   using x = dev.tensor(X, [4, 64]), w = dev.tensor(W, [64]), b = dev.tensor(B, [64]);
   using xh = dev.tensor(X, [4, 64], { dtype: "bf16" });
   using y1 = layerNorm(x, { weight: w, bias: b });
@@ -275,6 +283,7 @@ sweepTest("forward: layerNorm and rmsNorm, dtypes, out, stats", (fake) => {
 
 sweepTest("backward: layerNormBackward and rmsNormBackward", (fake) => {
   using dev = Device.openWithDriver(fake);
+  loadNormModule(dev, SM90);
   using x = dev.tensor(X, [4, 64]), w = dev.tensor(W, [64]), b = dev.tensor(B, [64]), dy = dev.tensor(DY, [4, 64]);
   const f = layerNorm(x, { weight: w, bias: b, stats: true });
   using _y = f.y, _m = f.mean, _r = f.rstd;
@@ -304,6 +313,7 @@ sweepTest("backward: layerNormBackward and rmsNormBackward", (fake) => {
 
 sweepTest("backward: staged cluster kernels (the plan asks whether a cluster fits)", (fake) => {
   using dev = Device.openWithDriver(fake);
+  loadNormModule(dev, SM90);
   using x = dev.tensor(STAGED, [1, 32768], { dtype: "bf16" }), w = dev.tensor(STAGED_W, [32768], { dtype: "bf16" });
   const f = rmsNorm(x, { weight: w, stats: true });
   using _y = f.y, _m = f.mean, _r = f.rstd;
@@ -314,6 +324,7 @@ sweepTest("backward: staged cluster kernels (the plan asks whether a cluster fit
 
 sweepTest("modules: RMSNorm and LayerNorm forward, backward, zeroGrad", (fake) => {
   using dev = Device.openWithDriver(fake);
+  loadNormModule(dev, SM90);
   using rms = new RMSNorm(dev, 64, { zeroCentered: true });
   using ln = new LayerNorm(dev, 64);
   rms.load({ weight: W.map((v) => v - 1) });
@@ -331,6 +342,7 @@ sweepTest("modules: RMSNorm and LayerNorm forward, backward, zeroGrad", (fake) =
 
 sweepTest("graph capture, instantiate, launch, update", (fake) => {
   using dev = Device.openWithDriver(fake);
+  loadNormModule(dev, SM90);
   using s = dev.createStream();
   using x = dev.tensor(X, [4, 64]), w = dev.tensor(W, [64]), y = dev.empty([4, 64]), y2 = dev.empty([4, 64]);
   rmsNorm(x, { weight: w, out: y, stream: s }); // loads the kernel and caches the plan before the capture
@@ -361,6 +373,7 @@ sweepTest("pinned memory and async copies", (fake) => {
 
 sweepTest("check mode (diagnostics)", (fake) => {
   using dev = Device.openWithDriver(fake);
+  loadNormModule(dev, SM90);
   using x = dev.tensor(X, [4, 64]), w = dev.tensor(W, [64]);
   using y = layerNorm(x, { weight: w, check: true });
   const report = dev.lastCheck!;
@@ -388,6 +401,7 @@ test("fault injection: counts", () => {
 test("a transient failure of the cluster-fit query (out of memory) is not remembered: the next backward asks again and gets the staged cluster plan", () => {
   const fake = new FaultDriver();
   using dev = Device.openWithDriver(fake);
+  loadNormModule(dev, SM90);
   using x = dev.tensor(STAGED, [1, 32768], { dtype: "bf16" }), w = dev.tensor(STAGED_W, [32768], { dtype: "bf16" });
   const f = rmsNorm(x, { weight: w, stats: true });
   using _y = f.y, _m = f.mean, _r = f.rstd;

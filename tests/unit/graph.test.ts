@@ -8,7 +8,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { cpuNormForward, Device, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, Tensor, UnsupportedError } from "../../mod.ts";
+import { cpuNormForward, Device, layerNorm, layerNormBackward, rmsNorm, rmsNormBackward, Tensor, UnsupportedError, loadKernels } from "../../mod.ts";
 import { DisposedError, Graph, GraphExec, GraphUpdateError, type Stream } from "../../gpu.ts";
 import type { Driver, GraphDriver, GraphUpdateRefusal } from "../../runtime/driver.ts";
 import { deviceCapturing } from "../../runtime/stream.ts";
@@ -219,8 +219,9 @@ function twoNorms(t: ReturnType<typeof setup>, stream: Stream): void {
 const poison = (t: { buffer: { fill32(bits: number, o?: { stream?: Stream }): void } }, stream: Stream) =>
   t.buffer.fill32(0x7fc07fc0, { stream }); // bf16 NaN pairs
 
-gpuTest("graph: captured rmsNorm → layerNorm replays on new input, bit-identical to eager launches", () => {
+gpuTest("graph: captured rmsNorm → layerNorm replays on new input, bit-identical to eager launches", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   using stream = dev.createStream();
   const t = setup(dev, 10);
   try {
@@ -251,8 +252,9 @@ gpuTest("graph: captured rmsNorm → layerNorm replays on new input, bit-identic
   }
 });
 
-gpuTest("graph: illegal calls during a capture throw UnsupportedError and leave the capture valid", () => {
+gpuTest("graph: illegal calls during a capture throw UnsupportedError and leave the capture valid", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   using stream = dev.createStream();
   const t = setup(dev, 40);
   try {
@@ -275,8 +277,9 @@ gpuTest("graph: illegal calls during a capture throw UnsupportedError and leave 
   }
 });
 
-gpuTest("graph: update() retargets an executable graph to other buffers; a different topology is refused", () => {
+gpuTest("graph: update() retargets an executable graph to other buffers; a different topology is refused", async () => {
   using dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   using stream = dev.createStream();
   const a = setup(dev, 50), b = setup(dev, 60);
   try {
@@ -312,8 +315,9 @@ gpuTest("graph: update() retargets an executable graph to other buffers; a diffe
   }
 });
 
-gpuTest("graph: Graph/GraphExec are owned by the device; closing it releases them, use after is DisposedError", () => {
+gpuTest("graph: Graph/GraphExec are owned by the device; closing it releases them, use after is DisposedError", async () => {
   const dev = Device.open({ backend: "cuda" });
+  await loadKernels(dev);
   const stream = dev.createStream();
   const t = setup(dev, 70);
   twoNorms(t, stream);

@@ -20,7 +20,7 @@ import { gpuTest, randoms } from "../fixtures/helpers.ts";
 const H200: PlanLimits = { maxGridX: 2 ** 31 - 1, maxThreadsPerBlock: 1024, warpSize: 32, ccMajor: 9, multiprocessors: 132 };
 const P: PlanInput = { kind: "rms", rows: 8, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" };
 
-test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchConfig) after that", () => {
+test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchConfig) after that", async () => {
   const cache = new Map<string, unknown>();
   let planned = 0;
   const limits = () => (planned++, H200);
@@ -37,7 +37,7 @@ test("plan cache: one planning per problem; the same PlannedLaunch (and LaunchCo
     [fresh.plan.grid, fresh.plan.block, fresh.plan.sharedBytes, fresh.plan.cluster]);
 });
 
-test("plan cache: every part of the key matters", () => {
+test("plan cache: every part of the key matters", async () => {
   const cache = new Map<string, unknown>();
   const limits = () => H200;
   const base = cachedNormPlan(cache, P, limits);
@@ -63,7 +63,7 @@ test("plan cache: every part of the key matters", () => {
   assert.equal(cachedNormPlan(cache, { ...P, kind: "layer" }, limits), [...seen][1]);
 });
 
-test("plan cache: refusals are cached too, with planNorm's reason", () => {
+test("plan cache: refusals are cached too, with planNorm's reason", async () => {
   const cache = new Map<string, unknown>();
   let planned = 0;
   const bad: PlanInput = { ...P, inputDtype: "bf16", paramDtype: "f16" };
@@ -77,7 +77,7 @@ test("plan cache: refusals are cached too, with planNorm's reason", () => {
   assert.equal(r1.unsupported, want.unsupported);
 });
 
-test(`plan cache: bounded at ${MAX_CACHED_PLANS} entries per device (many row counts do not grow it forever)`, () => {
+test(`plan cache: bounded at ${MAX_CACHED_PLANS} entries per device (many row counts do not grow it forever)`, async () => {
   const cache = new Map<string, unknown>();
   for (let rows = 1; rows <= 3 * MAX_CACHED_PLANS; rows++) cachedNormPlan(cache, { ...P, rows }, () => H200);
   const kept = cachedPlanCount(cache);
@@ -88,7 +88,7 @@ test(`plan cache: bounded at ${MAX_CACHED_PLANS} entries per device (many row co
   assert.ok(last instanceof PlannedLaunch);
 });
 
-test("CPU backend: norms work without touching the plan cache", () => {
+test("CPU backend: norms work without touching the plan cache", async () => {
   using dev = Device.open({ backend: "cpu" });
   using x = dev.tensor(randoms(2 * 16, 3), [2, 16]);
   using y = dev.empty([2, 16]);
@@ -125,8 +125,8 @@ function fakeViews() {
   }, { record: true, snapshot: readArgs });
 }
 
-test("fake CUDA: a repeated call launches with exactly the arguments of a validated one, also after other calls", () => {
-  const { dev, made: m, launches } = fakeViews();
+test("fake CUDA: a repeated call launches with exactly the arguments of a validated one, also after other calls", async () => {
+  const { dev, made: m, launches } = await fakeViews();
   try {
     const want = (w: Tensor, b: Tensor | undefined, eps: number) =>
       [m.x.ptr, m.y.ptr, w.ptr, b ? b.ptr : 0n, 0n, 0n, m.rows, m.d, m.x.rowStride, m.y.rowStride, Math.fround(eps)];
@@ -175,9 +175,9 @@ test("fake CUDA: a repeated call launches with exactly the arguments of a valida
   }
 });
 
-test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), on the first call and its repeats", () => {
+test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), on the first call and its repeats", async () => {
   // 300 rows of 4096 bf16 on the fake H200: the `block` mapping with rows ahead to prefetch (ops/plan.ts).
-  const f = fakeCudaDevice((d) => ({
+  const f = await fakeCudaDevice((d) => ({
     s: d.createStream(),
     x: d.empty([300, 4096], { dtype: "bf16" }),
     y: d.empty([300, 4096], { dtype: "bf16" }),
@@ -198,9 +198,9 @@ test("fake CUDA: the plan's prefetch distance reaches the kernel (argument 13), 
   }
 });
 
-test("fake CUDA: LayerNorm's 128 KB rows launch blockfull with the weight/bias staging slots, opted in once; RMSNorm's without", () => {
+test("fake CUDA: LayerNorm's 128 KB rows launch blockfull with the weight/bias staging slots, opted in once; RMSNorm's without", async () => {
   // 140 rows (past one per SM on the fake H200) of 32768 f32: one 1024-thread block per row (ops/plan.ts).
-  const f = fakeCudaDevice((d) => ({
+  const f = await fakeCudaDevice((d) => ({
     s: d.createStream(),
     x: d.empty([140, 32768]),
     y: d.empty([140, 32768]),
@@ -225,10 +225,10 @@ test("fake CUDA: LayerNorm's 128 KB rows launch blockfull with the weight/bias s
   }
 });
 
-test("fake CUDA: 256 KB rows launch the stash kernel (one 1024-thread block per row, 8 chunks' slots per thread), opted in once", () => {
+test("fake CUDA: 256 KB rows launch the stash kernel (one 1024-thread block per row, 8 chunks' slots per thread), opted in once", async () => {
   // 140 rows (past one per SM on the fake H200) of 65536 f32 (16 chunks per thread at 1024 threads; ops/plan.ts), and of
   // 131072 bf16 with bf16 weights; bf16 with f32 weights keeps the cluster (no stash kernel built for it).
-  const f = fakeCudaDevice((d) => ({
+  const f = await fakeCudaDevice((d) => ({
     s: d.createStream(),
     x: d.empty([140, 65536]),
     y: d.empty([140, 65536]),
@@ -263,9 +263,9 @@ test("fake CUDA: 256 KB rows launch the stash kernel (one 1024-thread block per 
   }
 });
 
-test("fake CUDA: the op launches the vector-only kernel (LN blockfull, clusterfull; LN and RMS rowstile) exactly when every row qualifies", () => {
+test("fake CUDA: the op launches the vector-only kernel (LN blockfull, clusterfull; LN and RMS rowstile) exactly when every row qualifies", async () => {
   // CPU buffers start at address 0 in the fake: a view's address is its byte offset.
-  const f = fakeCudaDevice((d) => {
+  const f = await fakeCudaDevice((d) => {
     const buf = d.alloc(2 * (300 * 4104 + 16));
     const t = (offset: number, shape: number[], rowStride?: number) => new Tensor(buf, shape, { dtype: "bf16", offset, rowStride });
     return {
@@ -348,8 +348,8 @@ test("fake CUDA: the op launches the vector-only kernel (LN blockfull, clusterfu
   }
 });
 
-test("fake CUDA: after a validated call, changed options are still refused before launch with the usual errors", () => {
-  const { dev, made: m, launches } = fakeViews();
+test("fake CUDA: after a validated call, changed options are still refused before launch with the usual errors", async () => {
+  const { dev, made: m, launches } = await fakeViews();
   try {
     const refused = (f: () => unknown, err: new (...a: never[]) => Error, re: RegExp) => {
       rmsNorm(m.x, { weight: m.w, out: m.y, stream: m.s });
@@ -387,8 +387,8 @@ function argName(e: unknown): string {
   return String((e as Error).message).replace(/^[^:]*:\s*/, "").replace(/^(the )?/, "");
 }
 
-test("fake CUDA: calls taking turns with several weights repeat each weight's validated call (right arguments, closures seen)", () => {
-  const f = fakeCudaDevice((d) => ({
+test("fake CUDA: calls taking turns with several weights repeat each weight's validated call (right arguments, closures seen)", async () => {
+  const f = await fakeCudaDevice((d) => ({
     s: d.createStream(),
     x: d.empty([4, 256], { dtype: "bf16" }),
     y: d.empty([4, 256], { dtype: "bf16" }),
@@ -441,9 +441,9 @@ test("fake CUDA: calls taking turns with several weights repeat each weight's va
   }
 });
 
-test("fake CUDA: a weight, bias, out or device closed after a validated call is DisposedError naming it", () => {
+test("fake CUDA: a weight, bias, out or device closed after a validated call is DisposedError naming it", async () => {
   for (const which of ["weight", "bias", "out", "device", "another buffer"] as const) {
-    const f = fakeCudaDevice((d) => ({
+    const f = await fakeCudaDevice((d) => ({
       s: d.createStream(),
       x: d.empty([4, 256], { dtype: "bf16" }),
       y: d.empty([4, 256], { dtype: "bf16" }),

@@ -12,6 +12,7 @@ import {
   LayerNorm,
   layerNorm,
   layerNormBackward,
+  loadKernels,
   RMSNorm,
   rmsNorm,
   Tensor,
@@ -139,9 +140,10 @@ function close(actual: ArrayLike<number>, expected: ArrayLike<number>, tol: numb
   }
 }
 
-test("fake driver: a buffer and a stream made through the driver are x, out and stream of a norm", () => {
+test("fake driver: a buffer and a stream made through the driver are x, out and stream of a norm", async () => {
   const fake = new FaultDriver();
   using dev = Device.openWithDriver(fake);
+  await loadKernels(dev);
   const rows = 4, d = 64, bytes = rows * d * 4;
   const xPtr = fake.memAlloc(bytes), yPtr = fake.memAlloc(bytes), st = fake.streamCreate();
   let live = 0;
@@ -200,9 +202,10 @@ test("fake driver: wrapping checks the context, the allocation and the options",
   fake.memFree(ours), other.memFree(theirs);
 });
 
-test("fake driver: two wrappers of one allocation keep the in-place and overlap rules", () => {
+test("fake driver: two wrappers of one allocation keep the in-place and overlap rules", async () => {
   const fake = new FaultDriver();
   using dev = Device.openWithDriver(fake);
+  await loadKernels(dev);
   const d = 64, bytes = 4 * d * 4, ptr = fake.memAlloc(bytes);
   using a = dev.wrapPointer(ptr, bytes), b = dev.wrapPointer(ptr, bytes);
   const x = new Tensor(a, [4, d]);
@@ -335,11 +338,12 @@ test("short inspection strings for Tensor, Device, DeviceBuffer and Stream (Deno
   assert.equal(inspect(buf), `DeviceBuffer(64 bytes on ${dev.id}), closed`);
 });
 
-test("Module.load is all or nothing: a failed upload leaves state() and the forward's weight as they were", () => {
+test("Module.load is all or nothing: a failed upload leaves state() and the forward's weight as they were", async () => {
   const d = 64, old = randoms(d, 41), next = randoms(d, 42);
   for (let k = 1; k <= 12; k++) {
     const fake = new FaultDriver();
     using dev = Device.openWithDriver(fake);
+    await loadKernels(dev);
     using m = new RMSNorm(dev, d, { zeroCentered: true });
     m.load({ weight: old });
     fake.failAt(k, CUDA_ERROR_OUT_OF_MEMORY);

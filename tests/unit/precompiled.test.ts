@@ -1,4 +1,4 @@
-// Checks, without a GPU, that precompiled/norm_cuda.ts matches precompiled/ and kernels/.
+// Checks, without a GPU, that precompiled/norm_cuda.ts matches the images (precompiled/, packages/ptx/) and kernels/.
 // Runs under `deno test --allow-read tests/unit/precompiled.test.ts` and `bun test ./tests/unit/precompiled.test.ts`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -9,19 +9,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Buffer } from "node:buffer";
-import { gunzipSync } from "node:zlib";
-import { decodeBase64 } from "../../runtime/base64.ts";
-import {
-  NORM_FATBIN,
-  NORM_KERNELS,
-  NORM_SOURCE_FILES,
-  NORM_SOURCE_SHA256,
-} from "../../precompiled/norm_cuda.ts";
+import { zstdDecompressSync } from "node:zlib";
+import { NORM_CUDA_IMAGES, NORM_KERNELS, NORM_SOURCE_FILES, NORM_SOURCE_SHA256 } from "../../precompiled/norm_cuda.ts";
+import * as ptxPackage from "../../packages/ptx/mod.ts";
+import { planLimits } from "../../ops/kernels.ts";
+import { planNorm } from "../../ops/plan.ts";
+import { DTYPES } from "../../runtime/dtype.ts";
+import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
 
 const root = new URL("../../", import.meta.url);
-const read = (rel: string): Uint8Array =>
-  new Uint8Array(readFileSync(new URL(rel, root)));
-const b64 = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, "base64"));
+const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
+const IMAGES = ["precompiled/norm_sm80.fatbin", "precompiled/norm_sm90.fatbin", "packages/ptx/norm_compute90.fatbin"];
 
 const FATBIN_MAGIC = 0xba55ed50;
 const KIND_PTX = 1;
@@ -73,52 +71,67 @@ function parseFatbin(bytes: Uint8Array): FatbinEntry[] {
   return entries;
 }
 
-test("decodeBase64 (native and fallback) gives Buffer's bytes: random lengths 0–67 and the embedded fatbin", () => {
-  let seed = 11;
-  for (let n = 0; n < 68; n++) {
-    const bytes = Uint8Array.from({ length: n }, () => (seed = (seed * 1103515245 + 12345) >>> 0) >>> 24);
-    const s = Buffer.from(bytes).toString("base64");
-    assert.deepEqual(decodeBase64(s), bytes, `native, ${n} bytes`);
-    assert.deepEqual(decodeBase64(s, false), bytes, `fallback, ${n} bytes`);
-  }
-  const want = new Uint8Array(Buffer.from(NORM_FATBIN, "base64"));
-  assert.deepEqual(decodeBase64(NORM_FATBIN), want);
-  assert.deepEqual(decodeBase64(NORM_FATBIN, false), want);
-});
-
-test("scripts/fatbin.sh writes out exactly the fatbin NORM_FATBIN embeds (what the C benchmarks load)", () => {
+test("scripts/fatbin.sh writes one fatbin of the three images' entries (what the C benchmarks load)", () => {
   const dir = mkdtempSync(join(tmpdir(), "normkit-fatbin-"));
   try {
     const out = join(dir, "norm.fatbin");
     execFileSync("bash", [fileURLToPath(new URL("scripts/fatbin.sh", root)), out]);
-    assert.deepEqual(new Uint8Array(readFileSync(out)), b64(NORM_FATBIN));
+    const all = new Uint8Array(readFileSync(out));
+    const entries = parseFatbin(all);
+    assert.equal(entries.length, 3);
+    IMAGES.forEach((f, i) => {
+      const [e] = parseFatbin(read(f));
+      assert.deepEqual(
+        all.subarray(entries[i].offset, entries[i].offset + entries[i].size),
+        read(f).subarray(e.offset, e.offset + e.size),
+        f,
+      );
+    });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test("PTX targets sm_80 and has an .entry for every kernel", () => {
-  const ptx = new TextDecoder().decode(gunzipSync(read("precompiled/norm.ptx.gz")));
-  assert.match(ptx, /^\.target sm_80$/m);
-  assert.ok(NORM_KERNELS.length >= 3);
-  for (const name of ["scale_f32"]) {
-    assert.ok(NORM_KERNELS.includes(name), `NORM_KERNELS has ${name}`);
-  }
-  const entries = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)].map((m) =>
-    m[1]
+test("the compute_90 PTX (packages/ptx) targets sm_90 and has an .entry for every kernel", () => {
+  const [e] = parseFatbin(read("packages/ptx/norm_compute90.fatbin"));
+  const ptx = new TextDecoder().decode(
+    zstdDecompressSync(read("packages/ptx/norm_compute90.fatbin").subarray(e.offset, e.offset + e.size)),
   );
+  assert.match(ptx, /^\.target sm_90$/m);
+  const entries = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)].map((m) => m[1]);
   assert.deepEqual([...entries].sort(), [...NORM_KERNELS].sort());
+  assert.equal(ptxPackage.sourceSha256, NORM_SOURCE_SHA256, "packages/ptx/build.ts: the same sources");
 });
 
 // The fast forward kernels: kind x mapping x (input, output, weight/bias) dtype triple.
 const FWD_TRIPLES = [
-  "f32_f32_f32", "f32_f16_f32", "f32_bf16_f32",
-  "f16_f32_f32", "f16_f16_f32", "f16_bf16_f32", "f16_f32_f16", "f16_f16_f16", "f16_bf16_f16",
-  "bf16_f32_f32", "bf16_f16_f32", "bf16_bf16_f32", "bf16_f32_bf16", "bf16_f16_bf16", "bf16_bf16_bf16",
+  "f32_f32_f32",
+  "f32_f16_f32",
+  "f32_bf16_f32",
+  "f16_f32_f32",
+  "f16_f16_f32",
+  "f16_bf16_f32",
+  "f16_f32_f16",
+  "f16_f16_f16",
+  "f16_bf16_f16",
+  "bf16_f32_f32",
+  "bf16_f16_f32",
+  "bf16_bf16_f32",
+  "bf16_f32_bf16",
+  "bf16_f16_bf16",
+  "bf16_bf16_bf16",
 ];
 const FWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
   ["ln", "rms"].flatMap((k) =>
-    ["rows", "block", "cluster", "wide", "latency", "stash", ...(k === "ln" ? ["blockfull", "clusterfull", "rowstwopass", "rowstile"] : ["rowstile"])].map((m) => `nk_${k}_${m}_${t}`)
+    [
+      "rows",
+      "block",
+      "cluster",
+      "wide",
+      "latency",
+      "stash",
+      ...(k === "ln" ? ["blockfull", "clusterfull", "rowstwopass", "rowstile"] : ["rowstile"]),
+    ].map((m) => `nk_${k}_${m}_${t}`)
   )
 );
 
@@ -128,9 +141,9 @@ const BWD_KERNELS = FWD_TRIPLES.flatMap((t) =>
 );
 // The bulk-staged backward kernels (sm_90): LayerNorm's one-row blocks and both kinds' clusters, for x and dy of one
 // dtype (kernels/norm.cu, NK_BWD_STAGED_DTYPES).
-const STAGED_KERNELS = ["f32_f32_f32", "f16_f16_f32", "f16_f16_f16", "bf16_bf16_f32", "bf16_bf16_bf16"].flatMap((t) =>
-  [`nk_ln_bwd_cachedstaged_${t}`, `nk_ln_bwd_clusterstaged_${t}`, `nk_rms_bwd_clusterstaged_${t}`]
-);
+const STAGED_KERNELS = ["f32_f32_f32", "f16_f16_f32", "f16_f16_f16", "bf16_bf16_f32", "bf16_bf16_bf16"].flatMap((
+  t,
+) => [`nk_ln_bwd_cachedstaged_${t}`, `nk_ln_bwd_clusterstaged_${t}`, `nk_rms_bwd_clusterstaged_${t}`]);
 const DIAG_KERNELS = ["nk_diag_partial_f32", "nk_diag_partial_f16", "nk_diag_partial_bf16", "nk_diag_final"];
 const FINALIZE_KERNELS = ["nk_bwd_finalize_f32", "nk_bwd_finalize_f16", "nk_bwd_finalize_bf16"];
 
@@ -139,7 +152,14 @@ test("NORM_KERNELS: scale_f32, the diagnostics, the finalize, then 255 forward, 
   assert.equal(FWD_KERNELS.length, 255);
   assert.equal(BWD_KERNELS.length, 150);
   assert.equal(STAGED_KERNELS.length, 15);
-  assert.deepEqual([...NORM_KERNELS], ["scale_f32", ...DIAG_KERNELS, ...FINALIZE_KERNELS, ...FWD_KERNELS, ...BWD_KERNELS, ...STAGED_KERNELS]);
+  assert.deepEqual([...NORM_KERNELS], [
+    "scale_f32",
+    ...DIAG_KERNELS,
+    ...FINALIZE_KERNELS,
+    ...FWD_KERNELS,
+    ...BWD_KERNELS,
+    ...STAGED_KERNELS,
+  ]);
 });
 
 test("NORM_SOURCE_SHA256 matches the kernel sources", () => {
@@ -171,30 +191,110 @@ test("NORM_SOURCE_SHA256 matches the kernel sources", () => {
   );
 });
 
-test("fatbin: magic 0xBA55ED50 (LE), SASS sm_80 + sm_90, PTX compute_90", () => {
-  const bytes = b64(NORM_FATBIN);
-  assert.deepEqual([...bytes.subarray(0, 4)], [0x50, 0xed, 0x55, 0xba]);
-  const entries = parseFatbin(bytes);
-  const elfArchs = entries.filter((e) => e.kind === KIND_ELF).map((e) => e.arch)
-    .sort();
-  const ptxArchs = entries.filter((e) => e.kind === KIND_PTX).map((e) => e.arch)
-    .sort();
-  assert.deepEqual(elfArchs, [80, 90]);
-  assert.deepEqual(ptxArchs, [90]);
-  // Every entry is compressed (-Xfatbin -compress-all): the kernels inside are checked on the GPU
-  // host, where tests/gpu/runtime_and_ops.test.ts looks up every name in NORM_KERNELS in the loaded module.
-  for (const e of entries) assert.notEqual(e.flags & FLAG_COMPRESSED, 0n, `entry arch ${e.arch} kind ${e.kind} is compressed`);
+test("images: one compressed fatbin entry each (SASS sm_80, SASS sm_90, PTX compute_90), at the URLs the modules name", () => {
+  const want = [[KIND_ELF, 80], [KIND_ELF, 90], [KIND_PTX, 90]];
+  IMAGES.forEach((f, i) => {
+    const bytes = read(f);
+    assert.deepEqual([...bytes.subarray(0, 4)], [0x50, 0xed, 0x55, 0xba], `${f}: fatbin magic (LE)`);
+    const entries = parseFatbin(bytes);
+    assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [want[i]], f);
+    // -Xfatbin -compress-all: the driver inflates them at load.
+    assert.notEqual(entries[0].flags & FLAG_COMPRESSED, 0n, `${f} is compressed`);
+  });
+  assert.deepEqual(Object.keys(NORM_CUDA_IMAGES), ["sm_80", "sm_90"]);
+  assert.ok(NORM_CUDA_IMAGES.sm_80.href.endsWith("/precompiled/norm_sm80.fatbin"));
+  assert.ok(NORM_CUDA_IMAGES.sm_90.href.endsWith("/precompiled/norm_sm90.fatbin"));
+  assert.deepEqual(Object.keys(ptxPackage.images), ["compute_90"]);
+  assert.ok(ptxPackage.images.compute_90.href.endsWith("/packages/ptx/norm_compute90.fatbin"));
 });
 
-test("the images' base64 lives in JSON modules, the .ts modules stay small (a 9 MB string in a .ts module imported 5x slower)", () => {
-  // bench/import_time.ts, 2026-12-03, a 2-core VM: import of mod.ts under Deno 322 ms with the fatbin string in
-  // norm_cuda.ts, 61 ms with it in norm_fatbin.json; Bun 100 → 80 ms.
-  for (const [ts, json] of [["precompiled/norm_cuda.ts", "norm_fatbin.json"], ["precompiled/norm_hip.ts", "norm_hsaco.json"]]) {
-    const src = new TextDecoder().decode(read(ts));
-    assert.ok(src.length < 64 * 1024, `${ts} is ${src.length} bytes`);
-    assert.match(src, new RegExp(`^import \\w+ from "\\./${json.replace(".", "\\.")}" with \\{ type: "json" \\};$`, "m"));
-  }
-  assert.equal(typeof JSON.parse(new TextDecoder().decode(read("precompiled/norm_fatbin.json"))), "string");
-  const hsaco = JSON.parse(new TextDecoder().decode(read("precompiled/norm_hsaco.json")));
-  assert.deepEqual(Object.keys(hsaco), ["gfx90a", "gfx942", "gfx1100"]);
+test("the images stay within their budgets: normkit's own (JSR main package) and each package's", () => {
+  // The JSR main package is at most 10,000,000 bytes in all, with room for the fused kernels to come: its two
+  // SASS images get 5 MB (3.6 MB now). The PTX and AMD packages have 10 MB each (3.5 and 6.9 MB now).
+  const size = (files: string[]) => files.reduce((n, f) => n + read(f).length, 0);
+  const own = size(["precompiled/norm_sm80.fatbin", "precompiled/norm_sm90.fatbin", "precompiled/norm_cuda.ts"]);
+  assert.ok(own < 5_000_000, `precompiled/ is ${own} bytes`);
+  assert.ok(size(["packages/ptx/norm_compute90.fatbin"]) < 9_000_000);
+  const hip = size(["gfx90a", "gfx942", "gfx1100"].map((t) => `packages/hip/norm_${t}.hsaco.gz`));
+  assert.ok(hip < 9_000_000, `packages/hip is ${hip} bytes`);
 });
+
+/** The names of the defined global functions in an ELF64 (little-endian) file's .symtab. */
+function elfFunctions(elf: Uint8Array): Set<string> {
+  const v = new DataView(elf.buffer, elf.byteOffset, elf.byteLength);
+  assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], "ELF magic");
+  assert.equal(elf[4], 2, "ELF64");
+  assert.equal(elf[5], 1, "little-endian");
+  const shoff = Number(v.getBigUint64(0x28, true)),
+    shentsize = v.getUint16(0x3a, true),
+    shnum = v.getUint16(0x3c, true);
+  const section = (i: number) => {
+    const o = shoff + i * shentsize;
+    return {
+      type: v.getUint32(o + 4, true),
+      offset: Number(v.getBigUint64(o + 0x18, true)),
+      size: Number(v.getBigUint64(o + 0x20, true)),
+      link: v.getUint32(o + 0x28, true),
+    };
+  };
+  const SHT_SYMTAB = 2, STT_FUNC = 2, STB_GLOBAL = 1;
+  const names = new Set<string>();
+  for (let i = 0; i < shnum; i++) {
+    const sh = section(i);
+    if (sh.type !== SHT_SYMTAB) continue;
+    const strtab = section(sh.link);
+    for (let o = sh.offset; o < sh.offset + sh.size; o += 24) {
+      const info = elf[o + 4], shndx = v.getUint16(o + 6, true);
+      if ((info & 0xf) !== STT_FUNC || info >> 4 !== STB_GLOBAL || shndx === 0) continue;
+      const start = strtab.offset + v.getUint32(o, true);
+      names.add(new TextDecoder().decode(elf.subarray(start, elf.indexOf(0, start))));
+    }
+  }
+  return names;
+}
+
+/** The forward kernels the plan names (kernel and vector-only variant) for a device of compute capability `cc`. */
+function plannedForwardKernels(cc: [number, number]): Set<string> {
+  const limits = planLimits({
+    backend: "cuda",
+    info: { ...FAKE_H200, computeCapability: cc, multiprocessors: cc[0] === 9 ? 132 : 108 },
+  });
+  const names = new Set<string>();
+  const ds = [1, 3, 127, 128, 1000, 1024, 2048, 2049, 4096, 4097, 8192, 16384, 16385, 32768, 65537, 262144];
+  for (const d of ds) {
+    for (const tin of DTYPES) {
+      for (const tout of DTYPES) {
+        for (const tw of [undefined, "f32", tin] as const) {
+          for (const kind of ["layer", "rms"] as const) {
+            for (const rows of [1, 64, 100_000]) {
+              const r = planNorm({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, limits);
+              if (!("plan" in r)) continue;
+              names.add(r.plan.kernel);
+              if (r.plan.fullKernel !== null) names.add(r.plan.fullKernel);
+            }
+          }
+        }
+      }
+    }
+  }
+  return names;
+}
+
+for (const [target, file] of [["sm_80", "precompiled/norm_sm80.fatbin"], ["sm_90", "precompiled/norm_sm90.fatbin"]]) {
+  test(`the ${target} image defines every kernel of NORM_KERNELS and every forward plan's kernel (its ELF symbol table), and no other`, () => {
+    const bytes = read(file);
+    const [e] = parseFatbin(bytes);
+    const elf = new Uint8Array(zstdDecompressSync(bytes.subarray(e.offset, e.offset + e.size)));
+    assert.equal(elf[18] | (elf[19] << 8), 190, "e_machine EM_CUDA");
+    const funcs = elfFunctions(elf);
+    const missing = NORM_KERNELS.filter((k) => !funcs.has(k));
+    assert.deepEqual(missing, [], `${target} lacks ${missing.length} kernels`);
+    // Every extern "C" kernel is in NORM_KERNELS (device functions are not global symbols of their own here).
+    const extra = [...funcs].filter((f) => !NORM_KERNELS.includes(f));
+    assert.deepEqual(extra, [], `${target} has kernels NORM_KERNELS does not list`);
+    // And what the ops can name: every forward plan for a GPU this image serves.
+    const planned = plannedForwardKernels(target === "sm_80" ? [8, 0] : [9, 0]);
+    assert.ok(planned.size > 50, `${planned.size} planned kernels`);
+    assert.deepEqual([...planned].filter((k) => !funcs.has(k)), [], `${target}: planned kernels missing`);
+  });
+}

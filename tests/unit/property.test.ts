@@ -1,5 +1,5 @@
 /**
- * Property tests (issue 7) with fast-check: random shapes (rank 1–3), row strides and offsets, dtypes (input,
+ * Property tests with fast-check: random shapes (rank 1–3), row strides and offsets, dtypes (input,
  * output, weight), eps, affine flags, output placement (new / given with its own stride / in place), stats,
  * data scale and shift (stats always returned and checked), against the float64 reference (ops/cpu.ts) computed from the values the device
  * actually stores (read back, so f16/bf16 rounding of the inputs is not counted as error).
@@ -20,7 +20,7 @@ import { gpuTest } from "../fixtures/helpers.ts";
 import { mulberry32 } from "../fixtures/random.ts";
 import process from "node:process";
 
-// scripts/gpu-sanitize.sh runs fewer CUDA cases (the sanitizers slow every launch down); 1000 by default.
+// NORMKIT_PROPERTY_RUNS lowers the CUDA case count (e.g. under compute-sanitizer, which slows every launch down); 1000 by default.
 const GPU_RUNS = Number(process.env.NORMKIT_PROPERTY_RUNS ?? 1000);
 
 const DTYPE_LIST: DType[] = ["f32", "f16", "bf16"];

@@ -1,9 +1,10 @@
 /**
  * The package imported by URL, served over HTTP from 127.0.0.1 (the permissions docs/install.md lists):
- * - run as the main module (`deno run --allow-ffi URL`): no permission beyond --allow-ffi (kernels are
- *   embedded, so no file reads; the environment is read only where permitted); NORMKIT_CUDA_LIB is honoured
- *   when --allow-env grants it;
- * - imported from the user's own file: that import needs --allow-import for the host, and nothing more;
+ * - run as the main module (`deno run --allow-ffi URL`): no permission beyond --allow-ffi on the CPU (no kernel
+ *   image is read there; the environment is read only where permitted); NORMKIT_CUDA_LIB is honoured when
+ *   --allow-env grants it;
+ * - imported from the user's own file: that import needs --allow-import for the host, and nothing more on the CPU;
+ * - a GPU device's kernel image is fetched from the same host by loadKernels: --allow-net for it (docs/loading.md);
  * - the server must label .ts files with a TypeScript or JavaScript media type: Deno refuses the type
  *   python3 -m http.server sends for .ts where /etc/mime.types maps it to Qt Linguist (text/vnd.trolltech.linguist).
  */
@@ -32,7 +33,7 @@ function serve(tsType: string): Promise<{ server: Server; base: string }> {
       res.writeHead(404).end();
       return;
     }
-    // As web servers label them (Deno imports a JSON module only from a JSON media type: precompiled/norm_fatbin.json).
+    // As web servers label them (the kernel images are binary: application/octet-stream).
     const type = file.endsWith(".ts")
       ? tsType
       : file.endsWith(".json")
@@ -111,11 +112,12 @@ test("NORMKIT_CUDA_LIB is read when --allow-env permits it", { skip, timeout: 12
 });
 
 /** A user's script importing normkit by URL: an RMSNorm checked against the float64 CPU reference. */
-const USER_SCRIPT = `import { cpuNormForward, Device, rmsNorm } from "{base}/mod.ts";
+const USER_SCRIPT = `import { cpuNormForward, Device, loadKernels, rmsNorm } from "{base}/mod.ts";
 const rows = 16, d = 96, eps = 1e-6;
 const xs = Float32Array.from({ length: rows * d }, (_, i) => Math.sin(i * 0.37) * 2 + 0.1);
 const ws = Float32Array.from({ length: d }, (_, i) => 1 + Math.cos(i) / 4);
 using dev = Device.open();
+await loadKernels(dev);
 using x = dev.tensor(xs, [rows, d]);
 using w = dev.tensor(ws, [d]);
 using y = rmsNorm(x, { weight: w, eps });
@@ -165,4 +167,27 @@ test(".ts served as text/vnd.trolltech.linguist (python3 -m http.server) is refu
   });
   assert.notEqual(code, 0, out);
   assert.match(out, /Expected a JavaScript or TypeScript module/);
+});
+
+/** A user's script reading the sm_90 image the way loadKernels does for a compute capability 9.0 device. */
+const IMAGE_SCRIPT = `import { kernelImage } from "{base}/gpu.ts";
+import { FAKE_H200 } from "{base}/tests/fixtures/fake_cuda.ts";
+try {
+  console.log(JSON.stringify({ bytes: (await kernelImage({ backend: "cuda", info: FAKE_H200 })).length }));
+} catch (e) {
+  console.log(JSON.stringify({ error: String(e) }));
+}
+`;
+
+test("a GPU device's image by URL: fetched from the same host with --allow-net, refused without it", {
+  skip,
+  timeout: 120_000,
+}, async () => {
+  const size = readFileSync(join(root, "precompiled/norm_sm90.fatbin")).length;
+  const granted = await runDeno({ args: ["--allow-import={host}", "--allow-net={host}"], script: IMAGE_SCRIPT });
+  assert.equal(granted.code, 0, granted.out);
+  assert.deepEqual(JSON.parse(granted.out.trim().split("\n").pop()!), { bytes: size }, granted.out);
+  const denied = await runDeno({ args: ["--allow-import={host}"], script: IMAGE_SCRIPT });
+  assert.equal(denied.code, 0, denied.out);
+  assert.match(JSON.parse(denied.out.trim().split("\n").pop()!).error, /net access/, denied.out);
 });

@@ -7,10 +7,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  ArgumentError, Device, DisposedError, LayerNorm, layerNorm, layerNormBackward, RMSNorm, rmsNorm, rmsNormBackward, Tensor,
+  ArgumentError, Device, DisposedError, LayerNorm, layerNorm, layerNormBackward, loadKernels, RMSNorm, rmsNorm, rmsNormBackward,
+  Tensor,
 } from "../../mod.ts";
 import process from "node:process";
-import { launch, LaunchConfig, NORM_FATBIN } from "../../gpu.ts";
+import { kernelImage, launch, LaunchConfig } from "../../gpu.ts";
 import { MAX_D } from "../../ops/validate.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
@@ -260,7 +261,6 @@ test("launch configuration: zero, fractional or > 3 dims → ArgumentError; limi
 
 // ---- GPU-only: the Kernel layer (a Kernel needs a loaded module) ----
 
-const fatbin = (): Uint8Array => Uint8Array.from(atob(NORM_FATBIN), (c) => c.charCodeAt(0));
 const SCALE_ARGS = ["ptr", "ptr", "f32", "i64"] as const;
 
 /** On the GPU: y poisoned, the refused launch queues nothing, y unchanged after a synchronize. */
@@ -274,9 +274,10 @@ function refusedLaunch(dev: Device, y: { read(d: Uint8Array): void }, argument: 
   assert.deepEqual(after, before, "nothing was written");
 }
 
-gpuTest("grid or block beyond the device's limits → ArgumentError(grid[i] | block[i] | block | sharedBytes), nothing launched", () => {
+gpuTest("grid or block beyond the device's limits → ArgumentError(grid[i] | block[i] | block | sharedBytes), nothing launched", async () => {
   using dev = Device.open({ backend: "cuda", sanityCheck: false });
-  using mod = dev.loadModule(fatbin());
+  await loadKernels(dev);
+  using mod = dev.loadModule(await kernelImage(dev));
   const k = mod.kernel("scale_f32", SCALE_ARGS);
   using x = dev.alloc(4096), y = dev.alloc(4096);
   x.fill(0x3f);
@@ -291,9 +292,10 @@ gpuTest("grid or block beyond the device's limits → ArgumentError(grid[i] | bl
   refusedLaunch(dev, y, "sharedBytes", run({ grid: [1], block: [32], sharedBytes: i.maxSharedPerBlockOptin + 1 }));
 });
 
-gpuTest("wrong argument count or type passed to a Kernel → ArgumentError naming the kernel's arguments, nothing launched", () => {
+gpuTest("wrong argument count or type passed to a Kernel → ArgumentError naming the kernel's arguments, nothing launched", async () => {
   using dev = Device.open({ backend: "cuda", sanityCheck: false });
-  using mod = dev.loadModule(fatbin());
+  await loadKernels(dev);
+  using mod = dev.loadModule(await kernelImage(dev));
   const k = mod.kernel("scale_f32", SCALE_ARGS);
   using x = dev.alloc(4096), y = dev.alloc(4096);
   y.fill32(POISON);
@@ -307,8 +309,9 @@ gpuTest("wrong argument count or type passed to a Kernel → ArgumentError namin
   assert.throws(() => mod.kernel("scale_f32", ["ptr", "f16" as never]), (e: unknown) => e instanceof ArgumentError && e.argument === "argTypes[1]");
 });
 
-gpuTest("GPU ops refuse the same bad inputs before launching (out overlap, eps, other device's stream)", () => {
+gpuTest("GPU ops refuse the same bad inputs before launching (out overlap, eps, other device's stream)", async () => {
   using dev = Device.open({ backend: "cuda", sanityCheck: false });
+  await loadKernels(dev);
   using x = dev.tensor(randoms(4 * 1024, 19), [4, 1024]);
   using out = dev.empty([4, 1024]);
   using w = dev.tensor(randoms(1000, 20), [1000]);
@@ -446,13 +449,13 @@ test("an options object with getters: each option read exactly once (norms, back
   void y, made;
 });
 
-test("an options object answering another weight or stream on a later read cannot reach the launch (fake CUDA)", () => {
+test("an options object answering another weight or stream on a later read cannot reach the launch (fake CUDA)", async () => {
   // The weight pointer each launch was given (argument 2), read at launch time.
   const weightArg = (params: bigint) => {
     const slots = new BigUint64Array(ffi!.viewMemory(params, 3 * 8).slice(0));
     return new DataView(ffi!.viewMemory(slots[2], 8).slice(0)).getBigUint64(0, true);
   };
-  const { dev, made: m, launches } = fakeCudaDevice((d) => {
+  const { dev, made: m, launches } = await fakeCudaDevice((d) => {
     // Views of one buffer: distinct device addresses (the fake's buffers all start at 0).
     const buf = d.alloc(4 * (16 + 64 + 16));
     const view = (offset: number, shape: number[]) => new Tensor(buf, shape, { offset });

@@ -4,6 +4,7 @@
  */
 import process from "node:process";
 import { Device, layerNorm, loadKernels, rmsNorm } from "../../../mod.ts";
+import * as hipImages from "../../../packages/hip/mod.ts";
 
 const [scenario, d = "2600"] = process.argv.slice(2);
 const D = Number(d), rows = 3;
@@ -13,7 +14,8 @@ if (scenario === "auto") {
   using dev = Device.open();
   console.log(JSON.stringify({ backend: dev.backend, arch: dev.info.arch, warpSize: dev.info.warpSize, name: dev.name }));
 } else if (scenario === "norm") {
-  using dev = Device.open({ backend: "hip" });
+  // No sanity check: the fake library runs no kernel (loadKernels would run the check Device.open deferred).
+  using dev = Device.open({ backend: "hip", sanityCheck: false });
   using x = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 7), [rows, D]);
   using w = dev.tensor(new Float32Array(D).fill(1), [D]);
   using b = dev.tensor(new Float32Array(D), [D]);
@@ -23,7 +25,7 @@ if (scenario === "auto") {
   } catch (e) {
     beforeLoad = message(e);
   }
-  await loadKernels(dev);
+  await loadKernels(dev, { images: hipImages });
   const r = layerNorm(x, { weight: w, bias: b, eps: 0.25, stats: true });
   using xh = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 5), [rows, D], { dtype: "bf16" });
   using y2 = rmsNorm(xh);
@@ -39,7 +41,7 @@ if (scenario === "auto") {
   using dev = Device.open({ backend: "hip" });
   using x = dev.tensor([1, 2, 3, 4], [1, 4]);
   let load = "", norm = "";
-  await loadKernels(dev).catch((e) => (load = message(e)));
+  await loadKernels(dev, { images: hipImages }).catch((e) => (load = message(e)));
   try {
     layerNorm(x).close();
   } catch (e) {

@@ -1,0 +1,187 @@
+/**
+ * The kernel images: which one a device needs (a pure choice, by a table), where it lies, and reading it.
+ *
+ * normkit ships the SASS for sm_80 and sm_90 (precompiled/norm_sm80.fatbin, norm_sm90.fatbin). The compute_90 PTX
+ * (JIT-compiled by the driver on GPUs newer than sm_90) and the AMD code objects are packages of their own,
+ * @normkit/ptx and @normkit/hip, that the user hands to loadKernels(): most users never download them. An image is
+ * a binary file read when a device needs it, never at import: a file: URL through the runtime's readFile (Deno:
+ * --allow-read), an http(s): URL through fetch (Deno: --allow-net). docs/loading.md gives the measurements behind
+ * this choice and the permissions of each way of importing.
+ */
+import { NORM_CUDA_IMAGES, NORM_SOURCE_SHA256 } from "../precompiled/norm_cuda.ts";
+import { ffi } from "../ffi/runtime.ts";
+import type { DeviceInfo } from "../runtime/driver.ts";
+import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
+import { hsacoTarget } from "./hip_module.ts";
+
+/**
+ * A set of kernel images by target, such as the module namespace of `@normkit/ptx` or `@normkit/hip`
+ * (`await import("@normkit/hip")` is one), or images the user placed elsewhere (a bundle's folder).
+ *
+ * @example
+ * ```ts
+ * await loadKernels(dev, { images: await import("@normkit/hip") });
+ * // Images copied beside a bundle (bun build rewrites import.meta.url to the bundle's):
+ * await loadKernels(dev, {
+ *   images: { sourceSha256: NORM_SOURCE_SHA256, images: { sm_90: new URL("./norm_sm90.fatbin", import.meta.url) } },
+ * });
+ * ```
+ */
+export interface KernelImageSet {
+  /** sha256 of the kernel sources the images were compiled from: must equal this normkit's NORM_SOURCE_SHA256. */
+  readonly sourceSha256: string;
+  /**
+   * Image by target ("sm_80", "sm_90", "compute_90", "gfx90a", "gfx942", "gfx1100"): a URL (file:, http:, https:;
+   * a URL object or its href) or the bytes (a fatbin or a code object, optionally gzip-compressed).
+   */
+  readonly images: Readonly<Record<string, ImageSource>>;
+}
+
+/** Where an image is: a URL (anything with an `href`, such as a URL object, or the href itself), or its bytes. */
+export type ImageSource = { readonly href: string } | string | Uint8Array;
+
+/** What a device runs: the target of its image, and the package that has it. */
+export interface ImageChoice {
+  /** "sm_80", "sm_90" or "compute_90" (CUDA), or the gfx target (HIP). */
+  readonly target: string;
+  /** Where that image is published: normkit itself, or the PTX or AMD package the user hands to loadKernels. */
+  readonly package: "@normkit/normkit" | "@normkit/ptx" | "@normkit/hip";
+  /** Whether the driver JIT-compiles it at load (PTX: a one-time cost at the first loadKernels of a process). */
+  readonly jit: boolean;
+}
+
+/**
+ * CUDA images by compute capability (a SASS image runs on GPUs of its major version with an equal or higher
+ * minor one; PTX on any later GPU, compiled by the driver at load). Below 8.0: unsupported.
+ *
+ * | compute capability | image               | package          |
+ * |--------------------|---------------------|------------------|
+ * | 8.x                | SASS sm_80          | @normkit/normkit |
+ * | 9.x                | SASS sm_90          | @normkit/normkit |
+ * | 10.0 and newer     | PTX compute_90, JIT | @normkit/ptx     |
+ */
+export const CUDA_IMAGE_TABLE: readonly { readonly major: number; readonly choice: ImageChoice }[] = Object.freeze([
+  { major: 8, choice: { target: "sm_80", package: "@normkit/normkit", jit: false } },
+  { major: 9, choice: { target: "sm_90", package: "@normkit/normkit", jit: false } },
+]);
+const PTX_CHOICE: ImageChoice = { target: "compute_90", package: "@normkit/ptx", jit: true };
+
+/** The image a device runs, by CUDA_IMAGE_TABLE (CUDA) or hsacoTarget (HIP); UnsupportedError for other devices. */
+export function imageChoice(device: { readonly backend: string; readonly info: DeviceInfo }): ImageChoice {
+  const info = device.info;
+  if (device.backend === "hip") return { target: hsacoTarget(info), package: "@normkit/hip", jit: false };
+  if (device.backend !== "cuda") throw new UnsupportedError(`the ${device.backend} backend has no kernel images`);
+  const [major, minor] = info.computeCapability;
+  const row = CUDA_IMAGE_TABLE.find((r) => r.major === major);
+  if (row) return row.choice;
+  if (major > CUDA_IMAGE_TABLE[CUDA_IMAGE_TABLE.length - 1].major) return PTX_CHOICE;
+  throw new UnsupportedError(
+    `${info.name} has compute capability ${major}.${minor}; normkit's kernels need 8.0 or newer (Ampere and later)`,
+  );
+}
+
+/** The images normkit itself ships (SASS sm_80 and sm_90). */
+export const BUILTIN_IMAGES: KernelImageSet = Object.freeze({
+  sourceSha256: NORM_SOURCE_SHA256,
+  images: NORM_CUDA_IMAGES,
+});
+
+/**
+ * Where the image for `choice` is: the first of `sets` that has its target, then normkit's own; UnsupportedError
+ * naming the package to hand over when none has it, or when the set that has it was built from other sources.
+ */
+export function findImage(
+  choice: ImageChoice,
+  sets: readonly KernelImageSet[],
+  device: string,
+): ImageSource {
+  for (const set of [...sets, BUILTIN_IMAGES]) {
+    if (!Object.hasOwn(set.images, choice.target)) continue;
+    if (set.sourceSha256 !== NORM_SOURCE_SHA256) {
+      throw new UnsupportedError(
+        `the ${choice.target} image given to loadKernels was built from other kernel sources (sha256 ` +
+          `${String(set.sourceSha256).slice(0, 12)}…) than this normkit (${NORM_SOURCE_SHA256.slice(0, 12)}…): ` +
+          `use ${choice.package} of the same version as @normkit/normkit`,
+      );
+    }
+    return set.images[choice.target];
+  }
+  throw new UnsupportedError(
+    `${device} runs normkit's kernels from the ${choice.target} image, which is in the package ${choice.package}: ` +
+      `\`await loadKernels(dev, { images: await import("${choice.package}") })\` (docs/loading.md)`,
+  );
+}
+
+/** Checks loadKernels' `images` option: one KernelImageSet or an array of them (undefined: none). */
+export function imageSets(images: unknown): readonly KernelImageSet[] {
+  if (images === undefined) return [];
+  const sets = Array.isArray(images) ? images : [images];
+  for (const s of sets) {
+    const ok = typeof s === "object" && s !== null && typeof (s as KernelImageSet).sourceSha256 === "string" &&
+      typeof (s as KernelImageSet).images === "object" && (s as KernelImageSet).images !== null;
+    if (!ok) {
+      throw new ArgumentError(
+        "images",
+        'a KernelImageSet { sourceSha256, images } (e.g. await import("@normkit/ptx")) or an array of them',
+        s,
+      );
+    }
+  }
+  return sets;
+}
+
+/**
+ * The bytes of the norm kernels' image for `device` (the one loadKernels loads): for loading it yourself through
+ * `device.loadModule`, or for the C side of a benchmark. `images` as in loadKernels.
+ *
+ * @example
+ * ```ts
+ * using mod = dev.loadModule(await kernelImage(dev));
+ * const k = mod.kernel("scale_f32", ["ptr", "ptr", "f32", "i64"]);
+ * ```
+ */
+export async function kernelImage(
+  device: { readonly backend: string; readonly info: DeviceInfo },
+  options?: { images?: KernelImageSet | readonly KernelImageSet[] },
+): Promise<Uint8Array> {
+  const sets = imageSets(options?.images);
+  const choice = imageChoice(device);
+  return await readImage(findImage(choice, sets, `${device.info.name} (${choice.target})`));
+}
+
+// Read once per process per URL: several devices of one architecture share the bytes.
+const reads = new Map<string, Promise<Uint8Array>>();
+
+/** The bytes of an image (inflated when gzip-compressed, as the AMD code objects are). */
+export function readImage(src: ImageSource): Promise<Uint8Array> {
+  if (src instanceof Uint8Array) return inflate(src);
+  const url = new URL(typeof src === "string" ? src : src.href);
+  let p = reads.get(url.href);
+  if (!p) {
+    p = fetchBytes(url).then(inflate);
+    // A failed read is not kept: the next loadKernels tries again (after the user grants a permission, say).
+    p.catch(() => reads.delete(url.href));
+    reads.set(url.href, p);
+  }
+  return p;
+}
+
+async function fetchBytes(url: URL): Promise<Uint8Array> {
+  if (url.protocol === "file:") {
+    if (!ffi) throw new UnsupportedError("reading kernel images needs Deno or Bun");
+    return await ffi.readFile(url.href);
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") {
+    throw new UnsupportedError(`kernel image ${url.href}: only file:, http: and https: URLs can be read`);
+  }
+  const r = await fetch(url);
+  if (!r.ok) throw new UnsupportedError(`kernel image ${url.href}: HTTP ${r.status} ${r.statusText}`);
+  return new Uint8Array(await r.arrayBuffer());
+}
+
+/** gzip data inflated with the web-standard DecompressionStream (Deno and Bun have it); anything else as is. */
+async function inflate(data: Uint8Array): Promise<Uint8Array> {
+  if (data.length < 2 || data[0] !== 0x1f || data[1] !== 0x8b) return data;
+  const stream = new Blob([data as Uint8Array<ArrayBuffer>]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}

@@ -1,0 +1,20 @@
+/**
+ * @normkit/ptx: the PTX (compute_90) of normkit's kernels, for NVIDIA GPUs newer than sm_90 (compute capability
+ * 10.0 and later), where the driver compiles it at the first load of a process. GPUs of compute capability 8.x and
+ * 9.x run the SASS that @normkit/normkit ships and do not need this package.
+ *
+ * ```ts
+ * import { Device, loadKernels } from "@normkit/normkit";
+ * using dev = Device.open();
+ * await loadKernels(dev, { images: await import("@normkit/ptx") });
+ * ```
+ * The image is read when loadKernels needs it (Deno: --allow-read for a local copy, --allow-net=jsr.io from JSR).
+ * Use the version of @normkit/normkit it was published with: loadKernels refuses images built from other sources.
+ * @module
+ */
+export { sourceSha256 } from "./build.ts";
+
+/** The image by target: a fatbin holding the compute_90 PTX (one compressed entry), beside this module. */
+export const images: Readonly<Record<string, { readonly href: string }>> = Object.freeze({
+  compute_90: new URL("./norm_compute90.fatbin", import.meta.url),
+});

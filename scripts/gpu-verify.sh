@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# On the GPU host (see ../shared/gpu/README.md): what a change to loading, interop or threads needs checked on a GPU,
+# under one runtime per call (carried as .rt/<runtime>.xz), with logs under $OUT and a summary last.
+#
+#   bash scripts/gpu-verify.sh deno|bun [steps...]
+#
+# Steps (default: quickstart interop workers coldstart gpu-tests):
+#   quickstart  examples/quickstart.ts with the per-architecture image
+#   interop     tests/gpu/interop.test.ts and tests/unit/interop.test.ts
+#   workers     tests/unit/workers.test.ts (one Device per Worker on the GPU)
+#   coldstart   bench/coldstart.ts with the C baseline beside each run (import → first result; the driver's part)
+#   ptxjit      bench/coldstart.ts --ptx-jit (CUDA_FORCE_PTX_JIT=1: the first-use JIT of the PTX package)
+#   gpu-tests   every file of tests/gpu/
+#   sanitize    scripts/gpu-sanitize.sh (compute-sanitizer, four tools × three kernel families)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+rt=${1:?usage: gpu-verify.sh deno|bun [steps...]}; shift
+case "$rt" in deno|bun) ;; *) echo "gpu-verify: runtime must be deno or bun, got '$rt'" >&2; exit 2 ;; esac
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(quickstart interop workers coldstart gpu-tests)
+OUT=${OUT:-/tmp/gpu-verify}; mkdir -p "$OUT"
+for f in .rt/*.xz; do [ -e "$f" ] || continue; n=$(basename "$f" .xz); xz -dc "$f" > "/usr/local/bin/$n"; chmod +x "/usr/local/bin/$n"; done
+command -v "$rt" >/dev/null || { echo "gpu-verify: $rt not found (carry .rt/$rt.xz)" >&2; exit 2; }
+mkdir -p node_modules/.bin && ln -sf "$(command -v "$rt")" "node_modules/.bin/$rt"
+"$rt" --version | head -1
+nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
+
+run() { # script args... : a TypeScript entry point under the chosen runtime
+  if [ "$rt" = deno ]; then deno run -A "$@"; else bun "$@"; fi
+}
+tests() { # test files...
+  if [ "$rt" = deno ]; then deno test -A "$@"; else bun test --timeout 300000 "$@"; fi
+}
+summary=""
+step() { # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "== $name ($rt)"
+  "$@" > "$OUT/$name-$rt.txt" 2>&1
+  local rc=$?
+  tail -25 "$OUT/$name-$rt.txt"
+  summary+=$(printf '%-11s exit %3d  %4ds' "$name" "$rc" $((SECONDS - t0)))$'\n'
+}
+for s in "${steps[@]}"; do
+  case "$s" in
+    quickstart) step quickstart run examples/quickstart.ts ;;
+    interop) step interop tests tests/gpu/interop.test.ts tests/unit/interop.test.ts ;;
+    workers) step workers tests tests/unit/workers.test.ts ;;
+    coldstart) bash bench/build-c.sh >/dev/null 2>&1; step coldstart run bench/coldstart.ts --runs 5 --c bench/coldstart_c ;;
+    ptxjit) step ptxjit run bench/coldstart.ts --runs 1 --ptx-jit ;;
+    gpu-tests) step gpu-tests tests tests/gpu/ ;;
+    sanitize) step sanitize bash scripts/gpu-sanitize.sh "$rt" ;;
+    *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
+  esac
+done
+echo "== summary ($rt)"; printf '%s' "$summary"

@@ -1,0 +1,188 @@
+// Which image a device loads (the table in ops/images.ts, on fake DeviceInfo), where loadKernels finds it, and that
+// importing mod.ts / gpu.ts reads none. No GPU: the CUDA device is tests/fixtures/fake_cuda.ts.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { Device, layerNorm, loadKernels } from "../../mod.ts";
+import { kernelImage, NORM_SOURCE_SHA256 } from "../../gpu.ts";
+import { findImage, type ImageChoice, imageChoice, imageSets, readImage } from "../../ops/images.ts";
+import { deferSanityCheck, NORM_FWD_ARGS, normKernel, normModuleLoaded } from "../../ops/kernels.ts";
+import { ArgumentError, SanityCheckError, UnsupportedError } from "../../runtime/errors.ts";
+import type { DeviceInfo } from "../../runtime/driver.ts";
+import * as ptxPackage from "../../packages/ptx/mod.ts";
+import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
+
+const root = new URL("../../", import.meta.url);
+const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
+const cuda = (cc: [number, number], name = `GPU ${cc.join(".")}`): { backend: string; info: DeviceInfo } => ({
+  backend: "cuda",
+  info: { ...FAKE_H200, name, computeCapability: cc, arch: `sm_${cc[0]}${cc[1]}` },
+});
+
+test("imageChoice: 8.x → sm_80 SASS, 9.x → sm_90 SASS, 10.0 and newer → compute_90 PTX (JIT), below 8.0 refused", () => {
+  const sass80: ImageChoice = { target: "sm_80", package: "@normkit/normkit", jit: false };
+  const sass90: ImageChoice = { target: "sm_90", package: "@normkit/normkit", jit: false };
+  const ptx: ImageChoice = { target: "compute_90", package: "@normkit/ptx", jit: true };
+  const cases: [[number, number], ImageChoice][] = [
+    [[8, 0], sass80],
+    [[8, 6], sass80],
+    [[8, 7], sass80],
+    [[8, 9], sass80],
+    [[9, 0], sass90],
+    [[10, 0], ptx],
+    [[10, 3], ptx],
+    [[12, 0], ptx],
+    [[12, 1], ptx],
+  ];
+  for (const [cc, want] of cases) assert.deepEqual(imageChoice(cuda(cc)), want, cc.join("."));
+  for (const cc of [[7, 5], [7, 0], [6, 1]] as [number, number][]) {
+    assert.throws(() => imageChoice(cuda(cc, "old GPU")), (e: unknown) => {
+      assert.ok(e instanceof UnsupportedError);
+      assert.match(e.message, new RegExp(`old GPU has compute capability ${cc[0]}\\.${cc[1]}; .*8\\.0 or newer`));
+      return true;
+    });
+  }
+  assert.throws(() => imageChoice({ backend: "cpu", info: FAKE_H200 }), UnsupportedError);
+});
+
+test("findImage: normkit's own SASS; the PTX only when @normkit/ptx is handed over; sets given first; sources must match", () => {
+  const sm90 = findImage(imageChoice(cuda([9, 0])), [], "d");
+  assert.ok(sm90 instanceof URL && sm90.href.endsWith("/precompiled/norm_sm90.fatbin"));
+  const ptx = imageChoice(cuda([10, 0]));
+  assert.throws(() => findImage(ptx, [], "GPU 10.0 (compute_90)"), (e: unknown) => {
+    assert.ok(e instanceof UnsupportedError);
+    assert.match(e.message, /GPU 10\.0 \(compute_90\) runs normkit's kernels from the compute_90 image/);
+    assert.ok(e.message.includes('`await loadKernels(dev, { images: await import("@normkit/ptx") })`'), e.message);
+    return true;
+  });
+  assert.equal(findImage(ptx, [ptxPackage], "d"), ptxPackage.images.compute_90);
+  const own = new Uint8Array([1, 2, 3]);
+  assert.equal(
+    findImage(imageChoice(cuda([9, 0])), [{ sourceSha256: NORM_SOURCE_SHA256, images: { sm_90: own } }], "d"),
+    own,
+  );
+  assert.throws(
+    () => findImage(ptx, [{ sourceSha256: "0".repeat(64), images: { compute_90: own } }], "d"),
+    /built from other kernel sources \(sha256 000000000000…\) than this normkit .*use @normkit\/ptx of the same version/,
+  );
+});
+
+test("imageSets: one set, an array, or nothing; anything else is an ArgumentError naming images", () => {
+  assert.deepEqual(imageSets(undefined), []);
+  assert.deepEqual(imageSets(ptxPackage), [ptxPackage]);
+  assert.deepEqual(imageSets([ptxPackage, ptxPackage]), [ptxPackage, ptxPackage]);
+  [null, 3, "x", { images: {} }, { sourceSha256: "x" }, [ptxPackage, {}]].forEach((bad, i) => {
+    assert.throws(
+      () => imageSets(bad),
+      (e: unknown) => e instanceof ArgumentError && e.argument === "images",
+      `case ${i}`,
+    );
+  });
+});
+
+test("readImage: the file's bytes (read once per process); gzip inflated; bytes as given", async () => {
+  const url = new URL("precompiled/norm_sm80.fatbin", root);
+  const a = await readImage(url);
+  assert.deepEqual(a, read("precompiled/norm_sm80.fatbin"));
+  assert.equal(await readImage(url.href), a, "the same bytes, not read again");
+  const raw = Uint8Array.from({ length: 5000 }, (_, i) => (i * 7919) % 251);
+  const gz = new Uint8Array(
+    await new Response(new Blob([raw]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer(),
+  );
+  assert.deepEqual(await readImage(gz), raw);
+  assert.equal(await readImage(raw), raw);
+  await assert.rejects(readImage(new URL("precompiled/missing.fatbin", root)));
+  await assert.rejects(readImage("data:,x"), UnsupportedError);
+});
+
+test("fake H200: a norm before loadKernels is an UnsupportedError saying to await it; after it, the sm_90 image is loaded", async () => {
+  const { dev, made } = await fakeCudaDevice(
+    (d) => ({ x: d.tensor(new Float32Array(64).fill(1), [2, 32]), y: d.empty([2, 32]) }),
+    {
+      load: false,
+    },
+  );
+  assert.throws(() => layerNorm(made.x, { out: made.y }), (e: unknown) => {
+    assert.ok(e instanceof UnsupportedError);
+    assert.match(e.message, /the norm kernels of fake NVIDIA H200 are not loaded: `await loadKernels\(dev\)`/);
+    return true;
+  });
+  await loadKernels(dev);
+  assert.deepEqual(await kernelImage(dev), read("precompiled/norm_sm90.fatbin"));
+  assert.equal(normKernel(dev, "nk_ln_rows_f32_f32_f32", NORM_FWD_ARGS).name, "nk_ln_rows_f32_f32_f32");
+  await loadKernels(dev); // again: nothing to do
+  dev.close();
+});
+
+test("fake A100 gets the sm_80 image; a fake 10.0 GPU needs @normkit/ptx and then gets its PTX", async () => {
+  const a100 = await fakeCudaDevice(() => null, { info: cuda([8, 0], "fake A100").info });
+  assert.deepEqual(await kernelImage(a100.dev), read("precompiled/norm_sm80.fatbin"));
+  a100.dev.close();
+  const next = await fakeCudaDevice(() => null, { info: cuda([10, 0], "fake B200").info, load: false });
+  await assert.rejects(loadKernels(next.dev), /@normkit\/ptx/);
+  await loadKernels(next.dev, { images: ptxPackage });
+  assert.deepEqual(await kernelImage(next.dev, { images: ptxPackage }), read("packages/ptx/norm_compute90.fatbin"));
+  next.dev.close();
+});
+
+test("fake H200: the sanity check Device.open() deferred runs in loadKernels, once; a module failing it is not kept", async () => {
+  const { dev, made } = await fakeCudaDevice(
+    (d) => ({ x: d.tensor(new Float32Array(64).fill(1), [2, 32]), y: d.empty([2, 32]) }),
+    { load: false },
+  );
+  let calls = 0;
+  // What ops/diag_sanity.ts does at Device.open() on a GPU, with a check that fails (the fake runs no kernel).
+  deferSanityCheck(dev, (d) => {
+    calls++;
+    assert.equal(normModuleLoaded(d), true, "the check runs with the module loaded");
+    throw new SanityCheckError("rmsNorm", 0, 1, 0, "cuda");
+  });
+  await assert.rejects(loadKernels(dev), SanityCheckError);
+  assert.equal(normModuleLoaded(dev), false);
+  assert.throws(() => layerNorm(made.x, { out: made.y }), /not loaded: `await loadKernels\(dev\)`/);
+  await loadKernels(dev);
+  assert.equal(normModuleLoaded(dev), true);
+  assert.equal(calls, 1);
+  dev.close();
+});
+
+test("CPU: loadKernels is a no-op (bad options still refused)", async () => {
+  using dev = Device.open({ backend: "cpu" });
+  await loadKernels(dev);
+  await assert.rejects(loadKernels(dev, 3 as never), ArgumentError);
+  await assert.rejects(loadKernels(dev, { images: 3 as never }), ArgumentError);
+  using x = dev.tensor([1, 2, 3, 4], [1, 4]);
+  using y = layerNorm(x);
+  assert.ok(Math.abs(y.readSync()[0] + 1.5 / Math.sqrt(1.25 + 1e-5)) < 1e-6); // mean 2.5, variance 1.25
+});
+
+/** Files reached from `entry` through static `import`/`export ... from` (dynamic import() is checked apart). */
+function staticGraph(entry: string): Set<string> {
+  const seen = new Set<string>();
+  const visit = (url: URL) => {
+    if (seen.has(url.href)) return;
+    seen.add(url.href);
+    const src = readFileSync(url, "utf8");
+    for (const m of src.matchAll(/^\s*(?:import|export)\s[^;]*?\sfrom\s+"(\.[^"]+)"|^\s*import\s+"(\.[^"]+)"/gm)) {
+      visit(new URL(m[1] ?? m[2], url));
+    }
+  };
+  visit(new URL(entry, root));
+  return new Set([...seen].map((h) => h.slice(root.href.length)));
+}
+
+test("a light import: mod.ts and gpu.ts reach no image, no JSON module and no import() of their own", () => {
+  const graph = new Set([...staticGraph("mod.ts"), ...staticGraph("gpu.ts")]);
+  assert.ok(graph.has("ops/images.ts") && graph.has("precompiled/norm_cuda.ts"), [...graph].join(" "));
+  for (const f of graph) {
+    assert.match(f, /\.ts$/, `${f} in the static graph`);
+    // Without comments and string literals (error messages quote `await import("@normkit/ptx")` for the user).
+    const src = readFileSync(new URL(f, root), "utf8").replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "")
+      .replace(/`(?:[^`\\]|\\.)*`|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'/g, '""');
+    // The one dynamic import (ffi/runtime.ts: bun.ts under Bun only) is by a variable; none by a literal, which
+    // Deno would fetch while building the graph.
+    assert.doesNotMatch(src, /import\(\s*["'`]/, f);
+    if (f !== "ffi/runtime.ts") assert.doesNotMatch(src, /\bimport\(/, f);
+  }
+  assert.ok(read("precompiled/norm_cuda.ts").length < 64 * 1024, "norm_cuda.ts holds names and URLs, no image");
+});

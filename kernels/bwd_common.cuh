@@ -218,4 +218,30 @@ NK_INLINE void nk_bwd_add_dy(float* accb, const float (&df)[VEC], int nvalid) {
   const typename TW::S* W = (const typename TW::S*)weight;  \
   typename TX::S* DX = (typename TX::S*)dx
 
+// The locals of one row (`row`) in the row loops of `wide` and `tile`: its x, dy and dx, whether each may take
+// whole-chunk accesses, and the forward's statistics (mu = 0 for RMS). A macro, as NK_BWD_TYPED_PTRS: written as
+// a helper returning them in a struct, nvcc moved the mean/rstd address conversions into the row loop (other PTX).
+#define NK_BWD_ROW_LOCALS                                         \
+  const typename TX::S* xr = X + row * x_stride;                  \
+  const typename TD::S* dyr = DY + row * dy_stride;               \
+  typename TX::S* dxr = DX + row * dx_stride;                     \
+  const bool xvec = nk_aligned(xr, nk_chunk_align<TX, VEC>::A);   \
+  const bool dvec = nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);  \
+  const bool dxvec = nk_aligned(dxr, nk_chunk_align<TX, VEC>::A); \
+  const float mu = LN ? mean[row] : 0.0f, rs = rstd[row]
+
+// One strided pass of `wide` and `rowsum` over a row: for this thread's chunks c = t, t + tpr, ... (of nchunks;
+// VEC elements, d in the row), off (the chunk's first column), nvalid, and x and dy of the chunk as floats in xf
+// and df (+0 past the row's end), then the statement given. A macro, not a helper taking the statement as a
+// lambda or a helper holding the loop: written either way, nvcc compiled the kernels to other PTX.
+#define NK_BWD_ROW_PASS(...)                                   \
+  _Pragma("unroll 4") for (int c = t; c < nchunks; c += tpr) { \
+    const long long off = (long long)c * VEC;                  \
+    const int nvalid = nk_chunk_valid<VEC>(c, d);              \
+    float xf[VEC], df[VEC];                                    \
+    nk_load_f<TX, VEC>(xr + off, xvec, nvalid, xf);            \
+    nk_load_f<TD, VEC>(dyr + off, dvec, nvalid, df);           \
+    __VA_ARGS__;                                               \
+  }
+
 #endif  // NORMKIT_BWD_COMMON_CUH

@@ -38,15 +38,7 @@ NK_INLINE void nk_bwd_rowsum(NK_BWD_PARAMS) {
     const bool dvec = nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
     const float mu = LN ? mean[row] : 0.0f, rs = rstd[row];
     float sg = 0.0f, sgx = 0.0f;
-#pragma unroll 4
-    for (int c = t; c < nchunks; c += tpr) {
-      const long long off = (long long)c * VEC;
-      const int nvalid = nk_chunk_valid<VEC>(c, d);
-      float xf[VEC], df[VEC];
-      nk_load_f<TX, VEC>(xr + off, xvec, nvalid, xf);
-      nk_load_f<TD, VEC>(dyr + off, dvec, nvalid, df);
-      nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, sg, sgx);
-    }
+    NK_BWD_ROW_PASS(nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, sg, sgx));
     const float a = LN ? red(sg) / fd : 0.0f;
     const float b = red(sgx) / fd;
     if (t == 0) {
@@ -83,13 +75,7 @@ NK_INLINE void nk_bwd_tile(NK_BWD_PARAMS) {
 #pragma unroll
   for (int k = 0; k < NT * VEC; ++k) accw[k] = 0.0f, accb[k] = 0.0f;
   for (long long row = g; row < rows; row += G) {
-    const typename TX::S* xr = X + row * x_stride;
-    const typename TD::S* dyr = DY + row * dy_stride;
-    typename TX::S* dxr = DX + row * dx_stride;
-    const bool xvec = nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
-    const bool dvec = nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
-    const bool dxvec = nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
-    const float mu = LN ? mean[row] : 0.0f, rs = rstd[row];
+    NK_BWD_ROW_LOCALS;
     const float a = rowsums[2 * row], b = rowsums[2 * row + 1];
     float xf[NT][VEC], df[NT][VEC];
 #pragma unroll

@@ -35,35 +35,13 @@ NK_INLINE void nk_bwd_wide(NK_BWD_PARAMS) {
   const bool pvec = nk_aligned(W, nk_chunk_align<TW, VEC>::A);
   const bool accvec = d % 4 == 0;  // acc rows then start 16-byte aligned (part and the slots are)
   for (long long row = nk_block_x(); row < rows; row += nk_grid_dim_x()) {
-    const typename TX::S* xr = X + row * x_stride;
-    const typename TD::S* dyr = DY + row * dy_stride;
-    typename TX::S* dxr = DX + row * dx_stride;
-    const bool xvec = nk_aligned(xr, nk_chunk_align<TX, VEC>::A);
-    const bool dvec = nk_aligned(dyr, nk_chunk_align<TD, VEC>::A);
-    const bool dxvec = nk_aligned(dxr, nk_chunk_align<TX, VEC>::A);
-    const float mu = LN ? mean[row] : 0.0f, rs = rstd[row];
+    NK_BWD_ROW_LOCALS;
     float sg = 0.0f, sgx = 0.0f;
-#pragma unroll 4
-    for (int c = t; c < nchunks; c += tpr) {
-      const long long off = (long long)c * VEC;
-      const int nvalid = nk_chunk_valid<VEC>(c, d);
-      float xf[VEC], df[VEC];
-      nk_load_f<TX, VEC>(xr + off, xvec, nvalid, xf);
-      nk_load_f<TD, VEC>(dyr + off, dvec, nvalid, df);
-      nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, sg, sgx);
-    }
+    NK_BWD_ROW_PASS(nk_bwd_sums<TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, sg, sgx));
     const float a = LN ? red(sg) / fd : 0.0f;
     const float b = red(sgx) / fd;
-#pragma unroll 4
-    for (int c = t; c < nchunks; c += tpr) {
-      const long long off = (long long)c * VEC;
-      const int nvalid = nk_chunk_valid<VEC>(c, d);
-      float xf[VEC], df[VEC];
-      nk_load_f<TX, VEC>(xr + off, xvec, nvalid, xf);
-      nk_load_f<TD, VEC>(dyr + off, dvec, nvalid, df);
-      nk_bwd_chunk<TX, TD, TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, a, b, dxr + off, dxvec,
-                                        acc ? acc + off : acc, d, accvec);
-    }
+    NK_BWD_ROW_PASS(nk_bwd_chunk<TX, TD, TW, LN, VEC>(xf, df, W ? W + off : W, pvec, nvalid, mu, rs, a, b, dxr + off,
+                                                      dxvec, acc ? acc + off : acc, d, accvec));
   }
   if (part && nv)  // this thread's own columns: no barrier needed
     for (int j = t * VEC; j < d; j += tpr * VEC)

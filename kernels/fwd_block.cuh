@@ -58,6 +58,19 @@ NK_INLINE float nk_chunk_centred(const nk_v4& v, float k, float dm) {
   }
   return qi;
 }
+// The one-pass statistics' first step of the staged `block` and `stash` loops: this thread's NR whole chunks of
+// the row (chunks t + i * T, T threads) loaded into raw, and their sums of x - k and (x - k)^2 (nk_chunk_sums)
+// set into s and q.
+template <class TI, int NR>
+NK_INLINE void nk_load_chunk_sums(const typename TI::S* xr, int t, int T, float k, nk_v4 (&raw)[NR], float& s,
+                                  float& q) {
+  constexpr int VEC = 16 / TI::SIZE;
+#pragma unroll
+  for (int i = 0; i < NR; ++i) nk_load_words<TI, VEC>(xr + (long long)(t + i * T) * VEC, true, VEC, raw[i].w);
+  s = 0.0f, q = 0.0f;
+#pragma unroll
+  for (int i = 0; i < NR; ++i) nk_chunk_sums<TI>(raw[i], k, s, q);
+}
 #if NK_HAS_CP_ASYNC
 // The staged `block` row loop (see nk_stage_params): LayerNorm with weight and bias, FULL, every thread holding
 // NK_MAXV_BLOCK whole chunks (nv * tpr * VEC == d). Written apart from nk_row_cached, with its FULL ONEPASS arithmetic in the
@@ -83,13 +96,10 @@ NK_INLINE void nk_fwd_block_staged(NK_FWD_PARAMS) {
     typename TO::S* yr = Y + row * y_stride;
     if (prefetch > 0 && t == 0) nk_prefetch_ahead<TI>(X, row + prefetch, 1, rows, d, x_stride);
     const float k = TI::to_f(xr[0]);
-    nk_v4 raw[NR];
-#pragma unroll
-    for (int i = 0; i < NR; ++i) nk_load_words<TI, VEC>(xr + (long long)(t + i * T) * VEC, true, VEC, raw[i].w);
     // Statistics as nk_row_cached's FULL ONEPASS path (comments there).
-    float s = 0.0f, q1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NR; ++i) nk_chunk_sums<TI>(raw[i], k, s, q1);
+    nk_v4 raw[NR];
+    float s, q1;
+    nk_load_chunk_sums<TI>(xr, t, T, k, raw, s, q1);
     red.pair(s, q1);
     const float dm = s / fd, v1 = q1 / fd - dm * dm;
     const bool centred = nk_any(!(dm * dm <= 9.0f * v1 && q1 <= 3.4028235e38f));

@@ -56,14 +56,11 @@ NK_INLINE void nk_fwd_stash_loop(NK_FWD_PARAMS) {
       if (j < ns) nk_cp_async16(&stage[j * T + t], xr + (long long)(t + (NR + j) * T) * VEC);
     nk_cp_async_commit();
     const float k = LN ? TI::to_f(xr[0]) : 0.0f;
-    nk_v4 raw[NR];
-#pragma unroll
-    for (int i = 0; i < NR; ++i) nk_load_words<TI, VEC>(xr + (long long)(t + i * T) * VEC, true, VEC, raw[i].w);
     // Sums of x - k over the register chunks, then the staged ones (a rolled loop: shared memory needs no
     // registers per chunk, and unrolled the kernels took 28-66 KB of SASS each).
-    float s = 0.0f, q1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NR; ++i) nk_chunk_sums<TI>(raw[i], k, s, q1);
+    nk_v4 raw[NR];
+    float s, q1;
+    nk_load_chunk_sums<TI>(xr, t, T, k, raw, s, q1);
     nk_cp_async_wait_all();
 #pragma unroll 1
     for (int j = 0; j < ns; ++j) nk_chunk_sums<TI>(stage[j * T + t], k, s, q1);

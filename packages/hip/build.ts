@@ -5,7 +5,7 @@
 
 /** sha256 of the kernel sources the code objects were compiled from: loadKernels() takes them only for a
  *  normkit of the same NORM_SOURCE_SHA256. */
-export const sourceSha256: string = "14cf7352671a677acfeb763feae3f673ad00c05c5115a3c88f5296769a3e2d75";
+export const sourceSha256: string = "0692f344737a5e3ffe842d09a4d2d4be9c51a6d058f1a114e1cb6596ea59bcec";
 
 /** The targets, each a code object (ELF, code object v5) in norm_<target>.hsaco.gz beside this module. */
 export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gfx1100"]);

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources norm_compute90.fatbin was compiled from: loadKernels() takes these images only
  *  for a normkit of the same NORM_SOURCE_SHA256. */
-export const sourceSha256: string = "14cf7352671a677acfeb763feae3f673ad00c05c5115a3c88f5296769a3e2d75";
+export const sourceSha256: string = "0692f344737a5e3ffe842d09a4d2d4be9c51a6d058f1a114e1cb6596ea59bcec";

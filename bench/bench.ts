@@ -103,7 +103,9 @@ const allPasses: Row[][] = [];
 for (let pass = 1; pass <= PASSES; pass++) {
   if (PASSES > 1) console.log(`# pass ${pass} of ${PASSES}`);
   results = [];
-  console.log("kind  dtype      D     rows       µs     GB/s  %copy");
+  console.log("case      kind  dtype      D     rows       µs     GB/s  %copy   elapsed");
+  const cases = DS.length * DTYPES.length * KINDS.length, started = performance.now();
+  let done = 0;
   for (const d of DS) {
     for (const dtype of DTYPES) {
       const b = dtype === "f32" ? 4 : 2;
@@ -143,11 +145,12 @@ for (let pass = 1; pass <= PASSES; pass++) {
           const mapping = backward ? bwdMapping(kind, d, dtype) : undefined;
           const row: Row = { kind, dtype, d, rows, us: ms * 1000, gbs, pctCopy: (100 * gbs) / copyGBs, mapping };
           results.push(row);
+          const progress = `${++done}/${cases}`.padEnd(9);
+          const elapsed = `${((performance.now() - started) / 1000).toFixed(0)} s`.padStart(9);
           console.log(
-            `${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(7)} ${String(rows).padStart(8)} ` +
-              `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}${
-                mapping ? "  " + mapping : ""
-              }`,
+            `${progress} ${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(7)} ${String(rows).padStart(8)} ` +
+              `${row.us.toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ${row.pctCopy.toFixed(1).padStart(6)}` +
+              `${elapsed}${mapping ? "  " + mapping : ""}`,
           );
         }
       } catch (e) {
@@ -190,7 +193,8 @@ if (!backward) {
         dev.stream.synchronize();
       });
     }
-    const r = await run({ format: "quiet" } as never);
+    // mitata's own report (percentiles, min/max, histogram) first; the p50s then go into the JSON.
+    const r = await run();
     for (const b of (r as { benchmarks: { alias: string; runs: { stats?: { p50: number } }[] }[] }).benchmarks) {
       const m = /\[(\d+), (\d+)\]/.exec(b.alias)!;
       latency.push({ rows: +m[1], d: +m[2], hostUs: (b.runs[0].stats?.p50 ?? NaN) / 1000 });

@@ -64,7 +64,6 @@ const DS = [
   140000,
   200000,
   262144,
-  400000,
 ];
 /** Shapes whose D is no whole number of chunks: the masked tail (rows, block, cluster and wide-row mappings). */
 const ODD: readonly (readonly [number, number])[] = [[512, 77], [300, 3001], [8, 20001], [2, 140001]];

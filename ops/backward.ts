@@ -12,6 +12,7 @@ import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
+import { addInto } from "./fused_module.ts";
 import type { NormKind } from "./plan.ts";
 import {
   bwdFull,
@@ -74,6 +75,12 @@ export interface RMSNormBackwardOptions {
   dweight?: Tensor;
   /** Add the parameter gradients to `dweight` / `dbias` instead of overwriting them. */
   accumulate?: boolean;
+  /**
+   * A forward with `residual` (h = x + residual, normalized): the gradient arriving at h from the next residual
+   * branch (x's shape and dtype). dx is then normBackward(dy) + dResidual, the gradient of both x and residual; x
+   * here is h (the forward's residualOut). dx must not overlap it.
+   */
+  dResidual?: Tensor;
   /** Stream to run on (default: the device's). */
   stream?: Stream;
   /**
@@ -199,6 +206,7 @@ interface BackwardOptions {
   readonly dweight: unknown;
   readonly dbias: unknown;
   readonly accumulate: unknown;
+  readonly dResidual: unknown;
   readonly stream: unknown;
   readonly normalizedShape: unknown;
 }
@@ -221,6 +229,7 @@ function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
     dweight: o.dweight,
     dbias: o.dbias,
     accumulate: o.accumulate,
+    dResidual: o.dResidual,
     stream: o.stream,
     normalizedShape: o.normalizedShape,
   };
@@ -309,6 +318,19 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
     throw new ArgumentError("dbias", "memory that does not overlap dweight", "an overlap");
   }
   const accumulate = checkFlag("accumulate", opts.accumulate) === true;
+  let dResidual: Tensor | undefined;
+  if (opts.dResidual !== undefined && opts.dResidual !== null) {
+    dResidual = checkTensor("dResidual", opts.dResidual, x.device);
+    checkSameShape("dResidual", dResidual, x);
+    if (dResidual.dtype !== x.dtype) {
+      throw new ArgumentError("dResidual.dtype", `x's dtype "${x.dtype}"`, dResidual.dtype);
+    }
+    for (const [n, g] of [["dx", dxGiven], ["dweight", dwGiven], ["dbias", dbGiven]] as const) {
+      if (g && overlaps(g, dResidual)) {
+        throw new ArgumentError(n, "memory that does not overlap dResidual", "an overlap with dResidual");
+      }
+    }
+  }
   const device = x.device;
   const stream = checkStream(opts.stream ?? device.stream, device);
   if (device.backend === "hip") {
@@ -348,12 +370,13 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
     if (weight) dweight ??= emptyTensor(device, [x.d], { dtype: pdtype });
     if (bias) dbias ??= emptyTensor(device, [x.d], { dtype: pdtype });
     if (!plan) {
-      cpuBackward(kind, dy, x, mean, rstd, weight, dx, dweight, dbias, accumulate);
+      cpuBackward(kind, dy, x, mean, rstd, weight, dx, dweight, dbias, accumulate, dResidual);
     } else if (x.rows === 0) {
       // Nothing to launch for dx; the parameter gradients of no rows are zeros.
       if (!accumulate) { for (const g of [dweight, dbias]) g?.write(new Float32Array(x.d), { stream }); }
     } else {
       launchBackward(plan.plan, { dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, stream, pdtype });
+      if (dResidual) addInto(dx, dResidual, stream);
     }
   } catch (e) {
     if (!dxGiven) dx?.close();
@@ -590,6 +613,7 @@ function cpuBackward(
   dweight: Tensor | undefined,
   dbias: Tensor | undefined,
   accumulate: boolean,
+  dResidual?: Tensor,
 ): void {
   const rows = x.rows, d = x.d;
   const view = (t: Tensor) =>
@@ -612,6 +636,10 @@ function cpuBackward(
     rstd: rstd.readSync(),
     weight: weight?.readSync(),
   });
+  if (dResidual) {
+    const add = dResidual.readSync();
+    for (let i = 0; i < r.dx.length; i++) r.dx[i] += add[i];
+  }
   const b = dx.bytesPerElement, out = dx.buffer.hostBytes;
   for (let row = 0; row < rows; row++) {
     const at = (dx.offset + row * dx.rowStride) * b;

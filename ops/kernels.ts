@@ -7,6 +7,7 @@ import type { DeviceInfo } from "../runtime/driver.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
 import { imageChoice, imageSets, kernelImage, type KernelImageSet } from "./images.ts";
+import { loadFusedModule } from "./fused_module.ts";
 import type { PlanLimits } from "./plan.ts";
 import type { BwdLimits } from "./plan_bwd.ts";
 
@@ -35,6 +36,11 @@ export interface LoadKernelsOptions {
    * newer than sm_90, `await import("@normkit/hip")` for AMD GPUs, or a KernelImageSet of your own (a bundle's).
    */
   images?: KernelImageSet | readonly KernelImageSet[];
+  /**
+   * Also load the fused kernels (residual add, quantized output, head views, batchInvariant: an image of their own,
+   * CUDA only). Default false: a program that never calls them never reads it.
+   */
+  fused?: boolean;
 }
 
 // The image each device's module was loaded from: kept outside device.cache, which device.recover() clears, so
@@ -61,9 +67,12 @@ const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
  */
 export async function loadKernels(device: Device, options?: LoadKernelsOptions): Promise<void> {
   if (options !== undefined && (typeof options !== "object" || options === null)) {
-    throw new ArgumentError("options", "an object { images? }", options);
+    throw new ArgumentError("options", "an object { images?, fused? }", options);
   }
   imageSets(options?.images); // refuses a bad option on the CPU too
+  const fused = options?.fused;
+  if (fused !== undefined && typeof fused !== "boolean") throw new ArgumentError("fused", "a boolean", fused);
+  if (fused) await loadFusedModule(device);
   if (device.backend === "cpu" || normModuleLoaded(device)) return;
   loadNormModule(device, await kernelImage(device, options)); // nothing if a concurrent call loaded it meanwhile
   const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;

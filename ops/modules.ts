@@ -271,12 +271,20 @@ export abstract class NormModule implements Disposable {
    *
    * @param x The input: trailing dimensions normalizedShape (last dimension d); f32, f16 or bf16.
    * @param opts.stream The stream to run on (default: the device's).
+   * @param opts.residual Added to x first (x's shape and dtype): h = x + residual is written to `residualOut`
+   *   (default: residual itself, in place) and normalized; the module keeps h (by reference) for backward(), whose
+   *   `dResidual` then adds the gradient arriving at h from the next residual branch. The fused kernels run it
+   *   (`await loadKernels(dev, { fused: true })` on a GPU).
+   * @param opts.residualOut Where h goes (see layerNorm's residualOut).
    * @throws {ArgumentError} when x's trailing dimensions are not normalizedShape, or as layerNorm / rmsNorm do.
    * @throws {UnsupportedError} and {GpuError} as layerNorm / rmsNorm do.
    */
-  forward(xIn: Tensor, opts?: { stream?: Stream }): Tensor {
+  forward(xIn: Tensor, opts?: { stream?: Stream; residual?: Tensor; residualOut?: Tensor }): Tensor {
     this.#check();
-    const stream = readStream(opts);
+    const o = checkOptions(opts, "an options object { stream?, residual?, residualOut? }") as
+      | { stream?: Stream; residual?: Tensor; residualOut?: Tensor }
+      | undefined;
+    const stream = o?.stream, residual = o?.residual, residualOut = o?.residualOut;
     const x = checkInput(xIn);
     // x's shape against the module's first: else the weight (of d elements) would be blamed for the mismatch.
     const ns = this.normalizedShape;
@@ -285,11 +293,22 @@ export abstract class NormModule implements Disposable {
     }
     flattenNormalized("x", x, ns);
     const normalizedShape = ns.length === 1 ? undefined : ns;
+    const fused = residual === undefined && residualOut === undefined ? {} : { residual, residualOut };
     const r = this.kind === "layer"
-      ? layerNorm(x, { weight: this.#scale, bias: this.bias, eps: this.eps, stats: true, stream, normalizedShape })
-      : rmsNorm(x, { weight: this.#scale, eps: this.eps, stats: true, stream, normalizedShape });
+      ? layerNorm(x, {
+        weight: this.#scale,
+        bias: this.bias,
+        eps: this.eps,
+        stats: true,
+        stream,
+        normalizedShape,
+        ...fused,
+      })
+      : rmsNorm(x, { weight: this.#scale, eps: this.eps, stats: true, stream, normalizedShape, ...fused });
     this.#release();
-    this.#saved = { x, mean: this.kind === "layer" ? r.mean : (r.mean.close(), undefined), rstd: r.rstd };
+    // With a residual, the backward's x is h: residualOut, or residual itself (written in place).
+    const saved = residual === undefined ? x : (residualOut ?? residual);
+    this.#saved = { x: saved, mean: this.kind === "layer" ? r.mean : (r.mean.close(), undefined), rstd: r.rstd };
     return r.y;
   }
 
@@ -298,12 +317,17 @@ export abstract class NormModule implements Disposable {
    *
    * @param dy The gradient of the last forward's y (its shape).
    * @param opts.stream The stream to run on (default: the device's).
+   * @param opts.dResidual After a forward with a residual: the gradient arriving at h from the next residual branch,
+   *   added to dx (which is then the gradient of both x and residual).
    * @throws {ArgumentError} without a forward() since the last backward(), or as the backward ops do.
    * @throws {UnsupportedError} and {GpuError} as layerNormBackward / rmsNormBackward do.
    */
-  backward(dy: Tensor, opts?: { stream?: Stream }): Tensor {
+  backward(dy: Tensor, opts?: { stream?: Stream; dResidual?: Tensor }): Tensor {
     this.#check();
-    const stream = readStream(opts);
+    const o = checkOptions(opts, "an options object { stream?, dResidual? }") as
+      | { stream?: Stream; dResidual?: Tensor }
+      | undefined;
+    const stream = o?.stream, dResidual = o?.dResidual;
     const s = this.#saved;
     if (!s) throw new ArgumentError("backward", "a forward() first (each forward allows one backward)", "none");
     // d(1 + w)/dw = 1: the scale's gradient is the stored weight's.
@@ -313,6 +337,7 @@ export abstract class NormModule implements Disposable {
       dweight: this.weightGrad,
       accumulate: true,
       stream,
+      ...(dResidual === undefined ? {} : { dResidual }),
       normalizedShape: this.normalizedShape.length === 1 ? undefined : this.normalizedShape,
     };
     const r = this.kind === "layer"

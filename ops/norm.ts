@@ -25,9 +25,14 @@ import {
   reshapeOwned,
 } from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
+import { type DynamicQuant, type FusedOptions, type QuantNormResult, runFused, takesFused } from "./fused.ts";
 
-/** Options of rmsNorm (and the shared part of layerNorm's). All optional. */
-export interface RMSNormOptions {
+/**
+ * Options of rmsNorm (and the shared part of layerNorm's). All optional. The fused options (residual,
+ * residualOut, quant, weight2/split, batchInvariant; FusedOptions) run on the fused kernels:
+ * `await loadKernels(dev, { fused: true })` first on a GPU.
+ */
+export interface RMSNormOptions extends FusedOptions {
   /** Per-feature scale, shape [D], f32 or x's dtype. */
   weight?: Tensor;
   /** Default 1e-6. */
@@ -121,6 +126,7 @@ function normResult(y: Tensor, mean: Tensor, rstd: Tensor, outGiven: boolean): N
  * layerNorm(x, { weight: w, bias: b, out: x });                      // in place
  * ```
  */
+export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: DynamicQuant }): QuantNormResult;
 export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
 /**
  * LayerNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
@@ -137,8 +143,9 @@ export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): 
  * ```
  */
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
-export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResult {
+export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResult | QuantNormResult {
   const o = readOptions("layer", opts);
+  if (takesFused(x, o)) return runFusedFlattened("layer", x, o);
   return o.normalizedShape === undefined ? runNorm("layer", x, o) : runFlattened("layer", x, o);
 }
 
@@ -170,6 +177,7 @@ export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResu
  * using fwd = rmsNorm(x, { weight: w, stats: true });   // y, rstd (and zeros as mean): for rmsNormBackward
  * ```
  */
+export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: DynamicQuant }): QuantNormResult;
 export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
 /**
  * RMSNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
@@ -186,8 +194,9 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): Norm
  * ```
  */
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;
-export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor | NormResult {
+export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor | NormResult | QuantNormResult {
   const o = readOptions("rms", opts);
+  if (takesFused(x, o)) return runFusedFlattened("rms", x, o);
   return o.normalizedShape === undefined ? runNorm("rms", x, o) : runFlattened("rms", x, o);
 }
 
@@ -211,11 +220,35 @@ function runFlattened(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | Nor
   return normResult(back(r.y), r.mean, r.rstd, given);
 }
 
+/** A fused call: normalizedShape of more than one dimension is refused (the fused kernels take the last dimension). */
+function runFusedFlattened(kind: NormKind, x: Tensor, o: CallOptions): Tensor | NormResult | QuantNormResult {
+  const ns = checkNormalizedShape(o.normalizedShape);
+  if (ns !== undefined && ns.length > 1) {
+    throw new UnsupportedError(
+      `${kind}Norm with a fused option and normalizedShape [${ns}]: the fused kernels normalize the last dimension; ` +
+        "view x with the normalized dimensions merged",
+    );
+  }
+  if (ns !== undefined && Tensor.isTensor(x) && !x.closed && x.d !== ns[0]) {
+    throw new ArgumentError("x", `a last dimension of ${ns[0]} (normalizedShape)`, `shape [${x.shape}]`);
+  }
+  if (o.check === true) {
+    throw new UnsupportedError(`${kind}Norm: check mode covers the unfused norms; pass check: false with fused options`);
+  }
+  return runFused(kind, x, o) as Tensor | NormResult | QuantNormResult;
+}
+
 /**
  * A call's options, each read exactly once before anything is checked: an options object with getters cannot give
  * the checks one tensor or stream and the launch (or the repeat-call cache) another. Unchecked here.
  */
 interface CallOptions {
+  readonly residual: unknown;
+  readonly residualOut: unknown;
+  readonly quant: unknown;
+  readonly weight2: unknown;
+  readonly split: unknown;
+  readonly batchInvariant: unknown;
   readonly weight: unknown;
   readonly bias: unknown;
   readonly eps: unknown;
@@ -231,6 +264,12 @@ function readOptions(kind: NormKind, opts: unknown): CallOptions {
   const eps0 = kind === "layer" ? 1e-5 : 1e-6;
   if (opts === undefined) {
     return {
+      residual: undefined,
+      residualOut: undefined,
+      quant: undefined,
+      weight2: undefined,
+      split: undefined,
+      batchInvariant: undefined,
       weight: undefined,
       bias: undefined,
       eps: eps0,
@@ -247,7 +286,17 @@ function readOptions(kind: NormKind, opts: unknown): CallOptions {
   }
   const o = opts as LayerNormOptions;
   const eps = o.eps;
+  // The quant object is copied: its fields are read once here too.
+  const q = o.quant;
   return {
+    residual: o.residual,
+    residualOut: o.residualOut,
+    quant: typeof q === "object" && q !== null
+      ? { dtype: q.dtype, scale: q.scale, scaleUpperBound: q.scaleUpperBound, scaleOut: q.scaleOut }
+      : q,
+    weight2: o.weight2,
+    split: o.split,
+    batchInvariant: o.batchInvariant,
     weight: o.weight,
     bias: o.bias,
     eps: eps === undefined ? eps0 : eps,

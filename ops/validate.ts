@@ -3,7 +3,7 @@ import type { Device } from "../runtime/device.ts";
 import { type DType, isDType } from "../runtime/dtype.ts";
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import { Stream } from "../runtime/stream.ts";
-import { spanElements, Tensor } from "../runtime/tensor.ts";
+import { levelSpan, Tensor } from "../runtime/tensor.ts";
 
 /** The largest hidden size the kernels are built for. */
 export const MAX_D = 262_144;
@@ -89,7 +89,7 @@ export function checkOutDtype(outDtype: unknown, x: Tensor): DType {
 function addressRange(t: Tensor): { space: ArrayBufferLike | null; start: bigint; end: bigint } {
   const b = t.bytesPerElement;
   const { space, address } = t.buffer.addressOf(t.offset * b);
-  return { space, start: address, end: address + BigInt(spanElements(t.rows, t.d, t.rowStride) * b) };
+  return { space, start: address, end: address + BigInt(levelSpan(t.levels, t.d) * b) };
 }
 
 /**
@@ -112,7 +112,14 @@ export function checkSameShape(name: string, t: Tensor, x: Tensor): void {
 
 /** The same elements in the same layout and dtype: an exact alias (in place), not a partial overlap. */
 export function sameView(a: Tensor, b: Tensor): boolean {
-  if (a.rowStride !== b.rowStride || a.dtype !== b.dtype) return false;
+  const la = a.levels, lb = b.levels;
+  if (a.rows !== b.rows || a.dtype !== b.dtype) return false;
+  if (a.uniformRows !== b.uniformRows) return false;
+  if (
+    a.uniformRows ? a.rows > 1 && a.rowStride !== b.rowStride : la.n1 !== lb.n1 || la.s0 !== lb.s0 || la.s1 !== lb.s1
+  ) {
+    return false;
+  }
   const pa = a.buffer.addressOf(a.offset * a.bytesPerElement), pb = b.buffer.addressOf(b.offset * b.bytesPerElement);
   return pa.space === pb.space && pa.address === pb.address;
 }

@@ -1,0 +1,429 @@
+/**
+ * The fused forward: residual add, quantized output, head views (rows on two levels) and the QK split, on the fused
+ * kernels (kernels/fused.cu) or the CPU reference. Every call here is batch-invariant: the fused plan's per-row
+ * geometry depends on (kind, D, dtypes) only (ops/plan_fused.ts).
+ */
+import { type DType, isDType, isQuantDType, type QuantDType } from "../runtime/dtype.ts";
+import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
+import { LaunchConfig } from "../runtime/module.ts";
+import { deviceCapturing, type Stream } from "../runtime/stream.ts";
+import { emptyTensor, type RowLevels, Tensor } from "../runtime/tensor.ts";
+import { fusedForward } from "./cpu.ts";
+import { fusedKernel } from "./fused_module.ts";
+import { fusedGeometry, fusedKernelName, fusedLaunch } from "./plan_fused.ts";
+import { planLimits } from "./kernels.ts";
+import type { NormKind } from "./plan.ts";
+import {
+  checkEps,
+  checkFlag,
+  checkInput,
+  checkOut,
+  checkParam,
+  checkSameShape,
+  checkStream,
+  checkTensor,
+  overlaps,
+  sameView,
+} from "./validate.ts";
+
+/** Quantized output of a norm: y is computed in f32 after weight/bias, divided by a scale and converted. */
+export interface QuantOptions {
+  /** The output dtype: fp8 (e4m3, max 448; e5m2, max 57344) or int8 (127), round to nearest even, saturating. */
+  dtype: QuantDType;
+  /**
+   * Static quantization: one positive scale for the tensor, a number (as f32) or an f32 tensor of one element.
+   * Absent: dynamic per-row scales, max|y_row| / qmax, at least 1 / (qmax · 512), returned as `scale`.
+   */
+  scale?: number | Tensor;
+  /** Dynamic only: the largest scale (default: none). */
+  scaleUpperBound?: number;
+  /** Dynamic only: where to write the per-row scales (f32, one per row, contiguous). Default: a new tensor. */
+  scaleOut?: Tensor;
+}
+/** Dynamic quantization: no scale given. */
+export type DynamicQuant = QuantOptions & { scale?: undefined };
+
+/** The fused options of rmsNorm and layerNorm (see RMSNormOptions). */
+export interface FusedOptions {
+  /**
+   * Added to x before the norm: h = x + residual (f32 add, rounded to x's dtype) is written to `residualOut`
+   * (default: residual itself, in place) and normalized. Shape and dtype of x.
+   */
+  residual?: Tensor;
+  /** Where h goes (x's shape and dtype): residual (the default), x itself, or memory apart from both. */
+  residualOut?: Tensor;
+  /** Quantized output (fp8 or int8): see QuantOptions. Not with outDtype. */
+  quant?: QuantOptions;
+  /**
+   * QK-norm in one launch: rows whose head index (the second-to-last dimension of x) is ≥ `split` use `weight2`,
+   * the others `weight` (e.g. the query and key heads of a fused QKV buffer, viewed as [tokens, Hq + Hkv, headDim]).
+   */
+  weight2?: Tensor;
+  /** The first head that takes weight2. */
+  split?: number;
+  /**
+   * Run on the fused kernels even without a fused option: a row's result is then bitwise the same whatever the
+   * number of rows in the call (docs/batch-invariance.md). Default false.
+   */
+  batchInvariant?: boolean;
+}
+
+/** A norm with dynamic quantization: the quantized y and the per-row scales (and, with stats, mean and rstd). */
+export interface QuantNormResult extends Disposable {
+  /** The quantized output (`out` when given). */
+  y: Tensor;
+  /** The per-row scales, f32 (`quant.scaleOut` when given): y_row ≈ q_row · scale_row. */
+  scale: Tensor;
+  /** Per-row mean (f32; zeros for rmsNorm), with `stats: true`. */
+  mean?: Tensor;
+  /** Per-row 1 / sqrt(variance + eps), with `stats: true`. */
+  rstd?: Tensor;
+}
+
+/** The fused options of a call, read once (CallOptions of ops/norm.ts carries them unchecked). */
+export interface FusedCallOptions {
+  readonly weight: unknown;
+  readonly bias: unknown;
+  readonly eps: unknown;
+  readonly out: unknown;
+  readonly outDtype: unknown;
+  readonly stream: unknown;
+  readonly stats: unknown;
+  readonly residual: unknown;
+  readonly residualOut: unknown;
+  readonly quant: unknown;
+  readonly weight2: unknown;
+  readonly split: unknown;
+  readonly batchInvariant: unknown;
+}
+
+/** Whether the call goes to the fused path: a fused option, batchInvariant, or rows on two levels. */
+export function takesFused(x: unknown, o: FusedCallOptions): boolean {
+  return o.residual !== undefined || o.residualOut !== undefined || o.quant !== undefined ||
+    o.weight2 !== undefined || o.split !== undefined || (o.batchInvariant !== undefined && o.batchInvariant !== false) ||
+    (Tensor.isTensor(x) && !x.closed && !x.uniformRows) ||
+    (Tensor.isTensor(o.out) && !o.out.closed && !o.out.uniformRows);
+}
+
+/** qmax per quantized dtype: the largest finite value. */
+export const QMAX: Readonly<Record<QuantDType, number>> = { fp8e4m3: 448, fp8e5m2: 57344, int8: 127 };
+
+interface Quant {
+  dtype: QuantDType;
+  /** 1 static, 2 dynamic (the kernel's `quant`). */
+  mode: 1 | 2;
+  scaleValue: number;
+  scaleTensor: Tensor | undefined;
+  upperBound: number;
+  scaleOut: Tensor | undefined;
+}
+
+function checkQuant(q: unknown, x: Tensor): Quant | undefined {
+  if (q === undefined) return undefined;
+  if (typeof q !== "object" || q === null) {
+    throw new ArgumentError("quant", "an object { dtype, scale?, scaleUpperBound?, scaleOut? }", q);
+  }
+  const { dtype, scale, scaleUpperBound, scaleOut } = q as QuantOptions;
+  if (!isQuantDType(dtype)) throw new ArgumentError("quant.dtype", `"fp8e4m3", "fp8e5m2" or "int8"`, dtype);
+  if (scale !== undefined) {
+    if (scaleUpperBound !== undefined) {
+      throw new ArgumentError("quant.scaleUpperBound", "nothing with a static scale", scaleUpperBound);
+    }
+    if (scaleOut !== undefined) throw new ArgumentError("quant.scaleOut", "nothing with a static scale", scaleOut);
+    if (typeof scale === "number") {
+      const f = Math.fround(scale);
+      if (!(f > 0) || f === Infinity) {
+        throw new ArgumentError("quant.scale", "a number whose f32 is finite and > 0 (or an f32 tensor of one)", scale);
+      }
+      return { dtype, mode: 1, scaleValue: f, scaleTensor: undefined, upperBound: Infinity, scaleOut: undefined };
+    }
+    const t = checkTensor("quant.scale", scale, x.device);
+    if (t.numel !== 1 || t.dtype !== "f32") {
+      throw new ArgumentError("quant.scale", "an f32 tensor of one element (or a number)", `${t}`);
+    }
+    return { dtype, mode: 1, scaleValue: 1, scaleTensor: t, upperBound: Infinity, scaleOut: undefined };
+  }
+  let ub = Infinity;
+  if (scaleUpperBound !== undefined) {
+    ub = Math.fround(scaleUpperBound as number);
+    if (typeof scaleUpperBound !== "number" || !(ub > 0)) {
+      throw new ArgumentError("quant.scaleUpperBound", "a number whose f32 is > 0 (Infinity: no bound)", scaleUpperBound);
+    }
+  }
+  let out: Tensor | undefined;
+  if (scaleOut !== undefined) {
+    out = checkTensor("quant.scaleOut", scaleOut, x.device);
+    if (out.dtype !== "f32" || out.numel !== x.rows || !out.contiguous) {
+      throw new ArgumentError("quant.scaleOut", `a contiguous f32 tensor of ${x.rows} elements (one per row)`, `${out}`);
+    }
+  }
+  return { dtype, mode: 2, scaleValue: 1, scaleTensor: undefined, upperBound: ub, scaleOut: out };
+}
+
+/** The heads of x (its second-to-last dimension) and the split, when weight2 is given. */
+function checkSplit(x: Tensor, weight: Tensor | undefined, weight2: Tensor | undefined, split: unknown): number {
+  if (weight2 === undefined) {
+    if (split !== undefined) throw new ArgumentError("split", "nothing without weight2", split);
+    return 0;
+  }
+  if (weight === undefined) throw new ArgumentError("weight", "a weight beside weight2 (the heads before split)", weight);
+  if (weight2.dtype !== weight.dtype) {
+    throw new ArgumentError("weight2.dtype", `weight's dtype "${weight.dtype}"`, weight2.dtype);
+  }
+  const heads = x.shape.length >= 2 ? x.shape[x.shape.length - 2] : 1;
+  if (!Number.isSafeInteger(split) || (split as number) < 1 || (split as number) >= heads) {
+    throw new ArgumentError(
+      "split",
+      `an integer from 1 to ${heads - 1}: the first head (dimension ${x.shape.length - 2} of x, ${heads} heads) ` +
+        `that takes weight2`,
+      split,
+    );
+  }
+  return split as number;
+}
+
+/** The rows of every tensor of the call on one (n0, n1) grid, and each tensor's strides on it. */
+function commonLevels(tensors: readonly Tensor[], heads: number): { n0: number; n1: number } {
+  const rows = tensors[0].rows;
+  const twoLevel = tensors.find((t) => !t.uniformRows);
+  const n1 = twoLevel ? twoLevel.levels.n1 : heads > 0 ? heads : Math.max(rows, 1);
+  if (heads > 0 && n1 !== heads) {
+    throw new UnsupportedError(
+      `weight2 with a view whose inner rows (${n1}) are not the heads (${heads}): view x as [tokens, heads, headDim]`,
+    );
+  }
+  return { n0: n1 === 0 ? 0 : rows / n1, n1 };
+}
+
+/** `t`'s element strides (s0, s1) on the call's (n0, n1) grid. */
+function stridesOn(t: Tensor, n1: number, name: string): [number, number] {
+  const l: RowLevels = t.levels;
+  if (!t.uniformRows) {
+    if (l.n1 !== n1) {
+      throw new UnsupportedError(`${name}'s rows (${l.n0} × ${l.n1}) do not line up with x's (${n1} per outer row)`);
+    }
+    return [l.s0, l.s1];
+  }
+  const s = t.rows <= 1 ? t.d : t.rowStride;
+  return [s * n1, s];
+}
+
+/** A NormResult-like object for the fused call: disposing closes what the call allocated. */
+function result(
+  y: Tensor,
+  owned: readonly (Tensor | undefined)[],
+  extra: { scale?: Tensor; mean?: Tensor; rstd?: Tensor },
+): QuantNormResult & { mean: Tensor; rstd: Tensor } {
+  return {
+    y,
+    scale: extra.scale!,
+    mean: extra.mean!,
+    rstd: extra.rstd!,
+    [Symbol.dispose]() {
+      for (const t of owned) t?.close();
+    },
+  };
+}
+
+/**
+ * The fused forward, validated in full before anything is allocated or queued. Returns y; with `stats` or dynamic
+ * quantization, a disposable result with y and the statistics and/or scales.
+ */
+export function runFused(
+  kind: NormKind,
+  xIn: unknown,
+  o: FusedCallOptions,
+): Tensor | QuantNormResult {
+  const layer = kind === "layer";
+  const x = checkInput(xIn);
+  const device = x.device;
+  const eps = checkEps(o.eps);
+  const weight = checkParam("weight", o.weight, x);
+  if (!layer && o.bias !== undefined && o.bias !== null) {
+    throw new ArgumentError("bias", "no bias: RMSNorm has none (layerNorm takes one)", o.bias);
+  }
+  const bias = layer ? checkParam("bias", o.bias, x) : undefined;
+  if (weight && bias && weight.dtype !== bias.dtype) {
+    throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
+  }
+  const weight2 = checkParam("weight2", o.weight2, x);
+  const split = checkSplit(x, weight, weight2, o.split);
+  checkFlag("batchInvariant", o.batchInvariant);
+  const stats = checkFlag("stats", o.stats) === true;
+  const params = { weight, bias, weight2 };
+
+  let residual: Tensor | undefined, h: Tensor | undefined;
+  if (o.residual !== undefined) {
+    residual = checkTensor("residual", o.residual, device);
+    checkSameShape("residual", residual, x);
+    if (residual.dtype !== x.dtype) throw new ArgumentError("residual.dtype", `x's dtype "${x.dtype}"`, residual.dtype);
+    if (overlaps(residual, x)) throw new ArgumentError("residual", "memory apart from x", "an overlap with x");
+    h = residual;
+    if (o.residualOut !== undefined) {
+      h = checkTensor("residualOut", o.residualOut, device);
+      checkSameShape("residualOut", h, x);
+      if (h.dtype !== x.dtype) throw new ArgumentError("residualOut.dtype", `x's dtype "${x.dtype}"`, h.dtype);
+      for (const [name, t] of [["residual", residual], ["x", x]] as const) {
+        if (!sameView(h, t) && overlaps(h, t)) {
+          throw new ArgumentError("residualOut", `${name} itself or memory apart from it`, `a partial overlap with ${name}`);
+        }
+      }
+    }
+    for (const [name, p] of Object.entries(params)) {
+      if (p && overlaps(h, p)) throw new ArgumentError("residualOut", `memory apart from ${name}`, `an overlap with ${name}`);
+    }
+  } else if (o.residualOut !== undefined) {
+    throw new ArgumentError("residualOut", "nothing without a residual", o.residualOut);
+  }
+
+  const quant = checkQuant(o.quant, x);
+  if (quant && o.outDtype !== undefined) {
+    throw new ArgumentError("outDtype", "nothing with quant (quant.dtype is the output's dtype)", o.outDtype);
+  }
+  if (!quant && o.outDtype !== undefined && !isDType(o.outDtype)) {
+    throw new ArgumentError("outDtype", `"f32", "f16" or "bf16"`, o.outDtype);
+  }
+  const yDtype: DType = quant?.dtype ?? (o.outDtype as DType | undefined) ??
+    (Tensor.isTensor(o.out) ? o.out.dtype : x.dtype);
+  if (!quant && yDtype !== x.dtype) {
+    throw new UnsupportedError(
+      `the fused kernels write y in x's dtype (${x.dtype}) or quantized; got ${yDtype}: drop outDtype or the fused option`,
+    );
+  }
+  const out = checkOut(o.out, x, yDtype, { ...params, ...(h ? { residualOut: h } : {}) });
+  if (out && residual && h !== residual && overlaps(out, residual)) {
+    throw new ArgumentError("out", "memory apart from residual", "an overlap with residual");
+  }
+  const stream: Stream = checkStream(o.stream ?? device.stream, device);
+  const needsAlloc = !out || stats || (quant?.mode === 2 && !quant.scaleOut);
+  if (needsAlloc && deviceCapturing(device)) {
+    throw new UnsupportedError(
+      `${kind}Norm during a graph capture would allocate (its output, stats or scales): pass out and quant.scaleOut, ` +
+        `and allocate before beginCapture()`,
+    );
+  }
+  const gpu = device.backend !== "cpu";
+  if (gpu && x.rows > 0x7fffffff) throw new ArgumentError("x", "at most 2^31 − 1 rows on a GPU", x.rows);
+
+  const heads = weight2 ? x.shape[x.shape.length - 2] : 0;
+  const tensors = [x, ...(residual ? [residual] : []), ...(h ? [h] : []), ...(out ? [out] : [])];
+  const grid = commonLevels(tensors, heads);
+  let launch: (() => void) | undefined;
+  const wDtype = (weight ?? bias)?.dtype;
+  if (gpu) {
+    const limits = planLimits(device);
+    const geometry = fusedGeometry(kind, x.d, x.dtype, limits);
+    if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused) on ${device.backend}: ${geometry.unsupported}`);
+    const name = fusedKernelName(kind, x.dtype, yDtype, wDtype ?? (x.dtype === "f32" ? "f32" : x.dtype));
+    if (typeof name !== "string") throw new UnsupportedError(`${kind}Norm (fused) on ${device.backend}: ${name.unsupported}`);
+    const kernel = fusedKernel(device, name); // UnsupportedError before loadKernels(dev, { fused: true })
+    launch = () => {
+      const l = fusedLaunch(geometry, x.rows, limits);
+      const config = new LaunchConfig({ grid: [l.grid], block: [l.block] });
+      kernel.checkLaunch(stream, config);
+      const [xs0, xs1] = stridesOn(x, grid.n1, "x");
+      const [rs0, rs1] = residual ? stridesOn(residual, grid.n1, "residual") : [0, 0];
+      const [hs0, hs1] = h ? stridesOn(h, grid.n1, "residualOut") : [0, 0];
+      const [ys0, ys1] = stridesOn(y!, grid.n1, "out");
+      kernel.launch(stream, config, [
+        x.ptr,
+        residual?.ptr ?? 0n,
+        h?.ptr ?? 0n,
+        y!.ptr,
+        weight?.ptr ?? 0n,
+        bias?.ptr ?? 0n,
+        weight2?.ptr ?? 0n,
+        mean?.ptr ?? 0n,
+        rstd?.ptr ?? 0n,
+        (quant?.mode === 2 ? scale?.ptr : quant?.scaleTensor?.ptr) ?? 0n,
+        grid.n0,
+        grid.n1,
+        x.d,
+        xs0,
+        xs1,
+        rs0,
+        rs1,
+        hs0,
+        hs1,
+        ys0,
+        ys1,
+        eps,
+        quant?.scaleValue ?? 1,
+        quant?.upperBound ?? Infinity,
+        quant?.mode ?? 0,
+        weight2 ? split : grid.n1,
+        geometry.tpr,
+        geometry.nv,
+      ]);
+    };
+  }
+
+  // Everything is checked: allocate, then queue.
+  let y: Tensor | undefined = out, mean: Tensor | undefined, rstd: Tensor | undefined, scale: Tensor | undefined;
+  const owned: (Tensor | undefined)[] = [];
+  try {
+    if (!y) owned.push(y = emptyTensor(device, x.shape, { dtype: yDtype }));
+    const statShape = x.shape.length > 1 ? x.shape.slice(0, -1) : [1];
+    if (stats) {
+      owned.push(mean = emptyTensor(device, statShape), rstd = emptyTensor(device, statShape));
+      if (!layer) mean.buffer.fill(0, { stream });
+    }
+    if (quant?.mode === 2) {
+      scale = quant.scaleOut;
+      if (!scale) owned.push(scale = emptyTensor(device, statShape));
+    }
+    if (x.rows > 0) {
+      if (launch) launch();
+      else cpuFused(kind, x, residual, h, y, weight, bias, weight2, split, quant, mean, rstd, scale, eps);
+    }
+  } catch (e) {
+    for (const t of owned) t?.close();
+    throw e;
+  }
+  if (!stats && quant?.mode !== 2) return y;
+  return result(y, owned, { scale, mean, rstd });
+}
+
+/** The CPU backend: the float64 reference (ops/cpu.ts), inputs read before any output is written (in place). */
+function cpuFused(
+  kind: NormKind,
+  x: Tensor,
+  residual: Tensor | undefined,
+  h: Tensor | undefined,
+  y: Tensor,
+  weight: Tensor | undefined,
+  bias: Tensor | undefined,
+  weight2: Tensor | undefined,
+  split: number,
+  quant: Quant | undefined,
+  mean: Tensor | undefined,
+  rstd: Tensor | undefined,
+  scale: Tensor | undefined,
+  eps: number,
+): void {
+  const heads = weight2 ? x.shape[x.shape.length - 2] : 0;
+  const r = fusedForward({
+    kind,
+    rows: x.rows,
+    d: x.d,
+    dtype: x.dtype,
+    x: x.readSync(),
+    residual: residual?.readSync(),
+    weight: weight?.readSync(),
+    bias: bias?.readSync(),
+    weight2: weight2?.readSync(),
+    heads,
+    split,
+    eps,
+    quant: quant && {
+      dtype: quant.dtype,
+      scale: quant.mode === 1 ? (quant.scaleTensor ? quant.scaleTensor.readSync()[0] : quant.scaleValue) : undefined,
+      scaleUpperBound: quant.upperBound,
+    },
+  });
+  if (h && r.h) h.write(r.h);
+  y.write(r.q ?? r.y);
+  if (mean) mean.write(r.mean);
+  if (rstd) rstd.write(r.rstd);
+  if (scale && r.scale) scale.write(r.scale);
+}

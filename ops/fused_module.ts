@@ -1,0 +1,83 @@
+/**
+ * The fused kernels' module (kernels/fused.cu: residual add, quantized output, head views, batch-invariant rows,
+ * and the add of the residual gradient): an image of its own, loaded by `loadKernels(dev, { fused: true })`, so
+ * that a program that never calls a fused option never reads it.
+ */
+import type { Device } from "../runtime/device.ts";
+import { UnsupportedError } from "../runtime/errors.ts";
+import { type ArgType, type Kernel, LaunchConfig, type Module } from "../runtime/module.ts";
+import type { Stream } from "../runtime/stream.ts";
+import type { Tensor } from "../runtime/tensor.ts";
+import { FUSED_CUDA_IMAGES } from "../precompiled/fused_cuda.ts";
+import { FUSED_ARGS } from "./fused_abi.ts";
+import { imageChoice, readImage } from "./images.ts";
+
+const MODULE_KEY = "normkit.fused.module";
+const KERNEL_KEY = "normkit.fused.kernel.";
+// Kept outside device.cache (which recover() clears) so that the module comes back after a recovery.
+const loadedImages = new WeakMap<Device, Uint8Array>();
+
+/** Reads the fused image of the device's architecture and loads it (once per device). */
+export async function loadFusedModule(device: Device): Promise<void> {
+  if (device.backend === "cpu" || fusedModuleLoaded(device)) return;
+  if (device.backend !== "cuda") {
+    throw new UnsupportedError(`the fused kernels are built for CUDA only; ${device.info.name} is ${device.backend}`);
+  }
+  const choice = imageChoice(device);
+  const src = FUSED_CUDA_IMAGES[choice.target];
+  if (src === undefined) {
+    throw new UnsupportedError(
+      `the fused kernels have no ${choice.target} image (built: ${Object.keys(FUSED_CUDA_IMAGES).join(", ")})`,
+    );
+  }
+  const image = await readImage(src);
+  if (fusedModuleLoaded(device)) return; // a concurrent call loaded it meanwhile
+  device.cache.set(MODULE_KEY, device.loadModule(image));
+  loadedImages.set(device, image);
+}
+
+/** Whether the fused module is loaded on `device` (always true on the CPU). */
+export function fusedModuleLoaded(device: Device): boolean {
+  const mod = device.cache.get(MODULE_KEY) as Module | undefined;
+  return device.backend === "cpu" || (mod !== undefined && !mod.closed);
+}
+
+function fusedModule(device: Device): Module {
+  let mod = device.cache.get(MODULE_KEY) as Module | undefined;
+  if (!mod || mod.closed) {
+    const image = loadedImages.get(device);
+    if (!image) {
+      throw new UnsupportedError(
+        `the fused kernels (residual, quant, head views, batchInvariant, dResidual) of ${device.info.name} are not ` +
+          "loaded: `await loadKernels(dev, { fused: true })` once after Device.open() (docs/loading.md)",
+      );
+    }
+    mod = device.loadModule(image);
+    device.cache.set(MODULE_KEY, mod);
+  }
+  return mod;
+}
+
+/** The fused kernel `name` with parameters `args` (cached per device); the module comes back after a recovery. */
+export function fusedKernel(device: Device, name: string, args: readonly ArgType[] = FUSED_ARGS): Kernel {
+  const key = KERNEL_KEY + name;
+  let k = device.cache.get(key) as Kernel | undefined;
+  if (!k || k.module.closed) {
+    k = fusedModule(device).kernel(name, args);
+    device.cache.set(key, k);
+  }
+  return k;
+}
+
+/** Parameters of nk_fused_add_{f32|f16|bf16}: dst, src, rows, d, dst_stride, src_stride (dst = dst + src). */
+export const FUSED_ADD_ARGS: readonly ArgType[] = ["ptr", "ptr", "i32", "i32", "i64", "i64"];
+/** Threads per block of nk_fused_add_*: a block per row, grid-striding over rows. */
+export const FUSED_ADD_THREADS = 256;
+
+/** dst += src on `stream`: same shape and dtype, rows one stride apart; an f32 add rounded to the dtype. */
+export function addInto(dst: Tensor, src: Tensor, stream: Stream): void {
+  const k = fusedKernel(dst.device, `nk_fused_add_${dst.dtype}`, FUSED_ADD_ARGS);
+  const grid = Math.max(1, Math.min(dst.rows, dst.device.info.maxGridDim[0]));
+  const config = new LaunchConfig({ grid: [grid], block: [FUSED_ADD_THREADS] });
+  k.launch(stream, config, [dst.ptr, src.ptr, dst.rows, dst.d, dst.rowStride, src.rowStride]);
+}

@@ -243,7 +243,7 @@ test("tensors of 1-byte dtypes: values in, decoded values and raw bytes out", ()
     const values = Array.from({ length: 12 }, () => (next() - 0.5) * quantMax(q) * 0.5);
     using t = dev.tensor(values, [3, 4], { dtype: q });
     assert.equal(t.bytesPerElement, 1);
-    assert.equal(`${t}`, `Tensor(${q} [3, 4] on cpu:0)`);
+    assert.equal(`${t}`, `Tensor(${q} [3, 4] on ${dev.id})`);
     const got = t.readSync();
     assert.ok(got instanceof Float32Array);
     assert.deepEqual([...got], values.map((v) => roundTo(v, q)));

@@ -93,11 +93,12 @@ function finishOnDevice(
     buf.ptr + BigInt(MAXES_AT),
     blocks,
     buf.ptr + BigInt(RESULT_AT),
-    buf.ptr + BigInt(RESULT_AT + SEGMENTS * 8),
+    buf.ptr + BigInt(RESULT_AT + segs * 8),
   ]);
-  const host = new ArrayBuffer(SEGMENTS * 12);
+  // The counts of the `segs` segments, then their maxes: only what the kernel wrote is read back.
+  const host = new ArrayBuffer(segs * 12);
   buf.read(new Uint8Array(host), { offset: RESULT_AT, stream });
-  const counts = new BigUint64Array(host, 0, SEGMENTS), maxes = new Float32Array(host, SEGMENTS * 8, SEGMENTS);
+  const counts = new BigUint64Array(host, 0, segs), maxes = new Float32Array(host, segs * 8, segs);
   return Array.from({ length: segs }, (_, s) => ({ nonFinite: Number(counts[s]), absMax: maxes[s] }));
 }
 

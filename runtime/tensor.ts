@@ -1,11 +1,12 @@
 /**
  * Tensor: a dtype, a shape and rows in a DeviceBuffer. The last dimension is contiguous; the leading
- * dimensions are flattened into rows that start `rowStride` elements apart (rowStride ≥ last dim), so a
- * row-strided view is described without a copy.
+ * dimensions are flattened into rows that start `rowStride` elements apart (rowStride ≥ last dim), or, for a view
+ * with a stride per leading dimension (view()), into at most two levels of rows (RowLevels), so a row-strided view
+ * or the heads of a fused QKV buffer are described without a copy.
  */
 import type { Device } from "./device.ts";
 import { decode, type DType, dtypeBytes, encode, isTensorDType } from "./dtype.ts";
-import { ArgumentError } from "./errors.ts";
+import { ArgumentError, UnsupportedError } from "./errors.ts";
 import { DeviceBuffer } from "./memory.ts";
 import { Stream } from "./stream.ts";
 
@@ -174,6 +175,67 @@ export function tensorBytes(
   return Number(exact);
 }
 
+/**
+ * Where a tensor's rows are: row r = i0 · n1 + i1 (i0 < n0, i1 < n1) starts i0 · s0 + i1 · s1 elements after the
+ * first. Rows one stride apart are n0 = 1, s0 = 0, n1 = rows, s1 = rowStride.
+ */
+export interface RowLevels {
+  readonly n0: number;
+  readonly s0: number;
+  readonly n1: number;
+  readonly s1: number;
+}
+
+/** Elements from the first row's start to the end of the last row (0 for no elements). */
+export function levelSpan(l: RowLevels, d: number): number {
+  return l.n0 === 0 || l.n1 === 0 || d === 0 ? 0 : (l.n0 - 1) * l.s0 + (l.n1 - 1) * l.s1 + d;
+}
+
+/**
+ * The row levels of `shape` with element `strides` (one per dimension, the last 1): leading dimensions of size 1
+ * dropped, neighbours merged where the outer stride is the inner extent; refused when more than two levels remain,
+ * or when rows would overlap (every level's stride at least the extent of what it steps over).
+ */
+export function levelsOf(shape: readonly number[], strides: unknown): RowLevels {
+  const n = shape.length, d = shape[n - 1];
+  if (!Array.isArray(strides) || strides.length !== n) {
+    throw new ArgumentError("strides", `an array of ${n} element strides, one per dimension of [${shape}]`, strides);
+  }
+  for (const [i, v] of strides.entries()) {
+    if (!Number.isSafeInteger(v) || v < 0) throw new ArgumentError(`strides[${i}]`, "an integer ≥ 0", v);
+  }
+  if (strides[n - 1] !== 1 && d > 1) {
+    throw new ArgumentError(`strides[${n - 1}]`, "1: the last dimension must be contiguous", strides[n - 1]);
+  }
+  const levels: [number, number][] = []; // [size, stride], outermost first
+  for (let i = n - 2; i >= 0; i--) {
+    if (shape[i] === 1) continue;
+    const inner = levels[0];
+    if (inner !== undefined && strides[i] === inner[0] * inner[1]) inner[0] *= shape[i];
+    else levels.unshift([shape[i], strides[i]]);
+  }
+  const rows = shape.slice(0, -1).reduce((a, b) => a * b, 1);
+  if (rows === 0) return { n0: 1, s0: 0, n1: 0, s1: d };
+  if (levels.length > 2) {
+    throw new UnsupportedError(
+      `a view of shape [${shape}] with strides [${strides}] has ${levels.length} levels of rows; at most two are ` +
+        `supported (e.g. [tokens, heads, headDim]): merge dimensions or copy`,
+    );
+  }
+  const [outer, inner] = levels.length === 2 ? levels : [[1, 0] as [number, number], levels[0] ?? [1, d]];
+  if (inner[0] > 1 && inner[1] < d) {
+    throw new ArgumentError("strides", `rows that do not overlap: a row stride ≥ the last dimension (${d})`, strides);
+  }
+  if (outer[0] > 1 && outer[1] < (inner[0] - 1) * inner[1] + d) {
+    throw new ArgumentError(
+      "strides",
+      `rows that do not overlap: an outer stride ≥ ${(inner[0] - 1) * inner[1] + d} (the inner rows' extent)`,
+      strides,
+    );
+  }
+  return { n0: outer[0], s0: outer[1], n1: inner[0], s1: inner[1] };
+}
+
 /** Elements the storage of `rows` rows of `d` elements, `rowStride` apart, spans. */
 export function spanElements(rows: number, d: number, rowStride: number): number {
   return rows === 0 || d === 0 ? 0 : (rows - 1) * rowStride + d;
@@ -208,8 +270,6 @@ export class Tensor implements Disposable {
   readonly dtype: DType;
   /** The dimensions, outermost first (frozen). */
   readonly shape: readonly number[];
-  /** Elements between consecutive row starts. */
-  readonly rowStride: number;
   /** Element offset of the first row in the buffer. */
   readonly offset: number;
   /** The memory the tensor views (shared by views of one allocation). */
@@ -220,6 +280,7 @@ export class Tensor implements Disposable {
   readonly #rows: number;
   readonly #d: number;
   readonly #bytesPerElement: number;
+  readonly #levels: RowLevels;
   /** buffer.ptr + the offset in bytes, made on first use (a bigint: no BigInt maths per launch). */
   #ptr: bigint | undefined;
 
@@ -230,6 +291,8 @@ export class Tensor implements Disposable {
    * @param shape The dimensions (at least one; integers ≥ 0).
    * @param opts.dtype Element type (default "f32").
    * @param opts.rowStride Elements between row starts (default: the last dimension; not less).
+   * @param opts.strides Instead of rowStride: the element stride of every dimension (the last 1), for rows on up to
+   *   two levels, e.g. the heads of a fused QKV buffer (see view()).
    * @param opts.offset Elements from the buffer's start to the first element (default 0).
    * @param opts.byteOffset The same in bytes (a multiple of the element size); not with `offset`.
    * @param opts.owns Close the buffer when the tensor is closed (default false).
@@ -238,7 +301,14 @@ export class Tensor implements Disposable {
   constructor(
     buffer: DeviceBuffer,
     shape: readonly number[],
-    opts: { dtype?: DType; rowStride?: number; offset?: number; byteOffset?: number; owns?: boolean } = {},
+    opts: {
+      dtype?: DType;
+      rowStride?: number;
+      strides?: readonly number[];
+      offset?: number;
+      byteOffset?: number;
+      owns?: boolean;
+    } = {},
   ) {
     // A brand check, not instanceof: a Proxy or a look-alike object passes instanceof or duck typing and then fails
     // inside (private fields) with a bare TypeError.
@@ -246,12 +316,20 @@ export class Tensor implements Disposable {
       throw new ArgumentError("buffer", "a DeviceBuffer (device.alloc(), wrapPointer() or wrapHost())", buffer);
     }
     if (typeof opts !== "object" || opts === null) {
-      throw new ArgumentError("options", "an options object { dtype?, rowStride?, offset?, byteOffset?, owns? }", opts);
+      throw new ArgumentError(
+        "options",
+        "an options object { dtype?, rowStride?, strides?, offset?, byteOffset?, owns? }",
+        opts,
+      );
     }
     this.shape = checkShape(shape);
     const dtype = opts.dtype ?? "f32";
     if (!isTensorDType(dtype)) throw new ArgumentError("dtype", DTYPE_NAMES, dtype);
     const d = this.shape[this.shape.length - 1];
+    const strides = opts.strides;
+    if (strides !== undefined && opts.rowStride !== undefined) {
+      throw new ArgumentError("strides", "not given together with rowStride", strides);
+    }
     const rowStride = opts.rowStride ?? d;
     if (!Number.isSafeInteger(rowStride) || rowStride < d) {
       throw new ArgumentError(
@@ -260,6 +338,9 @@ export class Tensor implements Disposable {
         rowStride,
       );
     }
+    let rows = 1;
+    for (let i = 0; i < this.shape.length - 1; i++) rows *= this.shape[i];
+    const levels = strides === undefined ? { n0: 1, s0: 0, n1: rows, s1: rowStride } : levelsOf(this.shape, strides);
     const byteOffset = opts.byteOffset;
     if (byteOffset !== undefined && opts.offset !== undefined) {
       throw new ArgumentError("byteOffset", "not given together with offset", byteOffset);
@@ -278,13 +359,15 @@ export class Tensor implements Disposable {
     if (!Number.isSafeInteger(offset) || offset < 0) throw new ArgumentError("offset", "an integer ≥ 0", offset);
     this.device = buffer.device;
     this.dtype = dtype;
-    this.rowStride = rowStride;
+    this.#levels = levels;
     this.offset = offset;
     this.buffer = buffer;
     const owns = opts.owns ?? false;
     if (typeof owns !== "boolean") throw new ArgumentError("owns", "a boolean", owns);
     this.#ownsBuffer = owns;
-    const need = tensorBytes(this.shape, rowStride, offset, dtype);
+    const need = strides === undefined
+      ? tensorBytes(this.shape, rowStride, offset, dtype)
+      : (offset + levelSpan(levels, d)) * dtypeBytes(dtype);
     if (need > buffer.byteLength) {
       throw new ArgumentError(
         "buffer",
@@ -292,8 +375,6 @@ export class Tensor implements Disposable {
         `${buffer.byteLength} bytes`,
       );
     }
-    let rows = 1;
-    for (let i = 0; i < this.shape.length - 1; i++) rows *= this.shape[i];
     this.#rows = rows;
     this.#d = d;
     this.#bytesPerElement = dtypeBytes(dtype);
@@ -326,7 +407,94 @@ export class Tensor implements Disposable {
 
   /** True when rows are back to back. */
   get contiguous(): boolean {
-    return this.rowStride === this.d || this.rows <= 1;
+    return this.rows <= 1 || (this.uniformRows && this.rowStride === this.d);
+  }
+
+  /** Where the rows are (two levels; see RowLevels). */
+  get levels(): RowLevels {
+    return this.#levels;
+  }
+
+  /** True when the rows are one stride (`rowStride`) apart: every tensor but some view()s of two levels. */
+  get uniformRows(): boolean {
+    const l = this.#levels;
+    return l.n0 <= 1 || l.n1 <= 1 || l.s0 === l.n1 * l.s1;
+  }
+
+  /**
+   * Elements between consecutive row starts.
+   * @throws {UnsupportedError} for a view whose rows are on two levels (uniformRows false): it has no one stride.
+   */
+  get rowStride(): number {
+    const l = this.#levels;
+    if (l.n0 <= 1) return l.s1;
+    if (l.n1 <= 1) return l.s0;
+    if (l.s0 === l.n1 * l.s1) return l.s1;
+    throw new UnsupportedError(
+      `${this} has rows on two levels (strides ${l.s0} and ${l.s1}), not one row stride: rmsNorm and layerNorm ` +
+        `take it; copy it for other ops`,
+    );
+  }
+
+  /** The element stride of each dimension (the last is 1). */
+  get strides(): readonly number[] {
+    const shape = this.shape, n = shape.length, out = new Array<number>(n).fill(0);
+    out[n - 1] = 1;
+    if (this.uniformRows) {
+      let s = this.#rows <= 1 ? this.#d : this.rowStride;
+      for (let i = n - 2; i >= 0; i--) (out[i] = s), (s *= shape[i]);
+    } else {
+      // Two levels: the dimensions whose product is n1 (innermost first) step by s1, the rest by s0.
+      const l = this.#levels;
+      let i = n - 2, s = l.s1, left = l.n1;
+      for (; i >= 0 && left > 1; i--) (out[i] = s), (s *= shape[i]), (left /= shape[i]);
+      for (s = l.s0; i >= 0; i--) (out[i] = s), (s *= shape[i]);
+    }
+    return Object.freeze(out);
+  }
+
+  /**
+   * A view of this tensor's memory (not owned: closing it frees nothing): `shape` with element `strides` (one per
+   * dimension, the last 1; default: contiguous), starting `offset` elements after this tensor's first element. The
+   * rows may lie on two levels, e.g. the query heads of a fused QKV buffer.
+   *
+   * @throws {ArgumentError} for a bad shape, strides or offset, or a view past the end of the memory.
+   * @throws {UnsupportedError} for rows on more than two levels.
+   *
+   * @example
+   * ```ts
+   * import { Device } from "@normkit/normkit";
+   * using dev = Device.open();
+   * const tokens = 4, hq = 4, hkv = 2, hd = 8, width = (hq + 2 * hkv) * hd;
+   * using qkv = dev.tensor(new Float32Array(tokens * width).fill(1), [tokens, width], { dtype: "bf16" });
+   * const q = qkv.view([tokens, hq, hd], { strides: [width, hd, 1] });                // the query heads
+   * const k = qkv.view([tokens, hkv, hd], { strides: [width, hd, 1], offset: hq * hd }); // the key heads
+   * ```
+   */
+  view(shape: readonly number[], opts?: { strides?: readonly number[]; offset?: number }): Tensor {
+    if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
+      throw new ArgumentError("options", "an options object { strides?, offset? } or nothing", opts);
+    }
+    const s = checkShape(shape);
+    const offset = opts?.offset ?? 0, strides = opts?.strides;
+    if (!Number.isSafeInteger(offset) || offset < 0) throw new ArgumentError("offset", "an integer ≥ 0", offset);
+    void this.ptr; // DisposedError for a closed tensor
+    return new Tensor(this.buffer, s, {
+      dtype: this.dtype,
+      offset: this.offset + offset,
+      ...(strides === undefined ? {} : { strides }),
+    });
+  }
+
+  /** Element offset (from this.offset) of row `r`'s first element. */
+  #rowStart(r: number): number {
+    const l = this.#levels;
+    return l.n0 <= 1 ? r * l.s1 : Math.floor(r / l.n1) * l.s0 + (r % l.n1) * l.s1;
+  }
+
+  /** Elements from the first row's start to the end of the last row. */
+  get #span(): number {
+    return levelSpan(this.#levels, this.#d);
   }
 
   /** Device address of the first element (for kernel arguments). */
@@ -362,17 +530,17 @@ export class Tensor implements Disposable {
       this.buffer.write(encode(values, this.dtype), { offset: this.offset * b, stream });
       return;
     }
-    // Padded rows: lay the rows out with their stride, then one upload (gaps keep their current contents).
-    const span = spanElements(this.rows, this.d, this.rowStride);
-    const host = new Uint8Array(span * b);
+    // Padded rows: lay the rows out with their strides, then one upload (gaps keep their current contents).
+    const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
     for (let r = 0; r < this.rows; r++) {
+      const at = this.#rowStart(r);
       encode(
         (values as Float32Array).subarray
           ? (values as Float32Array).subarray(r * this.d, (r + 1) * this.d)
           : Array.prototype.slice.call(values, r * this.d, (r + 1) * this.d),
         this.dtype,
-        host.subarray(r * this.rowStride * b, (r * this.rowStride + this.d) * b),
+        host.subarray(at * b, (at + this.d) * b),
       );
     }
     this.buffer.write(host, { offset: this.offset * b, stream });
@@ -385,9 +553,9 @@ export class Tensor implements Disposable {
     }
     const b = this.bytesPerElement, row = this.d * b;
     if (this.contiguous) return this.buffer.write(src, { offset: this.offset * b, stream });
-    const host = new Uint8Array(spanElements(this.rows, this.d, this.rowStride) * b);
+    const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
-    for (let r = 0; r < this.rows; r++) host.set(src.subarray(r * row, (r + 1) * row), r * this.rowStride * b);
+    for (let r = 0; r < this.rows; r++) host.set(src.subarray(r * row, (r + 1) * row), this.#rowStart(r) * b);
     this.buffer.write(host, { offset: this.offset * b, stream });
   }
 
@@ -400,13 +568,13 @@ export class Tensor implements Disposable {
   readBitsSync(opts?: { stream?: Stream }): BitsArray {
     const stream = readStreamOption(opts, this.device);
     const b = this.bytesPerElement, d = this.d, rows = this.rows, row = d * b;
-    const host = new Uint8Array(spanElements(rows, d, this.rowStride) * b);
+    const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
     let packed = host;
     if (!this.contiguous) {
       packed = new Uint8Array(rows * row);
       for (let r = 0; r < rows; r++) {
-        packed.set(host.subarray(r * this.rowStride * b, r * this.rowStride * b + row), r * row);
+        packed.set(host.subarray(this.#rowStart(r) * b, this.#rowStart(r) * b + row), r * row);
       }
     }
     if (b === 1) return this.dtype === "int8" ? new Int8Array(packed.buffer, 0, rows * d) : packed;
@@ -430,13 +598,14 @@ export class Tensor implements Disposable {
   readSync(opts?: { stream?: Stream }): Float32Array {
     const stream = readStreamOption(opts, this.device);
     const b = this.bytesPerElement, d = this.d, rows = this.rows;
-    const host = new Uint8Array(spanElements(rows, d, this.rowStride) * b);
+    const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
     if (this.contiguous) return decode(host, this.dtype) as Float32Array;
     const out = new Float32Array(rows * d);
     for (let r = 0; r < rows; r++) {
+      const at = this.#rowStart(r);
       decode(
-        host.subarray(r * this.rowStride * b, (r * this.rowStride + d) * b),
+        host.subarray(at * b, (at + d) * b),
         this.dtype,
         out.subarray(r * d, (r + 1) * d),
       );
@@ -465,7 +634,12 @@ export class Tensor implements Disposable {
 
   /** A short description, e.g. "Tensor(bf16 [4, 8] on cuda:0)" (what console.log and String() print). */
   toString(): string {
-    const where = this.device.id, stride = this.contiguous ? "" : `, rowStride ${this.rowStride}`;
+    const where = this.device.id;
+    const stride = this.contiguous
+      ? ""
+      : this.uniformRows
+      ? `, rowStride ${this.rowStride}`
+      : `, strides [${this.strides.join(", ")}]`;
     return `Tensor(${this.dtype} [${this.shape.join(", ")}]${stride} on ${where}${this.closed ? ", closed" : ""})`;
   }
 
@@ -498,7 +672,12 @@ export function emptyTensor(device: Device, shape: readonly number[], opts?: Ten
   return allocTensor(device, checkShape(shape), readTensorOptions(opts));
 }
 
-function allocTensor(device: Device, s: readonly number[], o: { dtype: DType; rowStride: unknown }): Tensor {
+function allocTensor(
+  device: Device,
+  s: readonly number[],
+  o: { dtype: DType; rowStride: unknown },
+  stream?: Stream,
+): Tensor {
   const d = s[s.length - 1];
   const rowStride = o.rowStride ?? d;
   if (!Number.isSafeInteger(rowStride) || (rowStride as number) < d) {
@@ -510,6 +689,8 @@ function allocTensor(device: Device, s: readonly number[], o: { dtype: DType; ro
   }
   const buf = device.alloc(tensorBytes(s, rowStride as number, 0, o.dtype));
   try {
+    // The gaps between padded rows are zeroed once: every byte a read of the rows' span copies is then defined.
+    if (rowStride !== d && buf.byteLength > 0) buf.fill(0, { stream });
     return new Tensor(buf, s, { dtype: o.dtype, rowStride: rowStride as number, owns: true });
   } catch (e) {
     buf.close();
@@ -535,7 +716,7 @@ export function tensorFrom(
   if (values.length !== numel) {
     throw new ArgumentError("values", `${numel} numbers for shape [${s}]`, `${values.length} numbers`);
   }
-  const t = allocTensor(device, s, o);
+  const t = allocTensor(device, s, o, stream);
   try {
     t.write(values, { stream, bits: o.bits ?? false });
   } catch (e) {

@@ -282,3 +282,25 @@ test("tensors of 1-byte dtypes: ambiguous or wrong bits arrays are refused", () 
   using ok = dev.tensor(new Uint8Array([3, 200]), [2], { dtype: "int8", bits: false });
   assert.deepEqual([...ok.readSync()], [3, 127]);
 });
+
+test("tensors of 1-byte dtypes: a view of heads reads and writes its own bytes", () => {
+  using dev = cpu();
+  const tokens = 3, heads = 4, hd = 5, width = heads * hd + 3; // 3 padding bytes per token
+  const values = Array.from({ length: tokens * width }, (_, i) => ((i * 37) % 255) - 127);
+  using base = dev.tensor(values, [tokens, width], { dtype: "int8" });
+  const odd = base.view([tokens, 2, hd], { strides: [width, 2 * hd, 1], offset: hd }); // heads 1 and 3
+  const want: number[] = [];
+  for (let t = 0; t < tokens; t++) {
+    for (const h of [1, 3]) for (let i = 0; i < hd; i++) want.push(values[t * width + h * hd + i]);
+  }
+  assert.deepEqual([...odd.readSync()], want);
+  assert.deepEqual([...odd.readBitsSync()], want);
+  odd.write(want.map((v) => -v - 1)); // ~v: in range for every int8
+  const after = base.readSync();
+  for (let t = 0; t < tokens; t++) {
+    for (let c = 0; c < width; c++) {
+      const h = Math.floor(c / hd), inView = c < heads * hd && h % 2 === 1, v = values[t * width + c];
+      assert.equal(after[t * width + c], inView ? -v - 1 : v, `token ${t} column ${c}`);
+    }
+  }
+});

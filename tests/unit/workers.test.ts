@@ -2,7 +2,7 @@
  * Many threads at once: norms from several Web Workers (tests/fixtures/norm_worker.ts), each with its own Device
  * on the CUDA device when there is one (they share its primary context; each makes it current on its own thread),
  * else on the CPU backend; a bounded number of iterations, every result within its dtype's tolerance of the
- * float64 reference, workers terminated, device memory back to its baseline (CUDA). What recover() in one thread
+ * float64 reference, workers terminated, no device memory left behind by a round of workers (CUDA). What recover() in one thread
  * does to the others is documented in docs/threads.md and checked below with the fake driver.
  */
 import { test } from "node:test";
@@ -36,12 +36,9 @@ function runWorker(job: NormJob): { result: Promise<NormJobResult>; worker: Work
 
 const backend = noGpuReason === undefined ? "cuda" : "cpu";
 
-test(`${WORKERS} Workers, each with its own Device (${backend}${noGpuReason ? `: ${noGpuReason}` : ""}), run norms at once: every result matches float64, memory returns to its baseline`, async () => {
-  // On CUDA this thread's Device holds the primary context, so the workers' closing does not destroy it and the
-  // free memory before and after compares like with like.
-  using here = Device.open({ backend, sanityCheck: false });
-  const before = here.memoryInfo().free;
-  const runs = Array.from({ length: WORKERS }, (_, id) => runWorker({ id: id + 1, backend, iterations: ITERATIONS }));
+/** Runs one round of workers and checks every result; resolves once every worker has answered and is terminated. */
+async function round(backend: "cuda" | "cpu", first: number): Promise<void> {
+  const runs = Array.from({ length: WORKERS }, (_, i) => runWorker({ id: first + i, backend, iterations: ITERATIONS }));
   try {
     const results = await Promise.all(runs.map((r) => r.result));
     for (const r of results) {
@@ -57,11 +54,26 @@ test(`${WORKERS} Workers, each with its own Device (${backend}${noGpuReason ? `:
   } finally {
     for (const r of runs) r.worker.terminate();
   }
+}
+
+test(`${WORKERS} Workers, each with its own Device (${backend}${noGpuReason ? `: ${noGpuReason}` : ""}), two rounds: every result matches float64, the second round leaves device memory where the first did`, async () => {
+  // On CUDA this thread's Device holds the primary context, so the workers' closing does not destroy it and the
+  // free memory before and after compares like with like.
+  using here = Device.open({ backend, sanityCheck: false });
+  const before = here.memoryInfo().free;
+  await round(backend, 1);
+  // The driver grows the shared context once, the first time other threads use it (2 MiB on the H100/H200 with
+  // driver 580; lab/thread_memory shows it is not repeated by later rounds, nor by this thread's own use): a leak
+  // is what a later round adds, so the baseline is taken after the first.
+  const baseline = here.memoryInfo().free;
+  await round(backend, 1 + WORKERS);
   // Every worker closed its Device before answering: what they allocated is free again.
   const after = here.memoryInfo().free;
   if (backend === "cuda") {
-    assert.ok(after >= before, `free device memory ${after} after the workers, ${before} before`);
-    console.log(`# device memory: ${before} bytes free before the workers, ${after} after`);
+    console.log(
+      `# device memory free: ${before} before the workers, ${baseline} after round 1, ${after} after round 2`,
+    );
+    assert.ok(after >= baseline, `free device memory ${after} after round 2, ${baseline} after round 1`);
   }
   // This thread's own Device still works after the others came and went (its context stays current here).
   using x = here.tensor(new Float32Array(64).fill(2), [64]);

@@ -14,7 +14,7 @@
  */
 export { type Backend, Device, type OpenOptions, type WrapOptions } from "./runtime/device.ts";
 export { type BitsArray, Tensor, type TensorOptions } from "./runtime/tensor.ts";
-export { type DType, DTYPES } from "./runtime/dtype.ts";
+export { type DType, DTYPES, type FloatDType, QUANT_DTYPES, type QuantDType } from "./runtime/dtype.ts";
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";

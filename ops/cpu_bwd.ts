@@ -3,7 +3,9 @@
  * With xhat = (x − mean)·rstd (LN) or x·rstd (RMS) and g = dy·w:
  *   LN : dx = rstd·(g − mean(g) − xhat·mean(g·xhat)),  dweight = Σ_rows dy·xhat,  dbias = Σ_rows dy
  *   RMS: dx = rstd·(g − xhat·mean(g·xhat)),            dweight = Σ_rows dy·xhat
- * The statistics are the forward's (given), or recomputed here in float64 when absent.
+ * The statistics are the forward's (given), or recomputed here in float64 when absent. With a residual fused into
+ * the forward (h = x + residual), x here is h, and the gradient of h gains dResidual (the gradient of residualOut
+ * from later layers): dh = dx + dResidual.
  * tests/unit/reference_backward.test.ts checks these formulas against finite differences of ops/cpu.ts's forward.
  */
 import { normForward } from "./cpu.ts";
@@ -32,11 +34,15 @@ export interface CpuNormBackwardInput {
   eps?: number;
   /** Length d; without it the scale is 1. */
   weight?: ArrayLike<number>;
+  /** Added to dx (the gradient that reached the forward's residual output); element index r * dResidualStride. */
+  dResidual?: ArrayLike<number>;
+  /** Elements from one row of `dResidual` to the next (default d). */
+  dResidualStride?: number;
 }
 
 /** The result of cpuNormBackward, in float64. */
 export interface CpuNormBackwardOutput {
-  /** rows · d, contiguous. */
+  /** rows · d, contiguous; plus dResidual when given. */
   dx: Float64Array;
   /** Σ over rows of dy·xhat, length d. */
   dweight: Float64Array;
@@ -48,7 +54,8 @@ export interface CpuNormBackwardOutput {
  * The LayerNorm or RMSNorm backward pass in float64, on the host (PyTorch semantics): dx, and dweight / dbias
  * summed over the rows. The reference the GPU backward kernels are tested against, and the CPU backend's maths.
  *
- * @throws {RangeError} when neither the statistics (rstd, and mean for "layer") nor `eps` are given.
+ * @throws {RangeError} when neither the statistics (rstd, and mean for "layer") nor `eps` are given, or dResidual is
+ *   too short for rows, d and dResidualStride.
  *
  * @example
  * ```ts
@@ -65,6 +72,12 @@ export function normBackward(p: CpuNormBackwardInput): CpuNormBackwardOutput {
     const f = normForward({ kind, rows, d, x: p.x, xStride: p.xStride, eps: p.eps });
     mean = f.mean;
     rstd = f.rstd;
+  }
+  const dResidual = p.dResidual, drStride = p.dResidualStride ?? d;
+  if (dResidual !== undefined && rows > 0 && d > 0 && (rows - 1) * drStride + d > dResidual.length) {
+    throw new RangeError(
+      `dResidual: length ${dResidual.length} too short for rows=${rows}, d=${d}, stride=${drStride}`,
+    );
   }
   const dx = new Float64Array(rows * d);
   const dweight = new Float64Array(d), dbias = new Float64Array(d);
@@ -83,6 +96,7 @@ export function normBackward(p: CpuNormBackwardInput): CpuNormBackwardOutput {
     }
     const a = kind === "layer" ? sg / d : 0, b = sgx / d;
     for (let j = 0; j < d; j++) dx[r * d + j] = rs * (g[j] - a - xhat[j] * b);
+    if (dResidual !== undefined) { for (let j = 0; j < d; j++) dx[r * d + j] += dResidual[r * drStride + j]; }
   }
   if (kind === "rms") dbias.fill(0);
   return { dx, dweight, dbias };

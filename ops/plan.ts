@@ -7,7 +7,7 @@
  * VARIANTS and PREFETCH_RULES pick the kernel variants and the L2 prefetch. Each table row has a stable id; the
  * measurements behind it are listed under that id in bench/README.md ("Decisions").
  */
-import { type DType, dtypeBytes } from "../runtime/dtype.ts";
+import { type DType, dtypeBytes, isDType } from "../runtime/dtype.ts";
 
 export type NormKind = "layer" | "rms";
 export type Mapping = "rows" | "block" | "cluster" | "wide" | "latency" | "stash";
@@ -413,6 +413,10 @@ function variantHolds(v: Variant, s: Shape, mapping: Mapping, g: Geometry): bool
 
 export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
   const tin = p.inputDtype, tw = p.paramDtype ?? "f32";
+  // The norm kernels compute in float dtypes; 1-byte dtypes are outputs of the fused quantizing kernels only.
+  if (!isDType(tin) || !isDType(p.outputDtype) || !isDType(tw)) {
+    return { unsupported: `the norm kernels take f32, f16 or bf16 (x ${tin}, y ${p.outputDtype}, weight ${tw})` };
+  }
   if (tw !== "f32" && tw !== tin) {
     return { unsupported: `weight/bias must be f32 or the input dtype (${tin}), not ${tw}` };
   }

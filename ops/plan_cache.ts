@@ -88,7 +88,9 @@ export class PlannedLaunch {
 
 export type CachedPlan = PlannedLaunch | { readonly unsupported: string };
 
-const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
+// Every tensor dtype has a code, so a plan asked for a 1-byte dtype is refused by planNorm (and cached), not mixed
+// up with another problem's.
+const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2, fp8e4m3: 3, fp8e5m2: 4, int8: 5 };
 
 /** The plans of one device: by problem code (kind, D, dtypes), then by rows. Numbers as keys: no string per call. */
 class PlanTable {
@@ -126,10 +128,10 @@ export function lookupNormPlan(
   device: Device | undefined,
 ): CachedPlan {
   const table = planTable(cache);
-  // ((d·2 + kind)·4 + input)·4 + output)·4 + param (3 = none): exact below 2^53 for any D the ops accept.
+  // ((d·2 + kind)·8 + input)·8 + output)·8 + param (7 = none): exact below 2^53 for any D the ops accept.
   const problem =
-    (((d * 2 + (kind === "layer" ? 1 : 0)) * 4 + DTYPE_CODE[inputDtype]) * 4 + DTYPE_CODE[outputDtype]) * 4 +
-    (paramDtype === undefined ? 3 : DTYPE_CODE[paramDtype]);
+    (((d * 2 + (kind === "layer" ? 1 : 0)) * 8 + DTYPE_CODE[inputDtype]) * 8 + DTYPE_CODE[outputDtype]) * 8 +
+    (paramDtype === undefined ? 7 : DTYPE_CODE[paramDtype]);
   let byRows = table.byProblem.get(problem);
   let hit = byRows?.get(rows);
   if (hit === undefined) {

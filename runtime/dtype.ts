@@ -4,13 +4,29 @@
  * f16 and bf16 rounding is done from the full float64 value in one step:
  * going through Math.fround first would round twice and can land on a tie
  * that the original value was not on.
+ *
+ * The 1-byte dtypes hold quantized norm outputs. Their conversion from a number is the GPU's SATFINITE one:
+ * round to nearest even (subnormals included), beyond the largest finite value or ±Infinity → ±max, NaN → NaN
+ * (fp8) or 0 (int8).
  */
 
-/** An element type: 32-bit float, IEEE half ("f16") or bfloat16 ("bf16"). Tensors keep values in it. */
-export type DType = "f32" | "f16" | "bf16";
+/** A float element type a norm computes in: 32-bit float, IEEE half ("f16") or bfloat16 ("bf16"). */
+export type FloatDType = "f32" | "f16" | "bf16";
 
-/** Every DType, in the order f32, f16, bf16. */
-export const DTYPES: readonly DType[] = Object.freeze(["f32", "f16", "bf16"]);
+/**
+ * A 1-byte element type of quantized outputs: OCP FP8 E4M3 (bias 7, max 448, no infinities), FP8 E5M2 (bias 15,
+ * max 57344) or a two's complement int8.
+ */
+export type QuantDType = "fp8e4m3" | "fp8e5m2" | "int8";
+
+/** An element type a tensor holds values in. */
+export type DType = FloatDType | QuantDType;
+
+/** The float dtypes (those a norm takes), in the order f32, f16, bf16. */
+export const DTYPES: readonly FloatDType[] = Object.freeze(["f32", "f16", "bf16"]);
+
+/** The 1-byte quantized dtypes, in the order fp8e4m3, fp8e5m2, int8. */
+export const QUANT_DTYPES: readonly QuantDType[] = Object.freeze(["fp8e4m3", "fp8e5m2", "int8"]);
 
 /** Bytes per element. */
 export function dtypeBytes(dtype: DType): number {
@@ -20,12 +36,27 @@ export function dtypeBytes(dtype: DType): number {
     case "f16":
     case "bf16":
       return 2;
+    case "fp8e4m3":
+    case "fp8e5m2":
+    case "int8":
+      return 1;
   }
   throw new TypeError(`unknown dtype: ${String(dtype)}`);
 }
 
-export function isDType(v: unknown): v is DType {
+/** One of DTYPES: a float dtype, the kind a norm's input, parameters and float output take. */
+export function isDType(v: unknown): v is FloatDType {
   return v === "f32" || v === "f16" || v === "bf16";
+}
+
+/** One of QUANT_DTYPES. */
+export function isQuantDType(v: unknown): v is QuantDType {
+  return v === "fp8e4m3" || v === "fp8e5m2" || v === "int8";
+}
+
+/** Any dtype a tensor can hold: a float or a quantized one. */
+export function isTensorDType(v: unknown): v is DType {
+  return isDType(v) || isQuantDType(v);
 }
 
 // Scratch views for reading float64 bit fields without allocating.
@@ -135,7 +166,119 @@ export function fromBf16Bits(h: number): number {
   return fromBits(h & 0xffff, BF16);
 }
 
-/** The float64 value of x rounded (RNE) to `dtype`. */
+// ---- 1-byte dtypes ----------------------------------------------------------
+
+/** An FP8 layout: p mantissa bits, emin the lowest normal exponent, the largest finite value and the NaN byte. */
+interface Fp8 {
+  p: number;
+  emin: number;
+  emax: number;
+  max: number;
+  maxBits: number;
+  nanBits: number;
+}
+const E4M3: Fp8 = { p: 3, emin: -6, emax: 8, max: 448, maxBits: 0x7e, nanBits: 0x7f };
+const E5M2: Fp8 = { p: 2, emin: -14, emax: 15, max: 57344, maxBits: 0x7b, nanBits: 0x7e };
+
+/** The byte of x in `f`: RNE, SATFINITE (beyond max and ±Infinity → ±max), NaN → the NaN byte with x's sign. */
+function fp8Bits(x: number, f: Fp8): number {
+  F64[0] = x;
+  const hi = U32[HI];
+  const sign = hi >>> 31 ? 0x80 : 0;
+  if (x !== x) return sign | f.nanBits;
+  const a = x < 0 ? -x : x;
+  if (a >= f.max) return sign | f.maxBits;
+  const e = ((hi >>> 20) & 0x7ff) - 1023;
+  const eEff = e < f.emin ? f.emin : e;
+  const q = a * pow2(f.p - eEff); // exact: a power-of-two scaling
+  let n = Math.floor(q);
+  const r = q - n;
+  if (r > 0.5 || (r === 0.5 && (n & 1) === 1)) n += 1;
+  // Below max the carry of a rounding up stops at maxBits at most.
+  return sign | ((eEff - f.emin) * (1 << f.p) + n);
+}
+
+/** The value of an FP8 byte (NaN keeps its sign where the engine does not canonicalise it). */
+function fp8Value(b: number, f: Fp8, hasInf: boolean): number {
+  const sign = b & 0x80 ? -1 : 1;
+  const mant = b & ((1 << f.p) - 1);
+  const bexp = (b & 0x7f) >>> f.p;
+  const expMax = 0x7f >>> f.p;
+  if (hasInf ? bexp === expMax : (b & 0x7f) === 0x7f) {
+    if (hasInf && mant === 0) return sign * Infinity;
+    U32[HI] = (b & 0x80 ? 0x80000000 : 0) | 0x7ff80000;
+    U32[LO] = 0;
+    return F64[0];
+  }
+  if (bexp === 0) return sign * mant * pow2(f.emin - f.p);
+  return sign * ((1 << f.p) + mant) * pow2(bexp - 1 + f.emin - f.p);
+}
+
+function fp8Table(f: Fp8, hasInf: boolean): Float32Array {
+  const t = new Float32Array(256);
+  for (let b = 0; b < 256; b++) t[b] = fp8Value(b, f, hasInf);
+  return t;
+}
+// Every FP8 value is exact in f32; 256 entries each.
+const E4M3_VALUES = fp8Table(E4M3, false);
+const E5M2_VALUES = fp8Table(E5M2, true);
+
+/** x as an int8: round half to even, clamped to [-128, 127], NaN → 0. */
+function int8Value(x: number): number {
+  if (x !== x) return 0;
+  if (x >= 127) return 127;
+  if (x <= -128) return -128;
+  let n = Math.floor(x);
+  const r = x - n;
+  if (r > 0.5 || (r === 0.5 && (n & 1) !== 0)) n += 1;
+  return n;
+}
+
+/**
+ * The byte (0..255) of x converted to a 1-byte dtype the way the GPU kernels convert (cvt.rn.satfinite): fp8 round
+ * to nearest even, |x| beyond the largest finite value or infinite → ±max, NaN → NaN (0x7f for e4m3, 0x7e for e5m2,
+ * | 0x80 when x's sign bit is set); int8 round half to even, clamped to [-128, 127], NaN → 0 (two's complement byte).
+ */
+export function toQuantBits(x: number, dtype: QuantDType): number {
+  switch (dtype) {
+    case "fp8e4m3":
+      return fp8Bits(x, E4M3);
+    case "fp8e5m2":
+      return fp8Bits(x, E5M2);
+    case "int8":
+      return int8Value(x) & 0xff;
+  }
+  throw new TypeError(`unknown quantized dtype: ${String(dtype)}`);
+}
+
+/** The exact value of a 1-byte dtype's byte (its low 8 bits); e5m2 0x7c/0xfc are ±Infinity. */
+export function fromQuantBits(b: number, dtype: QuantDType): number {
+  const byte = b & 0xff;
+  switch (dtype) {
+    case "fp8e4m3":
+      return E4M3_VALUES[byte];
+    case "fp8e5m2":
+      return E5M2_VALUES[byte];
+    case "int8":
+      return (byte << 24) >> 24;
+  }
+  throw new TypeError(`unknown quantized dtype: ${String(dtype)}`);
+}
+
+/** The largest finite value of a 1-byte dtype: 448 (fp8e4m3), 57344 (fp8e5m2), 127 (int8). */
+export function quantMax(dtype: QuantDType): number {
+  switch (dtype) {
+    case "fp8e4m3":
+      return E4M3.max;
+    case "fp8e5m2":
+      return E5M2.max;
+    case "int8":
+      return 127;
+  }
+  throw new TypeError(`unknown quantized dtype: ${String(dtype)}`);
+}
+
+/** The float64 value of x rounded (RNE) to `dtype`; for a 1-byte dtype, converted as toQuantBits does. */
 export function roundTo(x: number, dtype: DType): number {
   switch (dtype) {
     case "f32":
@@ -144,16 +287,25 @@ export function roundTo(x: number, dtype: DType): number {
       return fromBits(roundBits(x, F16), F16);
     case "bf16":
       return fromBits(roundBits(x, BF16), BF16);
+    case "fp8e4m3":
+    case "fp8e5m2":
+    case "int8":
+      return fromQuantBits(toQuantBits(x, dtype), dtype);
   }
   throw new TypeError(`unknown dtype: ${String(dtype)}`);
 }
 
-/** Spacing of `dtype` values at |x| (subnormal spacing below the normal range). */
+const F32_FMT = { p: 23, emin: -126, emax: 127 };
+const ULP_FMT = { f32: F32_FMT, f16: F16, bf16: BF16, fp8e4m3: E4M3, fp8e5m2: E5M2, int8: null };
+
+/** Spacing of `dtype` values at |x| (subnormal spacing below the normal range; 1 for int8). */
 export function ulpOf(x: number, dtype: DType): number {
   if (x !== x) return NaN;
   const a = Math.abs(x);
   if (a === Infinity) return Infinity;
-  const f = dtype === "f32" ? { p: 23, emin: -126, emax: 127 } : dtype === "f16" ? F16 : BF16;
+  const f = ULP_FMT[dtype];
+  if (f === undefined) throw new TypeError(`unknown dtype: ${String(dtype)}`);
+  if (f === null) return 1;
   let e = f.emin;
   if (a >= pow2(f.emin)) {
     F64[0] = a;
@@ -193,6 +345,10 @@ export function encode(values: ArrayLike<number>, dtype: DType, out?: Uint8Array
       const dv = dataView(dst);
       for (let i = 0; i < n; i++) dv.setFloat32(i * 4, values[i], true);
     }
+    return dst;
+  }
+  if (isQuantDType(dtype)) {
+    for (let i = 0; i < n; i++) dst[i] = toQuantBits(values[i], dtype);
     return dst;
   }
   const conv = dtype === "f16" ? toF16Bits : toBf16Bits;
@@ -247,6 +403,16 @@ export function decode(
       const dv = dataView(bytes);
       for (let i = 0; i < n; i++) dst[i] = dv.getFloat32(i * 4, true);
     }
+    return dst;
+  }
+  if (dtype === "int8") {
+    const i8 = new Int8Array(bytes.buffer, bytes.byteOffset, n);
+    for (let i = 0; i < n; i++) dst[i] = i8[i];
+    return dst;
+  }
+  if (dtype === "fp8e4m3" || dtype === "fp8e5m2") {
+    const t = dtype === "fp8e4m3" ? E4M3_VALUES : E5M2_VALUES;
+    for (let i = 0; i < n; i++) dst[i] = t[bytes[i]];
     return dst;
   }
   const view = u16View(bytes, n);

@@ -5,7 +5,7 @@
  * or the heads of a fused QKV buffer are described without a copy.
  */
 import type { Device } from "./device.ts";
-import { decode, type DType, dtypeBytes, encode, isDType } from "./dtype.ts";
+import { decode, type DType, dtypeBytes, encode, isTensorDType } from "./dtype.ts";
 import { ArgumentError, UnsupportedError } from "./errors.ts";
 import { DeviceBuffer } from "./memory.ts";
 import { Stream } from "./stream.ts";
@@ -20,14 +20,20 @@ export interface TensorOptions {
   stream?: Stream;
   /**
    * `true`: the values are the element bits themselves, uploaded without conversion (a Uint16Array for f16/bf16;
-   * a Uint32Array or Float32Array for f32). `false`: they are numbers, rounded to the dtype. A Uint16Array for a
-   * 16-bit dtype is ambiguous and must say which (an ArgumentError otherwise).
+   * a Uint32Array or Float32Array for f32; a Uint8Array for fp8e4m3/fp8e5m2; an Int8Array or Uint8Array for int8).
+   * `false`: they are numbers, rounded to the dtype. A Uint16Array for a 16-bit dtype, or a Uint8Array for a
+   * 1-byte dtype, is ambiguous and must say which (an ArgumentError otherwise).
    */
   bits?: boolean;
 }
 
-/** The typed array holding raw element bits of `dtype` (Tensor.toBits): Uint16Array for f16/bf16, Float32Array for f32. */
-export type BitsArray = Uint16Array | Float32Array;
+/**
+ * The typed array holding raw element bits of a dtype (Tensor.toBits): Float32Array for f32, Uint16Array for
+ * f16/bf16, Uint8Array for fp8e4m3/fp8e5m2, Int8Array for int8 (its elements are the stored integers).
+ */
+export type BitsArray = Uint16Array | Float32Array | Uint8Array | Int8Array;
+
+const DTYPE_NAMES = `"f32", "f16", "bf16", "fp8e4m3", "fp8e5m2" or "int8"`;
 
 /** Checks a shape: an array of ≥ 1 non-negative safe integers. */
 export function checkShape(shape: unknown, argument = "shape"): readonly number[] {
@@ -64,39 +70,47 @@ function readTensorOptions(
   }
   const o = opts as TensorOptions;
   const dtype = o.dtype ?? "f32", rowStride = o.rowStride, stream = o.stream, bits = o.bits;
-  if (!isDType(dtype)) throw new ArgumentError("dtype", `"f32", "f16" or "bf16"`, dtype);
+  if (!isTensorDType(dtype)) throw new ArgumentError("dtype", DTYPE_NAMES, dtype);
   if (bits !== undefined && typeof bits !== "boolean") throw new ArgumentError("bits", "a boolean", bits);
   return { dtype, rowStride, stream, bits };
 }
 
-/**
- * Raw element bits of `dtype` checked, as bytes (a view, no copy): a Uint16Array for f16/bf16, a Uint32Array or
- * Float32Array for f32.
- */
+/** Which typed arrays hold raw element bits of each dtype, for `bits: true`. */
+const BITS_TYPES: Readonly<Record<DType, { holds: (v: unknown) => boolean; names: string }>> = {
+  f32: { holds: (v) => v instanceof Uint32Array || v instanceof Float32Array, names: "a Uint32Array or Float32Array" },
+  f16: { holds: (v) => v instanceof Uint16Array, names: "a Uint16Array" },
+  bf16: { holds: (v) => v instanceof Uint16Array, names: "a Uint16Array" },
+  fp8e4m3: { holds: (v) => v instanceof Uint8Array, names: "a Uint8Array" },
+  fp8e5m2: { holds: (v) => v instanceof Uint8Array, names: "a Uint8Array" },
+  int8: { holds: (v) => v instanceof Int8Array || v instanceof Uint8Array, names: "an Int8Array or Uint8Array" },
+};
+
+/** Raw element bits of `dtype` checked, as bytes (a view, no copy): the typed arrays of BITS_TYPES. */
 function checkBits(values: unknown, dtype: DType): Uint8Array {
-  const ok = dtype === "f32"
-    ? values instanceof Uint32Array || values instanceof Float32Array
-    : values instanceof Uint16Array;
-  if (!ok) {
-    throw new ArgumentError(
-      "values",
-      `${dtype} bits: ${dtype === "f32" ? "a Uint32Array or Float32Array" : "a Uint16Array"} (bits: true)`,
-      values,
-    );
-  }
-  const v = values as Uint16Array | Uint32Array | Float32Array;
+  const { holds, names } = BITS_TYPES[dtype];
+  if (!holds(values)) throw new ArgumentError("values", `${dtype} bits: ${names} (bits: true)`, values);
+  const v = values as Uint16Array | Uint32Array | Float32Array | Uint8Array | Int8Array;
   return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
 }
 
-/** A Uint16Array given as values for a 16-bit dtype without `bits` saying whether it holds numbers or bits. */
+/**
+ * A Uint16Array given as values for a 16-bit dtype, or a Uint8Array for a 1-byte one, without `bits` saying
+ * whether it holds numbers or bits. (An Int8Array for int8 means the same either way.)
+ */
 function refuseAmbiguous(values: unknown, dtype: DType, bits: boolean | undefined): void {
-  if (bits === undefined && dtype !== "f32" && values instanceof Uint16Array) {
-    throw new ArgumentError(
-      "bits",
-      `true (the Uint16Array holds ${dtype} bits) or false (it holds integer values to round to ${dtype})`,
-      "not given, for a Uint16Array as values of a 16-bit dtype",
-    );
-  }
+  if (bits !== undefined) return;
+  const w = dtypeBytes(dtype);
+  const kind = w === 2 && values instanceof Uint16Array
+    ? "Uint16Array"
+    : w === 1 && values instanceof Uint8Array
+    ? "Uint8Array"
+    : null;
+  if (kind === null) return;
+  throw new ArgumentError(
+    "bits",
+    `true (the ${kind} holds ${dtype} bits) or false (it holds integer values to round to ${dtype})`,
+    `not given, for a ${kind} as values of a ${w * 8}-bit dtype`,
+  );
 }
 
 /**
@@ -310,7 +324,7 @@ export class Tensor implements Disposable {
     }
     this.shape = checkShape(shape);
     const dtype = opts.dtype ?? "f32";
-    if (!isDType(dtype)) throw new ArgumentError("dtype", `"f32", "f16" or "bf16"`, dtype);
+    if (!isTensorDType(dtype)) throw new ArgumentError("dtype", DTYPE_NAMES, dtype);
     const d = this.shape[this.shape.length - 1];
     const strides = opts.strides;
     if (strides !== undefined && opts.rowStride !== undefined) {
@@ -386,7 +400,7 @@ export class Tensor implements Disposable {
     return this.#rows * this.#d;
   }
 
-  /** Bytes per element of the dtype (4 or 2). */
+  /** Bytes per element of the dtype (4, 2 or 1). */
   get bytesPerElement(): number {
     return this.#bytesPerElement;
   }
@@ -548,7 +562,8 @@ export class Tensor implements Disposable {
   /**
    * Downloads the raw element bits (after earlier work on the stream), row-major without padding: a Uint16Array
    * for f16/bf16, a Float32Array for f32 (its bytes are the device's exactly; `new Uint32Array(a.buffer)` shows
-   * them as integers). Nothing is converted, so NaN payloads, −0 and subnormals come back as they are.
+   * them as integers), a Uint8Array for fp8e4m3/fp8e5m2, an Int8Array for int8. Nothing is converted, so NaN
+   * payloads, −0 and subnormals come back as they are.
    */
   readBitsSync(opts?: { stream?: Stream }): BitsArray {
     const stream = readStreamOption(opts, this.device);
@@ -562,6 +577,7 @@ export class Tensor implements Disposable {
         packed.set(host.subarray(this.#rowStart(r) * b, this.#rowStart(r) * b + row), r * row);
       }
     }
+    if (b === 1) return this.dtype === "int8" ? new Int8Array(packed.buffer, 0, rows * d) : packed;
     return this.dtype === "f32"
       ? new Float32Array(packed.buffer, 0, rows * d)
       : new Uint16Array(packed.buffer, 0, rows * d);

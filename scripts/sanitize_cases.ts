@@ -12,7 +12,7 @@ import {
   cpuNormBackward,
   cpuNormForward,
   Device,
-  type DType,
+  type FloatDType,
   histogram,
   layerNorm,
   layerNormBackward,
@@ -30,7 +30,7 @@ import { FAKE_H200 } from "../tests/fixtures/fake_cuda.ts";
 
 export type Family = "fwd" | "bwd" | "diag";
 /** x, y (forward) or dy (backward), weight dtypes. */
-export type Triple = readonly [DType, DType, DType];
+export type Triple = readonly [FloatDType, FloatDType, FloatDType];
 export const TRIPLES: readonly Triple[] = [["f32", "f32", "f32"], ["bf16", "bf16", "f32"], ["f16", "f16", "f16"]];
 /**
  * Bytes of x at most (the sanitizer slows kernels ~100×): 4.5 M f32 elements. The `stash` mapping needs 132 rows of
@@ -88,8 +88,8 @@ const candidates = (family: "fwd" | "bwd", t: Triple): [number, number][] =>
     : DS.map((d): [number, number] => [d <= 4096 ? 300 : 8, d]))
     .filter(([r, d]) => r * d * bytesOf(t[0]) <= MAX_X_BYTES)
     .sort((a, b) => a[0] * a[1] - b[0] * b[1] || a[0] - b[0]);
-const bytesOf = (t: DType): number => (t === "f32" ? 4 : 2);
-const vecOf = (t: DType): number => 16 / bytesOf(t);
+const bytesOf = (t: FloatDType): number => (t === "f32" ? 4 : 2);
+const vecOf = (t: FloatDType): number => 16 / bytesOf(t);
 const withCluster = (k: string, c: number): string => (c > 1 ? `${k} ×${c}` : k);
 
 /** The plan-table ids and kernels of one problem (for the unit test's scan of every shape), or null: no plan. */
@@ -193,7 +193,7 @@ export function h200Limits(): { fwd: PlanLimits; bwd: BwdLimits } {
 // Running the cases (on the CUDA device here; the unit test runs small ones on the CPU backend).
 
 /** Per dtype: |got − want| ≤ ATOL·scale + RTOL·|want| (16-bit: a few units in the last place of the output). */
-const TOL: Record<DType, number> = { f32: 1e-4, f16: 4e-3, bf16: 3e-2 };
+const TOL: Record<FloatDType, number> = { f32: 1e-4, f16: 4e-3, bf16: 3e-2 };
 
 function rand(n: number, seed: number, lo: number, hi: number): Float32Array {
   let s = seed >>> 0;
@@ -208,7 +208,7 @@ function rand(n: number, seed: number, lo: number, hi: number): Float32Array {
 }
 
 /** Worst error over `got` in units of the tolerance (≤ 1 passes); NaN anywhere counts as Infinity. */
-export function worst(got: ArrayLike<number>, want: ArrayLike<number>, dtype: DType, scale = 1): number {
+export function worst(got: ArrayLike<number>, want: ArrayLike<number>, dtype: FloatDType, scale = 1): number {
   let w = 0;
   for (let i = 0; i < want.length; i++) {
     const e = Math.abs(got[i] - want[i]) / (TOL[dtype] * (scale + Math.abs(want[i])));
@@ -218,7 +218,7 @@ export function worst(got: ArrayLike<number>, want: ArrayLike<number>, dtype: DT
 }
 
 /** Device x of [rows, d] (row stride d or d + 1) and its values as held (rounded to the dtype). */
-function input(dev: Device, rows: number, d: number, dtype: DType, strided: boolean, seed: number) {
+function input(dev: Device, rows: number, d: number, dtype: FloatDType, strided: boolean, seed: number) {
   const x = dev.tensor(rand(rows * d, seed, -3, 3), [rows, d], { dtype, rowStride: strided ? d + 1 : d });
   return { x, held: x.readSync() };
 }

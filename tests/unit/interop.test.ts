@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { inspect } from "node:util";
 import {
   ArgumentError,
+  type BitsArray,
   Device,
   LayerNorm,
   layerNorm,
@@ -58,7 +59,7 @@ function bits32(n: number, seed: number): Uint32Array {
 }
 
 /** The integers of a bits array (Float32Array bits read as Uint32, never as numbers, which may quiet a NaN). */
-const ints = (a: Uint16Array | Float32Array | Uint32Array): number[] =>
+const ints = (a: BitsArray | Uint32Array): number[] =>
   Array.from(a instanceof Float32Array ? new Uint32Array(a.buffer, a.byteOffset, a.length) : a);
 
 /** Round trips of raw bits on `dev`: contiguous and row-padded, 16-bit and 32-bit. */

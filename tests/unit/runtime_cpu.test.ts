@@ -418,7 +418,7 @@ test("bad shapes, values and rowStride → ArgumentError naming the argument", (
   throwsNaming(() => dev.empty([2, 4], { rowStride: 4.5 }), ArgumentError, "rowStride");
   throwsNaming(() => dev.tensor([1, 2, 3], [2, 2]), ArgumentError, "values");
   // deno-lint-ignore no-explicit-any
-  throwsNaming(() => dev.tensor([1, 2], [2], { dtype: "int8" as any }), ArgumentError, "dtype");
+  throwsNaming(() => dev.tensor([1, 2], [2], { dtype: "uint8" as any }), ArgumentError, "dtype");
   using t = dev.tensor([1, 2, 3, 4], [2, 2]);
   throwsNaming(() => t.write([1, 2, 3]), ArgumentError, "values");
   assert.equal(dev.owner.liveCount, live + 1, "failed constructions leaked no buffers");

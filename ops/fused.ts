@@ -3,12 +3,12 @@
  * kernels (kernels/fused.cu) or the CPU reference. Every call here is batch-invariant: the fused plan's per-row
  * geometry depends on (kind, D, dtypes) only (ops/plan_fused.ts).
  */
-import { type DType, isDType, isQuantDType, type QuantDType } from "../runtime/dtype.ts";
+import { type DType, type FloatDType, isDType, isQuantDType, type QuantDType } from "../runtime/dtype.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import { LaunchConfig } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, type RowLevels, Tensor } from "../runtime/tensor.ts";
-import { fusedForward } from "./cpu.ts";
+import { normForward } from "./cpu.ts";
 import { fusedKernel } from "./fused_module.ts";
 import { fusedGeometry, fusedKernelName, fusedLaunch } from "./plan_fused.ts";
 import { planLimits } from "./kernels.ts";
@@ -401,29 +401,33 @@ function cpuFused(
   scale: Tensor | undefined,
   eps: number,
 ): void {
-  const heads = weight2 ? x.shape[x.shape.length - 2] : 0;
-  const r = fusedForward({
+  const r = normForward({
     kind,
     rows: x.rows,
     d: x.d,
-    dtype: x.dtype,
-    x: x.readSync(),
+    x: x.readSync(), // rows gathered from any view, packed
+    xStride: x.d,
     residual: residual?.readSync(),
+    dtype: x.dtype as FloatDType,
     weight: weight?.readSync(),
     bias: bias?.readSync(),
-    weight2: weight2?.readSync(),
-    heads,
-    split,
+    ...(weight2 ? { weight2: weight2.readSync(), heads: x.shape[x.shape.length - 2], split } : {}),
     eps,
-    quant: quant && {
-      dtype: quant.dtype,
-      scale: quant.mode === 1 ? (quant.scaleTensor ? quant.scaleTensor.readSync()[0] : quant.scaleValue) : undefined,
-      scaleUpperBound: quant.upperBound,
-    },
+    ...(quant
+      ? {
+        quant: {
+          dtype: quant.dtype,
+          ...(quant.mode === 1
+            ? { scale: quant.scaleTensor ? quant.scaleTensor.readSync()[0] : quant.scaleValue }
+            : { scaleUpperBound: quant.upperBound }),
+        },
+      }
+      : {}),
   });
   if (h && r.h) h.write(r.h);
-  y.write(r.q ?? r.y);
+  if (r.quant) y.write(r.quant.bytes, { bits: true });
+  else y.write(r.y);
   if (mean) mean.write(r.mean);
   if (rstd) rstd.write(r.rstd);
-  if (scale && r.scale) scale.write(r.scale);
+  if (scale && r.quant) scale.write(r.quant.scale);
 }

@@ -65,6 +65,7 @@ export function checkInput(x: unknown): Tensor {
     throw new ArgumentError("x", "a last dimension ≥ 1 (D = 0 cannot be normalized)", `shape [${t.shape}]`);
   }
   if (t.d > MAX_D) throw new ArgumentError("x", `a last dimension ≤ ${MAX_D}`, t.d);
+  if (!isDType(t.dtype)) throw new ArgumentError("x.dtype", `"f32", "f16" or "bf16"`, t.dtype);
   return t;
 }
 

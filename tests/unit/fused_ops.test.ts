@@ -1,0 +1,201 @@
+/**
+ * The fused options of rmsNorm / layerNorm on the CPU backend (the same checks run on CUDA in tests/gpu/fused.test.ts):
+ * results against the float64 reference (tests/fixtures/fused_cases.ts states the tolerances), in-place and view
+ * semantics, QK-norm over views equal to the norm over copies, the residual backward, and what is refused.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  ArgumentError,
+  Device,
+  layerNorm,
+  layerNormBackward,
+  loadKernels,
+  RMSNorm,
+  rmsNorm,
+  rmsNormBackward,
+  type Tensor,
+  UnsupportedError,
+} from "../../mod.ts";
+import { normBackward, normForward } from "../../ops/cpu.ts";
+import { describeCase, fusedGrid, runFusedCase } from "../fixtures/fused_cases.ts";
+import { randoms } from "../fixtures/random.ts";
+
+// The issue's grid at the small row counts (4096 rows run on the GPU), every D, dtype, residual and quant mode.
+const CASES = fusedGrid([7, 83], [8, 768, 769, 770, 771, 5120, 5125, 8199]);
+
+test(`fused norms on the CPU backend: ${CASES.length} cases (D, dtype, residual, quant, strided x) against float64`, () => {
+  using dev = Device.open({ backend: "cpu" });
+  for (const c of CASES) {
+    try {
+      runFusedCase(dev, c);
+    } catch (e) {
+      throw new Error(`${describeCase(c)}: ${(e as Error).message}`);
+    }
+  }
+});
+
+test("zero rows get the floor scale and q = 0; a NaN row quantizes to NaN (fp8) and 0 (int8) with the floor scale", () => {
+  using dev = Device.open({ backend: "cpu" });
+  for (const qdtype of ["fp8e4m3", "fp8e5m2", "int8"] as const) {
+    for (const kind of ["rms", "layer"] as const) {
+      runFusedCase(dev, { kind, dtype: "bf16", d: 770, rows: 5, residual: true, quant: "dynamic", qdtype, special: true });
+    }
+  }
+  using x = dev.tensor(new Float32Array(2 * 16), [2, 16], { dtype: "bf16" });
+  using r = rmsNorm(x, { quant: { dtype: "fp8e4m3" } });
+  assert.deepEqual(Array.from(r.scale.readSync()), [Math.fround(1 / (448 * 512)), Math.fround(1 / (448 * 512))]);
+  assert.deepEqual(Array.from(r.y.readSync()), new Array(32).fill(0));
+});
+
+test("residual: in place by default; residualOut elsewhere; out over x; equals the separate add then the norm", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const rows = 6, d = 40, xv = randoms(rows * d, 1), rv = randoms(rows * d, 2);
+  using w = dev.tensor(randoms(d, 3, 0.5, 1.5), [d], { dtype: "f16" });
+  for (const where of ["residual", "elsewhere", "out over x"] as const) {
+    using x = dev.tensor(xv, [rows, d], { dtype: "f16" });
+    using res = dev.tensor(rv, [rows, d], { dtype: "f16" });
+    using h = dev.empty([rows, d], { dtype: "f16" });
+    const y = where === "residual"
+      ? rmsNorm(x, { weight: w, residual: res })
+      : where === "elsewhere"
+      ? rmsNorm(x, { weight: w, residual: res, residualOut: h })
+      : rmsNorm(x, { weight: w, residual: res, residualOut: h, out: x });
+    using _y = where === "out over x" ? undefined : y;
+    const hGot = (where === "residual" ? res : h).readSync();
+    // The separate add, then the unfused norm of the same dtype.
+    using sum = dev.tensor(hGot, [rows, d], { dtype: "f16" });
+    using plain = rmsNorm(sum, { weight: w });
+    assert.deepEqual(Array.from(y.readSync()), Array.from(plain.readSync()), where);
+    if (where === "elsewhere") assert.deepEqual(Array.from(res.readSync()), Array.from(dev.tensor(rv, [rows, d], { dtype: "f16" }).readSync()));
+    if (where === "out over x") assert.equal(y, x);
+  }
+});
+
+test("QK-norm over views of a fused QKV buffer, in place, equals the norms over copies; V is untouched", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const tokens = 5, hq = 4, hkv = 2, hd = 16, width = (hq + 2 * hkv) * hd;
+  const values = randoms(tokens * width, 11);
+  using qkv = dev.tensor(values, [tokens, width], { dtype: "bf16" });
+  const before = qkv.readSync();
+  using qw = dev.tensor(randoms(hd, 12, 0.5, 1.5), [hd], { dtype: "bf16" });
+  using kw = dev.tensor(randoms(hd, 13, 0.5, 1.5), [hd], { dtype: "bf16" });
+  const q = qkv.view([tokens, hq, hd], { strides: [width, hd, 1] });
+  const k = qkv.view([tokens, hkv, hd], { strides: [width, hd, 1], offset: hq * hd });
+  // Copies of Q and K, normalized separately.
+  using qCopy = dev.tensor(q.readSync(), [tokens, hq, hd], { dtype: "bf16" });
+  using kCopy = dev.tensor(k.readSync(), [tokens, hkv, hd], { dtype: "bf16" });
+  using qRef = rmsNorm(qCopy, { weight: qw });
+  using kRef = rmsNorm(kCopy, { weight: kw });
+  const qk = qkv.view([tokens, hq + hkv, hd], { strides: [width, hd, 1] });
+  const out = rmsNorm(qk, { weight: qw, weight2: kw, split: hq, out: qk });
+  assert.equal(out, qk);
+  assert.deepEqual(Array.from(q.readSync()), Array.from(qRef.readSync()));
+  assert.deepEqual(Array.from(k.readSync()), Array.from(kRef.readSync()));
+  const after = qkv.readSync();
+  for (let t = 0; t < tokens; t++) {
+    for (let i = (hq + hkv) * hd; i < width; i++) assert.equal(after[t * width + i], before[t * width + i], "V untouched");
+  }
+  // The query heads alone, as a view, into a contiguous output.
+  using qOut = rmsNorm(q, { weight: qw });
+  assert.deepEqual(Array.from(qOut.readSync()), Array.from(qRef.readSync()));
+});
+
+test("batchInvariant: a row's result is bitwise the same alone and in any batch (CPU backend)", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const d = 770, rows = 33, xv = randoms(rows * d, 21);
+  using w = dev.tensor(randoms(d, 22, 0.5, 1.5), [d]);
+  using all = dev.tensor(xv, [rows, d], { dtype: "bf16" });
+  using yAll = layerNorm(all, { weight: w, batchInvariant: true });
+  const ys = yAll.readSync();
+  for (const r of [0, 17, 32]) {
+    using one = dev.tensor(xv.subarray(r * d, (r + 1) * d), [1, d], { dtype: "bf16" });
+    using y1 = layerNorm(one, { weight: w, batchInvariant: true });
+    assert.deepEqual(Array.from(y1.readSync()), Array.from(ys.subarray(r * d, (r + 1) * d)), `row ${r}`);
+  }
+});
+
+test("residual backward: dx = normBackward(dy) + dResidual; the module keeps h and adds dResidual", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const rows = 4, d = 24, xv = randoms(rows * d, 31), rv = randoms(rows * d, 32), dyv = randoms(rows * d, 33);
+  const drv = randoms(rows * d, 34);
+  using x = dev.tensor(xv, [rows, d]);
+  using res = dev.tensor(rv, [rows, d]);
+  using w = dev.tensor(randoms(d, 35, 0.5, 1.5), [d]);
+  using fwd = rmsNorm(x, { weight: w, residual: res, stats: true });
+  using dy = dev.tensor(dyv, [rows, d]);
+  using dRes = dev.tensor(drv, [rows, d]);
+  const g = rmsNormBackward(dy, res, { rstd: fwd.rstd, weight: w, dResidual: dRes });
+  using _dx = g.dx, _dw = g.dweight;
+  const h = res.readSync();
+  const ref = normBackward({
+    kind: "rms",
+    rows,
+    d,
+    x: h,
+    xStride: d,
+    dy: Float32Array.from(dyv),
+    dyStride: d,
+    rstd: fwd.rstd.readSync(),
+    weight: w.readSync(),
+  });
+  const dx = g.dx.readSync();
+  for (let i = 0; i < dx.length; i++) assert.equal(dx[i], Math.fround(ref.dx[i] + Math.fround(drv[i])), `dx[${i}]`);
+
+  using m = new RMSNorm(dev, d);
+  using x2 = dev.tensor(xv, [rows, d]);
+  using res2 = dev.tensor(rv, [rows, d]);
+  using y = m.forward(x2, { residual: res2 });
+  assert.deepEqual(Array.from(res2.readSync()), Array.from(h), "h written into the residual");
+  using dx2 = m.backward(dy, { dResidual: dRes });
+  const want = normBackward({ kind: "rms", rows, d, x: h, xStride: d, dy: Float32Array.from(dyv), dyStride: d, rstd: normForward({ kind: "rms", rows, d, x: h, xStride: d, eps: 1e-6 }).rstd, weight: new Float32Array(d).fill(1) });
+  const got = dx2.readSync();
+  for (let i = 0; i < got.length; i++) assert.ok(Math.abs(got[i] - (want.dx[i] + drv[i])) <= 1e-5 * (1 + Math.abs(want.dx[i])), `module dx[${i}]`);
+  void y;
+});
+
+test("fused options refused with a typed error naming the argument; a refused call writes nothing", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const rows = 3, d = 16;
+  using x = dev.tensor(randoms(rows * d, 41), [rows, d], { dtype: "bf16" });
+  using res = dev.tensor(randoms(rows * d, 42), [rows, d], { dtype: "bf16" });
+  using resF32 = dev.tensor(randoms(rows * d, 43), [rows, d]);
+  using w = dev.tensor(randoms(d, 44), [d]);
+  using q8 = dev.empty([rows, d], { dtype: "int8" });
+  using scaleT = dev.tensor([0.5, 0.5], [2]);
+  const before = res.readSync();
+  const arg = (name: string) => (e: unknown) => e instanceof ArgumentError && e.argument === name;
+  assert.throws(() => rmsNorm(x, { residual: resF32 }), arg("residual.dtype"));
+  assert.throws(() => rmsNorm(x, { residual: x }), arg("residual"));
+  assert.throws(() => rmsNorm(x, { residualOut: res }), arg("residualOut"));
+  assert.throws(() => rmsNorm(x, { residual: res, residualOut: resF32 }), arg("residualOut.dtype"));
+  assert.throws(() => rmsNorm(x, { residual: res, quant: { dtype: "fp4" as never } }), arg("quant.dtype"));
+  assert.throws(() => rmsNorm(x, { residual: res, quant: "fp8" as never }), arg("quant"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: 0 } }), arg("quant.scale"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: 1e-50 } }), arg("quant.scale"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: NaN } }), arg("quant.scale"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: scaleT } }), arg("quant.scale"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: 1, scaleUpperBound: 2 } }), arg("quant.scaleUpperBound"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scaleUpperBound: -1 } }), arg("quant.scaleUpperBound"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scaleOut: w } }), arg("quant.scaleOut"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8" }, outDtype: "f32" }), arg("outDtype"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "fp8e4m3" }, out: q8 }), arg("out.dtype"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8" }, out: x }), arg("out.dtype"));
+  assert.throws(() => rmsNorm(x, { residual: res, batchInvariant: "yes" as never }), arg("batchInvariant"));
+  assert.throws(() => rmsNorm(x, { batchInvariant: 1 as never }), arg("batchInvariant"));
+  assert.throws(() => rmsNorm(x, { weight: w, weight2: w, split: 1 }), arg("split")); // x has 1 "head" dimension of 3
+  assert.throws(() => rmsNorm(x, { weight2: w, split: 1 }), arg("weight"));
+  assert.throws(() => rmsNorm(x, { weight: w, split: 1 }), arg("split"));
+  assert.throws(() => rmsNorm(x, { residual: res, outDtype: "f32" }), UnsupportedError);
+  assert.throws(() => layerNorm(x, { residual: res, check: true }), UnsupportedError);
+  assert.throws(() => rmsNorm(q8, { residual: res }), arg("x.dtype"));
+  assert.deepEqual(Array.from(res.readSync()), Array.from(before), "nothing written by a refused call");
+});
+
+test("loadKernels({ fused }) checks its option; the fused kernels on the CPU need no loading", async () => {
+  using dev = Device.open({ backend: "cpu" });
+  await loadKernels(dev, { fused: true });
+  await assert.rejects(() => loadKernels(dev, { fused: "yes" as never }), (e: unknown) => e instanceof ArgumentError && e.argument === "fused");
+  void ({} as Tensor);
+  void layerNormBackward;
+});

@@ -22,6 +22,7 @@
  */
 import { dtypeBytes } from "../runtime/dtype.ts";
 import type { LaunchPlan, NormKind, PlanInput } from "./plan.ts";
+import type { BwdPlan } from "./plan_bwd.ts";
 
 export type ReductionFamily = "lanes" | "tile" | "block" | "stash" | "cluster" | "wide";
 export type LnStats = "one-pass" | "centred" | "chan" | "tile-shift" | "tile-no-shift";
@@ -206,4 +207,22 @@ function orderFingerprint(g: Omit<ReductionGeometry, "order">, kind: NormKind, d
   }
   const hex = (n: number) => n.toString(16).padStart(8, "0");
   return total === null ? "0".repeat(16) : hex(total[0]) + hex(total[1]);
+}
+
+/**
+ * The backward's counterpart: what fixes the order of a row's two sums (Σ dy·w·x̂ and Σ dy·w) in the dx kernel of
+ * `plan` (ops/plan_bwd.ts) for a call that takes the staged variant (`staged`: bwdFull holds and the plan has one) or
+ * not. planNormBackward takes no row count, and the op picks between the two by alignment alone, so a row's dx is
+ * summed in one order at every row count. (dweight and dbias are sums over rows: their order follows the persistent
+ * grid, which the op sizes from the row count.)
+ */
+export function bwdReductionGeometry(
+  plan: BwdPlan,
+  staged: boolean,
+): { mapping: BwdPlan["mapping"]; threads: number; tpr: number; cluster: number } {
+  const s = staged && plan.rowsPerBlock === 1 ? plan.staged : undefined;
+  if (s) return { mapping: plan.mapping, threads: s.block, tpr: s.block, cluster: s.cluster };
+  // `split`: the row sums come from the rowsum kernel, a block of rowsumBlock threads per row.
+  const threads = plan.mapping === "split" ? plan.rowsumBlock! : plan.tpr;
+  return { mapping: plan.mapping, threads, tpr: threads, cluster: plan.cluster };
 }

@@ -6,7 +6,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { type LaunchPlan, type NormKind, type PlanInput, planNorm } from "../../ops/plan.ts";
-import { reductionGeometry, sameReduction } from "../../ops/reduction_geometry.ts";
+import { bwdReductionGeometry, reductionGeometry, sameReduction } from "../../ops/reduction_geometry.ts";
+import { planNormBackward } from "../../ops/plan_bwd.ts";
 import type { DType } from "../../runtime/dtype.ts";
 import {
   auditCase,
@@ -116,4 +117,25 @@ test("docs/batch-invariance.md holds the audit's current tables", () => {
   assert.equal(sameUpToFormat("| a |  b |\n|---|--:|", "| a | b |\n| - | --: |"), false);
   assert.ok(sameUpToFormat("| a | b |\n|---|---:|\nsome\nprose", "| a   | b |\n| --- | -----: |\nsome prose"));
   assert.match(page, /TODO-LEAD/);
+});
+
+test("backward: one dx geometry per (kind, D, dtypes), whatever the row count; the staged variant by alignment", () => {
+  assert.equal(planNormBackward.length, 2, "planNormBackward(input, limits): no row count");
+  const limits = { maxThreadsPerBlock: 1024, warpSize: 32, maxSharedPerBlockOptin: 232448, ccMajor: 9, maxCluster: 16 };
+  const r = planNormBackward(
+    { kind: "rms", d: 32768, xDtype: "bf16", dyDtype: "bf16", weightDtype: "bf16", paramGrads: true },
+    limits,
+  );
+  assert.ok("plan" in r && r.plan.staged, JSON.stringify(r));
+  const plain = bwdReductionGeometry(r.plan, false), staged = bwdReductionGeometry(r.plan, true);
+  assert.deepEqual([plain.mapping, plain.cluster, plain.threads], ["cluster", r.plan.cluster, r.plan.block]);
+  // RMSNorm 16-bit stages in clusters of 128-thread CTAs (bwd.staged-rms16-small): another order than the plan's.
+  assert.deepEqual([plain.cluster, plain.threads, staged.cluster, staged.threads], [2, 512, 8, 128]);
+  const rows = planNormBackward(
+    { kind: "rms", d: 256, xDtype: "f32", dyDtype: "f32", paramGrads: false },
+    limits,
+  );
+  assert.ok("plan" in rows);
+  assert.deepEqual(bwdReductionGeometry(rows.plan, true), bwdReductionGeometry(rows.plan, false));
+  assert.ok(rows.plan.rowsPerBlock > 1 && rows.plan.tpr <= 32);
 });

@@ -12,6 +12,8 @@
 #   ptxjit      bench/coldstart.ts --ptx-jit (CUDA_FORCE_PTX_JIT=1: the first-use JIT of the PTX package)
 #   gpu-tests   every file of tests/gpu/
 #   sanitize    scripts/gpu-sanitize.sh (compute-sanitizer, four tools × three kernel families)
+#   fused       bench/fused.ts, then bench/compare_torch_fused.py (torch eager and torch.compile, same cases): raw JSON
+#               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?usage: gpu-verify.sh deno|bun [steps...]}; shift
@@ -49,6 +51,10 @@ for s in "${steps[@]}"; do
     ptxjit) step ptxjit run bench/coldstart.ts --runs 1 --ptx-jit ;;
     gpu-tests) step gpu-tests tests tests/gpu/ ;;
     sanitize) step sanitize bash scripts/gpu-sanitize.sh "$rt" ;;
+    fused)
+      q=(); [ "${FUSED_QUICK:-}" = 1 ] && q=(--quick)
+      step fused run bench/fused.ts ${q[@]+"${q[@]}"} --json "$OUT/fused-$rt.json"
+      step fused-torch env PYTHONUNBUFFERED=1 python3 bench/compare_torch_fused.py ${q[@]+"${q[@]}"} --json "$OUT/fused-torch.json" ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
   esac
 done

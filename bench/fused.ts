@@ -1,0 +1,194 @@
+/**
+ * The fused norms' benchmark (a benchmark, not a test), timed as bench/bench.ts (device events, median after warm-up,
+ * a 256 MiB memset before each call; % of a device-to-device copy measured in the same run), with
+ * bench/compare_torch_fused.py running the same cases in torch eager and torch.compile:
+ *
+ * - `add`: h = x + residual, y = norm(h): add + RMSNorm / LayerNorm, bf16 and f16, D 512 … 8192, rows moving ≥ 1 GiB;
+ *   bytes = x and residual read, h and y written (+ parameters). With `quant` fp8e4m3 / int8 (dynamic, per row): y of
+ *   1 byte and a 4-byte scale per row.
+ * - `decode`: 1–8 rows, D 2048–8192, add + RMSNorm + fp8e4m3 (dynamic) captured 100 times in a CUDA graph: device µs per
+ *   op of a replay.
+ * - `qk`: Qwen3's q_norm / k_norm over a fused QKV buffer [tokens, (Hq + 2·Hkv) · 128] (Hq 32, Hkv 8), the Q and K
+ *   heads as one view [tokens, Hq + Hkv, 128] normalized in place in one call (weights split at head Hq); decode
+ *   (1 and 8 tokens: graph µs per op) and prefill (16384 tokens: GB/s, bytes = the heads read and written).
+ *
+ *   deno run -A bench/fused.ts [--quick] [--json out.json]      bun bench/fused.ts [...]
+ *
+ * The options it passes (residual, quant, weight2/split) and Tensor.view are typed here (FusedNormOptions, Viewable),
+ * through casts of rmsNorm / layerNorm.
+ */
+import process from "node:process";
+import { writeFileSync } from "node:fs";
+import { type DType, layerNorm, loadKernels, rmsNorm, type Tensor } from "../mod.ts";
+import type { Stream } from "../gpu.ts";
+import { fillFromTile, randomTile } from "./tile.ts";
+import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
+import { openCuda } from "./open_cuda.ts";
+
+type QuantDtype = "fp8e4m3" | "fp8e5m2" | "int8";
+interface FusedNormOptions {
+  weight?: Tensor;
+  bias?: Tensor;
+  /** Weight of rows whose inner index (heads) is ≥ split. */
+  weight2?: Tensor;
+  split?: number;
+  residual?: Tensor;
+  residualOut?: Tensor;
+  quant?: { dtype: QuantDtype; scale?: number | Tensor; scaleUpperBound?: number; scaleOut?: Tensor };
+  out?: Tensor;
+  batchInvariant?: boolean;
+  stream?: Stream;
+}
+type FusedNorm = (x: Tensor, opts: FusedNormOptions) => Tensor;
+const fusedRms = rmsNorm as unknown as FusedNorm;
+const fusedLn = layerNorm as unknown as FusedNorm;
+/** Tensor.view: shape and element strides (last stride 1) from an element offset. */
+interface Viewable {
+  view(shape: number[], strides: number[], offset?: number): Tensor;
+}
+const view = (t: Tensor, shape: number[], strides: number[], offset = 0): Tensor =>
+  (t as unknown as Viewable).view(shape, strides, offset);
+
+const args = process.argv.slice(2);
+const quick = args.includes("--quick");
+const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
+const runtime = "Deno" in globalThis ? "deno" : "bun";
+const DS = quick ? [1024, 4096] : [512, 1024, 2048, 4096, 5120, 8192];
+const DTYPES: DType[] = ["bf16", "f16"];
+const QUANTS: (QuantDtype | null)[] = [null, "fp8e4m3", "int8"];
+const DECODE_ROWS = [1, 2, 4, 8], DECODE_DS = [2048, 4096, 8192];
+const HQ = 32, HKV = 8, HEAD = 128, QK_DECODE = [1, 8], QK_PREFILL = 16384;
+const MIN_BYTES = 2 ** 30, REPS = quick ? 10 : 30, GRAPH_OPS = 100, REPLAYS = 200;
+
+using dev = openCuda("bench/fused.ts");
+await loadKernels(dev);
+using timer = deviceTimer(dev, REPS);
+const copyGBs = copyCeilingGBs(dev, timer);
+console.log(`# ${dev.info.name} (${dev.info.arch}, ${dev.info.multiprocessors} SMs), ${runtime}`);
+console.log(`# device-to-device copy: ${copyGBs.toFixed(0)} GB/s (read + write, 1 GiB)`);
+const tile = randomTile(1);
+const results: Record<string, unknown>[] = [];
+
+/** A tensor of `dtype` (quantized dtypes included) from the tile, or empty. */
+const make = (held: DisposableStack, shape: number[], dtype: string, fill = true): Tensor => {
+  const t = held.use(dev.empty(shape, { dtype: dtype as DType }));
+  if (fill) fillFromTile(t, tile);
+  return t;
+};
+const params = (held: DisposableStack, d: number, dtype: DType) => ({
+  w: held.use(dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype })),
+  b: held.use(dev.tensor(tile.subarray(d, 2 * d), [d], { dtype })),
+});
+
+// ---------------------------------------------------------------- add + norm (+ dynamic quantization)
+console.log("case  kind  dtype  quant         D     rows       µs     GB/s  %copy");
+for (const d of DS) {
+  for (const dtype of DTYPES) {
+    for (const quant of QUANTS) {
+      const b = 2, yb = quant ? 1 : b;
+      const perRow = d * (3 * b + yb) + (quant ? 4 : 0);
+      const rows = Math.ceil(MIN_BYTES / perRow);
+      using held = new DisposableStack();
+      try {
+        const x = make(held, [rows, d], dtype), residual = make(held, [rows, d], dtype);
+        const h = make(held, [rows, d], dtype, false), y = make(held, [rows, d], quant ?? dtype, false);
+        const scaleOut = quant ? make(held, [rows], "f32", false) : undefined;
+        const { w, b: bias } = params(held, d, dtype);
+        for (const kind of ["rms", "layer"] as const) {
+          const opts: FusedNormOptions = {
+            weight: w,
+            residual,
+            residualOut: h,
+            out: y,
+            ...(kind === "layer" ? { bias } : {}),
+            ...(quant ? { quant: { dtype: quant, scaleOut } } : {}),
+          };
+          const norm = kind === "rms" ? fusedRms : fusedLn;
+          const ms = timer.time(() => void norm(x, opts));
+          const bytes = rows * perRow + d * b * (kind === "layer" ? 2 : 1);
+          const gbs = bytes / (ms * 1e6);
+          results.push({ case: "add", kind, dtype, quant, d, rows, us: ms * 1e3, gbs, pctCopy: (100 * gbs) / copyGBs });
+          console.log(
+            `add   ${kind.padEnd(5)} ${dtype.padEnd(5)}  ${(quant ?? "-").padEnd(8)} ${String(d).padStart(6)} ` +
+              `${String(rows).padStart(8)} ${(ms * 1e3).toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ` +
+              `${((100 * gbs) / copyGBs).toFixed(1).padStart(6)}`,
+          );
+        }
+      } catch (e) {
+        console.log(`add ${dtype} ${quant ?? "-"} D=${d}: ${e instanceof Error ? e.message : e}`);
+      }
+    }
+  }
+}
+
+/** Device µs per op of `op` captured GRAPH_OPS times in a graph, over REPLAYS replays. */
+function graphUs(op: (s: Stream) => void): number {
+  using stream = dev.createStream();
+  for (let i = 0; i < 20; i++) op(stream);
+  stream.synchronize();
+  using graph = stream.capture(() => {
+    for (let i = 0; i < GRAPH_OPS; i++) op(stream);
+  });
+  using exec = graph.instantiate();
+  exec.launch(stream);
+  stream.synchronize();
+  using start = dev.createEvent(), end = dev.createEvent();
+  start.record(stream);
+  for (let i = 0; i < REPLAYS; i++) exec.launch(stream);
+  end.record(stream);
+  end.synchronize();
+  return (end.elapsedSince(start) * 1000) / (REPLAYS * GRAPH_OPS);
+}
+
+// ---------------------------------------------------------------- decode: add + RMSNorm + fp8, graphs
+for (const d of DECODE_DS) {
+  for (const rows of DECODE_ROWS) {
+    using held = new DisposableStack();
+    try {
+      const x = make(held, [rows, d], "bf16"), residual = make(held, [rows, d], "bf16");
+      const y = make(held, [rows, d], "fp8e4m3", false), scaleOut = make(held, [rows], "f32", false);
+      const { w } = params(held, d, "bf16");
+      // The residual in place, as a decoder layer keeps it.
+      const us = graphUs((stream) =>
+        void fusedRms(x, { weight: w, residual, out: y, quant: { dtype: "fp8e4m3", scaleOut }, stream })
+      );
+      results.push({ case: "decode", kind: "rms", dtype: "bf16", quant: "fp8e4m3", d, rows, graphUs: us });
+      console.log(`decode rms bf16 fp8e4m3 D=${d} rows=${rows}: ${us.toFixed(2)} µs/op (graph)`);
+    } catch (e) {
+      console.log(`decode D=${d} rows=${rows}: ${e instanceof Error ? e.message : e}`);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- QK-norm over a fused QKV buffer
+const width = (HQ + 2 * HKV) * HEAD;
+const qkCall = (qkv: Tensor, tokens: number, qw: Tensor, kw: Tensor, stream?: Stream) => {
+  const qk = view(qkv, [tokens, HQ + HKV, HEAD], [width, HEAD, 1]);
+  fusedRms(qk, { weight: qw, weight2: kw, split: HQ, out: qk, ...(stream ? { stream } : {}) });
+};
+for (const tokens of [...QK_DECODE, QK_PREFILL]) {
+  using held = new DisposableStack();
+  try {
+    const qkv = make(held, [tokens, width], "bf16");
+    const qw = params(held, HEAD, "bf16").w;
+    const kw = held.use(dev.tensor(tile.subarray(2 * HEAD, 3 * HEAD).map((v) => 1 + v / 8), [HEAD], { dtype: "bf16" }));
+    const row: Record<string, unknown> = { case: "qk", dtype: "bf16", tokens, hq: HQ, hkv: HKV, headDim: HEAD };
+    if (tokens === QK_PREFILL) {
+      const ms = timer.time(() => qkCall(qkv, tokens, qw, kw));
+      const bytes = 2 * tokens * (HQ + HKV) * HEAD * 2 + 2 * HEAD * 2, gbs = bytes / (ms * 1e6);
+      Object.assign(row, { us: ms * 1e3, gbs, pctCopy: (100 * gbs) / copyGBs });
+      console.log(`qk prefill tokens=${tokens}: ${(ms * 1e3).toFixed(1)} µs, ${gbs.toFixed(0)} GB/s`);
+    } else {
+      row.graphUs = graphUs((stream) => qkCall(qkv, tokens, qw, kw, stream));
+      console.log(`qk decode tokens=${tokens}: ${(row.graphUs as number).toFixed(2)} µs/op (graph)`);
+    }
+    results.push(row);
+  } catch (e) {
+    console.log(`qk tokens=${tokens}: ${e instanceof Error ? e.message : e}`);
+  }
+}
+
+if (jsonPath) {
+  const info = { device: dev.info.name, arch: dev.info.arch, runtime, date: new Date().toISOString(), copyGBs };
+  writeFileSync(jsonPath, JSON.stringify({ ...info, results }, null, 1));
+}

@@ -18,6 +18,7 @@ export { type DType, DTYPES, type FloatDType, QUANT_DTYPES, type QuantDType } fr
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
+export type { DynamicQuant, FusedOptions, QuantNormResult, QuantOptions } from "./ops/fused.ts";
 export { loadKernels, type LoadKernelsOptions, setDependentLaunch } from "./ops/kernels.ts";
 export type { ImageSource, KernelImageSet } from "./ops/images.ts";
 export { type CpuNormInput, type CpuNormOutput, normForward as cpuNormForward } from "./ops/cpu.ts";

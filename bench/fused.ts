@@ -14,40 +14,30 @@
  *
  *   deno run -A bench/fused.ts [--quick] [--json out.json]      bun bench/fused.ts [...]
  *
- * The options it passes (residual, quant, weight2/split) and Tensor.view are typed here (FusedNormOptions, Viewable),
- * through casts of rmsNorm / layerNorm.
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { type DType, layerNorm, loadKernels, rmsNorm, type Tensor } from "../mod.ts";
+import {
+  type DType,
+  layerNorm,
+  type LayerNormOptions,
+  loadKernels,
+  type QuantDType,
+  rmsNorm,
+  type RMSNormOptions,
+  type Tensor,
+} from "../mod.ts";
 import type { Stream } from "../gpu.ts";
 import { fillFromTile, randomTile } from "./tile.ts";
 import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
 import { openCuda } from "./open_cuda.ts";
 
-type QuantDtype = "fp8e4m3" | "fp8e5m2" | "int8";
-interface FusedNormOptions {
-  weight?: Tensor;
-  bias?: Tensor;
-  /** Weight of rows whose inner index (heads) is ≥ split. */
-  weight2?: Tensor;
-  split?: number;
-  residual?: Tensor;
-  residualOut?: Tensor;
-  quant?: { dtype: QuantDtype; scale?: number | Tensor; scaleUpperBound?: number; scaleOut?: Tensor };
-  out?: Tensor;
-  batchInvariant?: boolean;
-  stream?: Stream;
-}
-type FusedNorm = (x: Tensor, opts: FusedNormOptions) => Tensor;
-const fusedRms = rmsNorm as unknown as FusedNorm;
-const fusedLn = layerNorm as unknown as FusedNorm;
-/** Tensor.view: shape and element strides (last stride 1) from an element offset. */
-interface Viewable {
-  view(shape: number[], strides: number[], offset?: number): Tensor;
-}
-const view = (t: Tensor, shape: number[], strides: number[], offset = 0): Tensor =>
-  (t as unknown as Viewable).view(shape, strides, offset);
+type QuantDtype = QuantDType;
+/** The fused norms, typed to return y (the benchmark reads the scales of dynamic calls from `quant.scaleOut`). */
+type FusedNorm = (x: Tensor, opts: RMSNormOptions & LayerNormOptions) => Tensor;
+const fusedRms = rmsNorm as FusedNorm;
+const fusedLn = layerNorm as FusedNorm;
+const view = (t: Tensor, shape: number[], strides: number[], offset = 0): Tensor => t.view(shape, { strides, offset });
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
@@ -61,7 +51,7 @@ const HQ = 32, HKV = 8, HEAD = 128, QK_DECODE = [1, 8], QK_PREFILL = 16384;
 const MIN_BYTES = 2 ** 30, REPS = quick ? 10 : 30, GRAPH_OPS = 100, REPLAYS = 200;
 
 using dev = openCuda("bench/fused.ts");
-await loadKernels(dev);
+await loadKernels(dev, { fused: true });
 using timer = deviceTimer(dev, REPS);
 const copyGBs = copyCeilingGBs(dev, timer);
 console.log(`# ${dev.info.name} (${dev.info.arch}, ${dev.info.multiprocessors} SMs), ${runtime}`);
@@ -95,7 +85,7 @@ for (const d of DS) {
         const scaleOut = quant ? make(held, [rows], "f32", false) : undefined;
         const { w, b: bias } = params(held, d, dtype);
         for (const kind of ["rms", "layer"] as const) {
-          const opts: FusedNormOptions = {
+          const opts: RMSNormOptions & LayerNormOptions = {
             weight: w,
             residual,
             residualOut: h,

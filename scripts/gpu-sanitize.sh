@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU host (see ../shared/gpu/README.md): compute-sanitizer's memcheck, racecheck, synccheck and initcheck over
-# each kernel family (fwd, bwd, diag) of scripts/sanitize_cases.ts, one small process per tool × family, then a table.
+# each kernel family (fwd, bwd, diag, fused) of scripts/sanitize_cases.ts, one small process per tool × family, then a table.
 #
 #   bash scripts/gpu-sanitize.sh deno|bun        # the runtime must travel as .rt/<runtime>.xz (like gpu-check.sh)
 #
@@ -28,7 +28,7 @@ if [ "$rt" = deno ]; then cmd=(deno run -A scripts/sanitize_cases.ts); else cmd=
 
 status=0; table=$(printf '%-10s %-5s %6s %6s  %s' tool family exit secs errors)$'\n'
 read -r -a tools <<<"${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}"
-read -r -a families <<<"${SANITIZE_FAMILIES:-fwd bwd diag}"
+read -r -a families <<<"${SANITIZE_FAMILIES:-fwd bwd diag fused}"
 for tool in "${tools[@]}"; do
   extra=(); [ "$tool" = racecheck ] && extra=(--racecheck-report all)
   for fam in "${families[@]}"; do

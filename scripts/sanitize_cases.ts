@@ -3,7 +3,7 @@
  * plans can take, once aligned (the vector-only / staged kernel where there is one) and once with padded row strides
  * (the masked kernel), at the smallest candidate shape the plan maps to it, checked against the float64 CPU reference.
  *
- *   deno run -A scripts/sanitize_cases.ts --family fwd|bwd|diag     # bun scripts/sanitize_cases.ts --family …
+ *   deno run -A scripts/sanitize_cases.ts --family fwd|bwd|diag|fused   # bun scripts/sanitize_cases.ts --family …
  *   deno run -A scripts/sanitize_cases.ts --dry-run                  # the shapes and kernels for an H200, no GPU
  *
  * Exit status: 0 all results match, 1 a result is wrong, 2 no CUDA device or bad arguments.
@@ -27,6 +27,9 @@ import { CLUSTER_GEOMETRIES, type NormKind, type PlanLimits, planNorm } from "..
 import { type BwdLimits, planNormBackward, STAGED_GEOMETRIES } from "../ops/plan_bwd.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
 import { FAKE_H200 } from "../tests/fixtures/fake_cuda.ts";
+import { describeCase, type FusedCase, runFusedCase } from "../tests/fixtures/fused_cases.ts";
+import { FUSED_KERNELS } from "../ops/plan_fused.ts";
+import type { QuantDType } from "../runtime/dtype.ts";
 
 export type Family = "fwd" | "bwd" | "diag";
 /** x, y (forward) or dy (backward), weight dtypes. */
@@ -315,6 +318,53 @@ export function runDiag(dev: Device): number {
   return bad;
 }
 
+/**
+ * Every fused kernel (kind, x dtype, y dtype, weight dtype) twice: a short row (the lanes layout, 7 rows) and a long
+ * one (a block per row, 3 rows), both with a residual, x strided, dynamic quantization for the 1-byte outputs.
+ */
+export function fusedCases(): FusedCase[] {
+  const out: FusedCase[] = [];
+  for (const name of FUSED_KERNELS) {
+    const [, kindTag, ti, to, tw] = name.split("_");
+    const kind = kindTag === "ln" ? "layer" : "rms", dtype = ti as "f32" | "f16" | "bf16";
+    const quant = to === ti ? "none" : "dynamic";
+    for (const [rows, d] of [[7, 770], [3, 5125]]) {
+      out.push({ kind, dtype, d, rows, residual: true, quant, qdtype: quant === "none" ? undefined : to as QuantDType, strided: true, paramsOfX: tw === ti && ti !== "f32" });
+    }
+  }
+  return out;
+}
+
+/** The fused family: fusedCases against the reference, then a residual backward per dtype (nk_fused_add_*). */
+function runFused(dev: Device): number {
+  let bad = 0;
+  for (const c of fusedCases()) {
+    try {
+      const e = runFusedCase(dev, c);
+      console.log(`  ok    ${describeCase(c)}: error ${e.toFixed(3)} × tolerance`);
+    } catch (e) {
+      bad++;
+      console.log(`  WRONG ${describeCase(c)}: ${(e as Error).message}`);
+    }
+  }
+  for (const dtype of ["f32", "f16", "bf16"] as const) {
+    using h = dev.tensor(rand(5 * 700, 1, -2, 2), [5, 700], { dtype });
+    using dy = dev.tensor(rand(5 * 700, 2, -1, 1), [5, 700], { dtype });
+    using dRes = dev.tensor(rand(5 * 700, 3, -1, 1), [5, 700], { dtype });
+    using fwd = rmsNorm(h, { stats: true });
+    const g = rmsNormBackward(dy, h, { rstd: fwd.rstd, dResidual: dRes });
+    using _dx = g.dx;
+    const got = g.dx.readSync(), plain = rmsNormBackward(dy, h, { rstd: fwd.rstd }).dx, add = dRes.readSync();
+    using _plain = plain;
+    const base = plain.readSync();
+    const ok = got.every((v, i) => Math.abs(v - (base[i] + add[i])) <= 0.02 * (1 + Math.abs(v)));
+    console.log(`  ${ok ? "ok   " : "WRONG"} residual backward ${dtype} [5, 700] (nk_fused_add_${dtype})`);
+    if (!ok) bad++;
+  }
+  dev.synchronize();
+  return bad;
+}
+
 function describe(c: SanitizeCase): string {
   return `${c.kind === "layer" ? "LN " : "RMS"} ${c.triple.join("/")}${
     c.affine ? "" : " (no weight)"
@@ -333,10 +383,11 @@ async function main(args: string[]): Promise<number> {
     const { fwd, bwd } = h200Limits();
     for (const f of ["fwd", "bwd"] as const) printPlan(f, selectCases(f, fwd, bwd));
     console.log("== diag: nk_diag_partial_{f32,bf16,f16}, nk_diag_final (tensorStats, check mode, sanityCheck)");
+    console.log(`== fused: ${fusedCases().length} cases over the ${FUSED_KERNELS.length} nk_fused_* kernels, and nk_fused_add_*`);
     return 0;
   }
-  if (!args.includes("--family") || !["fwd", "bwd", "diag"].includes(fam)) {
-    console.error("usage: sanitize_cases.ts --family fwd|bwd|diag | --dry-run");
+  if (!args.includes("--family") || !["fwd", "bwd", "diag", "fused"].includes(fam)) {
+    console.error("usage: sanitize_cases.ts --family fwd|bwd|diag|fused | --dry-run");
     return 2;
   }
   let dev: Device;
@@ -347,9 +398,10 @@ async function main(args: string[]): Promise<number> {
     return 2;
   }
   using _dev = dev;
-  await loadKernels(dev);
+  await loadKernels(dev, { fused: fam === "fused" });
   console.log(`device: ${dev.name}`);
   if (fam === "diag") return runDiag(dev) === 0 ? 0 : 1;
+  if (fam === "fused") return runFused(dev) === 0 ? 0 : 1;
   const family = fam as "fwd" | "bwd";
   const cases = selectCases(family, planLimits(dev), bwdPlanLimits(dev));
   printPlan(family, cases);

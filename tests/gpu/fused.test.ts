@@ -1,0 +1,129 @@
+/**
+ * The fused kernels on CUDA: the issue's grid against the float64 reference (tolerances in
+ * tests/fixtures/fused_cases.ts), batch invariance bitwise (rows computed alone and inside batches whose sizes sit on the
+ * tuned plan's boundaries), QK-norm over views against the norm over copies, and the residual backward.
+ * Skipped, with the reason, when there is no CUDA device.
+ */
+import assert from "node:assert/strict";
+import { Device, layerNorm, loadKernels, rmsNorm, rmsNormBackward, type Tensor } from "../../mod.ts";
+import { describeCase, FUSED_ROWS, fusedGrid, runFusedCase } from "../fixtures/fused_cases.ts";
+import { gpuTest, randoms } from "../fixtures/helpers.ts";
+
+async function open(): Promise<Device> {
+  const dev = Device.open({ backend: "cuda", sanityCheck: false });
+  await loadKernels(dev, { fused: true });
+  return dev;
+}
+
+gpuTest("fused kernels against float64: every D, dtype, residual on/off, quant none/static/dynamic, rows 7/83/4096", async () => {
+  using dev = await open();
+  const cases = fusedGrid(FUSED_ROWS);
+  let worst = 0;
+  for (const c of cases) {
+    try {
+      worst = Math.max(worst, runFusedCase(dev, c));
+    } catch (e) {
+      throw new Error(`${describeCase(c)}: ${(e as Error).message}`);
+    }
+  }
+  console.log(`# ${cases.length} cases, largest error ${worst.toFixed(3)} × tolerance`);
+});
+
+gpuTest("fused zero and NaN rows: floor scale and q = 0; NaN rows give NaN (fp8) / 0 (int8)", async () => {
+  using dev = await open();
+  for (const qdtype of ["fp8e4m3", "fp8e5m2", "int8"] as const) {
+    for (const kind of ["rms", "layer"] as const) {
+      for (const d of [8, 770, 8192]) {
+        runFusedCase(dev, { kind, dtype: "bf16", d, rows: 9, residual: true, quant: "dynamic", qdtype, special: true });
+      }
+    }
+  }
+});
+
+/** Bits of a tensor, for bitwise comparison. */
+const bits = (t: Tensor): number[] => Array.from(t.readBitsSync() as ArrayLike<number>);
+
+gpuTest("batch invariance: a row's h, y, q and scale are bitwise the same alone and in batches of 2 … 100000 rows", async () => {
+  using dev = await open();
+  const batches = [1, 2, 7, 131, 132, 133, 264, 265, 4096, 100_000];
+  for (const kind of ["rms", "layer"] as const) {
+    for (const [d, dtype] of [[128, "bf16"], [770, "f16"], [4096, "bf16"], [8199, "f32"]] as const) {
+      const maxRows = batches[batches.length - 1];
+      const xv = randoms(maxRows * d, d + 1), rv = randoms(maxRows * d, d + 2);
+      using w = dev.tensor(randoms(d, d + 3, 0.5, 1.5), [d], { dtype });
+      const probe = [0, 1, 130, 263, 4095, maxRows - 1];
+      const seen = new Map<number, string>();
+      for (const rows of batches) {
+        // The probed rows that fall in this batch, computed in place at their position in it.
+        using x = dev.tensor(xv.subarray(0, rows * d), [rows, d], { dtype });
+        using res = dev.tensor(rv.subarray(0, rows * d), [rows, d], { dtype });
+        using r = (kind === "layer" ? layerNorm : rmsNorm)(x, { weight: w, residual: res, quant: { dtype: "fp8e4m3" } });
+        using y2 = (kind === "layer" ? layerNorm : rmsNorm)(x, { weight: w, batchInvariant: true });
+        const q = bits(r.y), h = bits(res), s = bits(r.scale), y = bits(y2);
+        for (const p of probe.filter((p) => p < rows)) {
+          const key = JSON.stringify([q.slice(p * d, (p + 1) * d), h.slice(p * d, (p + 1) * d), s[p], y.slice(p * d, (p + 1) * d)]);
+          const before = seen.get(p);
+          if (before === undefined) seen.set(p, key);
+          else assert.equal(key, before, `${kind} ${dtype} D=${d}: row ${p} differs in a batch of ${rows}`);
+        }
+      }
+      // A row alone (a batch of 1 at position 0) against the same values at other positions.
+      for (const p of probe) {
+        using x1 = dev.tensor(xv.subarray(p * d, (p + 1) * d), [1, d], { dtype });
+        using y1 = (kind === "layer" ? layerNorm : rmsNorm)(x1, { weight: w, batchInvariant: true });
+        assert.equal(JSON.stringify(bits(y1)), JSON.stringify(JSON.parse(seen.get(p)!)[3]), `row ${p} alone`);
+      }
+    }
+  }
+});
+
+gpuTest("QK-norm over views of a fused QKV buffer (one launch, in place) equals the norms over copies", async () => {
+  using dev = await open();
+  for (const tokens of [1, 8, 2048]) {
+    const hq = 32, hkv = 8, hd = 128, width = (hq + 2 * hkv) * hd;
+    const values = randoms(tokens * width, tokens);
+    using qkv = dev.tensor(values, [tokens, width], { dtype: "bf16" });
+    const before = bits(qkv);
+    using qw = dev.tensor(randoms(hd, 2, 0.5, 1.5), [hd], { dtype: "bf16" });
+    using kw = dev.tensor(randoms(hd, 3, 0.5, 1.5), [hd], { dtype: "bf16" });
+    const q = qkv.view([tokens, hq, hd], { strides: [width, hd, 1] });
+    const k = qkv.view([tokens, hkv, hd], { strides: [width, hd, 1], offset: hq * hd });
+    using qCopy = dev.tensor(q.readSync(), [tokens, hq, hd], { dtype: "bf16" });
+    using kCopy = dev.tensor(k.readSync(), [tokens, hkv, hd], { dtype: "bf16" });
+    using qRef = rmsNorm(qCopy, { weight: qw, batchInvariant: true });
+    using kRef = rmsNorm(kCopy, { weight: kw, batchInvariant: true });
+    const qk = qkv.view([tokens, hq + hkv, hd], { strides: [width, hd, 1] });
+    rmsNorm(qk, { weight: qw, weight2: kw, split: hq, out: qk });
+    assert.deepEqual(bits(q), bits(qRef), `Q, ${tokens} tokens`);
+    assert.deepEqual(bits(k), bits(kRef), `K, ${tokens} tokens`);
+    const after = bits(qkv);
+    for (let t = 0; t < tokens; t++) {
+      for (let i = (hq + hkv) * hd; i < width; i++) {
+        if (after[t * width + i] !== before[t * width + i]) assert.fail(`V changed at token ${t}, column ${i}`);
+      }
+    }
+  }
+});
+
+gpuTest("residual backward on CUDA: dx = normBackward(dy) + dResidual, against the CPU backend", async () => {
+  using dev = await open();
+  using cpu = Device.open({ backend: "cpu" });
+  const rows = 83, d = 5120;
+  const hv = randoms(rows * d, 1), dyv = randoms(rows * d, 2), drv = randoms(rows * d, 3), wv = randoms(d, 4, 0.5, 1.5);
+  const grads: Float32Array[] = [];
+  for (const device of [dev, cpu]) {
+    using h = device.tensor(hv, [rows, d], { dtype: "bf16" });
+    using w = device.tensor(wv, [d]);
+    using fwd = rmsNorm(h, { weight: w, stats: true });
+    using dy = device.tensor(dyv, [rows, d], { dtype: "bf16" });
+    using dRes = device.tensor(drv, [rows, d], { dtype: "bf16" });
+    const g = rmsNormBackward(dy, h, { rstd: fwd.rstd, weight: w, dResidual: dRes });
+    using _dx = g.dx, _dw = g.dweight;
+    grads.push(g.dx.readSync());
+  }
+  // bf16 dx: the GPU rounds the norm's dx, then the sum; the CPU rounds once: two bf16 ulps.
+  for (let i = 0; i < grads[0].length; i++) {
+    const want = grads[1][i], tol = 2 * 2 ** -7 * Math.max(Math.abs(want), 1e-3) + 1e-3;
+    if (!(Math.abs(grads[0][i] - want) <= tol)) assert.fail(`dx[${i}] = ${grads[0][i]}, CPU ${want}`);
+  }
+});

@@ -9,6 +9,11 @@
 
 // Largest `nv` (16-byte chunks of x per thread): the row stays in registers, 4 words per chunk.
 #define NK_FUSED_MAXV 8
+// With a residual, the vector path's loads of chunk i wait for chunk i - NK_FUSED_RES_DEPTH (x and residual of
+// every chunk in flight at once are 64 registers: the row cache's 32 again).
+#ifndef NK_FUSED_RES_DEPTH
+#define NK_FUSED_RES_DEPTH 4
+#endif
 // Quant modes (parameter `quant`).
 #define NK_QUANT_NONE 0
 #define NK_QUANT_STATIC 1
@@ -119,41 +124,37 @@ NK_INLINE void nk_residual_add(unsigned* xw, const unsigned* rw) {
 // bits of the separate forms, and the compiler keeps one code path (four, selected per element, spilled 1.6 KB in LN
 // with f32 weights). Explicit operations, no contraction left to the compiler: the dynamic path computes y twice
 // per element and needs the same bits both times.
-template <class TI, class TW, bool LN, int VEC>
-NK_INLINE void nk_fused_y(const unsigned* hw, bool has_w, const unsigned* gw, bool has_b, const unsigned* bw, float k,
-                          float dm, float rs, float (&f)[VEC]) {
+template <class TI, class TW, bool LN, int PE>
+NK_INLINE void nk_fused_y(const unsigned* hw, int p, bool has_w, const unsigned* gw, bool has_b, const unsigned* bw,
+                          float k, float dm, float rs, float (&f)[PE]) {
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    const float v = nk_get<TI>(hw, e);
+  for (int e = 0; e < PE; ++e) {
+    const float v = nk_get<TI>(hw, p + e);
     const float t = LN ? nk_add_rn(nk_add_rn(v, -k), -dm) * rs : v * rs;
     f[e] = nk_fma(t, has_w ? nk_get<TW>(gw, e) : 1.0f, (LN && has_b) ? nk_get<TW>(bw, e) : -0.0f);
   }
 }
 
-// Store one chunk of y: a float dtype rounded to nearest even (nk_store_f), or VEC bytes of a quantized dtype from
-// yf / s (f32 division) as 4 (f32 x) or 8 (16-bit x) bytes, one store when `vec` and the chunk is full.
-template <class TO, int VEC>
-NK_INLINE void nk_fused_store(typename TO::S* p, bool vec, int nvalid, float (&f)[VEC], float s) {
+// Store PE elements of y (a piece of a chunk): a float dtype rounded to nearest even (nk_store_f), or PE bytes of a
+// quantized dtype from yf / s (f32 division), one 4-byte store when `vec` and the piece is whole.
+template <class TO, int PE>
+NK_INLINE void nk_fused_store(typename TO::S* p, bool vec, int nvalid, float (&f)[PE], float s) {
   if constexpr (nk_is_quant<TO>::V) {
-    unsigned w[VEC / 4];
+    static_assert(PE % 4 == 0, "whole words of bytes");
 #pragma unroll
-    for (int k = 0; k < VEC / 4; ++k)
-      w[k] = nk_quant2<TO>(f[4 * k] / s, f[4 * k + 1] / s) | (nk_quant2<TO>(f[4 * k + 2] / s, f[4 * k + 3] / s) << 16);
-    if (vec && nvalid >= VEC) {
-      if (VEC == 4) {
-        *(unsigned*)p = w[0];
+    for (int k = 0; k < PE / 4; ++k) {
+      const unsigned w =
+          nk_quant2<TO>(f[4 * k] / s, f[4 * k + 1] / s) | (nk_quant2<TO>(f[4 * k + 2] / s, f[4 * k + 3] / s) << 16);
+      if (vec && nvalid >= PE) {
+        *(unsigned*)(p + 4 * k) = w;
       } else {
-        nk_v2 v;
-        v.w[0] = w[0], v.w[1] = w[VEC / 4 - 1];  // (VEC 8: w[1])
-        *(nk_v2*)p = v;
-      }
-    } else {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        if (e < nvalid) p[e] = (unsigned char)(w[e >> 2] >> (8 * (e & 3)));
+        for (int e = 0; e < 4; ++e)
+          if (4 * k + e < nvalid) p[4 * k + e] = (unsigned char)(w >> (8 * e));
+      }
     }
   } else {
-    nk_store_f<TO, VEC>(p, vec, nvalid, f);
+    nk_store_f<TO, PE>(p, vec, nvalid, f);
   }
 }
 
@@ -167,7 +168,10 @@ NK_INLINE bool nk_fused_aligned(const void* p, long long s0, int n0, long long s
 // otherwise scalar accesses with the same chunk-to-thread assignment and the same arithmetic in the same order.
 template <class TI, class TO, class TW, bool LN, bool VP>
 NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
-  constexpr int VEC = 16 / TI::SIZE, MAXV = NK_FUSED_MAXV, WV = VEC * TW::SIZE / 4;
+  constexpr int VEC = 16 / TI::SIZE, MAXV = NK_FUSED_MAXV;
+  // The output loops take a chunk in pieces of PE elements whose weights are 16 bytes (PW words): 16-bit x with f32
+  // weights in two halves, so that a chunk's weight and bias need 8 registers, not 16.
+  constexpr int PE = 4, PW = PE * TW::SIZE / 4;
   constexpr bool Q = nk_is_quant<TO>::V;
   typedef typename TI::S SI;
   typedef typename TO::S SO;
@@ -182,7 +186,6 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
   const int rpb = tpr <= NK_WARP_SIZE ? (int)nk_block_dim_x() / tpr : 1;  // rows per block
   const int lr = tpr <= NK_WARP_SIZE ? (t & (tpr - 1)) : t;               // this thread's place in its row
   const int g = tpr <= NK_WARP_SIZE ? t / tpr : 0;
-  const long long rows = (long long)n0 * n1;
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
   const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
@@ -192,6 +195,7 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
   ((active && (i) < nv && lr + (i) * tpr < nchunks) ? (VP ? VEC : nk_mini(VEC, d - (lr + (i) * tpr) * VEC)) : 0)
   // Whole blocks step together (the reductions need every lane): a group past the last row computes nothing.
   // (i0, i1) of row r, stepped along with r: the 64-bit divisions (calls) happen once, before the loop.
+  const long long rows = (long long)n0 * n1;
   const long long step = (long long)nk_grid_dim_x() * rpb;
   const long long step0 = step / n1;
   const int step1 = (int)(step - step0 * n1);
@@ -205,10 +209,15 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
     // x and residual chunks all loaded before the first store of h (which may alias residual: the compiler keeps
     // later loads behind it), h = x + residual in place in raw.
     nk_v4 raw[MAXV];
+    int cl = lr;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
-      const long long off = (long long)(lr + i * tpr) * VEC;
+      // Scalar path: a 16-bit element loaded alone takes a register of its own until packed, so the loads of chunk i
+      // wait for chunk i - 2 (nk_after): two chunks in flight, not 8 (which spilled hundreds of bytes).
+      if (!VP && i >= 2) nk_after(cl, nk_u2f(raw[i - 2].w[0]));
+      if (VP && R && i >= NK_FUSED_RES_DEPTH) nk_after(cl, nk_u2f(raw[i - NK_FUSED_RES_DEPTH].w[0]));
+      const long long off = (long long)(cl + i * tpr) * VEC;
       nk_load_words<TI, VEC>(xr + off, VP, nvalid, raw[i].w);
       if (R) {
         unsigned rw[4];
@@ -300,18 +309,20 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
 #pragma unroll
         for (int i = 0; i < MAXV; ++i) {
           const int nvalid = NK_NVAL(i);
-          if (nvalid > 0) {
-            const long long off = (long long)(c0 + i * tpr) * VEC;
-            unsigned gw[WV], bw[WV];
-            if (has_w) nk_load_words<TW, VEC>(W + off, VP, nvalid, gw);
-            if (has_b) nk_load_words<TW, VEC>(B + off, VP, nvalid, bw);
-            float f[VEC];
-            nk_fused_y<TI, TW, LN, VEC>(raw[i].w, has_w, gw, has_b, bw, k, dm, rs, f);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e)
-              if (e < nvalid) am = nk_fused_red::max2(am, nk_absf(f[e]));
+          for (int p = 0; p < VEC; p += PE) {
+            if (nvalid > p) {
+              const long long off = (long long)(c0 + i * tpr) * VEC + p;
+              unsigned gw[PW], bw[PW];
+              if (has_w) nk_load_words<TW, PE>(W + off, VP, nvalid - p, gw);
+              if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
+              float f[PE];
+              nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
+#pragma unroll
+              for (int e = 0; e < PE; ++e)
+                if (p + e < nvalid) am = nk_fused_red::max2(am, nk_absf(f[e]));
+            }
           }
-          nk_after(c0, am);
         }
         am = red.max(am);
         // The output loop below loads the weights and computes y again: kept from reusing this loop's values (64
@@ -331,15 +342,17 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
-      if (nvalid > 0) {
-        const long long off = (long long)(c0 + i * tpr) * VEC;
-        unsigned gw[WV], bw[WV];
-        if (has_w) nk_load_words<TW, VEC>(W + off, VP, nvalid, gw);
-        if (has_b) nk_load_words<TW, VEC>(B + off, VP, nvalid, bw);
-        float f[VEC];
-        nk_fused_y<TI, TW, LN, VEC>(raw[i].w, has_w, gw, has_b, bw, k, dm, rs, f);
-        nk_fused_store<TO, VEC>(yr + off, VP, nvalid, f, s);
-        nk_after(c0, f[0]);
+#pragma unroll
+      for (int p = 0; p < VEC; p += PE) {
+        if (nvalid > p) {
+          const long long off = (long long)(c0 + i * tpr) * VEC + p;
+          unsigned gw[PW], bw[PW];
+          if (has_w) nk_load_words<TW, PE>(W + off, VP, nvalid - p, gw);
+          if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
+          float f[PE];
+          nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
+          nk_fused_store<TO, PE>(yr + off, VP, nvalid - p, f, s);
+        }
       }
     }
     i0 += step0, i1 += step1;

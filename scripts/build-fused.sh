@@ -27,7 +27,7 @@ SRC_REL="kernels/fused.cu"
 HASHED_REL=(kernels/fused.cu kernels/portable.h kernels/fused.cuh kernels/fwd_common.cuh kernels/fused_quant.cuh)
 COMMITTED=(precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin precompiled/fused_cuda.ts)
 
-MAX_SPILL=8192
+MAX_SPILL=1024
 MODE=build
 case "${1:-}" in
   "") ;;
@@ -64,7 +64,7 @@ kernel_names() {
 # spill_table LOG: "arch kernel registers spill-bytes" per kernel from ptxas -v output.
 spill_table() {
   awk '
-    /Compiling entry function/ { name = $6; gsub(/\047/, "", name); arch = $NF; gsub(/\047/, "", arch) }
+    /Compiling entry function/ { name = $7; gsub(/\047/, "", name); arch = $NF; gsub(/\047/, "", arch) }
     /bytes spill stores/ { spill = $5 }
     /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") regs = $(i + 1); print arch, name, regs, spill }
   ' "$1"

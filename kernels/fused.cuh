@@ -1,0 +1,390 @@
+// The fused forward kernels (nk_fused_{ln|rms}_{ti}_{to}_{tw}, instantiated in fused.cu): an optional residual add
+// before the norm, an optional quantization after it, rows addressed as a 2-level strided index, and a second
+// weight for the rows i1 >= split (QK-norm). Contract and layout: kernels/README.md, "Fused kernels".
+#ifndef NORMKIT_FUSED_CUH
+#define NORMKIT_FUSED_CUH
+#include "portable.h"
+#include "fwd_common.cuh"
+#include "fused_quant.cuh"
+
+// Largest `nv` (16-byte chunks of x per thread): the row stays in registers, 4 words per chunk.
+#define NK_FUSED_MAXV 8
+// With a residual, the vector path's loads of chunk i wait for chunk i - NK_FUSED_RES_DEPTH (x and residual of
+// every chunk in flight at once are 64 registers: the row cache's 32 again).
+#ifndef NK_FUSED_RES_DEPTH
+#define NK_FUSED_RES_DEPTH 4
+#endif
+// Quant modes (parameter `quant`).
+#define NK_QUANT_NONE 0
+#define NK_QUANT_STATIC 1
+#define NK_QUANT_DYNAMIC 2
+
+#define NK_FUSED_PARAMS                                                                                              \
+  const void *x, const void *residual, void *h, void *y, const void *weight, const void *bias, const void *weight2, \
+      float *mean, float *rstd, float *scale, int n0, int n1, int d, long long x_s0, long long x_s1,               \
+      long long r_s0, long long r_s1, long long h_s0, long long h_s1, long long y_s0, long long y_s1, float eps,    \
+      float scale_value, float scale_ub, int quant, int split, int tpr, int nv
+#define NK_FUSED_ARGS                                                                                              \
+  x, residual, h, y, weight, bias, weight2, mean, rstd, scale, n0, n1, d, x_s0, x_s1, r_s0, r_s1, h_s0, h_s1, y_s0, \
+      y_s1, eps, scale_value, scale_ub, quant, split, tpr, nv
+
+// Row reductions in an order fixed by tpr alone: tpr <= 32, an xor butterfly over the row's lanes (nk_red_lanes'
+// order); tpr > 32 (one row per block), nk_block_sum's order over two alternating shared buffers. max: the same
+// shapes with fmaxf semantics (a NaN never wins; inputs are |y| >= 0).
+struct nk_fused_red {
+  int tpr;
+  unsigned parity;
+  float* buf;  // 2 x NK_WARP_SIZE floats
+  NK_INLINE float sum(float v) {
+    if (tpr <= NK_WARP_SIZE) {
+#pragma unroll
+      for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1)
+        if (m < tpr) v += nk_shfl_xor(v, m);
+      return v;
+    }
+    const float r = nk_block_sum(v, buf + parity * NK_WARP_SIZE);
+    parity ^= 1u;
+    return r;
+  }
+  static NK_INLINE float max2(float a, float b) { return b > a ? b : a; }
+  static NK_INLINE float warp_max(float v, int width) {
+#pragma unroll
+    for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1)
+      if (m < width) v = max2(v, nk_shfl_xor(v, m));
+    return v;
+  }
+  NK_INLINE float max(float v) {
+    if (tpr <= NK_WARP_SIZE) return warp_max(v, tpr);
+    float* b = buf + parity * NK_WARP_SIZE;
+    parity ^= 1u;
+    v = warp_max(v, NK_WARP_SIZE);
+    if (nk_lane() == 0) b[nk_thread_x() / NK_WARP_SIZE] = v;
+    nk_barrier();
+    const unsigned lane = nk_lane();
+    return warp_max(lane < nk_block_dim_x() / NK_WARP_SIZE ? b[lane] : 0.0f, NK_WARP_SIZE);
+  }
+};
+
+// nk_opaque for a 64-bit value (a pointer).
+#if defined(__HIP__)
+NK_INLINE void nk_opaque64(unsigned long long& v) { asm volatile("" : "+v"(v)); }
+#else
+NK_INLINE void nk_opaque64(unsigned long long& v) { asm volatile("" : "+l"(v)); }
+#endif
+
+// c "depends" on v: the next chunk's weight/bias addresses (from c) wait for this chunk's result, so that neither the
+// compiler nor ptxas issues the loads of every chunk at once (hoisted, 8 chunks of f32 weight and bias are 128
+// registers: LN bf16 with f32 weights spilled up to 7 KB at the 64-register cap).
+#if defined(__HIP__)
+NK_INLINE void nk_after(int& c, float v) { asm volatile("" : "+v"(c) : "v"(v)); }
+#else
+NK_INLINE void nk_after(int& c, float v) { asm volatile("" : "+r"(c) : "f"(v)); }
+#endif
+
+// Store N elements of T held as packed words (nk_load_words' layout): vector stores when `vec` and the chunk is
+// full, else the first nvalid elements one by one.
+template <class T, int N>
+NK_INLINE void nk_store_words(typename T::S* p, bool vec, int nvalid, const unsigned* w) {
+  constexpr int W = N * T::SIZE / 4;
+  if (vec && nvalid >= N) {
+#pragma unroll
+    for (int k = 0; k < W; k += 4) {
+      nk_v4 v;
+      v.w[0] = w[k], v.w[1] = w[k + 1], v.w[2] = w[k + 2], v.w[3] = w[k + 3];
+      *(nk_v4*)((unsigned char*)p + 4 * k) = v;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      if (e < nvalid) {
+        if (T::SIZE == 4) p[e] = (typename T::S)w[e];
+        else p[e] = (typename T::S)((e & 1) ? (w[e >> 1] >> 16) : (w[e >> 1] & 0xffffu));
+      }
+    }
+  }
+}
+
+// h = round_TI(f32 x + f32 r) for one chunk of words, in place in xw.
+template <class TI, int N>
+NK_INLINE void nk_residual_add(unsigned* xw, const unsigned* rw) {
+  if (TI::SIZE == 4) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) xw[e] = nk_f2u(nk_add_rn(nk_u2f(xw[e]), nk_u2f(rw[e])));
+  } else {
+#pragma unroll
+    for (int k = 0; k < N / 2; ++k)
+      xw[k] = TI::pack2(nk_add_rn(nk_get<TI>(xw, 2 * k), nk_get<TI>(rw, 2 * k)),
+                        nk_add_rn(nk_get<TI>(xw, 2 * k + 1), nk_get<TI>(rw, 2 * k + 1)));
+  }
+}
+
+// y in f32 for one chunk: LN ((h - k) - dm) * rs * w + b, RMS h * rs * w, with w, b the chunk's weight/bias words
+// (has_w / has_b: given). One formula for every case, fma(t, w, b) with w = 1 and b = -0 standing in for an absent
+// weight and bias: t * 1 + b and t * w + (-0) are exactly t + b and t * w (zero signs included), so it gives the
+// bits of the separate forms, and the compiler keeps one code path (four, selected per element, spilled 1.6 KB in LN
+// with f32 weights). Explicit operations, no contraction left to the compiler: the dynamic path computes y twice
+// per element and needs the same bits both times.
+template <class TI, class TW, bool LN, int PE>
+NK_INLINE void nk_fused_y(const unsigned* hw, int p, bool has_w, const unsigned* gw, bool has_b, const unsigned* bw,
+                          float k, float dm, float rs, float (&f)[PE]) {
+#pragma unroll
+  for (int e = 0; e < PE; ++e) {
+    const float v = nk_get<TI>(hw, p + e);
+    const float t = LN ? nk_add_rn(nk_add_rn(v, -k), -dm) * rs : v * rs;
+    f[e] = nk_fma(t, has_w ? nk_get<TW>(gw, e) : 1.0f, (LN && has_b) ? nk_get<TW>(bw, e) : -0.0f);
+  }
+}
+
+// Store PE elements of y (a piece of a chunk): a float dtype rounded to nearest even (nk_store_f), or PE bytes of a
+// quantized dtype from yf / s (f32 division), one 4-byte store when `vec` and the piece is whole.
+template <class TO, int PE>
+NK_INLINE void nk_fused_store(typename TO::S* p, bool vec, int nvalid, float (&f)[PE], float s) {
+  if constexpr (nk_is_quant<TO>::V) {
+    static_assert(PE % 4 == 0, "whole words of bytes");
+#pragma unroll
+    for (int k = 0; k < PE / 4; ++k) {
+      const unsigned w =
+          nk_quant2<TO>(f[4 * k] / s, f[4 * k + 1] / s) | (nk_quant2<TO>(f[4 * k + 2] / s, f[4 * k + 3] / s) << 16);
+      if (vec && nvalid >= PE) {
+        *(unsigned*)(p + 4 * k) = w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (4 * k + e < nvalid) p[4 * k + e] = (unsigned char)(w >> (8 * e));
+      }
+    }
+  } else {
+    nk_store_f<TO, PE>(p, vec, nvalid, f);
+  }
+}
+
+// Whether a tensor in use is aligned for chunk access: the base to `a` bytes and each row stride of an extent
+// above 1 to a multiple of it (a null tensor: yes).
+NK_INLINE bool nk_fused_aligned(const void* p, long long s0, int n0, long long s1, int n1, int size, int a) {
+  return !p || (nk_aligned(p, (unsigned)a) && (n0 <= 1 || (s0 * size) % a == 0) && (n1 <= 1 || (s1 * size) % a == 0));
+}
+
+// The row loop. VP: the vector path (every chunk whole, every tensor aligned; nk_fused picks it once per launch);
+// otherwise scalar accesses with the same chunk-to-thread assignment and the same arithmetic in the same order.
+template <class TI, class TO, class TW, bool LN, bool VP>
+NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE, MAXV = NK_FUSED_MAXV;
+  // The output loops take a chunk in pieces of PE elements whose weights are 16 bytes (PW words): 16-bit x with f32
+  // weights in two halves, so that a chunk's weight and bias need 8 registers, not 16.
+  constexpr int PE = 4, PW = PE * TW::SIZE / 4;
+  constexpr bool Q = nk_is_quant<TO>::V;
+  typedef typename TI::S SI;
+  typedef typename TO::S SO;
+  typedef typename TW::S SW;
+  NK_SHARED float red_buf[2 * NK_WARP_SIZE];
+  const SI* X = (const SI*)x;
+  const SI* R = (const SI*)residual;
+  SI* H = (SI*)h;
+  SO* Y = (SO*)y;
+  const SW* B = LN ? (const SW*)bias : nullptr;
+  const int t = (int)nk_thread_x();
+  const int rpb = tpr <= NK_WARP_SIZE ? (int)nk_block_dim_x() / tpr : 1;  // rows per block
+  const int lr = tpr <= NK_WARP_SIZE ? (t & (tpr - 1)) : t;               // this thread's place in its row
+  const int g = tpr <= NK_WARP_SIZE ? t / tpr : 0;
+  const int nchunks = (d - 1) / VEC + 1;
+  const float fd = (float)d;
+  const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
+  nk_fused_red red{tpr, 0u, red_buf};
+  // Valid elements of this thread's i-th chunk of row r (<= 0: none).
+#define NK_NVAL(i) \
+  ((active && (i) < nv && lr + (i) * tpr < nchunks) ? (VP ? VEC : nk_mini(VEC, d - (lr + (i) * tpr) * VEC)) : 0)
+  // Whole blocks step together (the reductions need every lane): a group past the last row computes nothing.
+  // (i0, i1) of row r, stepped along with r: the 64-bit divisions (calls) happen once, before the loop.
+  const long long rows = (long long)n0 * n1;
+  const long long step = (long long)nk_grid_dim_x() * rpb;
+  const long long step0 = step / n1;
+  const int step1 = (int)(step - step0 * n1);
+  long long i0 = ((long long)nk_block_x() * rpb + g) / n1;
+  int i1 = (int)((long long)nk_block_x() * rpb + g - i0 * n1);
+  for (long long base = (long long)nk_block_x() * rpb; base < rows; base += step) {
+    const long long r = base + g;
+    const bool active = r < rows;
+    const SI* xr = X + i0 * x_s0 + i1 * x_s1;
+    const SI* rr = R + i0 * r_s0 + i1 * r_s1;
+    // x and residual chunks all loaded before the first store of h (which may alias residual: the compiler keeps
+    // later loads behind it), h = x + residual in place in raw.
+    nk_v4 raw[MAXV];
+    int cl = lr;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int nvalid = NK_NVAL(i);
+      // Scalar path: a 16-bit element loaded alone takes a register of its own until packed, so the loads of chunk i
+      // wait for chunk i - 2 (nk_after): two chunks in flight, not 8 (which spilled hundreds of bytes).
+      if (!VP && i >= 2) nk_after(cl, nk_u2f(raw[i - 2].w[0]));
+      if (VP && R && i >= NK_FUSED_RES_DEPTH) nk_after(cl, nk_u2f(raw[i - NK_FUSED_RES_DEPTH].w[0]));
+      const long long off = (long long)(cl + i * tpr) * VEC;
+      nk_load_words<TI, VEC>(xr + off, VP, nvalid, raw[i].w);
+      if (R) {
+        unsigned rw[4];
+        nk_load_words<TI, VEC>(rr + off, VP, nvalid, rw);
+        nk_residual_add<TI, VEC>(raw[i].w, rw);
+      }
+    }
+    // The row's first element (LN's shift k), as the thread holding it computes it: every thread reads it itself.
+    float k = 0.0f;
+    if (LN && active) {
+      unsigned kw[1] = {(unsigned)xr[0]};
+      if (R) {
+        const unsigned rk[1] = {(unsigned)rr[0]};
+        const float hk = nk_add_rn(nk_get<TI>(kw, 0), nk_get<TI>(rk, 0));
+        kw[0] = TI::SIZE == 4 ? nk_f2u(hk) : TI::pack2(hk, 0.0f);  // nk_residual_add's rounding
+      }
+      k = nk_get<TI>(kw, 0);
+    }
+    if (H) {
+      SI* hr = H + i0 * h_s0 + i1 * h_s1;
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int nvalid = NK_NVAL(i);
+        if (nvalid > 0) nk_store_words<TI, VEC>(hr + (long long)(lr + i * tpr) * VEC, VP, nvalid, raw[i].w);
+      }
+    }
+
+    // Statistics. LN: about the shift k, per-chunk partial sums added in chunk order, then the centred sum of
+    // squares in a second pass over the registers; RMS: the sum of squares in element order.
+    float dm = 0.0f, rs;
+    if (LN) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int nvalid = NK_NVAL(i);
+        float si = nk_get<TI>(raw[i].w, 0) - k;
+#pragma unroll
+        for (int e = 1; e < VEC; ++e)
+          if (e < nvalid) si += nk_get<TI>(raw[i].w, e) - k;
+        if (nvalid > 0) s += si;
+      }
+      dm = red.sum(s) / fd;
+      nk_row_opaque<MAXV>(raw);
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int nvalid = NK_NVAL(i);
+        const float c0 = (nk_get<TI>(raw[i].w, 0) - k) - dm;
+        float qi = c0 * c0;
+#pragma unroll
+        for (int e = 1; e < VEC; ++e) {
+          const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
+          if (e < nvalid) qi = nk_fma(c, c, qi);
+        }
+        if (nvalid > 0) q += qi;
+      }
+      rs = nk_rsqrt(red.sum(q) / fd + eps);
+    } else {
+      float q = 0.0f;
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int nvalid = NK_NVAL(i);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float v = nk_get<TI>(raw[i].w, e);
+          if (e < nvalid) q = nk_fma(v, v, q);
+        }
+      }
+      rs = nk_rsqrt(red.sum(q) / fd + eps);
+    }
+    if (active && lr == 0) {
+      if (LN && mean) mean[r] = k + dm;
+      if (rstd) rstd[r] = rs;
+    }
+    nk_row_opaque<MAXV>(raw);
+
+    // The per-chunk weight/bias addresses: not hoisted above the statistics, nor out of the row loop.
+    unsigned long long wsel = (unsigned long long)(i1 < split ? weight : weight2);
+    int c0 = lr;
+    nk_opaque(c0);
+    nk_opaque64(wsel);
+    const SW* W = (const SW*)wsel;  // (reassigned after the dynamic scale's loop)
+    const bool has_w = W != nullptr, has_b = LN && B != nullptr;
+    float s = s_static;
+    if constexpr (Q) {
+      if (quant == NK_QUANT_DYNAMIC) {
+        // Dynamic scale: amax of |y| over the row (NaN ignored), y recomputed below with the same operations.
+        float am = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MAXV; ++i) {
+          const int nvalid = NK_NVAL(i);
+#pragma unroll
+          for (int p = 0; p < VEC; p += PE) {
+            if (nvalid > p) {
+              const long long off = (long long)(c0 + i * tpr) * VEC + p;
+              unsigned gw[PW], bw[PW];
+              if (has_w) nk_load_words<TW, PE>(W + off, VP, nvalid - p, gw);
+              if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
+              float f[PE];
+              nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
+#pragma unroll
+              for (int e = 0; e < PE; ++e)
+                if (p + e < nvalid) am = nk_fused_red::max2(am, nk_absf(f[e]));
+            }
+          }
+        }
+        am = red.max(am);
+        // The output loop below loads the weights and computes y again: kept from reusing this loop's values (64
+        // floats per thread at nv = 8) by making the row and the addresses opaque in between.
+        nk_row_opaque<MAXV>(raw);
+        nk_opaque(c0);
+        nk_opaque64(wsel);
+        W = (const SW*)wsel;
+        constexpr float floor_s = 1.0f / (TO::QMAX * 512.0f);
+        s = am / TO::QMAX;
+        s = floor_s > s ? floor_s : s;
+        s = scale_ub < s ? scale_ub : s;
+        if (active && lr == 0) scale[r] = s;
+      }
+    }
+    SO* yr = Y + i0 * y_s0 + i1 * y_s1;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int nvalid = NK_NVAL(i);
+#pragma unroll
+      for (int p = 0; p < VEC; p += PE) {
+        if (nvalid > p) {
+          const long long off = (long long)(c0 + i * tpr) * VEC + p;
+          unsigned gw[PW], bw[PW];
+          if (has_w) nk_load_words<TW, PE>(W + off, VP, nvalid - p, gw);
+          if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
+          float f[PE];
+          nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
+          nk_fused_store<TO, PE>(yr + off, VP, nvalid - p, f, s);
+        }
+      }
+    }
+    i0 += step0, i1 += step1;
+    if (i1 >= n1) i0 += 1, i1 -= n1;
+  }
+#undef NK_NVAL
+}
+
+// Checks the launch contract (a violation traps), then runs the vector path when d is a multiple of the chunk and
+// every tensor in use is aligned for it (x, residual, h, weights, bias: 16 bytes; y: its chunk, 16 bytes or VEC
+// bytes of a quantized dtype), else the scalar path.
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr bool Q = nk_is_quant<TO>::V;
+  constexpr int YA = Q ? VEC : 16;
+  nk_check_wave();
+  const unsigned bdim = nk_block_dim_x();
+  bool bad = nv < 1 || nv > NK_FUSED_MAXV || tpr < 1 || d < 0 || n0 < 0 || n1 < 0 || (long long)nv * tpr * VEC < d;
+  if (tpr <= NK_WARP_SIZE) bad = bad || (tpr & (tpr - 1)) != 0 || bdim % NK_WARP_SIZE != 0;
+  else bad = bad || tpr % NK_WARP_SIZE != 0 || (unsigned)tpr != bdim || bdim > NK_WARP_SIZE * NK_WARP_SIZE;
+  bad = bad || (Q ? (quant != NK_QUANT_STATIC && quant != NK_QUANT_DYNAMIC) : quant != NK_QUANT_NONE);
+  bad = bad || (residual && !h) || (Q && quant == NK_QUANT_DYNAMIC && !scale);
+  if (bad) nk_trap();
+  if (d == 0 || n0 == 0 || n1 == 0) return;
+  const bool vp = d % VEC == 0 && nk_fused_aligned(x, x_s0, n0, x_s1, n1, TI::SIZE, 16) &&
+                  nk_fused_aligned(residual, r_s0, n0, r_s1, n1, TI::SIZE, 16) &&
+                  nk_fused_aligned(h, h_s0, n0, h_s1, n1, TI::SIZE, 16) &&
+                  nk_fused_aligned(y, y_s0, n0, y_s1, n1, TO::SIZE, YA) && nk_aligned(weight, 16) &&
+                  nk_aligned(weight2, 16) && (!LN || nk_aligned(bias, 16));
+  if (vp) nk_fused_rows<TI, TO, TW, LN, true>(NK_FUSED_ARGS);
+  else nk_fused_rows<TI, TO, TW, LN, false>(NK_FUSED_ARGS);
+}
+
+#endif  // NORMKIT_FUSED_CUH

@@ -1,0 +1,97 @@
+// fused.cuh: the 1-byte output dtypes of the fused kernels and their conversions from f32.
+// Included through fused.cuh (kernels/README.md lists the files).
+#ifndef NORMKIT_FUSED_QUANT_CUH
+#define NORMKIT_FUSED_QUANT_CUH
+#include "portable.h"
+
+// f32 a + b, one IEEE rounding, never contracted or reassociated (the rounding tricks below rely on it).
+#if defined(__CUDACC__) && !defined(__HIP__)
+NK_INLINE float nk_add_rn(float a, float b) { return __fadd_rn(a, b); }
+#else
+NK_INLINE float nk_add_rn(float a, float b) { return a + b; }
+#endif
+NK_INLINE float nk_absf(float v) { return nk_u2f(nk_f2u(v) & 0x7fffffffu); }
+
+// fp8 (OCP E4M3 / E5M2) from f32: round to nearest even, SATFINITE (|v| past the largest finite value, Inf
+// included, becomes +-max), NaN becomes the format's NaN byte with the input's sign (E4M3 0x7F/0xFF, E5M2
+// 0x7E/0xFE), zero and underflow keep the sign. MB: mantissa bits, BIAS: exponent bias, MAXB: the largest
+// finite byte, NANB: the NaN byte. Written with integer and exact f32 operations only: the same bytes on every
+// target, and the same as the sm_89+ cvt below (whose NaN output nk_fp8_fix_nan overrides).
+template <int MB, int BIAS, unsigned MAXB, unsigned NANB>
+struct nk_fp8_format {
+  typedef unsigned char S;
+  enum { SIZE = 1, NAN_BYTE = NANB };
+  // The largest finite value as f32 bits: exponent field MAXB >> MB, mantissa MAXB's low MB bits.
+  static constexpr unsigned MAX_BITS = ((((MAXB >> MB) + 127u - BIAS) << 23) | ((MAXB & ((1u << MB) - 1u)) << (23 - MB)));
+  static NK_INLINE unsigned soft(float v) {
+    const unsigned u = nk_f2u(v), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+    unsigned r;
+    if (a > 0x7f800000u) {
+      r = NANB;
+    } else if (a > MAX_BITS) {
+      r = MAXB;  // beyond the largest finite value, Inf included (the bit patterns order like the values)
+    } else if (a >= (128u - BIAS) << 23) {
+      // Normal in the target: drop 23 - MB mantissa bits rounding to nearest even (a carry steps the exponent),
+      // then rebias. a <= MAX_BITS cannot round past the largest finite value.
+      constexpr unsigned SH = 23 - MB;
+      const unsigned rr = a + ((1u << (SH - 1)) - 1u) + ((a >> SH) & 1u);
+      r = (rr >> SH) - ((127u - BIAS) << MB);
+    } else {
+      // Subnormal in the target: units of 2^(1 - BIAS - MB). a * 2^(BIAS - 1 + MB) < 2^MB is exact; adding 2^23 rounds
+      // it to an integer (nearest even), which the low bits then hold. 2^MB is the smallest normal's byte.
+      const float m = nk_u2f(a) * nk_u2f((unsigned)(127 + BIAS - 1 + MB) << 23);
+      r = nk_f2u(nk_add_rn(m, 8388608.0f)) - 0x4b000000u;
+    }
+    return r | sign;
+  }
+};
+// HW: which sm_89+ cvt converts it (nk_quant2); 0: none.
+struct nk_fp8e4m3 : nk_fp8_format<3, 7, 0x7eu, 0x7fu> {
+  enum { HW = 1 };
+  static constexpr float QMAX = 448.0f;
+};
+struct nk_fp8e5m2 : nk_fp8_format<2, 15, 0x7bu, 0x7eu> {
+  enum { HW = 2 };
+  static constexpr float QMAX = 57344.0f;
+};
+
+// int8: round half to even, clamp to [-128, 127], NaN -> 0. Adding 1.5 * 2^23 to a value in [-128, 127] rounds
+// it to an integer (nearest even) held in the low bits.
+struct nk_int8 {
+  typedef unsigned char S;
+  enum { SIZE = 1, HW = 0 };
+  static constexpr float QMAX = 127.0f;
+  static NK_INLINE unsigned soft(float v) {
+    if (!(v == v)) return 0u;
+    v = v < -128.0f ? -128.0f : (v > 127.0f ? 127.0f : v);
+    return (nk_f2u(nk_add_rn(v, 12582912.0f)) - 0x4b400000u) & 0xffu;
+  }
+};
+
+// Whether T is one of the 1-byte quantized dtypes (the float dtypes have SIZE 2 or 4).
+template <class T>
+struct nk_is_quant {
+  enum { V = T::SIZE == 1 };
+};
+
+// Two values to two bytes (lo in bits 0..7): the hardware conversion where the target has it (sm_89+:
+// cvt.rn.satfinite.e4m3x2/e5m2x2.f32 round to nearest even and saturate as `soft` does), with the NaN bytes set
+// as `soft` sets them (nk_fp8_nan: the sign kept); `soft` elsewhere (sm_80, HIP) and for int8.
+NK_INLINE unsigned nk_fp8_nan(unsigned b, float v, unsigned nanb) {
+  const unsigned u = nk_f2u(v);
+  return (u & 0x7fffffffu) > 0x7f800000u ? (nanb | ((u >> 24) & 0x80u)) : b;
+}
+template <class T>
+NK_INLINE unsigned nk_quant2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && !defined(__HIP__)
+  if constexpr (T::HW != 0) {
+    unsigned short p;
+    if constexpr (T::HW == 1) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(p) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(p) : "f"(hi), "f"(lo));
+    return nk_fp8_nan(p & 0xffu, lo, T::NAN_BYTE) | (nk_fp8_nan((unsigned)p >> 8, hi, T::NAN_BYTE) << 8);
+  }
+#endif
+  return T::soft(lo) | (T::soft(hi) << 8);
+}
+
+#endif  // NORMKIT_FUSED_QUANT_CUH

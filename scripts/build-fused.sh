@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Build the precompiled fused kernels (kernels/fused.cu) into precompiled/.
+#
+#   bash scripts/build-fused.sh          # rebuild the images and fused_cuda.ts (twice: the output must be reproducible)
+#   bash scripts/build-fused.sh --check  # rebuild into a temp dir; exit 1 naming any stale file
+#
+# Outputs (generated; never edit them by hand), one image per architecture as for the norm kernels (docs/loading.md):
+#   precompiled/fused_sm80.fatbin   SASS for sm_80 (serves compute capability 8.x)
+#   precompiled/fused_sm90.fatbin   SASS for sm_90
+#   precompiled/fused_cuda.ts       the source hash, the kernel names, and where the images are (no image bytes)
+# Each image is a fatbin of one compressed entry, split from the fatbin nvcc writes (split_fatbin below).
+#
+# Kernel names: one per NK_FUSED_KERNEL(kind, isln, ti, to, tw) line of kernels/fused.cu, nk_fused_{kind}_{ti}_{to}_{tw};
+# the list must equal the .entry set of a compute_80 PTX compile (an intermediate, not kept).
+# Reproducibility: as scripts/build-kernels.sh (nvcc 13.0 V13.0.88: the same bytes across runs and directories; another
+# nvcc release gives other bytes, so --check fails there; the module records the nvcc version).
+# Registers: the kernels are compiled with __launch_bounds__(1024) (64 registers per thread); the build prints each
+# kernel's registers and spill stores (ptxas -v) and fails when one spills more than MAX_SPILL bytes.
+#
+# Env: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc).
+set -euo pipefail
+export LC_ALL=C
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SRC_REL="kernels/fused.cu"
+# Everything fused.cu compiles from, in hash order (FUSED_SOURCE_FILES in the generated module).
+HASHED_REL=(kernels/fused.cu kernels/portable.h kernels/fused.cuh kernels/fwd_common.cuh kernels/fused_quant.cuh)
+COMMITTED=(precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin precompiled/fused_cuda.ts)
+
+MAX_SPILL=1024
+MODE=build
+case "${1:-}" in
+  "") ;;
+  --check) MODE=check ;;
+  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  *) echo "build-fused: unknown argument '$1' (use --check or nothing)" >&2; exit 2 ;;
+esac
+
+NVCC="${NVCC:-}"
+if [[ -z "$NVCC" ]]; then
+  if command -v nvcc >/dev/null 2>&1; then NVCC="$(command -v nvcc)";
+  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then NVCC=/usr/local/cuda/bin/nvcc;
+  else echo "build-fused: nvcc not found (set NVCC=/path/to/nvcc)" >&2; exit 2; fi
+fi
+NVCC_VERSION="$("$NVCC" --version | grep -E '^Cuda compilation tools' | head -n1)"
+[[ -n "$NVCC_VERSION" ]] || { echo "build-fused: cannot read '$NVCC --version'" >&2; exit 2; }
+
+NVCC_FLAGS=(-O3 --std=c++17)
+PTX_FLAGS=(-ptx -arch=compute_80)
+FATBIN_FLAGS=(-fatbin
+  -gencode arch=compute_80,code=sm_80
+  -gencode arch=compute_90,code=sm_90
+  -Xptxas -v
+  -Xfatbin -compress-all --compress-mode=size)
+
+# kernel_names: from the NK_FUSED_KERNEL(...) lines of fused.cu, in source order.
+kernel_names() {
+  local names
+  names="$(sed -nE 's/^NK_FUSED_KERNEL\(([a-z]+),[[:space:]]*(true|false),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+)\)[[:space:]]*$/nk_fused_\1_\3_\4_\5/p' "$ROOT/$SRC_REL")"
+  [[ -n "$names" ]] || { echo "build-fused: no NK_FUSED_KERNEL(...) lines in $SRC_REL" >&2; exit 1; }
+  echo "$names"
+}
+
+# spill_table LOG: "arch kernel registers spill-bytes" per kernel from ptxas -v output.
+spill_table() {
+  awk '
+    /Compiling entry function/ { name = $7; gsub(/\047/, "", name); arch = $NF; gsub(/\047/, "", arch) }
+    /bytes spill stores/ { spill = $5 }
+    /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") regs = $(i + 1); print arch, name, regs, spill }
+  ' "$1"
+}
+
+# build OUTDIR [quiet]: compile from the repository root with fixed relative paths into OUTDIR.
+build() {
+  local out="$1" quiet="${2:-}"
+  (
+    cd "$ROOT"
+    "$NVCC" "${NVCC_FLAGS[@]}" "${PTX_FLAGS[@]}" -o "$out/fused.ptx" "$SRC_REL" 2>"$out/ptx.log" &
+    local ptx_pid=$!
+    if ! "$NVCC" "${NVCC_FLAGS[@]}" "${FATBIN_FLAGS[@]}" -o "$out/fused.fatbin" "$SRC_REL" 2>"$out/ptxas.log"; then
+      wait "$ptx_pid" || true
+      cat "$out/ptxas.log" >&2; exit 1
+    fi
+    if ! wait "$ptx_pid"; then cat "$out/ptx.log" >&2; exit 1; fi
+    spill_table "$out/ptxas.log" >"$out/spills.txt"
+    [[ -n "$quiet" ]] || { echo "build-fused: arch kernel registers spill-store-bytes"; cat "$out/spills.txt"; } >&2
+    local worst
+    worst="$(awk '{ print $4 }' "$out/spills.txt" | sort -n | tail -1)"
+    if (( ${worst:-0} > MAX_SPILL )); then
+      echo "build-fused: a kernel spills ${worst} bytes (> ${MAX_SPILL}):" >&2
+      awk -v w="$worst" '$4 == w' "$out/spills.txt" >&2
+      exit 1
+    fi
+    rm -f "$out/ptxas.log" "$out/ptx.log" "$out/spills.txt"
+  )
+  local names entries
+  names="$(kernel_names)"
+  entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/fused.ptx")"
+  if [[ "$(sort <<<"$names")" != "$(sort <<<"$entries")" ]]; then
+    echo "build-fused: kernels in $SRC_REL ($(echo $names)) differ from .entry in PTX ($(echo $entries))" >&2
+    exit 1
+  fi
+  split_fatbin "$out"
+  write_module "$out" "$names"
+  rm -f "$out/fused.ptx" "$out/fused.fatbin"
+}
+
+# le BYTES VALUE: VALUE as BYTES little-endian bytes (printf escapes).
+le() {
+  local n=$1 v=$2 i
+  for ((i = 0; i < n; i++)); do printf '\\x%02x' $(((v >> (8 * i)) & 255)); done
+}
+# u FILE OFFSET BYTES: the unsigned little-endian integer at OFFSET.
+u() { od -An -t "u$3" -j "$2" -N "$3" "$1" | tr -d ' '; }
+
+# split_fatbin OUTDIR: OUTDIR/fused.fatbin's entries, each as a fatbin of its own (a 16-byte fatbin header, then the
+# entry's header and payload unchanged), as scripts/build-kernels.sh splits norm.fatbin.
+split_fatbin() {
+  local out=$1 f="$1/fused.fatbin" total off end kind ehs size arch name seen=""
+  [[ "$(u "$f" 0 4)" == $((0xBA55ED50)) && "$(u "$f" 6 2)" == 16 ]] || { echo "build-fused: $f: not a fatbin" >&2; exit 1; }
+  total=$(stat -c %s "$f")
+  end=$((16 + $(u "$f" 8 8)))
+  ((end == total)) || { echo "build-fused: $f: size field $end != file size $total" >&2; exit 1; }
+  off=16
+  while ((off < end)); do
+    kind=$(u "$f" "$off" 2); ehs=$(u "$f" $((off + 4)) 4); size=$(u "$f" $((off + 8)) 8); arch=$(u "$f" $((off + 28)) 4)
+    [[ "$kind" == 2 ]] || { echo "build-fused: $f: entry of kind $kind at $off (SASS only expected)" >&2; exit 1; }
+    name="fused_sm${arch}.fatbin"
+    {
+      printf "$(le 4 $((0xBA55ED50)))$(le 2 1)$(le 2 16)$(le 8 $((ehs + size)))"
+      dd if="$f" iflag=skip_bytes,count_bytes skip="$off" count=$((ehs + size)) bs=1M status=none
+    } >"$out/$name"
+    seen+=" $name"
+    off=$((off + ehs + size))
+  done
+  [[ "$seen" == " fused_sm80.fatbin fused_sm90.fatbin" ]] ||
+    { echo "build-fused: $f holds$seen (expected SASS sm_80 and sm_90, in that order)" >&2; exit 1; }
+}
+
+# write_module OUTDIR NAMES: fused_cuda.ts (formatted as deno fmt leaves it).
+write_module() {
+  local out="$1" names="$2" sha f n
+  sha="$(cd "$ROOT" && cat "${HASHED_REL[@]}" | sha256sum | cut -d' ' -f1)"
+  {
+    echo "// GENERATED by scripts/build-fused.sh. DO NOT EDIT: run \`bash scripts/build-fused.sh\`."
+    echo "// Source: ${HASHED_REL[*]}; sha256 of them concatenated in that order:"
+    echo "//   $sha"
+    echo "// Compiler: $NVCC_VERSION"
+    echo "// Images: nvcc ${NVCC_FLAGS[*]} ${FATBIN_FLAGS[*]},"
+    echo "//   one fatbin per entry: fused_sm80.fatbin (SASS), fused_sm90.fatbin (SASS)"
+    echo ""
+    echo "/** The fused kernel sources, in the order FUSED_SOURCE_SHA256 hashes them (paths from the repository root). */"
+    echo "export const FUSED_SOURCE_FILES: readonly string[] = Object.freeze(["
+    for f in "${HASHED_REL[@]}"; do echo "  \"$f\","; done
+    echo "]);"
+    echo ""
+    echo "/** sha256 (hex) of the FUSED_SOURCE_FILES concatenated in that order, as compiled. */"
+    echo "export const FUSED_SOURCE_SHA256: string = \"$sha\";"
+    echo ""
+    echo "/** The extern \"C\" kernels in every image: nk_fused_{ln|rms}_{ti}_{to}_{tw}, in kernels/fused.cu's order. */"
+    echo "export const FUSED_KERNELS: readonly string[] = Object.freeze(["
+    for n in $names; do echo "  \"$n\","; done
+    echo "]);"
+    echo ""
+    echo "/** Where the SASS images are, by target: files beside this module (importing it reads none). */"
+    echo "export const FUSED_CUDA_IMAGES: Readonly<Record<string, { readonly href: string }>> = Object.freeze({"
+    echo "  sm_80: new URL(\"./fused_sm80.fatbin\", import.meta.url),"
+    echo "  sm_90: new URL(\"./fused_sm90.fatbin\", import.meta.url),"
+    echo "});"
+  } >"$out/fused_cuda.ts"
+}
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/normkit-fused.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+
+if [[ "$MODE" == check ]]; then
+  build "$TMP" quiet
+  stale=()
+  for f in "${COMMITTED[@]}"; do
+    if [[ ! -f "$ROOT/$f" ]]; then stale+=("$f (missing)")
+    elif ! cmp -s "$TMP/$(basename "$f")" "$ROOT/$f"; then stale+=("$f"); fi
+  done
+  if ((${#stale[@]})); then
+    echo "build-fused --check: STALE precompiled output (does not match a rebuild of $SRC_REL):" >&2
+    for s in "${stale[@]}"; do echo "  $s" >&2; done
+    recorded="$(sed -nE 's#^// Compiler: (.*)#\1#p' "$ROOT/precompiled/fused_cuda.ts" 2>/dev/null || true)"
+    if [[ -n "$recorded" && "$recorded" != "$NVCC_VERSION" ]]; then
+      echo "  note: committed files were built with '$recorded', this nvcc is '$NVCC_VERSION'" >&2
+    fi
+    echo "Fix: run 'bash scripts/build-fused.sh' and commit precompiled/." >&2
+    exit 1
+  fi
+  echo "build-fused --check: precompiled/ is up to date (${COMMITTED[*]})"
+  exit 0
+fi
+
+build "$TMP"
+# Reproducibility guard: a second build in another directory must give identical bytes.
+mkdir "$TMP/again"
+build "$TMP/again" quiet
+for f in "${COMMITTED[@]}"; do
+  cmp -s "$TMP/$(basename "$f")" "$TMP/again/$(basename "$f")" ||
+    { echo "build-fused: $f is not reproducible (two builds differ)" >&2; exit 1; }
+done
+for f in "${COMMITTED[@]}"; do cp "$TMP/$(basename "$f")" "$ROOT/$f"; done
+echo "build-fused: wrote ${COMMITTED[*]} ($(stat -c %s "$ROOT/precompiled/fused_sm80.fatbin") and $(stat -c %s "$ROOT/precompiled/fused_sm90.fatbin") bytes; reproducible: two builds identical)" >&2

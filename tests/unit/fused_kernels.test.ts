@@ -1,0 +1,139 @@
+// The fused kernels' images and interface, without a GPU: precompiled/fused_cuda.ts against kernels/fused.cu, the SASS
+// images' symbol tables and parameter layout, and ops/fused_abi.ts against the kernel source.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import {
+  FUSED_CUDA_IMAGES,
+  FUSED_KERNELS,
+  FUSED_SOURCE_FILES,
+  FUSED_SOURCE_SHA256,
+} from "../../precompiled/fused_cuda.ts";
+import {
+  FUSED_ARGS,
+  FUSED_MAXV,
+  FUSED_PARAMS,
+  FUSED_QUANT,
+  fusedKernelName,
+  fusedKernelNames,
+} from "../../ops/fused_abi.ts";
+import type { ArgType } from "../../runtime/module.ts";
+import { UnsupportedError } from "../../runtime/errors.ts";
+import { elfFunctions, kernelParams, sassElf } from "../fixtures/fatbin.ts";
+
+const root = new URL("../../", import.meta.url);
+const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
+const text = (rel: string): string => readFileSync(new URL(rel, root), "utf8");
+
+test("fused_cuda.ts lists the 40 kernels nk_fused_{ln|rms}_{ti}_{to}_{tw}, as fused.cu's NK_FUSED_KERNEL lines", () => {
+  assert.equal(FUSED_KERNELS.length, 40);
+  assert.deepEqual([...FUSED_KERNELS], fusedKernelNames());
+  const lines = [
+    ...text("kernels/fused.cu").matchAll(/^NK_FUSED_KERNEL\((\w+), (true|false), (\w+), (\w+), (\w+)\)$/gm),
+  ];
+  assert.deepEqual(lines.map((m) => `nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}`), [...FUSED_KERNELS]);
+  for (const m of lines) assert.equal(m[2], m[1] === "ln" ? "true" : "false", m[0]);
+  for (const ti of ["f32", "f16", "bf16"]) {
+    const mine = FUSED_KERNELS.filter((k) => k.startsWith(`nk_fused_ln_${ti}_`));
+    assert.equal(mine.length, ti === "f32" ? 4 : 8, ti);
+  }
+  assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16"));
+  assert.ok(!FUSED_KERNELS.includes("nk_fused_rms_f32_f32_f16"));
+});
+
+test("fused_cuda.ts was generated from the current sources (run bash scripts/build-fused.sh otherwise)", () => {
+  const h = createHash("sha256");
+  for (const f of FUSED_SOURCE_FILES) h.update(read(f));
+  assert.equal(h.digest("hex"), FUSED_SOURCE_SHA256);
+  // Every file fused.cu includes, directly or through another, is hashed.
+  const included = new Set<string>();
+  const visit = (f: string) => {
+    for (const m of text(f).matchAll(/^#include "([^"]+)"/gm)) {
+      const dep = `kernels/${m[1]}`;
+      if (!included.has(dep)) included.add(dep), visit(dep);
+    }
+  };
+  visit("kernels/fused.cu");
+  assert.deepEqual([...included].filter((f) => !FUSED_SOURCE_FILES.includes(f)), []);
+});
+
+for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
+  test(`the ${target} image defines exactly FUSED_KERNELS, each with FUSED_ARGS' parameter layout`, () => {
+    const file = `precompiled/fused_${target.replace("_", "")}.fatbin`;
+    assert.ok(FUSED_CUDA_IMAGES[target].href.endsWith(`/${file}`), FUSED_CUDA_IMAGES[target].href);
+    const elf = sassElf(read(file));
+    assert.equal(elf[18] | (elf[19] << 8), 190, "e_machine EM_CUDA");
+    assert.equal(new DataView(elf.buffer, elf.byteOffset).getUint32(0x30, true) >> 8 & 0xff, arch, "e_flags: SM");
+    assert.deepEqual([...elfFunctions(elf)].sort(), [...FUSED_KERNELS].sort());
+    const want = cLayout(FUSED_ARGS);
+    for (const k of FUSED_KERNELS) assert.deepEqual(kernelParams(elf, k), want, k);
+  });
+}
+
+test("the images stay small (SASS, compressed)", () => {
+  for (const f of ["precompiled/fused_sm80.fatbin", "precompiled/fused_sm90.fatbin"]) {
+    const n = read(f).byteLength;
+    assert.ok(n < 400_000, `${f} is ${n} bytes`);
+  }
+});
+
+/** Offsets and sizes of the arguments as a C compiler lays them out (natural alignment). */
+function cLayout(types: readonly ArgType[]): { offset: number; size: number }[] {
+  let off = 0;
+  return types.map((t) => {
+    const size = t === "ptr" || t === "i64" || t === "u64" || t === "f64" ? 8 : 4;
+    off = Math.ceil(off / size) * size;
+    const r = { offset: off, size };
+    off += size;
+    return r;
+  });
+}
+
+/** NK_FUSED_PARAMS / NK_FUSED_ARGS of kernels/fused.cuh: the macro's text, continuation lines joined. */
+function macroBody(src: string, name: string): string {
+  const m = src.match(new RegExp(`^#define ${name}\\b((?:.*\\\\\\n)*.*)$`, "m"));
+  assert.ok(m, `#define ${name}`);
+  return m[1].replace(/\\\n/g, " ");
+}
+
+const C_TYPES: Record<string, ArgType> = {
+  "const void *": "ptr",
+  "void *": "ptr",
+  "float *": "ptr",
+  "int": "i32",
+  "long long": "i64",
+  "float": "f32",
+};
+
+test("FUSED_PARAMS (ops/fused_abi.ts) is the kernel's parameter list: names and types in order", () => {
+  const src = text("kernels/fused.cuh");
+  // "const void *x, const void *residual, ..., long long x_s0, long long x_s1, ...": each declarator takes the type
+  // of its declaration (`a, b` after a type share it only through `*` spelled per name, as here).
+  const params = macroBody(src, "NK_FUSED_PARAMS").split(",").map((p) => p.trim().replace(/\s+/g, " "));
+  const parsed = params.map((p) => {
+    const m = p.match(/^(.*?)\s*(\*?)\s*(\w+)$/);
+    assert.ok(m, p);
+    const type = (m[2] ? `${m[1]} *` : m[1]).trim();
+    assert.ok(type in C_TYPES, `C type ${type} of ${p}`);
+    return { name: m[3], type: C_TYPES[type] };
+  });
+  assert.deepEqual(parsed, FUSED_PARAMS.map((p) => ({ ...p })));
+  assert.equal(FUSED_ARGS.length, 28);
+  assert.deepEqual(FUSED_ARGS, FUSED_PARAMS.map((p) => p.type));
+  const args = macroBody(src, "NK_FUSED_ARGS").split(",").map((a) => a.trim());
+  assert.deepEqual(args, FUSED_PARAMS.map((p) => p.name));
+  const define = (name: string) => Number(src.match(new RegExp(`^#define ${name} (\\d+)$`, "m"))?.[1]);
+  assert.equal(define("NK_FUSED_MAXV"), FUSED_MAXV);
+  assert.equal(define("NK_QUANT_NONE"), FUSED_QUANT.none);
+  assert.equal(define("NK_QUANT_STATIC"), FUSED_QUANT.static);
+  assert.equal(define("NK_QUANT_DYNAMIC"), FUSED_QUANT.dynamic);
+});
+
+test("fusedKernelName: y of x's dtype or quantized, weights f32 or x's dtype; anything else refused", () => {
+  assert.equal(fusedKernelName("ln", "bf16", "fp8e4m3", "f32"), "nk_fused_ln_bf16_fp8e4m3_f32");
+  assert.equal(fusedKernelName("rms", "f16", "f16", "f16"), "nk_fused_rms_f16_f16_f16");
+  assert.throws(() => fusedKernelName("rms", "f16", "bf16", "f16"), UnsupportedError);
+  assert.throws(() => fusedKernelName("rms", "f32", "f32", "bf16"), UnsupportedError);
+  assert.throws(() => fusedKernelName("ln", "bf16", "int8", "f16"), UnsupportedError);
+});

@@ -13,7 +13,6 @@
  *   (1 and 8 tokens: graph µs per op) and prefill (16384 tokens: GB/s, bytes = the heads read and written).
  *
  *   deno run -A bench/fused.ts [--quick] [--json out.json]      bun bench/fused.ts [...]
- *
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";

@@ -54,3 +54,24 @@ NK_FUSED_KERNEL(rms, false, bf16, fp8e5m2, f32)
 NK_FUSED_KERNEL(rms, false, bf16, fp8e5m2, bf16)
 NK_FUSED_KERNEL(rms, false, bf16, int8, f32)
 NK_FUSED_KERNEL(rms, false, bf16, int8, bf16)
+
+// nk_fused_add_{t}: dst[r, i] = round_t(f32(dst[r, i]) + f32(src[r, i])), rows `*_stride` elements apart: the
+// backward's dResidual added to dx (ops/backward.ts). A block per row, grid-striding over rows.
+template <class T>
+NK_INLINE void nk_fused_add(void* dst, const void* src, int rows, int d, long long dst_stride, long long src_stride) {
+  typedef typename T::S S;
+  for (long long r = nk_block_x(); r < rows; r += nk_grid_dim_x()) {
+    S* out = (S*)dst + r * dst_stride;
+    const S* in = (const S*)src + r * src_stride;
+    for (int i = nk_thread_x(); i < d; i += nk_block_dim_x()) out[i] = T::from_f(T::to_f(out[i]) + T::to_f(in[i]));
+  }
+}
+// scripts/build-fused.sh lists these from the NK_FUSED_ADD_KERNEL(...) lines: keep one per line.
+#define NK_FUSED_ADD_KERNEL(t)                                                                                    \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_fused_add_##t(void* dst, const void* src, int rows, int d,   \
+                                                                   long long dst_stride, long long src_stride) { \
+    nk_fused_add<nk_##t>(dst, src, rows, d, dst_stride, src_stride);                                               \
+  }
+NK_FUSED_ADD_KERNEL(f32)
+NK_FUSED_ADD_KERNEL(f16)
+NK_FUSED_ADD_KERNEL(bf16)

@@ -7,7 +7,7 @@
 #include "fwd_common.cuh"
 #include "fused_quant.cuh"
 
-// Largest `nv` (16-byte chunks of x per thread): the row stays in registers, 4 words per chunk.
+// Largest `nv` (16-byte chunks of x per thread): the vector path holds the row in registers, 4 words per chunk.
 #define NK_FUSED_MAXV 8
 // With a residual, the vector path's loads of chunk i wait for chunk i - NK_FUSED_RES_DEPTH (x and residual of
 // every chunk in flight at once are 64 registers: the row cache's 32 again).
@@ -72,9 +72,8 @@ NK_INLINE void nk_opaque64(unsigned long long& v) { asm volatile("" : "+v"(v)); 
 NK_INLINE void nk_opaque64(unsigned long long& v) { asm volatile("" : "+l"(v)); }
 #endif
 
-// c "depends" on v: the next chunk's weight/bias addresses (from c) wait for this chunk's result, so that neither the
-// compiler nor ptxas issues the loads of every chunk at once (hoisted, 8 chunks of f32 weight and bias are 128
-// registers: LN bf16 with f32 weights spilled up to 7 KB at the 64-register cap).
+// c "depends" on v: addresses computed from c wait for v, so that neither the compiler nor ptxas issues those loads
+// earlier (the residual's: NK_FUSED_RES_DEPTH).
 #if defined(__HIP__)
 NK_INLINE void nk_after(int& c, float v) { asm volatile("" : "+v"(c) : "v"(v)); }
 #else
@@ -164,10 +163,68 @@ NK_INLINE bool nk_fused_aligned(const void* p, long long s0, int n0, long long s
   return !p || (nk_aligned(p, (unsigned)a) && (n0 <= 1 || (s0 * size) % a == 0) && (n1 <= 1 || (s1 * size) % a == 0));
 }
 
-// The row loop. VP: the vector path (every chunk whole, every tensor aligned; nk_fused picks it once per launch);
-// otherwise scalar accesses with the same chunk-to-thread assignment and the same arithmetic in the same order.
-template <class TI, class TO, class TW, bool LN, bool VP>
-NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
+// f32 a * b, one rounding, never contracted into an fma with a later add.
+#if defined(__CUDACC__) && !defined(__HIP__)
+NK_INLINE float nk_mul_rn(float a, float b) { return __fmul_rn(a, b); }
+#else
+NK_INLINE float nk_mul_rn(float a, float b) { return a * b; }
+#endif
+
+// The per-chunk statistics, one definition for both paths (the same operations in the same order: the same bits).
+// LN: the chunk's sum of h - k (add it to the row's when nvalid > 0); its centred sum of squares; RMS: the squares
+// fma'd into q in element order.
+template <class TI, int VEC>
+NK_INLINE float nk_chunk_shifted_sum(const unsigned* w, int nvalid, float k) {
+  float si = nk_get<TI>(w, 0) - k;
+#pragma unroll
+  for (int e = 1; e < VEC; ++e)
+    if (e < nvalid) si += nk_get<TI>(w, e) - k;
+  return si;
+}
+template <class TI, int VEC>
+NK_INLINE float nk_chunk_centred_sq(const unsigned* w, int nvalid, float k, float dm) {
+  const float c0 = (nk_get<TI>(w, 0) - k) - dm;
+  float qi = nk_mul_rn(c0, c0);
+#pragma unroll
+  for (int e = 1; e < VEC; ++e) {
+    const float c = (nk_get<TI>(w, e) - k) - dm;
+    if (e < nvalid) qi = nk_fma(c, c, qi);
+  }
+  return qi;
+}
+template <class TI, int VEC>
+NK_INLINE void nk_chunk_sq(const unsigned* w, int nvalid, float& q) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float v = nk_get<TI>(w, e);
+    if (e < nvalid) q = nk_fma(v, v, q);
+  }
+}
+// LN's shift k: the row's first element of h, computed as nk_residual_add computes it.
+template <class TI>
+NK_INLINE float nk_fused_shift(const typename TI::S* xr, const typename TI::S* rr) {
+  unsigned kw[1] = {(unsigned)xr[0]};
+  if (rr) {
+    const unsigned rk[1] = {(unsigned)rr[0]};
+    const float hk = nk_add_rn(nk_get<TI>(kw, 0), nk_get<TI>(rk, 0));
+    kw[0] = TI::SIZE == 4 ? nk_f2u(hk) : TI::pack2(hk, 0.0f);
+  }
+  return nk_get<TI>(kw, 0);
+}
+// The dynamic scale from the row's amax.
+template <class TO>
+NK_INLINE float nk_dynamic_scale(float am, float ub) {
+  constexpr float floor_s = 1.0f / (TO::QMAX * 512.0f);
+  float s = am / TO::QMAX;
+  s = floor_s > s ? floor_s : s;
+  return ub < s ? ub : s;
+}
+
+// The vector path's row loop (every chunk whole, every tensor aligned; nk_fused picks it once per launch): the row's
+// chunks cached in registers (raw), the loops over them unrolled.
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS) {
+  constexpr bool VP = true;
   constexpr int VEC = 16 / TI::SIZE, MAXV = NK_FUSED_MAXV;
   // The output loops take a chunk in pieces of PE elements whose weights are 16 bytes (PW words): 16-bit x with f32
   // weights in two halves, so that a chunk's weight and bias need 8 registers, not 16.
@@ -192,7 +249,7 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
   nk_fused_red red{tpr, 0u, red_buf};
   // Valid elements of this thread's i-th chunk of row r (<= 0: none).
 #define NK_NVAL(i) \
-  ((active && (i) < nv && lr + (i) * tpr < nchunks) ? (VP ? VEC : nk_mini(VEC, d - (lr + (i) * tpr) * VEC)) : 0)
+  ((active && (i) < nv && lr + (i) * tpr < nchunks) ? VEC : 0)
   // Whole blocks step together (the reductions need every lane): a group past the last row computes nothing.
   // (i0, i1) of row r, stepped along with r: the 64-bit divisions (calls) happen once, before the loop.
   const long long rows = (long long)n0 * n1;
@@ -213,10 +270,7 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);
-      // Scalar path: a 16-bit element loaded alone takes a register of its own until packed, so the loads of chunk i
-      // wait for chunk i - 2 (nk_after): two chunks in flight, not 8 (which spilled hundreds of bytes).
-      if (!VP && i >= 2) nk_after(cl, nk_u2f(raw[i - 2].w[0]));
-      if (VP && R && i >= NK_FUSED_RES_DEPTH) nk_after(cl, nk_u2f(raw[i - NK_FUSED_RES_DEPTH].w[0]));
+      if (R && i >= NK_FUSED_RES_DEPTH) nk_after(cl, nk_u2f(raw[i - NK_FUSED_RES_DEPTH].w[0]));
       const long long off = (long long)(cl + i * tpr) * VEC;
       nk_load_words<TI, VEC>(xr + off, VP, nvalid, raw[i].w);
       if (R) {
@@ -226,16 +280,7 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
       }
     }
     // The row's first element (LN's shift k), as the thread holding it computes it: every thread reads it itself.
-    float k = 0.0f;
-    if (LN && active) {
-      unsigned kw[1] = {(unsigned)xr[0]};
-      if (R) {
-        const unsigned rk[1] = {(unsigned)rr[0]};
-        const float hk = nk_add_rn(nk_get<TI>(kw, 0), nk_get<TI>(rk, 0));
-        kw[0] = TI::SIZE == 4 ? nk_f2u(hk) : TI::pack2(hk, 0.0f);  // nk_residual_add's rounding
-      }
-      k = nk_get<TI>(kw, 0);
-    }
+    const float k = (LN && active) ? nk_fused_shift<TI>(xr, R ? rr : nullptr) : 0.0f;
     if (H) {
       SI* hr = H + i0 * h_s0 + i1 * h_s1;
 #pragma unroll
@@ -253,10 +298,7 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
 #pragma unroll
       for (int i = 0; i < MAXV; ++i) {
         const int nvalid = NK_NVAL(i);
-        float si = nk_get<TI>(raw[i].w, 0) - k;
-#pragma unroll
-        for (int e = 1; e < VEC; ++e)
-          if (e < nvalid) si += nk_get<TI>(raw[i].w, e) - k;
+        const float si = nk_chunk_shifted_sum<TI, VEC>(raw[i].w, nvalid, k);
         if (nvalid > 0) s += si;
       }
       dm = red.sum(s) / fd;
@@ -265,27 +307,14 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
 #pragma unroll
       for (int i = 0; i < MAXV; ++i) {
         const int nvalid = NK_NVAL(i);
-        const float c0 = (nk_get<TI>(raw[i].w, 0) - k) - dm;
-        float qi = c0 * c0;
-#pragma unroll
-        for (int e = 1; e < VEC; ++e) {
-          const float c = (nk_get<TI>(raw[i].w, e) - k) - dm;
-          if (e < nvalid) qi = nk_fma(c, c, qi);
-        }
+        const float qi = nk_chunk_centred_sq<TI, VEC>(raw[i].w, nvalid, k, dm);
         if (nvalid > 0) q += qi;
       }
       rs = nk_rsqrt(red.sum(q) / fd + eps);
     } else {
       float q = 0.0f;
 #pragma unroll
-      for (int i = 0; i < MAXV; ++i) {
-        const int nvalid = NK_NVAL(i);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float v = nk_get<TI>(raw[i].w, e);
-          if (e < nvalid) q = nk_fma(v, v, q);
-        }
-      }
+      for (int i = 0; i < MAXV; ++i) nk_chunk_sq<TI, VEC>(raw[i].w, NK_NVAL(i), q);
       rs = nk_rsqrt(red.sum(q) / fd + eps);
     }
     if (active && lr == 0) {
@@ -325,16 +354,13 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
           }
         }
         am = red.max(am);
+        s = nk_dynamic_scale<TO>(am, scale_ub);
         // The output loop below loads the weights and computes y again: kept from reusing this loop's values (64
         // floats per thread at nv = 8) by making the row and the addresses opaque in between.
         nk_row_opaque<MAXV>(raw);
         nk_opaque(c0);
         nk_opaque64(wsel);
         W = (const SW*)wsel;
-        constexpr float floor_s = 1.0f / (TO::QMAX * 512.0f);
-        s = am / TO::QMAX;
-        s = floor_s > s ? floor_s : s;
-        s = scale_ub < s ? scale_ub : s;
         if (active && lr == 0) scale[r] = s;
       }
     }
@@ -361,6 +387,131 @@ NK_INLINE void nk_fused_rows(NK_FUSED_PARAMS) {
 #undef NK_NVAL
 }
 
+// The scalar path's row loop (d not a multiple of the chunk, or a tensor not aligned for it): the same chunk-to-thread
+// assignment and the same arithmetic in the same order as nk_fused_rows_vec, with nothing cached: each pass loads the
+// thread's chunks element by element again (h from h when it is written, so that an h written over the residual is
+// read back rather than recomputed), in loops that are not unrolled. A fallback: small code, few registers.
+template <class TI, class TO, class TW, bool LN>
+NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS) {
+  constexpr int VEC = 16 / TI::SIZE, PE = 4, PW = PE * TW::SIZE / 4;
+  constexpr bool Q = nk_is_quant<TO>::V;
+  typedef typename TI::S SI;
+  typedef typename TO::S SO;
+  typedef typename TW::S SW;
+  NK_SHARED float red_buf[2 * NK_WARP_SIZE];
+  const SI* X = (const SI*)x;
+  const SI* R = (const SI*)residual;
+  SI* H = (SI*)h;
+  SO* Y = (SO*)y;
+  const SW* B = LN ? (const SW*)bias : nullptr;
+  const int t = (int)nk_thread_x();
+  const int rpb = tpr <= NK_WARP_SIZE ? (int)nk_block_dim_x() / tpr : 1;
+  const int lr = tpr <= NK_WARP_SIZE ? (t & (tpr - 1)) : t;
+  const int g = tpr <= NK_WARP_SIZE ? t / tpr : 0;
+  const int nchunks = (d - 1) / VEC + 1;
+  const float fd = (float)d;
+  const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
+  nk_fused_red red{tpr, 0u, red_buf};
+  const long long rows = (long long)n0 * n1;
+  const long long step = (long long)nk_grid_dim_x() * rpb;
+  const long long step0 = step / n1;
+  const int step1 = (int)(step - step0 * n1);
+  long long i0 = ((long long)nk_block_x() * rpb + g) / n1;
+  int i1 = (int)((long long)nk_block_x() * rpb + g - i0 * n1);
+  // Valid elements of chunk c (<= 0: none, also past the thread's nv chunks and for a group past the last row).
+#define NK_NVALC(i, c) ((active && (i) < nv && (c) < nchunks) ? nk_mini(VEC, d - (c) * VEC) : 0)
+  for (long long base = (long long)nk_block_x() * rpb; base < rows; base += step) {
+    const long long r = base + g;
+    const bool active = r < rows;
+    const SI* xr = X + i0 * x_s0 + i1 * x_s1;
+    const SI* rr = R + i0 * r_s0 + i1 * r_s1;
+    SI* hr = H + i0 * h_s0 + i1 * h_s1;
+    const SI* src = H ? (const SI*)hr : xr;  // h after the first pass
+    const float k = (LN && active) ? nk_fused_shift<TI>(xr, R ? rr : nullptr) : 0.0f;
+    float acc = 0.0f;  // LN: sum of h - k; RMS: sum of squares
+#pragma unroll 1
+    for (int i = 0; i < NK_FUSED_MAXV; ++i) {
+      const int c = lr + i * tpr, nvalid = NK_NVALC(i, c);
+      if (nvalid > 0) {
+        unsigned w[4];
+        nk_load_words<TI, VEC>(xr + (long long)c * VEC, false, nvalid, w);
+        if (R) {
+          unsigned rw[4];
+          nk_load_words<TI, VEC>(rr + (long long)c * VEC, false, nvalid, rw);
+          nk_residual_add<TI, VEC>(w, rw);
+        }
+        if (H) nk_store_words<TI, VEC>(hr + (long long)c * VEC, false, nvalid, w);
+        if (LN) acc += nk_chunk_shifted_sum<TI, VEC>(w, nvalid, k);
+        else nk_chunk_sq<TI, VEC>(w, nvalid, acc);
+      }
+    }
+    float dm = 0.0f, rs;
+    if (LN) {
+      dm = red.sum(acc) / fd;
+      float q = 0.0f;
+#pragma unroll 1
+      for (int i = 0; i < NK_FUSED_MAXV; ++i) {
+        const int c = lr + i * tpr, nvalid = NK_NVALC(i, c);
+        if (nvalid > 0) {
+          unsigned w[4];
+          nk_load_words<TI, VEC>(src + (long long)c * VEC, false, nvalid, w);
+          q += nk_chunk_centred_sq<TI, VEC>(w, nvalid, k, dm);
+        }
+      }
+      rs = nk_rsqrt(red.sum(q) / fd + eps);
+    } else {
+      rs = nk_rsqrt(red.sum(acc) / fd + eps);
+    }
+    if (active && lr == 0) {
+      if (LN && mean) mean[r] = k + dm;
+      if (rstd) rstd[r] = rs;
+    }
+    const SW* W = (const SW*)(i1 < split ? weight : weight2);
+    const bool has_w = W != nullptr, has_b = LN && B != nullptr;
+    SO* yr = Y + i0 * y_s0 + i1 * y_s1;
+    float s = s_static;
+    // Pass `out` 0: the dynamic scale's amax (quantized y only); 1: y.
+#pragma unroll 1
+    for (int out = Q && quant == NK_QUANT_DYNAMIC ? 0 : 1; out < 2; ++out) {
+      float am = 0.0f;
+#pragma unroll 1
+      for (int i = 0; i < NK_FUSED_MAXV; ++i) {
+        const int c = lr + i * tpr, nvalid = NK_NVALC(i, c);
+        if (nvalid <= 0) continue;
+        unsigned hw[4];
+        nk_load_words<TI, VEC>(src + (long long)c * VEC, false, nvalid, hw);
+#pragma unroll
+        for (int p = 0; p < VEC; p += PE) {
+          if (nvalid > p) {
+            const long long off = (long long)c * VEC + p;
+            unsigned gw[PW], bw[PW];
+            if (has_w) nk_load_words<TW, PE>(W + off, false, nvalid - p, gw);
+            if (has_b) nk_load_words<TW, PE>(B + off, false, nvalid - p, bw);
+            float f[PE];
+            nk_fused_y<TI, TW, LN, PE>(hw, p, has_w, gw, has_b, bw, k, dm, rs, f);
+            if (out == 0) {
+#pragma unroll
+              for (int e = 0; e < PE; ++e)
+                if (p + e < nvalid) am = nk_fused_red::max2(am, nk_absf(f[e]));
+            } else {
+              nk_fused_store<TO, PE>(yr + off, false, nvalid - p, f, s);
+            }
+          }
+        }
+      }
+      if constexpr (Q) {
+        if (out == 0) {
+          s = nk_dynamic_scale<TO>(red.max(am), scale_ub);
+          if (active && lr == 0) scale[r] = s;
+        }
+      }
+    }
+    i0 += step0, i1 += step1;
+    if (i1 >= n1) i0 += 1, i1 -= n1;
+  }
+#undef NK_NVALC
+}
+
 // Checks the launch contract (a violation traps), then runs the vector path when d is a multiple of the chunk and
 // every tensor in use is aligned for it (x, residual, h, weights, bias: 16 bytes; y: its chunk, 16 bytes or VEC
 // bytes of a quantized dtype), else the scalar path.
@@ -383,8 +534,8 @@ NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
                   nk_fused_aligned(h, h_s0, n0, h_s1, n1, TI::SIZE, 16) &&
                   nk_fused_aligned(y, y_s0, n0, y_s1, n1, TO::SIZE, YA) && nk_aligned(weight, 16) &&
                   nk_aligned(weight2, 16) && (!LN || nk_aligned(bias, 16));
-  if (vp) nk_fused_rows<TI, TO, TW, LN, true>(NK_FUSED_ARGS);
-  else nk_fused_rows<TI, TO, TW, LN, false>(NK_FUSED_ARGS);
+  if (vp) nk_fused_rows_vec<TI, TO, TW, LN>(NK_FUSED_ARGS);
+  else nk_fused_rows_scalar<TI, TO, TW, LN>(NK_FUSED_ARGS);
 }
 
 #endif  // NORMKIT_FUSED_CUH

@@ -10,7 +10,7 @@ import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, type RowLevels, Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import { fusedKernel } from "./fused_module.ts";
-import { fusedGeometry, fusedKernelName, fusedLaunch } from "./plan_fused.ts";
+import { fusedGeometry, fusedKernelFor, fusedLaunch } from "./plan_fused.ts";
 import { planLimits } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import {
@@ -100,13 +100,11 @@ export interface FusedCallOptions {
 /** Whether the call goes to the fused path: a fused option, batchInvariant, or rows on two levels. */
 export function takesFused(x: unknown, o: FusedCallOptions): boolean {
   return o.residual !== undefined || o.residualOut !== undefined || o.quant !== undefined ||
-    o.weight2 !== undefined || o.split !== undefined || (o.batchInvariant !== undefined && o.batchInvariant !== false) ||
+    o.weight2 !== undefined || o.split !== undefined ||
+    (o.batchInvariant !== undefined && o.batchInvariant !== false) ||
     (Tensor.isTensor(x) && !x.closed && !x.uniformRows) ||
     (Tensor.isTensor(o.out) && !o.out.closed && !o.out.uniformRows);
 }
-
-/** qmax per quantized dtype: the largest finite value. */
-export const QMAX: Readonly<Record<QuantDType, number>> = { fp8e4m3: 448, fp8e5m2: 57344, int8: 127 };
 
 interface Quant {
   dtype: QuantDType;
@@ -147,14 +145,22 @@ function checkQuant(q: unknown, x: Tensor): Quant | undefined {
   if (scaleUpperBound !== undefined) {
     ub = Math.fround(scaleUpperBound as number);
     if (typeof scaleUpperBound !== "number" || !(ub > 0)) {
-      throw new ArgumentError("quant.scaleUpperBound", "a number whose f32 is > 0 (Infinity: no bound)", scaleUpperBound);
+      throw new ArgumentError(
+        "quant.scaleUpperBound",
+        "a number whose f32 is > 0 (Infinity: no bound)",
+        scaleUpperBound,
+      );
     }
   }
   let out: Tensor | undefined;
   if (scaleOut !== undefined) {
     out = checkTensor("quant.scaleOut", scaleOut, x.device);
     if (out.dtype !== "f32" || out.numel !== x.rows || !out.contiguous) {
-      throw new ArgumentError("quant.scaleOut", `a contiguous f32 tensor of ${x.rows} elements (one per row)`, `${out}`);
+      throw new ArgumentError(
+        "quant.scaleOut",
+        `a contiguous f32 tensor of ${x.rows} elements (one per row)`,
+        `${out}`,
+      );
     }
   }
   return { dtype, mode: 2, scaleValue: 1, scaleTensor: undefined, upperBound: ub, scaleOut: out };
@@ -166,7 +172,9 @@ function checkSplit(x: Tensor, weight: Tensor | undefined, weight2: Tensor | und
     if (split !== undefined) throw new ArgumentError("split", "nothing without weight2", split);
     return 0;
   }
-  if (weight === undefined) throw new ArgumentError("weight", "a weight beside weight2 (the heads before split)", weight);
+  if (weight === undefined) {
+    throw new ArgumentError("weight", "a weight beside weight2 (the heads before split)", weight);
+  }
   if (weight2.dtype !== weight.dtype) {
     throw new ArgumentError("weight2.dtype", `weight's dtype "${weight.dtype}"`, weight2.dtype);
   }
@@ -265,12 +273,18 @@ export function runFused(
       if (h.dtype !== x.dtype) throw new ArgumentError("residualOut.dtype", `x's dtype "${x.dtype}"`, h.dtype);
       for (const [name, t] of [["residual", residual], ["x", x]] as const) {
         if (!sameView(h, t) && overlaps(h, t)) {
-          throw new ArgumentError("residualOut", `${name} itself or memory apart from it`, `a partial overlap with ${name}`);
+          throw new ArgumentError(
+            "residualOut",
+            `${name} itself or memory apart from it`,
+            `a partial overlap with ${name}`,
+          );
         }
       }
     }
     for (const [name, p] of Object.entries(params)) {
-      if (p && overlaps(h, p)) throw new ArgumentError("residualOut", `memory apart from ${name}`, `an overlap with ${name}`);
+      if (p && overlaps(h, p)) {
+        throw new ArgumentError("residualOut", `memory apart from ${name}`, `an overlap with ${name}`);
+      }
     }
   } else if (o.residualOut !== undefined) {
     throw new ArgumentError("residualOut", "nothing without a residual", o.residualOut);
@@ -312,14 +326,14 @@ export function runFused(
   const wDtype = (weight ?? bias)?.dtype;
   if (gpu) {
     const limits = planLimits(device);
-    const geometry = fusedGeometry(kind, x.d, x.dtype, limits);
-    if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused) on ${device.backend}: ${geometry.unsupported}`);
-    const name = fusedKernelName(kind, x.dtype, yDtype, wDtype ?? (x.dtype === "f32" ? "f32" : x.dtype));
-    if (typeof name !== "string") throw new UnsupportedError(`${kind}Norm (fused) on ${device.backend}: ${name.unsupported}`);
-    const kernel = fusedKernel(device, name); // UnsupportedError before loadKernels(dev, { fused: true })
+    const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits);
+    if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused): ${geometry.unsupported}`);
+    const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype);
+    if ("unsupported" in choice) throw new UnsupportedError(`${kind}Norm (fused): ${choice.unsupported}`);
+    const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels(dev, { fused: true })
     launch = () => {
       const l = fusedLaunch(geometry, x.rows, limits);
-      const config = new LaunchConfig({ grid: [l.grid], block: [l.block] });
+      const config = new LaunchConfig({ grid: l.grid, block: l.block });
       kernel.checkLaunch(stream, config);
       const [xs0, xs1] = stridesOn(x, grid.n1, "x");
       const [rs0, rs1] = residual ? stridesOn(residual, grid.n1, "residual") : [0, 0];

@@ -2,7 +2,6 @@
  * The fused kernels' launch interface (kernels/fused.cuh, NK_FUSED_PARAMS): parameter names and types in order,
  * the kernel names, and the constants the kernels check. Pure data: the op packs its arguments from here.
  */
-import { UnsupportedError } from "../runtime/errors.ts";
 import type { ArgType } from "../runtime/module.ts";
 
 /** One kernel parameter: its name in kernels/fused.cuh and its type as packed at launch. */
@@ -49,45 +48,7 @@ export const FUSED_ARGS: readonly ArgType[] = Object.freeze(FUSED_PARAMS.map((p)
 /** Parameter `quant` (NK_QUANT_* in kernels/fused.cuh). */
 export const FUSED_QUANT = Object.freeze({ none: 0, static: 1, dynamic: 2 } as const);
 
-/** Largest `nv`, 16-byte chunks of x per thread (NK_FUSED_MAXV). */
-export const FUSED_MAXV = 8;
-
-/** Input dtypes of the fused kernels. */
-export type FusedInput = "f32" | "f16" | "bf16";
-/** Quantized output dtypes (1 byte each) and their largest magnitude (qmax of the dynamic scale). */
-export const FUSED_QMAX = Object.freeze({ fp8e4m3: 448, fp8e5m2: 57344, int8: 127 } as const);
-export type FusedQuantDtype = keyof typeof FUSED_QMAX;
-
-/**
- * The kernel for a call: y of the input's dtype or a quantized one, weights f32 or the input's dtype.
- * @throws UnsupportedError for a combination that is not built (the op validates the call before naming a kernel).
- */
-export function fusedKernelName(
-  kind: "ln" | "rms",
-  input: FusedInput,
-  output: FusedInput | FusedQuantDtype,
-  weight: FusedInput,
-): string {
-  if (output !== input && !(output in FUSED_QMAX)) {
-    throw new UnsupportedError(`fused kernels: y of ${input} x is ${input} or quantized, not ${output}`);
-  }
-  if (weight !== "f32" && weight !== input) {
-    throw new UnsupportedError(`fused kernels: weights of ${input} x are f32 or ${input}, not ${weight}`);
-  }
-  return `nk_fused_${kind}_${input}_${output}_${weight}`;
-}
-
-/** Every fused kernel name, in kernels/fused.cu's order. */
-export function fusedKernelNames(): string[] {
-  const names: string[] = [];
-  for (const kind of ["ln", "rms"] as const) {
-    for (const ti of ["f32", "f16", "bf16"] as const) {
-      for (const to of [ti, "fp8e4m3", "fp8e5m2", "int8"] as const) {
-        for (const tw of ti === "f32" ? ["f32"] as const : ["f32", ti] as const) {
-          names.push(fusedKernelName(kind, ti, to, tw));
-        }
-      }
-    }
-  }
-  return names;
-}
+/** Parameters of nk_fused_add_{f32|f16|bf16}: dst, src, rows, d, dst_stride, src_stride (dst = dst + src). */
+export const FUSED_ADD_ARGS: readonly ArgType[] = Object.freeze(["ptr", "ptr", "i32", "i32", "i64", "i64"]);
+/** Threads per block of nk_fused_add_*: a block per row, grid-striding over rows. */
+export const FUSED_ADD_THREADS = 256;

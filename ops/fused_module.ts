@@ -9,7 +9,7 @@ import { type ArgType, type Kernel, LaunchConfig, type Module } from "../runtime
 import type { Stream } from "../runtime/stream.ts";
 import type { Tensor } from "../runtime/tensor.ts";
 import { FUSED_CUDA_IMAGES } from "../precompiled/fused_cuda.ts";
-import { FUSED_ARGS } from "./fused_abi.ts";
+import { FUSED_ADD_ARGS, FUSED_ADD_THREADS, FUSED_ARGS } from "./fused_abi.ts";
 import { imageChoice, readImage } from "./images.ts";
 
 const MODULE_KEY = "normkit.fused.module";
@@ -68,11 +68,6 @@ export function fusedKernel(device: Device, name: string, args: readonly ArgType
   }
   return k;
 }
-
-/** Parameters of nk_fused_add_{f32|f16|bf16}: dst, src, rows, d, dst_stride, src_stride (dst = dst + src). */
-export const FUSED_ADD_ARGS: readonly ArgType[] = ["ptr", "ptr", "i32", "i32", "i64", "i64"];
-/** Threads per block of nk_fused_add_*: a block per row, grid-striding over rows. */
-export const FUSED_ADD_THREADS = 256;
 
 /** dst += src on `stream`: same shape and dtype, rows one stride apart; an f32 add rounded to the dtype. */
 export function addInto(dst: Tensor, src: Tensor, stream: Stream): void {

@@ -233,7 +233,9 @@ function runFusedFlattened(kind: NormKind, x: Tensor, o: CallOptions): Tensor | 
     throw new ArgumentError("x", `a last dimension of ${ns[0]} (normalizedShape)`, `shape [${x.shape}]`);
   }
   if (o.check === true) {
-    throw new UnsupportedError(`${kind}Norm: check mode covers the unfused norms; pass check: false with fused options`);
+    throw new UnsupportedError(
+      `${kind}Norm: check mode covers the unfused norms; pass check: false with fused options`,
+    );
   }
   return runFused(kind, x, o) as Tensor | NormResult | QuantNormResult;
 }

@@ -8,14 +8,13 @@
  * every output bit of a row is too. The row count sizes the grid alone (fusedLaunch); the kernel grid-strides.
  * Each table row has a stable `fused.*` id.
  */
-import type { DType } from "../runtime/dtype.ts";
+import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
 import type { NormKind, PlanLimits } from "./plan.ts";
 
 /** x's dtypes (the fused kernels' `ti`). */
 export type FusedInput = DType;
 /** y's dtypes: a float dtype or a 1-byte quantized one. */
-export type FusedOutput = DType | "fp8e4m3" | "fp8e5m2" | "int8";
-export const QUANT_DTYPES: readonly FusedOutput[] = ["fp8e4m3", "fp8e5m2", "int8"];
+export type FusedOutput = DType;
 
 /** 16-byte chunks per thread at most (NK_FUSED_MAXV in kernels/fused.cu). */
 export const FUSED_MAXV = 8;
@@ -117,7 +116,7 @@ export function fusedLaunch(
   return { grid: [gridX, 1, 1], block: [g.block, 1, 1] };
 }
 
-/** The kernel's name (whether it is built: fusedKernel). */
+/** The kernel's name (whether it is built: fusedKernelFor). */
 export function fusedKernelName(kind: NormKind, ti: string, to: string, tw: string): string {
   return `nk_fused_${kind === "layer" ? "ln" : "rms"}_${ti}_${to}_${tw}`;
 }
@@ -139,7 +138,7 @@ export const FUSED_KERNELS: readonly string[] = (["layer", "rms"] as const).flat
 );
 
 /** The fused kernel for these dtypes, or a sentence naming the dtype it does not take. */
-export function fusedKernel(
+export function fusedKernelFor(
   kind: NormKind,
   ti: string,
   to: string,

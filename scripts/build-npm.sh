@@ -9,7 +9,7 @@ PATH="$PWD/node_modules/.bin:$PATH"
 command -v tsc >/dev/null || { echo "build-npm: tsc not found: run npm ci (typescript is a devDependency)" >&2; exit 1; }
 rm -rf dist
 tsc -p tsconfig.npm.json
-cp precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin dist/precompiled/
+cp precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin dist/precompiled/
 for entry in mod gpu; do
   [ -s "dist/$entry.js" ] && [ -s "dist/$entry.d.ts" ] || { echo "build-npm: dist/$entry.js or .d.ts missing" >&2; exit 1; }
 done

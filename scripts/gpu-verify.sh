@@ -12,6 +12,7 @@
 #   ptxjit      bench/coldstart.ts --ptx-jit (CUDA_FORCE_PTX_JIT=1: the first-use JIT of the PTX package)
 #   gpu-tests   every file of tests/gpu/
 #   sanitize    scripts/gpu-sanitize.sh (compute-sanitizer, four tools × three kernel families)
+#   fused-tests tests/gpu/fused.test.ts (the fused kernels against float64, batch invariance bitwise, QK views)
 #   fused       bench/fused.ts, then bench/compare_torch_fused.py (torch eager and torch.compile, same cases): raw JSON
 #               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick)
 set -uo pipefail
@@ -51,6 +52,7 @@ for s in "${steps[@]}"; do
     ptxjit) step ptxjit run bench/coldstart.ts --runs 1 --ptx-jit ;;
     gpu-tests) step gpu-tests tests tests/gpu/ ;;
     sanitize) step sanitize bash scripts/gpu-sanitize.sh "$rt" ;;
+    fused-tests) step fused-tests tests tests/gpu/fused.test.ts ;;
     fused)
       q=(); [ "${FUSED_QUICK:-}" = 1 ] && q=(--quick)
       step fused run bench/fused.ts ${q[@]+"${q[@]}"} --json "$OUT/fused-$rt.json"

@@ -329,7 +329,17 @@ export function fusedCases(): FusedCase[] {
     const kind = kindTag === "ln" ? "layer" : "rms", dtype = ti as "f32" | "f16" | "bf16";
     const quant = to === ti ? "none" : "dynamic";
     for (const [rows, d] of [[7, 770], [3, 5125]]) {
-      out.push({ kind, dtype, d, rows, residual: true, quant, qdtype: quant === "none" ? undefined : to as QuantDType, strided: true, paramsOfX: tw === ti && ti !== "f32" });
+      out.push({
+        kind,
+        dtype,
+        d,
+        rows,
+        residual: true,
+        quant,
+        qdtype: quant === "none" ? undefined : to as QuantDType,
+        strided: true,
+        paramsOfX: tw === ti && ti !== "f32",
+      });
     }
   }
   return out;
@@ -383,7 +393,9 @@ async function main(args: string[]): Promise<number> {
     const { fwd, bwd } = h200Limits();
     for (const f of ["fwd", "bwd"] as const) printPlan(f, selectCases(f, fwd, bwd));
     console.log("== diag: nk_diag_partial_{f32,bf16,f16}, nk_diag_final (tensorStats, check mode, sanityCheck)");
-    console.log(`== fused: ${fusedCases().length} cases over the ${FUSED_KERNELS.length} nk_fused_* kernels, and nk_fused_add_*`);
+    console.log(
+      `== fused: ${fusedCases().length} cases over the ${FUSED_KERNELS.length} nk_fused_* kernels, and nk_fused_add_*`,
+    );
     return 0;
   }
   if (!args.includes("--family") || !["fwd", "bwd", "diag", "fused"].includes(fam)) {

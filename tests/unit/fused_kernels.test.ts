@@ -10,29 +10,25 @@ import {
   FUSED_SOURCE_FILES,
   FUSED_SOURCE_SHA256,
 } from "../../precompiled/fused_cuda.ts";
-import {
-  FUSED_ARGS,
-  FUSED_MAXV,
-  FUSED_PARAMS,
-  FUSED_QUANT,
-  fusedKernelName,
-  fusedKernelNames,
-} from "../../ops/fused_abi.ts";
+import { FUSED_ADD_ARGS, FUSED_ARGS, FUSED_PARAMS, FUSED_QUANT } from "../../ops/fused_abi.ts";
+import { FUSED_KERNELS as PLANNED_KERNELS, FUSED_MAXV, fusedKernelFor } from "../../ops/plan_fused.ts";
 import type { ArgType } from "../../runtime/module.ts";
-import { UnsupportedError } from "../../runtime/errors.ts";
 import { elfFunctions, kernelParams, sassElf } from "../fixtures/fatbin.ts";
 
 const root = new URL("../../", import.meta.url);
+/** The norm kernels of the image (the rest are nk_fused_add_*). */
+const NORMS = FUSED_KERNELS.filter((k) => !k.startsWith("nk_fused_add_"));
 const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
 const text = (rel: string): string => readFileSync(new URL(rel, root), "utf8");
 
 test("fused_cuda.ts lists the 40 kernels nk_fused_{ln|rms}_{ti}_{to}_{tw}, as fused.cu's NK_FUSED_KERNEL lines", () => {
-  assert.equal(FUSED_KERNELS.length, 40);
-  assert.deepEqual([...FUSED_KERNELS], fusedKernelNames());
+  assert.equal(NORMS.length, 40);
+  assert.deepEqual([...NORMS].sort(), [...PLANNED_KERNELS].sort(), "the plan's triples are the built kernels");
+  assert.deepEqual(FUSED_KERNELS.slice(40), ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"]);
   const lines = [
     ...text("kernels/fused.cu").matchAll(/^NK_FUSED_KERNEL\((\w+), (true|false), (\w+), (\w+), (\w+)\)$/gm),
   ];
-  assert.deepEqual(lines.map((m) => `nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}`), [...FUSED_KERNELS]);
+  assert.deepEqual(lines.map((m) => `nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}`), [...NORMS]);
   for (const m of lines) assert.equal(m[2], m[1] === "ln" ? "true" : "false", m[0]);
   for (const ti of ["f32", "f16", "bf16"]) {
     const mine = FUSED_KERNELS.filter((k) => k.startsWith(`nk_fused_ln_${ti}_`));
@@ -66,15 +62,17 @@ for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
     assert.equal(elf[18] | (elf[19] << 8), 190, "e_machine EM_CUDA");
     assert.equal(new DataView(elf.buffer, elf.byteOffset).getUint32(0x30, true) >> 8 & 0xff, arch, "e_flags: SM");
     assert.deepEqual([...elfFunctions(elf)].sort(), [...FUSED_KERNELS].sort());
-    const want = cLayout(FUSED_ARGS);
-    for (const k of FUSED_KERNELS) assert.deepEqual(kernelParams(elf, k), want, k);
+    const want = cLayout(FUSED_ARGS), wantAdd = cLayout(FUSED_ADD_ARGS);
+    for (const k of FUSED_KERNELS) {
+      assert.deepEqual(kernelParams(elf, k), k.startsWith("nk_fused_add_") ? wantAdd : want, k);
+    }
   });
 }
 
 test("the images stay small (SASS, compressed)", () => {
   for (const f of ["precompiled/fused_sm80.fatbin", "precompiled/fused_sm90.fatbin"]) {
     const n = read(f).byteLength;
-    assert.ok(n < 400_000, `${f} is ${n} bytes`);
+    assert.ok(n < 300_000, `${f} is ${n} bytes`);
   }
 });
 
@@ -130,10 +128,11 @@ test("FUSED_PARAMS (ops/fused_abi.ts) is the kernel's parameter list: names and 
   assert.equal(define("NK_QUANT_DYNAMIC"), FUSED_QUANT.dynamic);
 });
 
-test("fusedKernelName: y of x's dtype or quantized, weights f32 or x's dtype; anything else refused", () => {
-  assert.equal(fusedKernelName("ln", "bf16", "fp8e4m3", "f32"), "nk_fused_ln_bf16_fp8e4m3_f32");
-  assert.equal(fusedKernelName("rms", "f16", "f16", "f16"), "nk_fused_rms_f16_f16_f16");
-  assert.throws(() => fusedKernelName("rms", "f16", "bf16", "f16"), UnsupportedError);
-  assert.throws(() => fusedKernelName("rms", "f32", "f32", "bf16"), UnsupportedError);
-  assert.throws(() => fusedKernelName("ln", "bf16", "int8", "f16"), UnsupportedError);
+test("fusedKernelFor: y of x's dtype or quantized, weights f32 or x's dtype; anything else a sentence", () => {
+  assert.deepEqual(fusedKernelFor("layer", "bf16", "fp8e4m3", "f32"), { kernel: "nk_fused_ln_bf16_fp8e4m3_f32" });
+  assert.deepEqual(fusedKernelFor("rms", "f16", "f16", "f16"), { kernel: "nk_fused_rms_f16_f16_f16" });
+  for (const [ti, to, tw] of [["f16", "bf16", "f16"], ["f32", "f32", "bf16"], ["bf16", "int8", "f16"]]) {
+    const r = fusedKernelFor("rms", ti, to, tw);
+    assert.ok("unsupported" in r && /fused kernels/.test(r.unsupported), `${ti}/${to}/${tw}`);
+  }
 });

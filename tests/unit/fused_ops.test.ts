@@ -17,7 +17,8 @@ import {
   type Tensor,
   UnsupportedError,
 } from "../../mod.ts";
-import { normBackward, normForward } from "../../ops/cpu.ts";
+import { normForward } from "../../ops/cpu.ts";
+import { normBackward } from "../../ops/cpu_bwd.ts";
 import { describeCase, fusedGrid, runFusedCase } from "../fixtures/fused_cases.ts";
 import { randoms } from "../fixtures/random.ts";
 
@@ -39,7 +40,16 @@ test("zero rows get the floor scale and q = 0; a NaN row quantizes to NaN (fp8) 
   using dev = Device.open({ backend: "cpu" });
   for (const qdtype of ["fp8e4m3", "fp8e5m2", "int8"] as const) {
     for (const kind of ["rms", "layer"] as const) {
-      runFusedCase(dev, { kind, dtype: "bf16", d: 770, rows: 5, residual: true, quant: "dynamic", qdtype, special: true });
+      runFusedCase(dev, {
+        kind,
+        dtype: "bf16",
+        d: 770,
+        rows: 5,
+        residual: true,
+        quant: "dynamic",
+        qdtype,
+        special: true,
+      });
     }
   }
   using x = dev.tensor(new Float32Array(2 * 16), [2, 16], { dtype: "bf16" });
@@ -67,7 +77,9 @@ test("residual: in place by default; residualOut elsewhere; out over x; equals t
     using sum = dev.tensor(hGot, [rows, d], { dtype: "f16" });
     using plain = rmsNorm(sum, { weight: w });
     assert.deepEqual(Array.from(y.readSync()), Array.from(plain.readSync()), where);
-    if (where === "elsewhere") assert.deepEqual(Array.from(res.readSync()), Array.from(dev.tensor(rv, [rows, d], { dtype: "f16" }).readSync()));
+    if (where === "elsewhere") {
+      assert.deepEqual(Array.from(res.readSync()), Array.from(dev.tensor(rv, [rows, d], { dtype: "f16" }).readSync()));
+    }
     if (where === "out over x") assert.equal(y, x);
   }
 });
@@ -87,6 +99,9 @@ test("QK-norm over views of a fused QKV buffer, in place, equals the norms over 
   using kCopy = dev.tensor(k.readSync(), [tokens, hkv, hd], { dtype: "bf16" });
   using qRef = rmsNorm(qCopy, { weight: qw });
   using kRef = rmsNorm(kCopy, { weight: kw });
+  // The query heads alone, read through the view into a contiguous output.
+  using qOut = rmsNorm(q, { weight: qw });
+  assert.deepEqual(Array.from(qOut.readSync()), Array.from(qRef.readSync()));
   const qk = qkv.view([tokens, hq + hkv, hd], { strides: [width, hd, 1] });
   const out = rmsNorm(qk, { weight: qw, weight2: kw, split: hq, out: qk });
   assert.equal(out, qk);
@@ -94,11 +109,10 @@ test("QK-norm over views of a fused QKV buffer, in place, equals the norms over 
   assert.deepEqual(Array.from(k.readSync()), Array.from(kRef.readSync()));
   const after = qkv.readSync();
   for (let t = 0; t < tokens; t++) {
-    for (let i = (hq + hkv) * hd; i < width; i++) assert.equal(after[t * width + i], before[t * width + i], "V untouched");
+    for (let i = (hq + hkv) * hd; i < width; i++) {
+      assert.equal(after[t * width + i], before[t * width + i], "V untouched");
+    }
   }
-  // The query heads alone, as a view, into a contiguous output.
-  using qOut = rmsNorm(q, { weight: qw });
-  assert.deepEqual(Array.from(qOut.readSync()), Array.from(qRef.readSync()));
 });
 
 test("batchInvariant: a row's result is bitwise the same alone and in any batch (CPU backend)", () => {
@@ -148,9 +162,21 @@ test("residual backward: dx = normBackward(dy) + dResidual; the module keeps h a
   using y = m.forward(x2, { residual: res2 });
   assert.deepEqual(Array.from(res2.readSync()), Array.from(h), "h written into the residual");
   using dx2 = m.backward(dy, { dResidual: dRes });
-  const want = normBackward({ kind: "rms", rows, d, x: h, xStride: d, dy: Float32Array.from(dyv), dyStride: d, rstd: normForward({ kind: "rms", rows, d, x: h, xStride: d, eps: 1e-6 }).rstd, weight: new Float32Array(d).fill(1) });
+  const want = normBackward({
+    kind: "rms",
+    rows,
+    d,
+    x: h,
+    xStride: d,
+    dy: Float32Array.from(dyv),
+    dyStride: d,
+    rstd: normForward({ kind: "rms", rows, d, x: h, xStride: d, eps: 1e-6 }).rstd,
+    weight: new Float32Array(d).fill(1),
+  });
   const got = dx2.readSync();
-  for (let i = 0; i < got.length; i++) assert.ok(Math.abs(got[i] - (want.dx[i] + drv[i])) <= 1e-5 * (1 + Math.abs(want.dx[i])), `module dx[${i}]`);
+  for (let i = 0; i < got.length; i++) {
+    assert.ok(Math.abs(got[i] - (want.dx[i] + drv[i])) <= 1e-5 * (1 + Math.abs(want.dx[i])), `module dx[${i}]`);
+  }
   void y;
 });
 
@@ -175,7 +201,10 @@ test("fused options refused with a typed error naming the argument; a refused ca
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: 1e-50 } }), arg("quant.scale"));
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: NaN } }), arg("quant.scale"));
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: scaleT } }), arg("quant.scale"));
-  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: 1, scaleUpperBound: 2 } }), arg("quant.scaleUpperBound"));
+  assert.throws(
+    () => rmsNorm(x, { quant: { dtype: "int8", scale: 1, scaleUpperBound: 2 } }),
+    arg("quant.scaleUpperBound"),
+  );
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scaleUpperBound: -1 } }), arg("quant.scaleUpperBound"));
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scaleOut: w } }), arg("quant.scaleOut"));
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8" }, outDtype: "f32" }), arg("outDtype"));
@@ -183,7 +212,9 @@ test("fused options refused with a typed error naming the argument; a refused ca
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8" }, out: x }), arg("out.dtype"));
   assert.throws(() => rmsNorm(x, { residual: res, batchInvariant: "yes" as never }), arg("batchInvariant"));
   assert.throws(() => rmsNorm(x, { batchInvariant: 1 as never }), arg("batchInvariant"));
-  assert.throws(() => rmsNorm(x, { weight: w, weight2: w, split: 1 }), arg("split")); // x has 1 "head" dimension of 3
+  for (const split of [0, 3, 1.5, "1", undefined]) { // x [3, 16]: 3 "heads", split from 1 to 2
+    assert.throws(() => rmsNorm(x, { weight: w, weight2: w, split: split as number }), arg("split"));
+  }
   assert.throws(() => rmsNorm(x, { weight2: w, split: 1 }), arg("weight"));
   assert.throws(() => rmsNorm(x, { weight: w, split: 1 }), arg("split"));
   assert.throws(() => rmsNorm(x, { residual: res, outDtype: "f32" }), UnsupportedError);
@@ -195,7 +226,10 @@ test("fused options refused with a typed error naming the argument; a refused ca
 test("loadKernels({ fused }) checks its option; the fused kernels on the CPU need no loading", async () => {
   using dev = Device.open({ backend: "cpu" });
   await loadKernels(dev, { fused: true });
-  await assert.rejects(() => loadKernels(dev, { fused: "yes" as never }), (e: unknown) => e instanceof ArgumentError && e.argument === "fused");
+  await assert.rejects(
+    () => loadKernels(dev, { fused: "yes" as never }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "fused",
+  );
   void ({} as Tensor);
   void layerNormBackward;
 });

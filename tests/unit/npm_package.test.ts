@@ -139,6 +139,8 @@ test("npm pack → bun add in a fresh project: import, run, tsc --noEmit, bun bu
         "dist/gpu.d.ts",
         "dist/precompiled/norm_sm80.fatbin",
         "dist/precompiled/norm_sm90.fatbin",
+        "dist/precompiled/fused_sm80.fatbin",
+        "dist/precompiled/fused_sm90.fatbin",
         "package.json",
         "README.md",
         "LICENSE",

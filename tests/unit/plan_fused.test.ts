@@ -10,7 +10,7 @@ import {
   FUSED_TRIPLES,
   type FusedGeometry,
   fusedGeometry,
-  fusedKernel,
+  fusedKernelFor,
   fusedKernelName,
   fusedLaunch,
 } from "../../ops/plan_fused.ts";
@@ -137,7 +137,7 @@ test("kernel names: 20 built triples per kind, each named as kernels/fused.cu na
     for (const r of FUSED_TRIPLES) {
       for (const to of r.to) {
         for (const tw of r.tw) {
-          const k = fusedKernel(kind, r.ti, to, tw);
+          const k = fusedKernelFor(kind, r.ti, to, tw);
           assert.ok("kernel" in k && FUSED_KERNELS.includes(k.kernel), JSON.stringify(k));
         }
       }
@@ -146,12 +146,15 @@ test("kernel names: 20 built triples per kind, each named as kernels/fused.cu na
 });
 
 test("dtype triples without a fused kernel give a sentence naming the dtype", () => {
-  const why = (r: ReturnType<typeof fusedKernel>): string => {
+  const why = (r: ReturnType<typeof fusedKernelFor>): string => {
     assert.ok("unsupported" in r, JSON.stringify(r));
     return r.unsupported;
   };
-  assert.match(why(fusedKernel("rms", "f16", "f32", "f16")), /f16 x's output as f16, fp8e4m3, fp8e5m2, int8, not f32/);
-  assert.match(why(fusedKernel("rms", "f32", "f32", "f16")), /f32 x's weights as f32, not f16/);
-  assert.match(why(fusedKernel("layer", "bf16", "bf16", "f16")), /bf16 x's weights as f32 or bf16, not f16/);
-  assert.match(why(fusedKernel("layer", "int8", "int8", "f32")), /x in f32, f16 or bf16, not int8/);
+  assert.match(
+    why(fusedKernelFor("rms", "f16", "f32", "f16")),
+    /f16 x's output as f16, fp8e4m3, fp8e5m2, int8, not f32/,
+  );
+  assert.match(why(fusedKernelFor("rms", "f32", "f32", "f16")), /f32 x's weights as f32, not f16/);
+  assert.match(why(fusedKernelFor("layer", "bf16", "bf16", "f16")), /bf16 x's weights as f32 or bf16, not f16/);
+  assert.match(why(fusedKernelFor("layer", "int8", "int8", "f32")), /x in f32, f16 or bf16, not int8/);
 });

@@ -1,0 +1,155 @@
+/**
+ * The fused ops' launches over the fake CUDA driver (tests/fixtures/fake_cuda.ts): the kernel each call picks, its 28
+ * arguments (FUSED_PARAMS) as written into the parameter array, and the grid and block from the fused plan. No GPU.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { layerNorm, loadKernels, rmsNorm, rmsNormBackward, UnsupportedError } from "../../mod.ts";
+import { ffi } from "../../ffi/runtime.ts";
+import { FUSED_ADD_THREADS, FUSED_PARAMS } from "../../ops/fused_abi.ts";
+import { fusedGeometry, fusedLaunch } from "../../ops/plan_fused.ts";
+import { planLimits } from "../../ops/kernels.ts";
+import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
+
+/** The fused kernel's arguments by name, read back from a parameter array at launch time. */
+function readFused(params: bigint, kernel: string): Record<string, bigint | number> | undefined {
+  // Other kernels' parameter arrays are shorter: reading 28 slots of one would follow garbage addresses.
+  return /^nk_fused_(ln|rms)_/.test(kernel) ? readParams(params) : undefined;
+}
+function readParams(params: bigint): Record<string, bigint | number> {
+  const n = FUSED_PARAMS.length;
+  const slots = new BigUint64Array(ffi!.viewMemory(params, n * 8).slice(0));
+  const out: Record<string, bigint | number> = {};
+  FUSED_PARAMS.forEach((p, i) => {
+    const v = new DataView(ffi!.viewMemory(slots[i], 8).slice(0));
+    out[p.name] = p.type === "ptr"
+      ? v.getBigUint64(0, true)
+      : p.type === "i64"
+      ? Number(v.getBigInt64(0, true))
+      : p.type === "f32"
+      ? v.getFloat32(0, true)
+      : v.getInt32(0, true);
+  });
+  return out;
+}
+
+const tokens = 3, hq = 4, hkv = 2, hd = 128, width = (hq + 2 * hkv) * hd, d = 2048, rows = 5;
+
+function setup() {
+  return fakeCudaDevice((dev) => ({
+    qkv: dev.empty([tokens, width], { dtype: "bf16" }),
+    qw: dev.empty([hd], { dtype: "bf16" }),
+    kw: dev.empty([hd], { dtype: "bf16" }),
+    x: dev.empty([rows, d], { dtype: "bf16" }),
+    res: dev.empty([rows, d], { dtype: "bf16" }),
+    h: dev.empty([rows, d], { dtype: "bf16" }),
+    w: dev.empty([d]),
+    q8: dev.empty([rows, d], { dtype: "fp8e4m3" }),
+    scales: dev.empty([rows]),
+    one: dev.empty([1]),
+    many: dev.empty([1000, d], { dtype: "bf16" }),
+    manyOut: dev.empty([1000, d], { dtype: "bf16" }),
+  }), { record: true, snapshot: readFused, load: false });
+}
+
+test("fused calls before loadKernels(dev, { fused: true }) say which call loads them", async () => {
+  const { dev, made: m } = await setup();
+  using _dev = dev;
+  await loadKernels(dev); // the norm kernels only
+  assert.throws(
+    () => rmsNorm(m.x, { weight: m.w, residual: m.res, out: m.x }),
+    (e: unknown) => e instanceof UnsupportedError && /loadKernels\(dev, \{ fused: true \}\)/.test(e.message),
+  );
+});
+
+test("QK-norm over a head view: one launch, the heads on the inner level, split and both weights", async () => {
+  const { dev, made: m, launches } = await setup();
+  using _dev = dev;
+  await loadKernels(dev, { fused: true });
+  const qk = m.qkv.view([tokens, hq + hkv, hd], { strides: [width, hd, 1] });
+  rmsNorm(qk, { weight: m.qw, weight2: m.kw, split: hq, out: qk, eps: 1e-6 });
+  assert.equal(launches.length, 1);
+  const l = launches[0], a = l.args as Record<string, bigint | number>;
+  assert.equal(l.kernel, "nk_fused_rms_bf16_bf16_bf16");
+  const g = fusedGeometry("rms", hd, "bf16", planLimits(dev));
+  assert.ok(!("unsupported" in g));
+  const launch = fusedLaunch(g, tokens * (hq + hkv), planLimits(dev));
+  assert.deepEqual(l.grid, launch.grid);
+  assert.deepEqual(l.block, launch.block);
+  assert.deepEqual(
+    [a.x, a.y, a.weight, a.weight2, a.residual, a.h, a.bias, a.mean, a.rstd, a.scale],
+    [qk.ptr, qk.ptr, m.qw.ptr, m.kw.ptr, 0n, 0n, 0n, 0n, 0n, 0n],
+  );
+  assert.deepEqual([a.n0, a.n1, a.d, a.x_s0, a.x_s1, a.y_s0, a.y_s1], [tokens, hq + hkv, hd, width, hd, width, hd]);
+  assert.deepEqual([a.split, a.quant, a.tpr, a.nv], [hq, 0, g.tpr, g.nv]);
+  assert.equal(a.eps, Math.fround(1e-6));
+});
+
+test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the bound as f32; static scales by value or tensor", async () => {
+  const { dev, made: m, launches } = await setup();
+  using _dev = dev;
+  await loadKernels(dev, { fused: true });
+  const r = rmsNorm(m.x, {
+    weight: m.w,
+    residual: m.res,
+    residualOut: m.h,
+    out: m.q8,
+    quant: { dtype: "fp8e4m3", scaleOut: m.scales, scaleUpperBound: 2.5 },
+  });
+  assert.equal(r.y, m.q8);
+  assert.equal(r.scale, m.scales);
+  let a = launches[0].args as Record<string, bigint | number>;
+  assert.equal(launches[0].kernel, "nk_fused_rms_bf16_fp8e4m3_f32");
+  assert.deepEqual([a.x, a.residual, a.h, a.y, a.weight, a.scale], [
+    m.x.ptr,
+    m.res.ptr,
+    m.h.ptr,
+    m.q8.ptr,
+    m.w.ptr,
+    m.scales.ptr,
+  ]);
+  assert.deepEqual([a.quant, a.scale_ub, a.n0, a.n1, a.x_s1, a.r_s1, a.h_s1, a.y_s1], [2, 2.5, 1, rows, d, d, d, d]);
+
+  rmsNorm(m.x, { weight: m.w, residual: m.res, out: m.q8, quant: { dtype: "fp8e4m3", scale: 0.1 } });
+  a = launches[1].args as Record<string, bigint | number>;
+  assert.deepEqual(
+    [a.h, a.quant, a.scale, a.scale_value],
+    [m.res.ptr, 1, 0n, Math.fround(0.1)],
+    "h in place over residual",
+  );
+  rmsNorm(m.x, { weight: m.w, out: m.q8, quant: { dtype: "fp8e4m3", scale: m.one } });
+  a = launches[2].args as Record<string, bigint | number>;
+  assert.deepEqual([a.residual, a.h, a.quant, a.scale], [0n, 0n, 1, m.one.ptr]);
+  layerNorm(m.x, { weight: m.w, out: m.q8, quant: { dtype: "fp8e4m3", scaleOut: m.scales } });
+  assert.equal(launches[3].kernel, "nk_fused_ln_bf16_fp8e4m3_f32");
+});
+
+test("batchInvariant: the fused kernel, the same tpr and nv for 1 row and 1000 (only the grid grows)", async () => {
+  const { dev, made: m, launches } = await setup();
+  using _dev = dev;
+  await loadKernels(dev, { fused: true });
+  const one = m.many.view([1, d]), oneOut = m.manyOut.view([1, d]);
+  rmsNorm(one, { weight: m.w, out: oneOut, batchInvariant: true });
+  rmsNorm(m.many, { weight: m.w, out: m.manyOut, batchInvariant: true });
+  rmsNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan
+  const [a, b] = launches.map((l) => l.args as Record<string, number>);
+  assert.equal(launches[0].kernel, "nk_fused_rms_bf16_bf16_f32");
+  assert.deepEqual([a.tpr, a.nv, launches[0].block[0]], [b.tpr, b.nv, launches[1].block[0]]);
+  assert.ok(launches[1].grid[0] > launches[0].grid[0]);
+  assert.ok(!launches[2].kernel.startsWith("nk_fused_"), launches[2].kernel);
+});
+
+test("backward with dResidual: the backward kernels, then nk_fused_add_* over dx", async () => {
+  const { dev, made: m, launches, driver } = await setup();
+  using _dev = dev;
+  await loadKernels(dev, { fused: true });
+  (driver as unknown as Record<string, unknown>).occupancy = () => 4; // one-row blocks size their grid from it
+  // No weight (no parameter sums, hence no workspace: the fake driver allocates nothing) and dx given.
+  const g = rmsNormBackward(m.x, m.res, { rstd: m.scales, dx: m.h, dResidual: m.many.view([rows, d]) });
+  const last = launches[launches.length - 1];
+  assert.equal(last.kernel, "nk_fused_add_bf16");
+  assert.deepEqual(last.block, [FUSED_ADD_THREADS, 1, 1]);
+  assert.deepEqual(last.grid, [rows, 1, 1]);
+  assert.ok(launches.length >= 2, "the backward kernels first");
+  assert.equal(g.dx, m.h);
+});

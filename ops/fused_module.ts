@@ -30,8 +30,12 @@ export async function loadFusedModule(device: Device): Promise<void> {
       `the fused kernels have no ${choice.target} image (built: ${Object.keys(FUSED_CUDA_IMAGES).join(", ")})`,
     );
   }
-  const image = await readImage(src);
-  if (fusedModuleLoaded(device)) return; // a concurrent call loaded it meanwhile
+  loadFusedImage(device, await readImage(src)); // nothing if a concurrent call loaded it meanwhile
+}
+
+/** Loads the fused module from `image` (loadFusedModule's synchronous last step). */
+export function loadFusedImage(device: Device, image: Uint8Array): void {
+  if (fusedModuleLoaded(device)) return;
   device.cache.set(MODULE_KEY, device.loadModule(image));
   loadedImages.set(device, image);
 }

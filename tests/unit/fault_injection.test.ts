@@ -34,12 +34,15 @@ import { launch, LaunchConfig } from "../../gpu.ts";
 import { CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_OUT_OF_MEMORY, FaultDriver } from "../fixtures/fault_driver.ts";
 import { randoms } from "../fixtures/helpers.ts";
 import { loadNormModule } from "../../ops/kernels.ts";
-import { kernelImage } from "../../ops/images.ts";
+import { kernelImage, readImage } from "../../ops/images.ts";
+import { loadFusedImage } from "../../ops/fused_module.ts";
+import { FUSED_CUDA_IMAGES } from "../../precompiled/fused_cuda.ts";
 import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
 
 // The image loadKernels would read for the fake (an H200: sm_90), read once here: the workflows are synchronous,
 // so they load it with loadNormModule (loadKernels' synchronous last step), a cuModuleLoadData like any other.
 const SM90 = await kernelImage({ backend: "cuda", info: FAKE_H200 });
+const FUSED_SM90 = await readImage(FUSED_CUDA_IMAGES.sm_90);
 
 /** A workflow: opens its own Device on the fake, runs, closes everything, returns what it computed. */
 type Workflow = (fake: FaultDriver) => unknown;
@@ -322,6 +325,29 @@ sweepTest("backward: staged cluster kernels (the plan asks whether a cluster fit
   return g.dx.shape;
 });
 
+sweepTest("fused: residual + fp8, QK over a head view, batchInvariant, dResidual backward, module", (fake) => {
+  using dev = Device.openWithDriver(fake);
+  loadNormModule(dev, SM90);
+  loadFusedImage(dev, FUSED_SM90);
+  using x = dev.tensor(X, [4, 64], { dtype: "bf16" }), res = dev.tensor(DY, [4, 64], { dtype: "bf16" });
+  using w = dev.tensor(W, [64]);
+  using scales = dev.empty([4]);
+  keepsOutput(dev, fake, [4, 64], "fp8e4m3", (out) =>
+    rmsNorm(x, { weight: w, residual: res, residualOut: res, out, quant: { dtype: "fp8e4m3", scaleOut: scales } }));
+  using q = rmsNorm(x, { weight: w, quant: { dtype: "int8" } });
+  const qk = x.view([2, 2, 64], { strides: [128, 64, 1] });
+  rmsNorm(qk, { weight: w, weight2: w, split: 1, out: qk });
+  using y = layerNorm(x, { weight: w, batchInvariant: true });
+  const f = rmsNorm(x, { weight: w, residual: res, stats: true });
+  using _y = f.y, _m = f.mean, _r = f.rstd;
+  const g = rmsNormBackward(x, res, { rstd: f.rstd, weight: w, dResidual: x });
+  g.dx.close(), g.dweight?.close();
+  using m = new RMSNorm(dev, 64);
+  using ym = m.forward(x, { residual: res });
+  using dxm = m.backward(x, { dResidual: res });
+  return [q.y.dtype, y.shape, dxm.shape];
+});
+
 sweepTest("modules: RMSNorm and LayerNorm forward, backward, zeroGrad", (fake) => {
   using dev = Device.openWithDriver(fake);
   loadNormModule(dev, SM90);
@@ -391,7 +417,7 @@ sweepTest("recover() of a healthy device, then use", (fake) => {
 });
 
 test("fault injection: counts", () => {
-  assert.equal(workflows, 12, "every workflow above was swept");
+  assert.equal(workflows, 13, "every workflow above was swept");
   assert.ok(faultPoints > 100, `${faultPoints} fault points`);
   console.log(
     `# fault injection: ${workflows} workflows, ${faultPoints} fault points, each failed once recoverable and once sticky`,

@@ -8,6 +8,8 @@ import * as hipImages from "../../packages/hip/mod.ts";
 import { HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
 import { findImage, imageChoice } from "../../ops/images.ts";
 import { planLimits } from "../../ops/kernels.ts";
+import { loadFusedModule } from "../../ops/fused_module.ts";
+import type { Device } from "../../runtime/device.ts";
 import type { DeviceInfo } from "../../runtime/driver.ts";
 import { UnsupportedError } from "../../runtime/errors.ts";
 
@@ -79,4 +81,13 @@ test("planLimits: the device's wave size; clusters (ccMajor) only on CUDA", () =
   });
   assert.equal(planLimits({ backend: "hip", info: info("gfx1100", 32) }).warpSize, 32);
   assert.equal(planLimits({ backend: "cuda", info: info("sm_90", 32, [9, 0]) }).ccMajor, 9);
+});
+
+test("the fused kernels are CUDA only: loading them for a HIP device says so", async () => {
+  const hip = { backend: "hip", info: info("gfx942", 64), cache: new Map() } as unknown as Device;
+  await assert.rejects(() => loadFusedModule(hip), (e: unknown) => {
+    assert.ok(e instanceof UnsupportedError);
+    assert.match(e.message, /fused kernels are built for CUDA only/);
+    return true;
+  });
 });

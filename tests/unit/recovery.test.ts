@@ -8,6 +8,7 @@
  * this test process; a second, fresh child then opens the device and gets a correct layerNorm.
  * recover()'s release and poison logic is also checked here on the CPU backend and with a fake driver (CI).
  */
+import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -100,21 +101,7 @@ class FakeDriver {
     if (!this.live.delete(h)) throw new Error(`${name}: ${h} is not live (double free)`);
   }
   deviceCount = () => 1;
-  deviceInfo = (ordinal: number): DeviceInfo => ({
-    ordinal,
-    name: "fake",
-    arch: "sm_90",
-    computeCapability: [9, 0],
-    multiprocessors: 132,
-    totalMemory: 1 << 30,
-    warpSize: 32,
-    maxThreadsPerBlock: 1024,
-    maxBlockDim: [1024, 1024, 64],
-    maxGridDim: [2 ** 31 - 1, 65535, 65535],
-    maxSharedPerBlock: 49152,
-    maxSharedPerBlockOptin: 232448,
-    l2CacheBytes: 1 << 20,
-  });
+  deviceInfo = (ordinal: number): DeviceInfo => ({ ...FAKE_H200, ordinal, name: "fake", totalMemory: 1 << 30 });
   retainContext = (): bigint => (this.#call("retainContext"), this.retained++, 0xc0n);
   releaseContext = (): void => {
     this.calls.push("releaseContext");

@@ -19,6 +19,7 @@ import {
   checkInput,
   checkOut,
   checkParam,
+  checkParams,
   checkSameShape,
   checkStream,
   checkTensor,
@@ -246,14 +247,7 @@ export function runFused(
   const x = checkInput(xIn);
   const device = x.device;
   const eps = checkEps(o.eps);
-  const weight = checkParam("weight", o.weight, x);
-  if (!layer && o.bias !== undefined && o.bias !== null) {
-    throw new ArgumentError("bias", "no bias: RMSNorm has none (layerNorm takes one)", o.bias);
-  }
-  const bias = layer ? checkParam("bias", o.bias, x) : undefined;
-  if (weight && bias && weight.dtype !== bias.dtype) {
-    throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
-  }
+  const { weight, bias } = checkParams(kind, o.weight, o.bias, x);
   const weight2 = checkParam("weight2", o.weight2, x);
   const split = checkSplit(x, weight, weight2, o.split);
   checkFlag("batchInvariant", o.batchInvariant);

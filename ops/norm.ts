@@ -18,7 +18,7 @@ import {
   checkNormalizedShape,
   checkOut,
   checkOutDtype,
-  checkParam,
+  checkParams,
   checkStream,
   flattenNormalized,
   flattenParam,
@@ -431,15 +431,7 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
   // Everything is validated before anything is allocated or queued.
   const x = checkInput(xIn);
   const eps = checkEps(o.eps);
-  const weight = checkParam("weight", o.weight, x);
-  if (!layer && o.bias !== undefined && o.bias !== null) {
-    throw new ArgumentError("bias", "no bias: RMSNorm has none (layerNorm takes one)", o.bias);
-  }
-  const bias = layer ? checkParam("bias", o.bias, x) : undefined;
-  // The kernels read weight and bias with one dtype.
-  if (weight && bias && weight.dtype !== bias.dtype) {
-    throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
-  }
+  const { weight, bias } = checkParams(kind, o.weight, o.bias, x);
   const stats = checkFlag("stats", o.stats) === true;
   const outDtype = checkOutDtype(o.outDtype ?? (Tensor.isTensor(o.out) ? o.out.dtype : undefined), x);
   const outGiven = checkOut(o.out, x, outDtype, { weight, bias });

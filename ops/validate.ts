@@ -80,6 +80,25 @@ export function checkParam(name: string, p: unknown, x: Tensor): Tensor | undefi
   return t;
 }
 
+/** A norm's weight and bias (none for RMSNorm), each [D] of f32 or x's dtype, the two of one dtype. */
+export function checkParams(
+  kind: "layer" | "rms",
+  weightIn: unknown,
+  biasIn: unknown,
+  x: Tensor,
+): { weight: Tensor | undefined; bias: Tensor | undefined } {
+  const weight = checkParam("weight", weightIn, x);
+  if (kind === "rms" && biasIn !== undefined && biasIn !== null) {
+    throw new ArgumentError("bias", "no bias: RMSNorm has none (layerNorm takes one)", biasIn);
+  }
+  const bias = kind === "layer" ? checkParam("bias", biasIn, x) : undefined;
+  // The kernels read weight and bias with one dtype.
+  if (weight && bias && weight.dtype !== bias.dtype) {
+    throw new ArgumentError("bias.dtype", `weight's dtype "${weight.dtype}"`, bias.dtype);
+  }
+  return { weight, bias };
+}
+
 export function checkOutDtype(outDtype: unknown, x: Tensor): DType {
   if (outDtype === undefined) return x.dtype;
   if (!isDType(outDtype)) throw new ArgumentError("outDtype", `"f32", "f16" or "bf16"`, outDtype);

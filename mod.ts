@@ -13,15 +13,21 @@
  * @module
  */
 export { type Backend, Device, type OpenOptions, type WrapOptions } from "./runtime/device.ts";
-export { type BitsArray, Tensor, type TensorOptions } from "./runtime/tensor.ts";
+export { type BitsArray, type RowLevels, Tensor, type TensorOptions } from "./runtime/tensor.ts";
 export { type DType, DTYPES, type FloatDType, QUANT_DTYPES, type QuantDType } from "./runtime/dtype.ts";
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
-export type { DynamicQuant, FusedOptions, QuantNormResult, QuantOptions } from "./ops/fused.ts";
+export type { DynamicQuant, FusedOptions, QuantNormResult, QuantOptions, StaticQuant } from "./ops/fused.ts";
 export { loadKernels, type LoadKernelsOptions, setDependentLaunch } from "./ops/kernels.ts";
 export type { ImageSource, KernelImageSet } from "./ops/images.ts";
-export { type CpuNormInput, type CpuNormOutput, normForward as cpuNormForward } from "./ops/cpu.ts";
+export {
+  type CpuNormInput,
+  type CpuNormOutput,
+  type CpuQuantOptions,
+  type CpuQuantOutput,
+  normForward as cpuNormForward,
+} from "./ops/cpu.ts";
 export {
   layerNormBackward,
   type LayerNormBackwardOptions,

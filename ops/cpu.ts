@@ -69,6 +69,7 @@ export interface CpuQuantOptions {
 
 /** Quantized rows: bytes as the GPU writes them, their values and each row's scale. */
 export interface CpuQuantOutput {
+  /** The 1-byte dtype of the bytes. */
   dtype: QuantDType;
   /** rows * d bytes, contiguous (int8 as two's complement bytes). */
   bytes: Uint8Array;

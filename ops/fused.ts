@@ -41,8 +41,10 @@ export interface QuantOptions {
   /** Dynamic only: where to write the per-row scales (f32, one per row, contiguous). Default: a new tensor. */
   scaleOut?: Tensor;
 }
-/** Dynamic quantization: no scale given. */
+/** Dynamic quantization: no scale given (the call returns the scales: QuantNormResult). */
 export type DynamicQuant = QuantOptions & { scale?: undefined };
+/** Static quantization: a scale given (the call returns y alone, or a NormResult with `stats: true`). */
+export type StaticQuant = QuantOptions & { scale: number | Tensor };
 
 /** The fused options of rmsNorm and layerNorm (see RMSNormOptions). */
 export interface FusedOptions {

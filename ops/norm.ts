@@ -25,7 +25,15 @@ import {
   reshapeOwned,
 } from "./validate.ts";
 import { checkModeFor, startCheck } from "./diag.ts";
-import { type DynamicQuant, type FusedOptions, type QuantNormResult, runFused, takesFused } from "./fused.ts";
+import {
+  type DynamicQuant,
+  type FusedOptions,
+  type QuantNormResult,
+  type QuantOptions,
+  runFused,
+  type StaticQuant,
+  takesFused,
+} from "./fused.ts";
 
 /**
  * Options of rmsNorm (and the shared part of layerNorm's). All optional. The fused options (residual,
@@ -126,8 +134,53 @@ function normResult(y: Tensor, mean: Tensor, rstd: Tensor, outGiven: boolean): N
  * layerNorm(x, { weight: w, bias: b, out: x });                      // in place
  * ```
  */
-export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: DynamicQuant }): QuantNormResult;
 export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
+/**
+ * layerNorm with dynamic quantization (`quant` without a scale): the quantized y and its per-row f32 scales, and with
+ * `stats: true` mean and rstd too. See docs/fused.md.
+ *
+ * @example
+ * ```ts
+ * import { Device, loadKernels, layerNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * await loadKernels(dev, { fused: true });
+ * using x = dev.tensor(new Float32Array(4 * 64).map(() => Math.random() - 0.5), [4, 64], { dtype: "bf16" });
+ * using r = layerNorm(x, { quant: { dtype: "fp8e4m3" } }); // r.y: fp8e4m3 [4, 64], r.scale: f32 [4]
+ * ```
+ */
+export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: DynamicQuant }): QuantNormResult;
+/**
+ * layerNorm with static quantization (`quant.scale` given): y quantized with that scale (a NormResult with `stats: true`).
+ * See docs/fused.md.
+ *
+ * @example
+ * ```ts
+ * import { Device, loadKernels, layerNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * await loadKernels(dev, { fused: true });
+ * using x = dev.tensor(new Float32Array(4 * 64).map(() => Math.random() - 0.5), [4, 64]);
+ * using q = layerNorm(x, { quant: { dtype: "int8", scale: 0.02 } }); // int8 [4, 64]
+ * ```
+ */
+export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: StaticQuant; stats?: false }): Tensor;
+/**
+ * layerNorm with quantization whose kind is not known from the type (a QuantOptions value): y (static) or the quantized
+ * y and its scales (dynamic).
+ *
+ * @example
+ * ```ts
+ * import { Device, layerNorm, type QuantOptions, Tensor } from "@normkit/normkit";
+ * using dev = Device.open({ backend: "cpu" });
+ * using x = dev.tensor(new Float32Array(64).fill(1), [1, 64]);
+ * const quant: QuantOptions = { dtype: "int8" };
+ * const r = layerNorm(x, { quant });
+ * const q = Tensor.isTensor(r) ? r : r.y;
+ * ```
+ */
+export function layerNorm(
+  x: Tensor,
+  opts: LayerNormOptions & { quant: QuantOptions; stats?: false },
+): Tensor | QuantNormResult;
 /**
  * LayerNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
  * `stats: true` form above for the semantics, the options and the errors.
@@ -177,8 +230,53 @@ export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResu
  * using fwd = rmsNorm(x, { weight: w, stats: true });   // y, rstd (and zeros as mean): for rmsNormBackward
  * ```
  */
-export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: DynamicQuant }): QuantNormResult;
 export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
+/**
+ * rmsNorm with dynamic quantization (`quant` without a scale): the quantized y and its per-row f32 scales, and with
+ * `stats: true` mean and rstd too. See docs/fused.md.
+ *
+ * @example
+ * ```ts
+ * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * await loadKernels(dev, { fused: true });
+ * using x = dev.tensor(new Float32Array(4 * 64).map(() => Math.random() - 0.5), [4, 64], { dtype: "bf16" });
+ * using r = rmsNorm(x, { quant: { dtype: "fp8e4m3" } }); // r.y: fp8e4m3 [4, 64], r.scale: f32 [4]
+ * ```
+ */
+export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: DynamicQuant }): QuantNormResult;
+/**
+ * rmsNorm with static quantization (`quant.scale` given): y quantized with that scale (a NormResult with `stats: true`).
+ * See docs/fused.md.
+ *
+ * @example
+ * ```ts
+ * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
+ * using dev = Device.open();
+ * await loadKernels(dev, { fused: true });
+ * using x = dev.tensor(new Float32Array(4 * 64).map(() => Math.random() - 0.5), [4, 64]);
+ * using q = rmsNorm(x, { quant: { dtype: "int8", scale: 0.02 } }); // int8 [4, 64]
+ * ```
+ */
+export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: StaticQuant; stats?: false }): Tensor;
+/**
+ * rmsNorm with quantization whose kind is not known from the type (a QuantOptions value): y (static) or the quantized
+ * y and its scales (dynamic).
+ *
+ * @example
+ * ```ts
+ * import { Device, rmsNorm, type QuantOptions, Tensor } from "@normkit/normkit";
+ * using dev = Device.open({ backend: "cpu" });
+ * using x = dev.tensor(new Float32Array(64).fill(1), [1, 64]);
+ * const quant: QuantOptions = { dtype: "int8" };
+ * const r = rmsNorm(x, { quant });
+ * const q = Tensor.isTensor(r) ? r : r.y;
+ * ```
+ */
+export function rmsNorm(
+  x: Tensor,
+  opts: RMSNormOptions & { quant: QuantOptions; stats?: false },
+): Tensor | QuantNormResult;
 /**
  * RMSNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
  * `stats: true` form above for the semantics, the options and the errors.

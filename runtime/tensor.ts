@@ -180,9 +180,13 @@ export function tensorBytes(
  * first. Rows one stride apart are n0 = 1, s0 = 0, n1 = rows, s1 = rowStride.
  */
 export interface RowLevels {
+  /** Outer rows. */
   readonly n0: number;
+  /** Elements between outer rows. */
   readonly s0: number;
+  /** Inner rows per outer row (e.g. heads). */
   readonly n1: number;
+  /** Elements between inner rows. */
   readonly s1: number;
 }
 

@@ -233,3 +233,15 @@ test("loadKernels({ fused }) checks its option; the fused kernels on the CPU nee
   void ({} as Tensor);
   void layerNormBackward;
 });
+
+test("result types follow the call: dynamic quant → { y, scale }, static → y, stats → NormResult", () => {
+  using dev = Device.open({ backend: "cpu" });
+  using x = dev.tensor(randoms(2 * 8, 51), [2, 8]);
+  using r = rmsNorm(x, { quant: { dtype: "int8" } });
+  const scale: Tensor = r.scale; // typed QuantNormResult: the scales are there without a cast
+  using q = layerNorm(x, { quant: { dtype: "fp8e5m2", scale: 0.1 } });
+  const y: Tensor = q; // typed Tensor
+  using s = rmsNorm(x, { quant: { dtype: "int8", scale: 0.1 }, stats: true });
+  const rstd: Tensor = s.rstd; // typed NormResult
+  assert.deepEqual([scale.numel, y.dtype, rstd.numel, s.y.dtype], [2, "fp8e5m2", 2, "int8"]);
+});

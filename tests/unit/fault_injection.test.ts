@@ -332,8 +332,14 @@ sweepTest("fused: residual + fp8, QK over a head view, batchInvariant, dResidual
   using x = dev.tensor(X, [4, 64], { dtype: "bf16" }), res = dev.tensor(DY, [4, 64], { dtype: "bf16" });
   using w = dev.tensor(W, [64]);
   using scales = dev.empty([4]);
-  keepsOutput(dev, fake, [4, 64], "fp8e4m3", (out) =>
-    rmsNorm(x, { weight: w, residual: res, residualOut: res, out, quant: { dtype: "fp8e4m3", scaleOut: scales } }));
+  keepsOutput(
+    dev,
+    fake,
+    [4, 64],
+    "fp8e4m3",
+    (out) =>
+      rmsNorm(x, { weight: w, residual: res, residualOut: res, out, quant: { dtype: "fp8e4m3", scaleOut: scales } }),
+  );
   using q = rmsNorm(x, { weight: w, quant: { dtype: "int8" } });
   const qk = x.view([2, 2, 64], { strides: [128, 64, 1] });
   rmsNorm(qk, { weight: w, weight2: w, split: 1, out: qk });

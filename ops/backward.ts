@@ -81,6 +81,11 @@ export interface RMSNormBackwardOptions {
    * here is h (the forward's residualOut). dx must not overlap it.
    */
   dResidual?: Tensor;
+  /**
+   * A second tensor that receives dx (x's shape and dtype), e.g. the residual branch's gradient kept apart from x's:
+   * with `dResidual`, dx is the gradient of both. It must not overlap any other tensor of the call.
+   */
+  dx2?: Tensor;
   /** Stream to run on (default: the device's). */
   stream?: Stream;
   /**
@@ -207,6 +212,7 @@ interface BackwardOptions {
   readonly dbias: unknown;
   readonly accumulate: unknown;
   readonly dResidual: unknown;
+  readonly dx2: unknown;
   readonly stream: unknown;
   readonly normalizedShape: unknown;
 }
@@ -230,6 +236,7 @@ function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
     dbias: o.dbias,
     accumulate: o.accumulate,
     dResidual: o.dResidual,
+    dx2: o.dx2,
     stream: o.stream,
     normalizedShape: o.normalizedShape,
   };
@@ -331,6 +338,18 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
       }
     }
   }
+  let dx2: Tensor | undefined;
+  if (opts.dx2 !== undefined && opts.dx2 !== null) {
+    dx2 = checkTensor("dx2", opts.dx2, x.device);
+    checkSameShape("dx2", dx2, x);
+    if (dx2.dtype !== x.dtype) throw new ArgumentError("dx2.dtype", `x's dtype "${x.dtype}"`, dx2.dtype);
+    const others = { ...Object.fromEntries(read), dResidual, dx: dxGiven, dweight: dwGiven, dbias: dbGiven };
+    for (const [m, t] of Object.entries(others)) {
+      if (t && overlaps(dx2, t)) {
+        throw new ArgumentError("dx2", `memory that does not overlap ${m}`, `an overlap with ${m}`);
+      }
+    }
+  }
   const device = x.device;
   const stream = checkStream(opts.stream ?? device.stream, device);
   if (device.backend === "hip") {
@@ -378,6 +397,7 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
       launchBackward(plan.plan, { dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, stream, pdtype });
       if (dResidual) addInto(dx, dResidual, stream);
     }
+    if (dx2 && x.rows > 0) copyRows(dx2, dx, stream);
   } catch (e) {
     if (!dxGiven) dx?.close();
     if (!dwGiven) dweight?.close();
@@ -599,6 +619,23 @@ function workspace(device: Device, stream: Stream, bytes: number): DeviceBuffer 
   const buf = device.alloc(Math.max(bytes, 1 << 20));
   workspaces.set(stream, buf);
   return buf;
+}
+
+/** dst's rows = src's rows (same shape and dtype), queued on `stream`: one copy when both are contiguous. */
+function copyRows(dst: Tensor, src: Tensor, stream: Stream): void {
+  const b = dst.bytesPerElement, row = dst.d * b;
+  if (dst.contiguous && src.contiguous) {
+    return dst.buffer.copyFrom(src.buffer, {
+      offset: dst.offset * b,
+      srcOffset: src.offset * b,
+      bytes: dst.numel * b,
+      stream,
+    });
+  }
+  for (let r = 0; r < dst.rows; r++) {
+    const offset = (dst.offset + r * dst.rowStride) * b, srcOffset = (src.offset + r * src.rowStride) * b;
+    dst.buffer.copyFrom(src.buffer, { offset, srcOffset, bytes: row, stream });
+  }
 }
 
 /** The CPU backend: float64 maths on the host bytes, with the forward's statistics as given. */

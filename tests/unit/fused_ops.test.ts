@@ -155,13 +155,24 @@ test("residual backward: dx = normBackward(dy) + dResidual; the module keeps h a
   });
   const dx = g.dx.readSync();
   for (let i = 0; i < dx.length; i++) assert.equal(dx[i], Math.fround(ref.dx[i] + Math.fround(drv[i])), `dx[${i}]`);
+  // Written to both when asked: dx2 (here with padded rows) gets the same values.
+  using dx2 = dev.empty([rows, d], { rowStride: d + 5 });
+  dx2.write(new Float32Array(rows * d).fill(NaN));
+  const g2 = rmsNormBackward(dy, res, { rstd: fwd.rstd, weight: w, dResidual: dRes, dx2 });
+  using _dx3 = g2.dx, _dw3 = g2.dweight;
+  assert.deepEqual(Array.from(dx2.readSync()), Array.from(g2.dx.readSync()));
+  assert.deepEqual(Array.from(g2.dx.readSync()), Array.from(dx));
+  assert.throws(
+    () => rmsNormBackward(dy, res, { rstd: fwd.rstd, dResidual: dRes, dx2: dRes }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "dx2",
+  );
 
   using m = new RMSNorm(dev, d);
   using x2 = dev.tensor(xv, [rows, d]);
   using res2 = dev.tensor(rv, [rows, d]);
   using y = m.forward(x2, { residual: res2 });
   assert.deepEqual(Array.from(res2.readSync()), Array.from(h), "h written into the residual");
-  using dx2 = m.backward(dy, { dResidual: dRes });
+  using dxm = m.backward(dy, { dResidual: dRes });
   const want = normBackward({
     kind: "rms",
     rows,
@@ -173,7 +184,7 @@ test("residual backward: dx = normBackward(dy) + dResidual; the module keeps h a
     rstd: normForward({ kind: "rms", rows, d, x: h, xStride: d, eps: 1e-6 }).rstd,
     weight: new Float32Array(d).fill(1),
   });
-  const got = dx2.readSync();
+  const got = dxm.readSync();
   for (let i = 0; i < got.length; i++) {
     assert.ok(Math.abs(got[i] - (want.dx[i] + drv[i])) <= 1e-5 * (1 + Math.abs(want.dx[i])), `module dx[${i}]`);
   }

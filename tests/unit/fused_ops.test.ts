@@ -22,8 +22,8 @@ import { normBackward } from "../../ops/cpu_bwd.ts";
 import { describeCase, fusedGrid, runFusedCase } from "../fixtures/fused_cases.ts";
 import { randoms } from "../fixtures/random.ts";
 
-// The issue's grid at the small row counts (4096 rows run on the GPU), every D, dtype, residual and quant mode.
-const CASES = fusedGrid([7, 83], [8, 768, 769, 770, 771, 5120, 5125, 8199]);
+// The grid at 7 and 83 rows (4096 rows run on the GPU): every D, dtype, residual and quant mode.
+const CASES = fusedGrid([7, 83]);
 
 test(`fused norms on the CPU backend: ${CASES.length} cases (D, dtype, residual, quant, strided x) against float64`, () => {
   using dev = Device.open({ backend: "cpu" });

@@ -5,8 +5,8 @@
 #include "fused.cuh"
 
 // nk_fused_{kind}_{ti}_{to}_{tw}: to is ti itself or a quantized dtype (fp8e4m3, fp8e5m2, int8); tw is f32 or ti.
-// Blocks of up to 1024 threads (64 registers per thread). Every kernel begins with nk_pdl_enter(), so it may be
-// launched as a programmatic dependent launch on sm_90.
+// Blocks of up to 1024 threads (64 registers per thread). Every nk_fused_{ln|rms}_* kernel begins with nk_pdl_enter(),
+// so it may be launched as a programmatic dependent launch on sm_90 (nk_fused_add_* below does not).
 // scripts/build-fused.sh lists the kernels from the NK_FUSED_KERNEL(...) lines below: keep one per line.
 #define NK_FUSED_KERNEL(kind, isln, ti, to, tw)                                                            \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(1024) nk_fused_##kind##_##ti##_##to##_##tw(NK_FUSED_PARAMS) { \

@@ -281,14 +281,6 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS) {
     }
     // The row's first element (LN's shift k), as the thread holding it computes it: every thread reads it itself.
     const float k = (LN && active) ? nk_fused_shift<TI>(xr, R ? rr : nullptr) : 0.0f;
-    if (H) {
-      SI* hr = H + i0 * h_s0 + i1 * h_s1;
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i) {
-        const int nvalid = NK_NVAL(i);
-        if (nvalid > 0) nk_store_words<TI, VEC>(hr + (long long)(lr + i * tpr) * VEC, VP, nvalid, raw[i].w);
-      }
-    }
 
     // Statistics. LN: about the shift k, per-chunk partial sums added in chunk order, then the centred sum of
     // squares in a second pass over the registers; RMS: the sum of squares in element order.
@@ -316,6 +308,16 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS) {
 #pragma unroll
       for (int i = 0; i < MAXV; ++i) nk_chunk_sq<TI, VEC>(raw[i].w, NK_NVAL(i), q);
       rs = nk_rsqrt(red.sum(q) / fd + eps);
+    }
+    // h is stored only now: every thread of the row has read k (from x[0] and residual[0], which h may replace) before
+    // the reductions above, which the thread storing h[0] cannot pass before them (a barrier, or a shuffle fed by them).
+    if (H) {
+      SI* hr = H + i0 * h_s0 + i1 * h_s1;
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int nvalid = NK_NVAL(i);
+        if (nvalid > 0) nk_store_words<TI, VEC>(hr + (long long)(lr + i * tpr) * VEC, VP, nvalid, raw[i].w);
+      }
     }
     if (active && lr == 0) {
       if (LN && mean) mean[r] = k + dm;
@@ -428,6 +430,9 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS) {
     SI* hr = H + i0 * h_s0 + i1 * h_s1;
     const SI* src = H ? (const SI*)hr : xr;  // h after the first pass
     const float k = (LN && active) ? nk_fused_shift<TI>(xr, R ? rr : nullptr) : 0.0f;
+    // The first pass stores h, which may replace x[0] or residual[0]: every thread reads k before any store. (The loop
+    // over rows is block-uniform, so the barrier is reached by every thread.)
+    if (LN && H) nk_barrier();
     float acc = 0.0f;  // LN: sum of h - k; RMS: sum of squares
 #pragma unroll 1
     for (int i = 0; i < NK_FUSED_MAXV; ++i) {

@@ -142,6 +142,14 @@ function checkQuant(q: unknown, x: Tensor): Quant | undefined {
     if (t.numel !== 1 || t.dtype !== "f32") {
       throw new ArgumentError("quant.scale", "an f32 tensor of one element (or a number)", `${t}`);
     }
+    // On the CPU its value is at hand: checked as a number is. (On a GPU the kernel reads it: reading it here would
+    // synchronize; a value that is not positive and finite gives inf/NaN outputs there.)
+    if (x.device.backend === "cpu") {
+      const v = t.readSync()[0];
+      if (!(v > 0) || v === Infinity) {
+        throw new ArgumentError("quant.scale", "a tensor holding an f32 that is finite and > 0", v);
+      }
+    }
     return { dtype, mode: 1, scaleValue: 1, scaleTensor: t, upperBound: Infinity, scaleOut: undefined };
   }
   let ub = Infinity;
@@ -303,6 +311,15 @@ export function runFused(
   const out = checkOut(o.out, x, yDtype, { ...params, ...(h ? { residualOut: h } : {}) });
   if (out && residual && h !== residual && overlaps(out, residual)) {
     throw new ArgumentError("out", "memory apart from residual", "an overlap with residual");
+  }
+  // The scales are read (static) or written (dynamic) while other blocks read and write the rows: apart from all.
+  const scaleT = quant?.scaleTensor ?? quant?.scaleOut;
+  if (scaleT) {
+    const name = quant?.scaleTensor ? "quant.scale" : "quant.scaleOut";
+    const others = { x, residual, residualOut: h, out, ...params };
+    for (const [m, t] of Object.entries(others)) {
+      if (t && overlaps(scaleT, t)) throw new ArgumentError(name, `memory apart from ${m}`, `an overlap with ${m}`);
+    }
   }
   const stream: Stream = checkStream(o.stream ?? device.stream, device);
   const needsAlloc = !out || stats || (quant?.mode === 2 && !quant.scaleOut);

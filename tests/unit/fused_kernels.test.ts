@@ -72,7 +72,7 @@ for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
 test("the images stay small (SASS, compressed)", () => {
   for (const f of ["precompiled/fused_sm80.fatbin", "precompiled/fused_sm90.fatbin"]) {
     const n = read(f).byteLength;
-    assert.ok(n < 300_000, `${f} is ${n} bytes`);
+    assert.ok(n < 320_000, `${f} is ${n} bytes`);
   }
 });
 

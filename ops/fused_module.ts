@@ -11,9 +11,10 @@ import type { Tensor } from "../runtime/tensor.ts";
 import { FUSED_CUDA_IMAGES } from "../precompiled/fused_cuda.ts";
 import { FUSED_ADD_ARGS, FUSED_ADD_THREADS, FUSED_ARGS } from "./fused_abi.ts";
 import { imageChoice, readImage } from "./images.ts";
+import { KERNEL_KEY, launchesDependent } from "./kernels.ts";
 
 const MODULE_KEY = "normkit.fused.module";
-const KERNEL_KEY = "normkit.fused.kernel.";
+
 // Kept outside device.cache (which recover() clears) so that the module comes back after a recovery.
 const loadedImages = new WeakMap<Device, Uint8Array>();
 
@@ -68,6 +69,7 @@ export function fusedKernel(device: Device, name: string, args: readonly ArgType
   let k = device.cache.get(key) as Kernel | undefined;
   if (!k || k.module.closed) {
     k = fusedModule(device).kernel(name, args);
+    k.dependentLaunch = launchesDependent(device, name);
     device.cache.set(key, k);
   }
   return k;

@@ -11,6 +11,7 @@ import {
   FUSED_SOURCE_SHA256,
 } from "../../precompiled/fused_cuda.ts";
 import { FUSED_ADD_ARGS, FUSED_ARGS, FUSED_PARAMS, FUSED_QUANT } from "../../ops/fused_abi.ts";
+import { dependentLaunchByDefault } from "../../ops/kernels.ts";
 import { FUSED_KERNELS as PLANNED_KERNELS, FUSED_MAXV, fusedKernelFor } from "../../ops/plan_fused.ts";
 import type { ArgType } from "../../runtime/module.ts";
 import { elfFunctions, kernelParams, sassElf } from "../fixtures/fatbin.ts";
@@ -135,4 +136,10 @@ test("fusedKernelFor: y of x's dtype or quantized, weights f32 or x's dtype; any
     const r = fusedKernelFor("rms", ti, to, tw);
     assert.ok("unsupported" in r && /fused kernels/.test(r.unsupported), `${ti}/${to}/${tw}`);
   }
+});
+
+test("dependent launch: the 40 fused norm kernels by default, each waiting first (nk_pdl_enter); not nk_fused_add_*", () => {
+  const macro = text("kernels/fused.cu").match(/#define NK_FUSED_KERNEL\(([^)]*)\)([\s\S]*?)\n\n/);
+  assert.ok(macro && /\{\s*\\\s*nk_pdl_enter\(\);/.test(macro[2]), "NK_FUSED_KERNEL's body begins with nk_pdl_enter()");
+  assert.deepEqual(FUSED_KERNELS.filter(dependentLaunchByDefault), [...NORMS]);
 });

@@ -8,7 +8,7 @@ import { layerNorm, loadKernels, rmsNorm, rmsNormBackward, UnsupportedError } fr
 import { ffi } from "../../ffi/runtime.ts";
 import { FUSED_ADD_THREADS, FUSED_PARAMS } from "../../ops/fused_abi.ts";
 import { fusedGeometry, fusedLaunch } from "../../ops/plan_fused.ts";
-import { planLimits } from "../../ops/kernels.ts";
+import { planLimits, setDependentLaunch } from "../../ops/kernels.ts";
 import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 
 /** The fused kernel's arguments by name, read back from a parameter array at launch time. */
@@ -83,6 +83,11 @@ test("QK-norm over a head view: one launch, the heads on the inner level, split 
   assert.deepEqual([a.n0, a.n1, a.d, a.x_s0, a.x_s1, a.y_s0, a.y_s1], [tokens, hq + hkv, hd, width, hd, width, hd]);
   assert.deepEqual([a.split, a.quant, a.tpr, a.nv], [hq, 0, g.tpr, g.nv]);
   assert.equal(a.eps, Math.fround(1e-6));
+  // Programmatic dependent launch, as the forward kernels on compute capability 9.0; off when turned off.
+  assert.equal(l.dependent, true);
+  setDependentLaunch(dev, false);
+  rmsNorm(qk, { weight: m.qw, weight2: m.kw, split: hq, out: qk, eps: 1e-6 });
+  assert.equal(launches[1].dependent, false);
 });
 
 test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the bound as f32; static scales by value or tensor", async () => {
@@ -148,6 +153,7 @@ test("backward with dResidual: the backward kernels, then nk_fused_add_* over dx
   const g = rmsNormBackward(m.x, m.res, { rstd: m.scales, dx: m.h, dResidual: m.many.view([rows, d]) });
   const last = launches[launches.length - 1];
   assert.equal(last.kernel, "nk_fused_add_bf16");
+  assert.equal(last.dependent, false, "the add kernel has no griddepcontrol.wait");
   assert.deepEqual(last.block, [FUSED_ADD_THREADS, 1, 1]);
   assert.deepEqual(last.grid, [rows, 1, 1]);
   assert.ok(launches.length >= 2, "the backward kernels first");

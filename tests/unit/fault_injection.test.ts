@@ -349,7 +349,7 @@ sweepTest("fused: residual + fp8, QK over a head view, batchInvariant, dResidual
   const g = rmsNormBackward(x, res, { rstd: f.rstd, weight: w, dResidual: x });
   g.dx.close(), g.dweight?.close();
   using m = new RMSNorm(dev, 64);
-  using ym = m.forward(x, { residual: res });
+  using _ym = m.forward(x, { residual: res });
   using dxm = m.backward(x, { dResidual: res });
   return [q.y.dtype, y.shape, dxm.shape];
 });

@@ -38,8 +38,9 @@ for tool in "${tools[@]}"; do
     timeout "$LIMIT" "$CS" --tool "$tool" --error-exitcode 9 --print-limit 50 "${extra[@]}" "${cmd[@]}" --family "$fam" >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
-    # "ERROR SUMMARY: N error(s)", or racecheck's "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
-    errors=$( { grep -oE 'ERROR SUMMARY: [0-9]+ error' "$log" | grep -oE '[0-9]+'; grep -oE 'RACECHECK SUMMARY: .*\(([0-9]+) errors' "$log" | grep -oE '\([0-9]+' | tr -d '('; } | awk '{s+=$1} END {print s+0}')
+    # "ERROR SUMMARY: N error(s)" (not its "… N errors were not printed" line), or racecheck's "RACECHECK SUMMARY: H
+    # hazards displayed (N errors, W warnings)".
+    errors=$( { grep -oE 'ERROR SUMMARY: [0-9]+ errors?$' "$log" | grep -oE '[0-9]+'; grep -oE 'RACECHECK SUMMARY: .*\(([0-9]+) errors' "$log" | grep -oE '\([0-9]+' | tr -d '('; } | awk '{s+=$1} END {print s+0}')
     found=$(grep -cE '(ERROR|RACECHECK) SUMMARY' "$log")
     if [ "$rc" -eq 124 ]; then verdict="TIMEOUT after ${LIMIT}s"
     elif [ "$found" -eq 0 ]; then verdict="no sanitizer summary (crashed?)"

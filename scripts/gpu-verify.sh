@@ -10,7 +10,8 @@
 #   workers     tests/unit/workers.test.ts (one Device per Worker on the GPU)
 #   coldstart   bench/coldstart.ts with the C baseline beside each run (import → first result; the driver's part)
 #   ptxjit      bench/coldstart.ts --ptx-jit (CUDA_FORCE_PTX_JIT=1: the first-use JIT of the PTX package)
-#   gpu-tests   every file of tests/gpu/
+#   gpu-tests   every file of tests/gpu/ but ptx_jit.test.ts
+#   ptx-test    tests/gpu/ptx_jit.test.ts (the driver JIT-compiles the whole PTX package: minutes on a fresh host)
 #   sanitize    scripts/gpu-sanitize.sh (compute-sanitizer, four tools × three kernel families)
 #   fused-tests tests/gpu/fused.test.ts (the fused kernels against float64, batch invariance bitwise, QK views)
 #   fused       bench/fused.ts, then bench/compare_torch_fused.py (torch eager and torch.compile, same cases): raw JSON
@@ -50,7 +51,8 @@ for s in "${steps[@]}"; do
     workers) step workers tests tests/unit/workers.test.ts ;;
     coldstart) bash bench/build-c.sh >/dev/null 2>&1; step coldstart run bench/coldstart.ts --runs 5 --c bench/coldstart_c ;;
     ptxjit) step ptxjit run bench/coldstart.ts --runs 1 --ptx-jit ;;
-    gpu-tests) step gpu-tests tests tests/gpu/ ;;
+    gpu-tests) step gpu-tests tests $(ls tests/gpu/*.test.ts | grep -v ptx_jit) ;;
+    ptx-test) step ptx-test tests tests/gpu/ptx_jit.test.ts ;;
     sanitize) step sanitize bash scripts/gpu-sanitize.sh "$rt" ;;
     fused-tests) step fused-tests tests tests/gpu/fused.test.ts ;;
     fused)

@@ -7,6 +7,7 @@ import { cpuNormForward, Device, GpuError, layerNorm, loadKernels, rmsNorm } fro
 import { ArgumentError, imageChoice, kernelImage, launch, LaunchConfig, NORM_KERNELS } from "../../gpu.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
+import { scaleComputes } from "../fixtures/scale_check.ts";
 
 const MiB = 1 << 20;
 const NAN_BITS = 0x7fc00000;
@@ -69,28 +70,10 @@ gpuTest("modules: this GPU's image (kernelImage) holds every kernel of NORM_KERN
 });
 
 gpuTest(
-  "modules: the SASS image and the compute_90 PTX (JIT-compiled here, timed) load; scale_f32 computes y = 2x",
+  "modules: this GPU's own image loads; scale_f32 computes y = 2x (the PTX: tests/gpu/ptx_jit.test.ts)",
   async () => {
     using dev = Device.open({ backend: "cuda" });
-    const n = 1 << 20;
-    const xs = randoms(n, 2);
-    using x = dev.alloc(n * 4), y = dev.alloc(n * 4);
-    x.write(xs);
-    const ptx = await kernelImage({ backend: "cuda", info: { ...dev.info, computeCapability: [10, 0] } }, {
-      images: ptxPackage,
-    });
-    for (const [what, image] of [["own image", await kernelImage(dev)], ["compute_90 PTX", ptx]] as const) {
-      const t0 = performance.now();
-      using mod = dev.loadModule(image);
-      const k = mod.kernel("scale_f32", SCALE_ARGS);
-      console.log(`# ${what}: module load + first kernel ${(performance.now() - t0).toFixed(0)} ms`);
-      assert.ok(k.attribute("registers") > 0);
-      y.fill32(NAN_BITS);
-      launch(dev.stream, new LaunchConfig({ grid: [264], block: [256] }), k, x, y, 2, n);
-      const out = new Float32Array(n);
-      y.read(out);
-      for (let i = 0; i < n; i++) if (out[i] !== 2 * xs[i]) assert.fail(`y[${i}] = ${out[i]}, expected ${2 * xs[i]}`);
-    }
+    scaleComputes(dev, "own image", await kernelImage(dev));
   },
 );
 

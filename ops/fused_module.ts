@@ -5,18 +5,21 @@
  */
 import type { Device } from "../runtime/device.ts";
 import { UnsupportedError } from "../runtime/errors.ts";
-import { type ArgType, type Kernel, LaunchConfig, type Module } from "../runtime/module.ts";
+import { type ArgType, type Kernel, LaunchConfig } from "../runtime/module.ts";
 import type { Stream } from "../runtime/stream.ts";
 import type { Tensor } from "../runtime/tensor.ts";
 import { FUSED_CUDA_IMAGES } from "../precompiled/fused_cuda.ts";
 import { FUSED_ADD_ARGS, FUSED_ADD_THREADS, FUSED_ARGS } from "./fused_abi.ts";
 import { imageChoice, readImage } from "./images.ts";
+import { ModuleSlot } from "./module_slot.ts";
 import { KERNEL_KEY, launchesDependent } from "./kernels.ts";
 
-const MODULE_KEY = "normkit.fused.module";
-
-// Kept outside device.cache (which recover() clears) so that the module comes back after a recovery.
-const loadedImages = new WeakMap<Device, Uint8Array>();
+const FUSED_MODULE = new ModuleSlot("normkit.fused.module", (device) => {
+  throw new UnsupportedError(
+    `the fused kernels (residual, quant, head views, batchInvariant, dResidual) of ${device.info.name} are not ` +
+      "loaded: `await loadKernels(dev, { fused: true })` once after Device.open() (docs/loading.md)",
+  );
+});
 
 /** Reads the fused image of the device's architecture and loads it (once per device). */
 export async function loadFusedModule(device: Device): Promise<void> {
@@ -36,31 +39,12 @@ export async function loadFusedModule(device: Device): Promise<void> {
 
 /** Loads the fused module from `image` (loadFusedModule's synchronous last step). */
 export function loadFusedImage(device: Device, image: Uint8Array): void {
-  if (fusedModuleLoaded(device)) return;
-  device.cache.set(MODULE_KEY, device.loadModule(image));
-  loadedImages.set(device, image);
+  FUSED_MODULE.load(device, image);
 }
 
 /** Whether the fused module is loaded on `device` (always true on the CPU). */
 export function fusedModuleLoaded(device: Device): boolean {
-  const mod = device.cache.get(MODULE_KEY) as Module | undefined;
-  return device.backend === "cpu" || (mod !== undefined && !mod.closed);
-}
-
-function fusedModule(device: Device): Module {
-  let mod = device.cache.get(MODULE_KEY) as Module | undefined;
-  if (!mod || mod.closed) {
-    const image = loadedImages.get(device);
-    if (!image) {
-      throw new UnsupportedError(
-        `the fused kernels (residual, quant, head views, batchInvariant, dResidual) of ${device.info.name} are not ` +
-          "loaded: `await loadKernels(dev, { fused: true })` once after Device.open() (docs/loading.md)",
-      );
-    }
-    mod = device.loadModule(image);
-    device.cache.set(MODULE_KEY, mod);
-  }
-  return mod;
+  return FUSED_MODULE.loaded(device);
 }
 
 /** The fused kernel `name` with parameters `args` (cached per device); the module comes back after a recovery. */
@@ -68,7 +52,7 @@ export function fusedKernel(device: Device, name: string, args: readonly ArgType
   const key = KERNEL_KEY + name;
   let k = device.cache.get(key) as Kernel | undefined;
   if (!k || k.module.closed) {
-    k = fusedModule(device).kernel(name, args);
+    k = FUSED_MODULE.module(device).kernel(name, args);
     k.dependentLaunch = launchesDependent(device, name);
     device.cache.set(key, k);
   }

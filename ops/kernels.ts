@@ -8,6 +8,7 @@ import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
 import { imageChoice, imageSets, kernelImage, type KernelImageSet } from "./images.ts";
 import { loadFusedModule } from "./fused_module.ts";
+import { ModuleSlot } from "./module_slot.ts";
 import type { PlanLimits } from "./plan.ts";
 import type { BwdLimits } from "./plan_bwd.ts";
 
@@ -43,9 +44,6 @@ export interface LoadKernelsOptions {
   fused?: boolean;
 }
 
-// The image each device's module was loaded from: kept outside device.cache, which device.recover() clears, so
-// that the module comes back (synchronously) after a recovery without another loadKernels().
-const loadedImages = new WeakMap<Device, Uint8Array>();
 // A sanity check Device.open() could not run before the kernels were loaded (ops/diag_sanity.ts puts it here).
 const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
 
@@ -82,9 +80,7 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
       pending(device);
     } catch (e) {
       // A module that fails the check is not kept: the norms refuse to run rather than give wrong results.
-      (device.cache.get(MODULE_KEY) as Module).close();
-      device.cache.delete(MODULE_KEY);
-      loadedImages.delete(device);
+      NORM_MODULE.drop(device);
       throw e;
     }
   }
@@ -95,15 +91,12 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
  * loaded: loadKernels' last step, and for tests whose workflows are synchronous (the fault-injection sweep).
  */
 export function loadNormModule(device: Device, image: Uint8Array): void {
-  if (normModuleLoaded(device)) return;
-  device.cache.set(MODULE_KEY, device.loadModule(image));
-  loadedImages.set(device, image);
+  NORM_MODULE.load(device, image);
 }
 
 /** Whether `device`'s norm module is loaded (on the CPU: there is none to load). */
 export function normModuleLoaded(device: Device): boolean {
-  const mod = device.cache.get(MODULE_KEY) as Module | undefined;
-  return device.backend === "cpu" || (mod !== undefined && !mod.closed);
+  return NORM_MODULE.loaded(device);
 }
 
 /** @internal ops/diag_sanity.ts: run `check` at the end of the loadKernels() that loads `device`'s module. */
@@ -144,21 +137,16 @@ export const MODULE_KEY = "normkit.norm.module";
  * UnsupportedError saying to call it when it has not run for this device.
  */
 export function normModule(device: Device): Module {
-  let mod = device.cache.get(MODULE_KEY) as Module | undefined;
-  if (!mod || mod.closed) {
-    const image = loadedImages.get(device);
-    if (!image) {
-      imageChoice(device); // a device normkit has no image for: say so rather than "not loaded"
-      throw new UnsupportedError(
-        `the norm kernels of ${device.info.name} are not loaded: \`await loadKernels(dev)\` once after Device.open() ` +
-          `(docs/loading.md)`,
-      );
-    }
-    mod = device.loadModule(image);
-    device.cache.set(MODULE_KEY, mod);
-  }
-  return mod;
+  return NORM_MODULE.module(device);
 }
+
+const NORM_MODULE = new ModuleSlot(MODULE_KEY, (device) => {
+  imageChoice(device); // a device normkit has no image for: say so rather than "not loaded"
+  throw new UnsupportedError(
+    `the norm kernels of ${device.info.name} are not loaded: \`await loadKernels(dev)\` once after Device.open() ` +
+      `(docs/loading.md)`,
+  );
+});
 
 /** device.cache keys of the kernels normkit launches (the norm and the fused ones): setDependentLaunch updates them. */
 export const KERNEL_KEY = "normkit.norm.kernel.";

@@ -27,6 +27,7 @@ import {
 import { checkModeFor, startCheck } from "./diag.ts";
 import {
   type DynamicQuant,
+  type FusedCallOptions,
   type FusedOptions,
   type QuantNormResult,
   type QuantOptions,
@@ -342,20 +343,7 @@ function runFusedFlattened(kind: NormKind, x: Tensor, o: CallOptions): Tensor | 
  * A call's options, each read exactly once before anything is checked: an options object with getters cannot give
  * the checks one tensor or stream and the launch (or the repeat-call cache) another. Unchecked here.
  */
-interface CallOptions {
-  readonly residual: unknown;
-  readonly residualOut: unknown;
-  readonly quant: unknown;
-  readonly weight2: unknown;
-  readonly split: unknown;
-  readonly batchInvariant: unknown;
-  readonly weight: unknown;
-  readonly bias: unknown;
-  readonly eps: unknown;
-  readonly out: unknown;
-  readonly outDtype: unknown;
-  readonly stream: unknown;
-  readonly stats: unknown;
+interface CallOptions extends FusedCallOptions {
   readonly check: unknown;
   readonly normalizedShape: unknown;
 }

@@ -105,8 +105,7 @@ export function takesFused(x: unknown, o: FusedCallOptions): boolean {
   return o.residual !== undefined || o.residualOut !== undefined || o.quant !== undefined ||
     o.weight2 !== undefined || o.split !== undefined ||
     (o.batchInvariant !== undefined && o.batchInvariant !== false) ||
-    (Tensor.isTensor(x) && !x.closed && !x.uniformRows) ||
-    (Tensor.isTensor(o.out) && !o.out.closed && !o.out.uniformRows);
+    (Tensor.isTensor(x) && !x.uniformRows) || (Tensor.isTensor(o.out) && !o.out.uniformRows);
 }
 
 interface Quant {

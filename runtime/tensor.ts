@@ -285,6 +285,7 @@ export class Tensor implements Disposable {
   readonly #d: number;
   readonly #bytesPerElement: number;
   readonly #levels: RowLevels;
+  readonly #uniformRows: boolean;
   /** buffer.ptr + the offset in bytes, made on first use (a bigint: no BigInt maths per launch). */
   #ptr: bigint | undefined;
 
@@ -364,6 +365,7 @@ export class Tensor implements Disposable {
     this.device = buffer.device;
     this.dtype = dtype;
     this.#levels = levels;
+    this.#uniformRows = levels.n0 <= 1 || levels.n1 <= 1 || levels.s0 === levels.n1 * levels.s1;
     this.offset = offset;
     this.buffer = buffer;
     const owns = opts.owns ?? false;
@@ -421,8 +423,7 @@ export class Tensor implements Disposable {
 
   /** True when the rows are one stride (`rowStride`) apart: every tensor but some view()s of two levels. */
   get uniformRows(): boolean {
-    const l = this.#levels;
-    return l.n0 <= 1 || l.n1 <= 1 || l.s0 === l.n1 * l.s1;
+    return this.#uniformRows;
   }
 
   /**

@@ -163,11 +163,14 @@ NK_INLINE bool nk_fused_aligned(const void* p, long long s0, int n0, long long s
   return !p || (nk_aligned(p, (unsigned)a) && (n0 <= 1 || (s0 * size) % a == 0) && (n1 <= 1 || (s1 * size) % a == 0));
 }
 
-// f32 a * b, one rounding, never contracted into an fma with a later add.
+// f32 a * b, one rounding, never contracted into an fma with a later add (HIP: as nk_add_rn).
 #if defined(__CUDACC__) && !defined(__HIP__)
 NK_INLINE float nk_mul_rn(float a, float b) { return __fmul_rn(a, b); }
 #else
-NK_INLINE float nk_mul_rn(float a, float b) { return a * b; }
+NK_INLINE float nk_mul_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a * b;
+}
 #endif
 
 // The per-chunk statistics, one definition for both paths (the same operations in the same order: the same bits).

@@ -4,11 +4,16 @@
 #define NORMKIT_FUSED_QUANT_CUH
 #include "portable.h"
 
-// f32 a + b, one IEEE rounding, never contracted or reassociated (the rounding tricks below rely on it).
+// f32 a + b, one IEEE rounding, never contracted or reassociated (the rounding tricks below rely on it). HIP: clang
+// contracts by default (-ffp-contract=fast-honor-pragmas: a product feeding this add would become one fma), so the
+// add is marked uncontractable, as __fadd_rn is for nvcc.
 #if defined(__CUDACC__) && !defined(__HIP__)
 NK_INLINE float nk_add_rn(float a, float b) { return __fadd_rn(a, b); }
 #else
-NK_INLINE float nk_add_rn(float a, float b) { return a + b; }
+NK_INLINE float nk_add_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a + b;
+}
 #endif
 NK_INLINE float nk_absf(float v) { return nk_u2f(nk_f2u(v) & 0x7fffffffu); }
 

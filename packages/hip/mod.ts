@@ -11,10 +11,26 @@
  * Use the version of @normkit/normkit it was published with: loadKernels refuses images built from other sources.
  * @module
  */
-import { TARGETS } from "./build.ts";
+import { fusedSourceSha256, TARGETS } from "./build.ts";
 export { sourceSha256, TARGETS } from "./build.ts";
 
 /** The code object (gzip) by target, beside this module. */
 export const images: Readonly<Record<string, { readonly href: string }>> = Object.freeze(
   Object.fromEntries(TARGETS.map((t) => [t, new URL(`./norm_${t}.hsaco.gz`, import.meta.url)])),
 );
+
+/**
+ * The fused kernels (residual add, quantized output, head views: kernels/fused.cu) as a set of their own, shaped as
+ * loadKernels' `images` option: `sourceSha256` is the sha256 of the fused sources they were compiled from
+ * (FUSED_SOURCE_SHA256 of the same normkit), `images` the code object (gzip) by target, beside this module, one per
+ * target of {@link TARGETS}. Read only when fused kernels are loaded.
+ */
+export const fused: {
+  readonly sourceSha256: string;
+  readonly images: Readonly<Record<string, { readonly href: string }>>;
+} = Object.freeze({
+  sourceSha256: fusedSourceSha256,
+  images: Object.freeze(
+    Object.fromEntries(TARGETS.map((t) => [t, new URL(`./fused_${t}.hsaco.gz`, import.meta.url)])),
+  ),
+});

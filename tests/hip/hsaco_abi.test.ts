@@ -8,7 +8,6 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { decode } from "@msgpack/msgpack";
 import { sourceSha256 as HSACO_SOURCE_SHA256, TARGETS } from "../../packages/hip/mod.ts";
 import { NORM_KERNELS, NORM_SOURCE_FILES } from "../../precompiled/norm_cuda.ts";
 import { NORM_FWD_ARGS, planLimits } from "../../ops/kernels.ts";
@@ -17,6 +16,7 @@ import { NORM_BWD_ARGS, NORM_FINALIZE_ARGS } from "../../ops/backward.ts";
 import { HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
 import { DTYPES } from "../../runtime/dtype.ts";
 import type { ArgType } from "../../runtime/module.ts";
+import { cLayout, metadata } from "./amdgpu_metadata.ts";
 import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, planNorm, ROWS_BLOCK } from "../../ops/plan.ts";
 
 const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../../${p}`, import.meta.url)));
@@ -25,51 +25,6 @@ const codeObject = (target: string): Uint8Array =>
   new Uint8Array(gunzipSync(read(`packages/hip/norm_${target}.hsaco.gz`)));
 const WAVE = HSACO_WAVE; // what ops/hip_module.ts pairs each target with; checked against .wavefront_size below
 const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
-
-interface KernelMeta {
-  ".name": string;
-  ".args": { ".offset": number; ".size": number; ".value_kind": string }[];
-  ".group_segment_fixed_size": number;
-  ".private_segment_fixed_size": number;
-  ".wavefront_size": number;
-  ".max_flat_workgroup_size": number;
-}
-
-/** The AMDGPU metadata (msgpack in an NT_AMDGPU_METADATA note owned by "AMDGPU") of an ELF code object. */
-function metadata(elf: Uint8Array): { "amdhsa.kernels": KernelMeta[]; "amdhsa.target": string } {
-  const v = new DataView(elf.buffer, elf.byteOffset, elf.byteLength);
-  assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], "ELF magic");
-  assert.equal(elf[4], 2, "64-bit ELF");
-  const shoff = Number(v.getBigUint64(0x28, true)),
-    shentsize = v.getUint16(0x3a, true),
-    shnum = v.getUint16(0x3c, true);
-  for (let i = 0; i < shnum; i++) {
-    const sh = shoff + i * shentsize;
-    if (v.getUint32(sh + 4, true) !== 7) continue; // SHT_NOTE
-    let off = Number(v.getBigUint64(sh + 0x18, true));
-    const end = off + Number(v.getBigUint64(sh + 0x20, true));
-    while (off < end) {
-      const namesz = v.getUint32(off, true), descsz = v.getUint32(off + 4, true), type = v.getUint32(off + 8, true);
-      const name = new TextDecoder().decode(elf.subarray(off + 12, off + 12 + namesz - 1));
-      const desc = off + 12 + ((namesz + 3) & ~3);
-      if (name === "AMDGPU" && type === 32) return decode(elf.subarray(desc, desc + descsz)) as never;
-      off = desc + ((descsz + 3) & ~3);
-    }
-  }
-  throw new Error("no AMDGPU metadata note");
-}
-
-/** Offsets and sizes of explicit arguments as a C compiler lays them out (natural alignment). */
-function cLayout(types: readonly ArgType[]): { offset: number; size: number }[] {
-  let off = 0;
-  return types.map((t) => {
-    const size = t === "ptr" || t === "i64" || t === "u64" || t === "f64" ? 8 : 4;
-    off = Math.ceil(off / size) * size;
-    const r = { offset: off, size };
-    off += size;
-    return r;
-  });
-}
 
 const SCALE_ARGS: ArgType[] = ["ptr", "ptr", "f32", "i64"];
 // The backward kernels (kernels/norm_bwd.cuh) and what ops/backward.ts packs for them.

@@ -1,0 +1,182 @@
+/**
+ * ABI check of the fused kernels' AMD code objects (packages/hip/fused_<target>.hsaco.gz, kernels/fused.cu), no GPU
+ * needed: the AMDGPU metadata note of each must hold exactly the kernels the ops launch, with their arguments at the
+ * offsets and sizes the launcher packs, the target's wave size, the threads and LDS the plan may use and no scratch;
+ * and every geometry the fused plan gives a wave-64 or wave-32 device must pass the kernel's own launch check.
+ */
+import { gunzipSync } from "node:zlib";
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { fused, TARGETS } from "../../packages/hip/mod.ts";
+import { fusedSourceSha256 } from "../../packages/hip/build.ts";
+import {
+  FUSED_KERNELS as BUILT_FUSED_KERNELS,
+  FUSED_SOURCE_FILES,
+  FUSED_SOURCE_SHA256,
+} from "../../precompiled/fused_cuda.ts";
+import { FUSED_ADD_ARGS, FUSED_ADD_THREADS, FUSED_ARGS } from "../../ops/fused_abi.ts";
+import {
+  FUSED_KERNELS,
+  FUSED_LANES_MAX,
+  FUSED_MAX_THREADS,
+  FUSED_MAXV,
+  FUSED_ROWS_BLOCK,
+  fusedGeometry,
+} from "../../ops/plan_fused.ts";
+import { planLimits } from "../../ops/kernels.ts";
+import { HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
+import { cLayout, type KernelMeta, metadata } from "./amdgpu_metadata.ts";
+
+const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../../${p}`, import.meta.url)));
+// packages/hip/fused_<target>.hsaco.gz: each code object gzip -9n (scripts/build-hsaco.sh).
+const codeObject = (target: string): Uint8Array =>
+  new Uint8Array(gunzipSync(read(`packages/hip/fused_${target}.hsaco.gz`)));
+const WAVE = HSACO_WAVE; // checked against .wavefront_size below
+const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
+const ADD_KERNELS = ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"];
+
+test("packages/hip exports the fused code objects for every target, built from the current fused sources", () => {
+  assert.deepEqual(Object.keys(fused.images).sort(), [...TARGETS].sort());
+  for (const arch of TARGETS) {
+    assert.ok(fused.images[arch].href.endsWith(`/packages/hip/fused_${arch}.hsaco.gz`), fused.images[arch].href);
+    const elf = codeObject(arch);
+    assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], `${arch}: ELF`);
+    assert.equal(elf[18] | (elf[19] << 8), 224, `${arch}: e_machine EM_AMDGPU`);
+  }
+  assert.equal(fused.sourceSha256, fusedSourceSha256);
+  // The same sources, in the same order, as the CUDA images: one hash for both.
+  assert.equal(fusedSourceSha256, FUSED_SOURCE_SHA256, "run bash scripts/build-hsaco.sh (and build-fused.sh)");
+  const h = createHash("sha256");
+  for (const f of FUSED_SOURCE_FILES) h.update(read(f));
+  assert.equal(h.digest("hex"), fusedSourceSha256, "kernels/ changed: run bash scripts/build-hsaco.sh");
+});
+
+test("the plan's fused kernels and the fused adds are the CUDA build's kernels", () => {
+  assert.equal(FUSED_KERNELS.length, 40);
+  assert.deepEqual([...FUSED_KERNELS, ...ADD_KERNELS].sort(), [...BUILT_FUSED_KERNELS].sort());
+});
+
+for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
+  const wave = WAVE[arch];
+  test(`${arch}: the fused kernels, and nothing else; arguments = the launcher's packing; wave ${wave}; limits fit`, () => {
+    const md = metadata(codeObject(arch));
+    assert.match(md["amdhsa.target"], new RegExp(`amdgcn-amd-amdhsa--${arch}`));
+    const byName = new Map<string, KernelMeta>(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
+    assert.deepEqual([...byName.keys()].sort(), [...FUSED_KERNELS, ...ADD_KERNELS].sort());
+    for (const [name, k] of byName) {
+      const add = ADD_KERNELS.includes(name);
+      const explicit = k[".args"].filter((a) => !a[".value_kind"].startsWith("hidden_"));
+      assert.deepEqual(
+        explicit.map((a) => ({ offset: a[".offset"], size: a[".size"] })),
+        cLayout(add ? FUSED_ADD_ARGS : FUSED_ARGS),
+        `${arch} ${name} arguments`,
+      );
+      const last = explicit[explicit.length - 1];
+      assert.ok(k[".kernarg_segment_size"] >= last[".offset"] + last[".size"], `${arch} ${name}: kernarg segment`);
+      assert.equal(k[".wavefront_size"], wave, `${arch} ${name} wave size`);
+      // No scratch memory (a stack frame or VGPR spills: slow per-lane global memory); SGPR spills go to VGPR lanes.
+      assert.equal(k[".private_segment_fixed_size"], 0, `${arch} ${name}: scratch bytes per work-item`);
+      assert.equal(k[".vgpr_spill_count"], 0, `${arch} ${name}: VGPR spills`);
+      // The most threads ops/fused.ts (a block of up to FUSED_MAX_THREADS per row) and ops/fused_module.ts
+      // (FUSED_ADD_THREADS) launch.
+      const threads = add ? FUSED_ADD_THREADS : FUSED_MAX_THREADS;
+      assert.ok(k[".max_flat_workgroup_size"] >= threads, `${arch} ${name}: ${threads} threads`);
+      // Static LDS only (no dynamic LDS is launched): the reduction buffers of the vector and the scalar path,
+      // 2 × wave floats each (kernels/fused.cuh, red_buf).
+      const lds = k[".group_segment_fixed_size"];
+      assert.ok(lds <= (add ? 0 : 2 * 2 * wave * 4) && lds <= LDS_BYTES, `${arch} ${name}: ${lds} bytes of LDS`);
+    }
+  });
+}
+
+/**
+ * The launch check of nk_fused (kernels/fused.cuh, the `bad` conditions at near the end of the file, lines 533-535) for a
+ * kernel compiled with NK_WARP_SIZE = wave, on the geometry's tpr, nv, block and d; and the row mapping the kernel
+ * derives from it (fused.cuh, nk_fused_rows_vec/_scalar: `rpb`, rows per block) against the plan's. A failure names
+ * the condition.
+ */
+function kernelRejects(
+  wave: number,
+  g: { tpr: number; nv: number; block: number; rowsPerBlock: number },
+  d: number,
+  vec: number,
+): string | undefined {
+  const { tpr, nv, block } = g;
+  if (nv < 1 || nv > FUSED_MAXV) return `nv ${nv} outside 1..${FUSED_MAXV}`;
+  if (tpr < 1) return `tpr ${tpr}`;
+  if (nv * tpr * vec < d) return `nv·tpr·VEC = ${nv * tpr * vec} < d`;
+  if (tpr <= wave) {
+    if ((tpr & (tpr - 1)) !== 0) return `tpr ${tpr} ≤ wave, not a power of two`;
+    if (block % wave !== 0) return `block ${block} not whole waves`;
+  } else {
+    if (tpr % wave !== 0) return `tpr ${tpr} > wave, not whole waves`;
+    if (tpr !== block) return `tpr ${tpr} > wave but block ${block} ≠ tpr`;
+    if (block > wave * wave) return `block ${block} > wave² (one wave reduces the per-wave sums)`;
+  }
+  // Not checked by the kernel, assumed by it: rows per block as the plan sizes the grid (fusedLaunch), rows of
+  // whole lane groups within a block.
+  const rpb = tpr <= wave ? Math.floor(block / tpr) : 1;
+  if (rpb !== g.rowsPerBlock) return `the kernel takes ${rpb} rows per block, the plan ${g.rowsPerBlock}`;
+  if (block % tpr !== 0 && tpr <= wave) return `block ${block} not whole rows of ${tpr}`;
+  return undefined;
+}
+
+for (const wave of [64, 32]) {
+  test(`every fused geometry for a wave-${wave} device passes the kernel's launch check`, () => {
+    const arch = wave === 64 ? "gfx942" : "gfx1100";
+    const info = {
+      ordinal: 0,
+      name: arch,
+      arch,
+      computeCapability: [9, 0] as [number, number],
+      multiprocessors: 104,
+      totalMemory: 1 << 30,
+      warpSize: wave,
+      maxThreadsPerBlock: 1024,
+      maxBlockDim: [1024, 1024, 1024] as [number, number, number],
+      maxGridDim: [2147483647, 65536, 65536] as [number, number, number],
+      maxSharedPerBlock: LDS_BYTES,
+      maxSharedPerBlockOptin: LDS_BYTES,
+      l2CacheBytes: 8 << 20,
+    };
+    assert.equal(hsacoTarget(info), arch);
+    const limits = planLimits({ backend: "hip", info });
+    assert.equal(limits.warpSize, wave);
+    const rules = new Map<string, number>(), tprs = new Set<number>();
+    for (const dtype of ["f32", "f16", "bf16"] as const) {
+      const vec = dtype === "f32" ? 4 : 8;
+      const most = FUSED_MAX_THREADS * FUSED_MAXV * vec; // 1024 threads × 8 chunks: what the plan promises
+      // Every d to 4096 (every lane count and both layouts), then a stride through the block layout, its edges
+      // and powers of two.
+      const ds = new Set<number>();
+      for (let d = 1; d <= 4096; d++) ds.add(d);
+      for (let d = 4097; d <= most; d += 61) ds.add(d);
+      for (let p = 1; p <= most; p *= 2) for (const e of [-1, 0, 1]) if (p + e >= 1) ds.add(p + e);
+      ds.add(most - 1).add(most);
+      for (const kind of ["layer", "rms"] as const) {
+        for (const d of ds) {
+          const g = fusedGeometry(kind, d, dtype, limits);
+          if ("unsupported" in g) {
+            assert.ok(d > most, `${kind} ${dtype} d=${d}: ${g.unsupported}`);
+            continue;
+          }
+          const at = `wave ${wave} ${kind} ${dtype} d=${d} (tpr ${g.tpr}, nv ${g.nv}, block ${g.block})`;
+          const why = kernelRejects(wave, g, d, vec);
+          assert.equal(why, undefined, `${at}: the kernel traps: ${why}`);
+          assert.ok(g.block <= FUSED_MAX_THREADS, `${at}: more threads than the launch bound`);
+          if (g.rule === "fused.lanes") {
+            assert.ok(g.tpr <= FUSED_LANES_MAX && g.block === FUSED_ROWS_BLOCK, at);
+          }
+          rules.set(g.rule, (rules.get(g.rule) ?? 0) + 1);
+          tprs.add(g.tpr);
+        }
+        assert.ok("unsupported" in fusedGeometry(kind, most + 1, dtype, limits), `${kind} ${dtype}: past ${most}`);
+      }
+    }
+    assert.deepEqual([...rules.keys()].sort(), ["fused.block", "fused.lanes"], "both layouts reached");
+    // Sub-wave rows and a row per block of one wave (tpr = wave: the butterfly, no LDS) and of several.
+    for (const t of [1, 2, 4, 8, 16, 32, wave, 2 * wave, FUSED_MAX_THREADS]) assert.ok(tprs.has(t), `tpr ${t} reached`);
+  });
+}

@@ -54,9 +54,14 @@ export function fusedKernel(device: Device, name: string, args: readonly ArgType
   return k;
 }
 
+/** The kernel of addInto for `dtype` (UnsupportedError when the fused module is not loaded): check it before launching. */
+export function addKernel(device: Device, dtype: string): Kernel {
+  return fusedKernel(device, `nk_fused_add_${dtype}`, FUSED_ADD_ARGS);
+}
+
 /** dst += src on `stream`: same shape and dtype, rows one stride apart; an f32 add rounded to the dtype. */
 export function addInto(dst: Tensor, src: Tensor, stream: Stream): void {
-  const k = fusedKernel(dst.device, `nk_fused_add_${dst.dtype}`, FUSED_ADD_ARGS);
+  const k = addKernel(dst.device, dst.dtype);
   const grid = Math.max(1, Math.min(dst.rows, dst.device.info.maxGridDim[0]));
   const config = new LaunchConfig({ grid: [grid], block: [FUSED_ADD_THREADS] });
   k.launch(stream, config, [dst.ptr, src.ptr, dst.rows, dst.d, dst.rowStride, src.rowStride]);

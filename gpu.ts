@@ -39,4 +39,12 @@ export {
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
 export { NORM_KERNELS, NORM_SOURCE_SHA256 } from "./precompiled/norm_cuda.ts";
-export { type ImageChoice, imageChoice, type ImageSource, kernelImage, type KernelImageSet } from "./ops/images.ts";
+export { FUSED_SOURCE_SHA256 } from "./precompiled/fused_cuda.ts";
+export {
+  type ImageChoice,
+  imageChoice,
+  type ImageFiles,
+  type ImageSource,
+  kernelImage,
+  type KernelImageSet,
+} from "./ops/images.ts";

@@ -20,7 +20,7 @@ export { LibraryLoadError } from "./ffi/library.ts";
 export { layerNorm, type LayerNormOptions, type NormResult, rmsNorm, type RMSNormOptions } from "./ops/norm.ts";
 export type { DynamicQuant, FusedOptions, QuantNormResult, QuantOptions, StaticQuant } from "./ops/fused.ts";
 export { loadKernels, type LoadKernelsOptions, setDependentLaunch } from "./ops/kernels.ts";
-export type { ImageSource, KernelImageSet } from "./ops/images.ts";
+export type { ImageFiles, ImageSource, KernelImageSet } from "./ops/images.ts";
 export {
   type CpuNormInput,
   type CpuNormOutput,

@@ -12,7 +12,7 @@ import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
-import { addInto } from "./fused_module.ts";
+import { addInto, addKernel } from "./fused_module.ts";
 import type { NormKind } from "./plan.ts";
 import {
   bwdFull,
@@ -26,6 +26,7 @@ import {
   checkFlag,
   checkInput,
   checkNormalizedShape,
+  checkOneRowStride,
   checkParam,
   checkSameShape,
   checkStream,
@@ -256,6 +257,8 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, optsIn: LayerNor
   const r = runFlatBackward(kind, flattenNormalized("dy", dy, ns), flattenNormalized("x", x, ns), {
     ...opts,
     dx: view("dx", opts.dx),
+    dResidual: view("dResidual", opts.dResidual),
+    dx2: view("dx2", opts.dx2),
     weight: flattenParam("weight", opts.weight, ns),
     bias: flattenParam("bias", opts.bias, ns),
     dweight: flattenParam("dweight", opts.dweight, ns),
@@ -268,8 +271,11 @@ function runBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, optsIn: LayerNor
 }
 
 function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: BackwardOptions): NormBackwardResult {
+  const op = `${kind}NormBackward`;
   const x = checkInput(xIn);
+  checkOneRowStride("x", x, op);
   const dy = checkTensor("dy", dyIn, x.device);
+  checkOneRowStride("dy", dy, op);
   checkSameShape("dy", dy, x);
   if (kind === "rms") {
     // RMSNorm has no bias and no mean: one given is a mistake (a LayerNorm's arguments), not something to ignore.
@@ -296,6 +302,7 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
   if (dbGiven && !bias) throw new ArgumentError("dbias", "only with a bias", "a tensor");
   const dxGiven = opts.dx === undefined || opts.dx === null ? undefined : checkTensor("dx", opts.dx, x.device);
   if (dxGiven) {
+    checkOneRowStride("dx", dxGiven, op);
     checkSameShape("dx", dxGiven, x);
     if (dxGiven.dtype !== x.dtype) throw new ArgumentError("dx.dtype", `x's dtype "${x.dtype}"`, dxGiven.dtype);
     if (overlaps(dxGiven, x)) throw new ArgumentError("dx", "memory that does not overlap x", "an overlap with x");
@@ -328,6 +335,7 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
   let dResidual: Tensor | undefined;
   if (opts.dResidual !== undefined && opts.dResidual !== null) {
     dResidual = checkTensor("dResidual", opts.dResidual, x.device);
+    checkOneRowStride("dResidual", dResidual, op);
     checkSameShape("dResidual", dResidual, x);
     if (dResidual.dtype !== x.dtype) {
       throw new ArgumentError("dResidual.dtype", `x's dtype "${x.dtype}"`, dResidual.dtype);
@@ -371,6 +379,8 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
     paramGrads: !!(weight || bias),
   });
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}NormBackward: ${plan.unsupported}`);
+  // dResidual's add is a fused kernel: its module must be loaded before anything is launched.
+  if (plan && dResidual) addKernel(device, x.dtype);
   // Allocating while a stream captures breaks the capture (global mode): say so before the driver does.
   if (deviceCapturing(device)) {
     const missing = [!dxGiven && "dx", weight && !dwGiven && "dweight", bias && !dbGiven && "dbias"].filter(Boolean);
@@ -621,8 +631,11 @@ function workspace(device: Device, stream: Stream, bytes: number): DeviceBuffer 
   return buf;
 }
 
-/** dst's rows = src's rows (same shape and dtype), queued on `stream`: one copy when both are contiguous. */
-function copyRows(dst: Tensor, src: Tensor, stream: Stream): void {
+/**
+ * dst's rows = src's rows (same shape and dtype; either may be a view of rows on two levels), queued on `stream`: one
+ * copy when both are contiguous, else one per row.
+ */
+export function copyRows(dst: Tensor, src: Tensor, stream: Stream): void {
   const b = dst.bytesPerElement, row = dst.d * b;
   if (dst.contiguous && src.contiguous) {
     return dst.buffer.copyFrom(src.buffer, {
@@ -633,7 +646,7 @@ function copyRows(dst: Tensor, src: Tensor, stream: Stream): void {
     });
   }
   for (let r = 0; r < dst.rows; r++) {
-    const offset = (dst.offset + r * dst.rowStride) * b, srcOffset = (src.offset + r * src.rowStride) * b;
+    const offset = (dst.offset + dst.rowStart(r)) * b, srcOffset = (src.offset + src.rowStart(r)) * b;
     dst.buffer.copyFrom(src.buffer, { offset, srcOffset, bytes: row, stream });
   }
 }

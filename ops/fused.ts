@@ -189,6 +189,13 @@ function checkSplit(x: Tensor, weight: Tensor | undefined, weight2: Tensor | und
     throw new ArgumentError("weight2.dtype", `weight's dtype "${weight.dtype}"`, weight2.dtype);
   }
   const heads = x.shape.length >= 2 ? x.shape[x.shape.length - 2] : 1;
+  if (heads < 2) {
+    throw new ArgumentError(
+      "weight2",
+      "x of shape [..., heads, headDim] with at least 2 heads (weight for heads before split, weight2 after)",
+      `x of shape [${x.shape}]`,
+    );
+  }
   if (!Number.isSafeInteger(split) || (split as number) < 1 || (split as number) >= heads) {
     throw new ArgumentError(
       "split",
@@ -199,6 +206,9 @@ function checkSplit(x: Tensor, weight: Tensor | undefined, weight2: Tensor | und
   }
   return split as number;
 }
+
+/** The limits the CPU backend checks the row length against: a GPU's block of 1024 threads (fusedGeometry). */
+const FUSED_CPU_LIMITS = { maxThreadsPerBlock: 1024, warpSize: 32 };
 
 /** The rows of every tensor of the call on one (n0, n1) grid, and each tensor's strides on it. */
 function commonLevels(tensors: readonly Tensor[], heads: number): { n0: number; n1: number } {
@@ -302,6 +312,13 @@ export function runFused(
   }
   const yDtype: DType = quant?.dtype ?? (o.outDtype as DType | undefined) ??
     (Tensor.isTensor(o.out) ? o.out.dtype : x.dtype);
+  if (!quant && o.outDtype === undefined && yDtype !== x.dtype) {
+    throw new ArgumentError(
+      "out.dtype",
+      `x's dtype "${x.dtype}" (or a quant option for an out of ${yDtype})`,
+      yDtype,
+    );
+  }
   if (!quant && yDtype !== x.dtype) {
     throw new UnsupportedError(
       `the fused kernels write y in x's dtype (${x.dtype}) or quantized; got ${yDtype}: drop outDtype or the fused option`,
@@ -334,22 +351,25 @@ export function runFused(
   const heads = weight2 ? x.shape[x.shape.length - 2] : 0;
   const tensors = [x, ...(residual ? [residual] : []), ...(h ? [h] : []), ...(out ? [out] : [])];
   const grid = commonLevels(tensors, heads);
+  // Every given tensor's rows on the call's grid, and the row length the kernels take: checked on every backend, so
+  // that the CPU refuses what a GPU would.
+  const [xs0, xs1] = stridesOn(x, grid.n1, "x");
+  const [rs0, rs1] = residual ? stridesOn(residual, grid.n1, "residual") : [0, 0];
+  const [hs0, hs1] = h ? stridesOn(h, grid.n1, "residualOut") : [0, 0];
+  if (out) stridesOn(out, grid.n1, "out");
+  const limits = gpu ? planLimits(device) : FUSED_CPU_LIMITS;
+  const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits);
+  if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused): ${geometry.unsupported}`);
   let launch: (() => void) | undefined;
   const wDtype = (weight ?? bias)?.dtype;
   if (gpu) {
-    const limits = planLimits(device);
-    const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits);
-    if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused): ${geometry.unsupported}`);
     const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype);
     if ("unsupported" in choice) throw new UnsupportedError(`${kind}Norm (fused): ${choice.unsupported}`);
     const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels(dev, { fused: true })
     launch = () => {
-      const l = fusedLaunch(geometry, x.rows, limits);
+      const l = fusedLaunch(geometry, x.rows, planLimits(device));
       const config = new LaunchConfig({ grid: l.grid, block: l.block });
       kernel.checkLaunch(stream, config);
-      const [xs0, xs1] = stridesOn(x, grid.n1, "x");
-      const [rs0, rs1] = residual ? stridesOn(residual, grid.n1, "residual") : [0, 0];
-      const [hs0, hs1] = h ? stridesOn(h, grid.n1, "residualOut") : [0, 0];
       const [ys0, ys1] = stridesOn(y!, grid.n1, "out");
       kernel.launch(stream, config, [
         x.ptr,

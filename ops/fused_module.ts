@@ -8,9 +8,8 @@ import { UnsupportedError } from "../runtime/errors.ts";
 import { type ArgType, type Kernel, LaunchConfig } from "../runtime/module.ts";
 import type { Stream } from "../runtime/stream.ts";
 import type { Tensor } from "../runtime/tensor.ts";
-import { FUSED_CUDA_IMAGES } from "../precompiled/fused_cuda.ts";
 import { FUSED_ADD_ARGS, FUSED_ADD_THREADS, FUSED_ARGS } from "./fused_abi.ts";
-import { imageChoice, readImage } from "./images.ts";
+import { findImage, imageChoice, type KernelImageSet, readImage } from "./images.ts";
 import { ModuleSlot } from "./module_slot.ts";
 import { KERNEL_KEY, launchesDependent } from "./kernels.ts";
 
@@ -21,19 +20,15 @@ const FUSED_MODULE = new ModuleSlot("normkit.fused.module", (device) => {
   );
 });
 
-/** Reads the fused image of the device's architecture and loads it (once per device). */
-export async function loadFusedModule(device: Device): Promise<void> {
+/**
+ * Reads the fused image of the device's target and loads it (once per device): normkit's own SASS on CUDA sm_80 and
+ * sm_90, else the `fused` images of the first of `sets` that has the target (`@normkit/ptx` for newer NVIDIA GPUs,
+ * `@normkit/hip` for AMD GPUs).
+ */
+export async function loadFusedModule(device: Device, sets: readonly KernelImageSet[] = []): Promise<void> {
   if (device.backend === "cpu" || fusedModuleLoaded(device)) return;
-  if (device.backend !== "cuda") {
-    throw new UnsupportedError(`the fused kernels are built for CUDA only; ${device.info.name} is ${device.backend}`);
-  }
   const choice = imageChoice(device);
-  const src = FUSED_CUDA_IMAGES[choice.target];
-  if (src === undefined) {
-    throw new UnsupportedError(
-      `the fused kernels have no ${choice.target} image (built: ${Object.keys(FUSED_CUDA_IMAGES).join(", ")})`,
-    );
-  }
+  const src = findImage(choice, sets, `${device.info.name} (${choice.target})`, "fused");
   loadFusedImage(device, await readImage(src)); // nothing if a concurrent call loaded it meanwhile
 }
 
@@ -59,9 +54,14 @@ export function fusedKernel(device: Device, name: string, args: readonly ArgType
   return k;
 }
 
+/** The kernel of addInto for `dtype` (UnsupportedError when the fused module is not loaded): check it before launching. */
+export function addKernel(device: Device, dtype: string): Kernel {
+  return fusedKernel(device, `nk_fused_add_${dtype}`, FUSED_ADD_ARGS);
+}
+
 /** dst += src on `stream`: same shape and dtype, rows one stride apart; an f32 add rounded to the dtype. */
 export function addInto(dst: Tensor, src: Tensor, stream: Stream): void {
-  const k = fusedKernel(dst.device, `nk_fused_add_${dst.dtype}`, FUSED_ADD_ARGS);
+  const k = addKernel(dst.device, dst.dtype);
   const grid = Math.max(1, Math.min(dst.rows, dst.device.info.maxGridDim[0]));
   const config = new LaunchConfig({ grid: [grid], block: [FUSED_ADD_THREADS] });
   k.launch(stream, config, [dst.ptr, src.ptr, dst.rows, dst.d, dst.rowStride, src.rowStride]);

@@ -9,6 +9,7 @@
  * this choice and the permissions of each way of importing.
  */
 import { NORM_CUDA_IMAGES, NORM_SOURCE_SHA256 } from "../precompiled/norm_cuda.ts";
+import { FUSED_CUDA_IMAGES, FUSED_SOURCE_SHA256 } from "../precompiled/fused_cuda.ts";
 import { ffi } from "../ffi/runtime.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
@@ -30,8 +31,19 @@ import { hsacoTarget } from "./hip_module.ts";
  * });
  * ```
  */
-export interface KernelImageSet {
+export interface KernelImageSet extends ImageFiles {
   /** sha256 of the kernel sources the images were compiled from: must equal this normkit's NORM_SOURCE_SHA256. */
+  readonly sourceSha256: string;
+  /**
+   * The fused kernels' images (`loadKernels(dev, { fused: true, images })`), with the hash of their own sources,
+   * which must equal FUSED_SOURCE_SHA256. `@normkit/ptx` and `@normkit/hip` have them.
+   */
+  readonly fused?: ImageFiles;
+}
+
+/** Images by target and the hash of the sources they were compiled from (one set of kernels: norm or fused). */
+export interface ImageFiles {
+  /** sha256 (hex) of the kernel sources the images were compiled from. */
   readonly sourceSha256: string;
   /**
    * Image by target ("sm_80", "sm_90", "compute_90", "gfx90a", "gfx942", "gfx1100"): a URL (file:, http:, https:;
@@ -39,6 +51,9 @@ export interface KernelImageSet {
    */
   readonly images: Readonly<Record<string, ImageSource>>;
 }
+
+/** Which kernels an image holds: the norm kernels (forward, backward, diagnostics) or the fused ones. */
+export type ImageKind = "norm" | "fused";
 
 /** Where an image is: a URL (anything with an `href`, such as a URL object, or the href itself), or its bytes. */
 export type ImageSource = { readonly href: string } | string | Uint8Array;
@@ -83,55 +98,80 @@ export function imageChoice(device: { readonly backend: string; readonly info: D
   );
 }
 
-/** The images normkit itself ships (SASS sm_80 and sm_90). */
+/** The images normkit itself ships (SASS sm_80 and sm_90), of the norm kernels and of the fused ones. */
 export const BUILTIN_IMAGES: KernelImageSet = Object.freeze({
   sourceSha256: NORM_SOURCE_SHA256,
   images: NORM_CUDA_IMAGES,
+  fused: Object.freeze({ sourceSha256: FUSED_SOURCE_SHA256, images: FUSED_CUDA_IMAGES }),
 });
 
+const SOURCE_SHA256: Readonly<Record<ImageKind, string>> = { norm: NORM_SOURCE_SHA256, fused: FUSED_SOURCE_SHA256 };
+const filesOf = (set: KernelImageSet, kind: ImageKind): ImageFiles | undefined => kind === "norm" ? set : set.fused;
+
 /**
- * Where the image for `choice` is: the first of `sets` that has its target, then normkit's own; UnsupportedError
+ * Where the `kind` image for `choice` is: the first of `sets` that has its target, then normkit's own; UnsupportedError
  * naming the package to hand over when none has it, or when the set that has it was built from other sources.
  */
 export function findImage(
   choice: ImageChoice,
   sets: readonly KernelImageSet[],
   device: string,
+  kind: ImageKind = "norm",
 ): ImageSource {
+  const expected = SOURCE_SHA256[kind];
   for (const set of [...sets, BUILTIN_IMAGES]) {
-    if (!Object.hasOwn(set.images, choice.target)) continue;
-    if (set.sourceSha256 !== NORM_SOURCE_SHA256) {
+    const files = filesOf(set, kind);
+    if (!files || !Object.hasOwn(files.images, choice.target)) continue;
+    if (files.sourceSha256 !== expected) {
       throw new UnsupportedError(
-        `the ${choice.target} image given to loadKernels was built from other kernel sources (sha256 ` +
-          `${String(set.sourceSha256).slice(0, 12)}…) than this normkit (${NORM_SOURCE_SHA256.slice(0, 12)}…): ` +
-          `use ${choice.package} of the same version as @normkit/normkit`,
+        `the ${kind === "fused" ? "fused " : ""}${choice.target} image given to loadKernels was built from other ` +
+          `kernel sources (sha256 ${String(files.sourceSha256).slice(0, 12)}…) than this normkit ` +
+          `(${expected.slice(0, 12)}…): use ${choice.package} of the same version as @normkit/normkit`,
       );
     }
-    return set.images[choice.target];
+    return files.images[choice.target];
   }
+  const what = kind === "fused" ? "the fused kernels" : "normkit's kernels";
+  const call = kind === "fused" ? "{ fused: true, images: " : "{ images: ";
   throw new UnsupportedError(
-    `${device} runs normkit's kernels from the ${choice.target} image, which is in the package ${choice.package}: ` +
-      `\`await loadKernels(dev, { images: await import("${choice.package}") })\` (docs/loading.md)`,
+    `${device} runs ${what} from the ${choice.target} image, which is in the package ${choice.package}: ` +
+      `\`await loadKernels(dev, ${call}await import("${choice.package}") })\` (docs/loading.md)`,
   );
 }
 
 /** Checks loadKernels' `images` option: one KernelImageSet or an array of them (undefined: none). */
 export function imageSets(images: unknown): readonly KernelImageSet[] {
   if (images === undefined) return [];
-  const sets = Array.isArray(images) ? images : [images];
-  for (const s of sets) {
-    const ok = typeof s === "object" && s !== null && typeof (s as KernelImageSet).sourceSha256 === "string" &&
-      typeof (s as KernelImageSet).images === "object" && (s as KernelImageSet).images !== null;
-    if (!ok) {
+  return (Array.isArray(images) ? images : [images]).map((given) => {
+    // Each field read once, into the snapshot that is checked and then used.
+    const set = snapshot(given);
+    const fused = set && set.fused !== undefined ? snapshot(set.fused) : undefined;
+    if (!set || (set.fused !== undefined && !fused)) {
       throw new ArgumentError(
         "images",
-        'a KernelImageSet { sourceSha256, images } (e.g. await import("@normkit/ptx")) or an array of them',
-        s,
+        'a KernelImageSet { sourceSha256, images, fused? } (e.g. await import("@normkit/ptx")) or an array of them',
+        given,
       );
     }
-  }
-  return sets;
+    const { sourceSha256, images } = set;
+    if (!fused) return Object.freeze({ sourceSha256, images });
+    return Object.freeze({
+      sourceSha256,
+      images,
+      fused: Object.freeze({ sourceSha256: fused.sourceSha256, images: fused.images }),
+    });
+  });
 }
+
+/** { sourceSha256, images, fused } read once from `v`, or undefined when the first two are not a string and an object. */
+function snapshot(v: unknown): (ImageFiles & { fused: unknown }) | undefined {
+  if (!isObject(v)) return undefined;
+  const { sourceSha256, images, fused } = v as { sourceSha256: unknown; images: unknown; fused: unknown };
+  if (typeof sourceSha256 !== "string" || !isObject(images)) return undefined;
+  return { sourceSha256, images: images as ImageFiles["images"], fused };
+}
+
+const isObject = (v: unknown): v is object => typeof v === "object" && v !== null;
 
 /**
  * The bytes of the norm kernels' image for `device` (the one loadKernels loads): for loading it yourself through

@@ -38,8 +38,9 @@ export interface LoadKernelsOptions {
    */
   images?: KernelImageSet | readonly KernelImageSet[];
   /**
-   * Also load the fused kernels (residual add, quantized output, head views, batchInvariant: an image of their own,
-   * CUDA only). Default false: a program that never calls them never reads it.
+   * Also load the fused kernels (residual add, quantized output, head views, batchInvariant): an image of their own,
+   * found as the norm kernels' is (`images` as above: their `fused` images). Default false: a program that never
+   * calls them never reads it.
    */
   fused?: boolean;
 }
@@ -67,12 +68,12 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
   if (options !== undefined && (typeof options !== "object" || options === null)) {
     throw new ArgumentError("options", "an object { images?, fused? }", options);
   }
-  imageSets(options?.images); // refuses a bad option on the CPU too
+  const images = imageSets(options?.images); // refuses a bad option on the CPU too
   const fused = options?.fused;
   if (fused !== undefined && typeof fused !== "boolean") throw new ArgumentError("fused", "a boolean", fused);
-  if (fused) await loadFusedModule(device);
+  if (fused) await loadFusedModule(device, images);
   if (device.backend === "cpu" || normModuleLoaded(device)) return;
-  loadNormModule(device, await kernelImage(device, options)); // nothing if a concurrent call loaded it meanwhile
+  loadNormModule(device, await kernelImage(device, { images })); // nothing if a concurrent call loaded it meanwhile
   const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;
   if (pending) {
     device.cache.delete(PENDING_SANITY_KEY);

@@ -7,8 +7,8 @@
 import { Device } from "../runtime/device.ts";
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
 import type { Stream } from "../runtime/stream.ts";
-import { checkValues, type Tensor } from "../runtime/tensor.ts";
-import { layerNormBackward, rmsNormBackward } from "./backward.ts";
+import { checkValues, emptyTensor, type Tensor } from "../runtime/tensor.ts";
+import { copyRows, layerNormBackward, rmsNormBackward } from "./backward.ts";
 import { layerNorm, rmsNorm } from "./norm.ts";
 import {
   checkD,
@@ -143,7 +143,8 @@ export abstract class NormModule implements Disposable {
   readonly biasGrad?: Tensor;
   /** The weight the kernels read: `weight`, or 1 + weight when zeroCentered. */
   #scale?: Tensor;
-  #saved?: { x: Tensor; mean?: Tensor; rstd: Tensor };
+  /** What backward() needs; `x` is the module's own copy of h after a forward with a residual (`ownsX`). */
+  #saved?: { x: Tensor; ownsX: boolean; mean?: Tensor; rstd: Tensor };
   #closed = false;
   /** Which norm the module computes. */
   protected abstract readonly kind: "layer" | "rms";
@@ -272,9 +273,10 @@ export abstract class NormModule implements Disposable {
    * @param x The input: trailing dimensions normalizedShape (last dimension d); f32, f16 or bf16.
    * @param opts.stream The stream to run on (default: the device's).
    * @param opts.residual Added to x first (x's shape and dtype): h = x + residual is written to `residualOut`
-   *   (default: residual itself, in place) and normalized; the module keeps h (by reference) for backward(), whose
-   *   `dResidual` then adds the gradient arriving at h from the next residual branch. The fused kernels run it
-   *   (`await loadKernels(dev, { fused: true })` on a GPU).
+   *   (default: residual itself, in place) and normalized; the module keeps a copy of h for backward() (one
+   *   device copy of h on the stream: the residual buffer is typically overwritten by the next layer's add before
+   *   this layer's backward), whose `dResidual` then adds the gradient arriving at h from the next residual branch.
+   *   The fused kernels run it (`await loadKernels(dev, { fused: true })` on a GPU).
    * @param opts.residualOut Where h goes (see layerNorm's residualOut).
    * @throws {ArgumentError} when x's trailing dimensions are not normalizedShape, or as layerNorm / rmsNorm do.
    * @throws {UnsupportedError} and {GpuError} as layerNorm / rmsNorm do.
@@ -305,10 +307,23 @@ export abstract class NormModule implements Disposable {
         ...fused,
       })
       : rmsNorm(x, { weight: this.#scale, eps: this.eps, stats: true, stream, normalizedShape, ...fused });
+    const mean = this.kind === "layer" ? r.mean : (r.mean.close(), undefined);
+    // With a residual, the backward's x is h (in residualOut, or residual itself): a copy of its own, since the
+    // caller's buffer usually takes the next layer's sum before this layer's backward.
+    let saved = x;
+    if (residual !== undefined) {
+      try {
+        const h = residualOut ?? residual;
+        saved = emptyTensor(this.device, h.shape, { dtype: h.dtype });
+        copyRows(saved, h, stream ?? this.device.stream);
+      } catch (e) {
+        if (saved !== x) saved.close();
+        for (const t of [r.y, mean, r.rstd]) t?.close();
+        throw e;
+      }
+    }
     this.#release();
-    // With a residual, the backward's x is h: residualOut, or residual itself (written in place).
-    const saved = residual === undefined ? x : (residualOut ?? residual);
-    this.#saved = { x: saved, mean: this.kind === "layer" ? r.mean : (r.mean.close(), undefined), rstd: r.rstd };
+    this.#saved = { x: saved, ownsX: saved !== x, mean, rstd: r.rstd };
     return r.y;
   }
 
@@ -357,6 +372,7 @@ export abstract class NormModule implements Disposable {
   }
 
   #release(): void {
+    if (this.#saved?.ownsX) this.#saved.x.close();
     this.#saved?.mean?.close();
     this.#saved?.rstd.close();
     this.#saved = undefined;

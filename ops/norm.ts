@@ -331,7 +331,7 @@ function runFusedFlattened(kind: NormKind, x: Tensor, o: CallOptions): Tensor | 
   if (ns !== undefined && Tensor.isTensor(x) && !x.closed && x.d !== ns[0]) {
     throw new ArgumentError("x", `a last dimension of ${ns[0]} (normalizedShape)`, `shape [${x.shape}]`);
   }
-  if (o.check === true) {
+  if (checkFlag("check", o.check) === true) {
     throw new UnsupportedError(
       `${kind}Norm: check mode covers the unfused norms; pass check: false with fused options`,
     );

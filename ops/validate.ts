@@ -123,6 +123,18 @@ export function overlaps(a: Tensor, b: Tensor): boolean {
   return ra.space === rb.space && ra.start < rb.end && rb.start < ra.end;
 }
 
+/** Refuses a view whose rows lie on two levels (Tensor.uniformRows false) where an op needs one row stride. */
+export function checkOneRowStride(name: string, t: Tensor, op: string): void {
+  if (!t.uniformRows) {
+    const l = t.levels;
+    throw new ArgumentError(
+      name,
+      `rows one stride apart (${op} takes no view whose rows lie on two levels: copy it first)`,
+      `${t} (row strides ${l.s0} and ${l.s1})`,
+    );
+  }
+}
+
 /** `t` (named `name`) must have x's shape. */
 export function checkSameShape(name: string, t: Tensor, x: Tensor): void {
   if (t.shape.length !== x.shape.length || t.shape.some((n, i) => n !== x.shape[i])) {
@@ -207,6 +219,7 @@ export function flattenNormalized(name: string, t: Tensor, normalizedShape: read
   if (k === 1) return t;
   let inner = 1;
   for (let i = 0; i < k - 1; i++) inner *= normalizedShape[i];
+  if (inner > 1) checkOneRowStride(name, t, "a norm over several normalized dimensions");
   if (inner > 1 && t.rowStride !== t.d) {
     throw new ArgumentError(
       name,

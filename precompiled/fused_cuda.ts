@@ -2,8 +2,9 @@
 // Source: kernels/fused.cu kernels/portable.h kernels/fused.cuh kernels/fwd_common.cuh kernels/fused_quant.cuh; sha256 of them concatenated in that order:
 //   5a0346ecaeea954fbf67317aa307d80b44d91a9ad147d01fad16eafc97cd68a6
 // Compiler: Cuda compilation tools, release 13.0, V13.0.88
-// Images: nvcc -O3 --std=c++17 -fatbin -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xptxas -v -Xfatbin -compress-all --compress-mode=size,
-//   one fatbin per entry: fused_sm80.fatbin (SASS), fused_sm90.fatbin (SASS)
+// Images: nvcc -O3 --std=c++17 -fatbin -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90] -Xptxas -v -Xfatbin -compress-all --compress-mode=size,
+//   one fatbin per entry: fused_sm80.fatbin (SASS), fused_sm90.fatbin (SASS), and
+//   packages/ptx/fused_compute90.fatbin (PTX)
 
 /** The fused kernel sources, in the order FUSED_SOURCE_SHA256 hashes them (paths from the repository root). */
 export const FUSED_SOURCE_FILES: readonly string[] = Object.freeze([

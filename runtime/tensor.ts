@@ -331,11 +331,11 @@ export class Tensor implements Disposable {
     const dtype = opts.dtype ?? "f32";
     if (!isTensorDType(dtype)) throw new ArgumentError("dtype", DTYPE_NAMES, dtype);
     const d = this.shape[this.shape.length - 1];
-    const strides = opts.strides;
-    if (strides !== undefined && opts.rowStride !== undefined) {
+    const strides = opts.strides, givenRowStride = opts.rowStride;
+    if (strides !== undefined && givenRowStride !== undefined) {
       throw new ArgumentError("strides", "not given together with rowStride", strides);
     }
-    const rowStride = opts.rowStride ?? d;
+    const rowStride = givenRowStride ?? d;
     if (!Number.isSafeInteger(rowStride) || rowStride < d) {
       throw new ArgumentError(
         "rowStride",
@@ -460,10 +460,11 @@ export class Tensor implements Disposable {
 
   /**
    * A view of this tensor's memory (not owned: closing it frees nothing): `shape` with element `strides` (one per
-   * dimension, the last 1; default: contiguous), starting `offset` elements after this tensor's first element. The
-   * rows may lie on two levels, e.g. the query heads of a fused QKV buffer.
+   * dimension, the last 1; default: contiguous), starting `offset` elements after this tensor's first element and
+   * ending where its last row ends, or before. The rows may lie on two levels, e.g. the query heads of a fused QKV
+   * buffer.
    *
-   * @throws {ArgumentError} for a bad shape, strides or offset, or a view past the end of the memory.
+   * @throws {ArgumentError} for a bad shape, strides or offset, or a view past the end of this tensor's last row.
    * @throws {UnsupportedError} for rows on more than two levels.
    *
    * @example
@@ -482,17 +483,29 @@ export class Tensor implements Disposable {
     }
     const s = checkShape(shape);
     const offset = opts?.offset ?? 0, strides = opts?.strides;
-    if (!Number.isSafeInteger(offset) || offset < 0) throw new ArgumentError("offset", "an integer ≥ 0", offset);
+    const span = this.#span;
+    if (!Number.isSafeInteger(offset) || offset < 0 || offset > span) {
+      throw new ArgumentError("offset", `an integer from 0 to ${span} (this tensor's elements)`, offset);
+    }
     void this.ptr; // DisposedError for a closed tensor
-    return new Tensor(this.buffer, s, {
+    const v = new Tensor(this.buffer, s, {
       dtype: this.dtype,
       offset: this.offset + offset,
       ...(strides === undefined ? {} : { strides }),
     });
+    // A view of this tensor's memory: its rows end where this tensor's last row ends, or before.
+    if (offset + v.#span > span) {
+      throw new ArgumentError(
+        "shape",
+        `a view within this tensor's ${span} elements from its first (offset ${offset} + span ${v.#span})`,
+        `shape [${s}]${strides === undefined ? "" : ` with strides [${strides}]`}`,
+      );
+    }
+    return v;
   }
 
-  /** Element offset (from this.offset) of row `r`'s first element. */
-  #rowStart(r: number): number {
+  /** Element offset (from this.offset) of row `r`'s first element (rows on one or two levels). */
+  rowStart(r: number): number {
     const l = this.#levels;
     return l.n0 <= 1 ? r * l.s1 : Math.floor(r / l.n1) * l.s0 + (r % l.n1) * l.s1;
   }
@@ -539,7 +552,7 @@ export class Tensor implements Disposable {
     const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
     for (let r = 0; r < this.rows; r++) {
-      const at = this.#rowStart(r);
+      const at = this.rowStart(r);
       encode(
         (values as Float32Array).subarray
           ? (values as Float32Array).subarray(r * this.d, (r + 1) * this.d)
@@ -560,7 +573,7 @@ export class Tensor implements Disposable {
     if (this.contiguous) return this.buffer.write(src, { offset: this.offset * b, stream });
     const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
-    for (let r = 0; r < this.rows; r++) host.set(src.subarray(r * row, (r + 1) * row), this.#rowStart(r) * b);
+    for (let r = 0; r < this.rows; r++) host.set(src.subarray(r * row, (r + 1) * row), this.rowStart(r) * b);
     this.buffer.write(host, { offset: this.offset * b, stream });
   }
 
@@ -579,7 +592,7 @@ export class Tensor implements Disposable {
     if (!this.contiguous) {
       packed = new Uint8Array(rows * row);
       for (let r = 0; r < rows; r++) {
-        packed.set(host.subarray(this.#rowStart(r) * b, this.#rowStart(r) * b + row), r * row);
+        packed.set(host.subarray(this.rowStart(r) * b, this.rowStart(r) * b + row), r * row);
       }
     }
     if (b === 1) return this.dtype === "int8" ? new Int8Array(packed.buffer, 0, rows * d) : packed;
@@ -608,7 +621,7 @@ export class Tensor implements Disposable {
     if (this.contiguous) return decode(host, this.dtype) as Float32Array;
     const out = new Float32Array(rows * d);
     for (let r = 0; r < rows; r++) {
-      const at = this.#rowStart(r);
+      const at = this.rowStart(r);
       decode(
         host.subarray(at * b, (at + d) * b),
         this.dtype,

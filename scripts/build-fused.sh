@@ -8,7 +8,9 @@
 #   precompiled/fused_sm80.fatbin   SASS for sm_80 (serves compute capability 8.x)
 #   precompiled/fused_sm90.fatbin   SASS for sm_90
 #   precompiled/fused_cuda.ts       the source hash, the kernel names, and where the images are (no image bytes)
-# Each image is a fatbin of one compressed entry, split from the fatbin nvcc writes (split_fatbin below).
+#   packages/ptx/fused_compute90.fatbin  PTX for compute_90 (JIT-compiled on GPUs newer than sm_90), in @normkit/ptx
+#   packages/ptx/fused_build.ts     the source hash that PTX was compiled from
+# Each image is a fatbin of one compressed entry, split from the fatbin nvcc writes (scripts/fatbin_split.sh).
 #
 # Kernel names: one per NK_FUSED_KERNEL(kind, isln, ti, to, tw) line of kernels/fused.cu, nk_fused_{kind}_{ti}_{to}_{tw};
 # the list must equal the .entry set of a compute_80 PTX compile (an intermediate, not kept).
@@ -22,10 +24,13 @@ set -euo pipefail
 export LC_ALL=C
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/fatbin_split.sh
+source "$ROOT/scripts/fatbin_split.sh"
 SRC_REL="kernels/fused.cu"
 # Everything fused.cu compiles from, in hash order (FUSED_SOURCE_FILES in the generated module).
 HASHED_REL=(kernels/fused.cu kernels/portable.h kernels/fused.cuh kernels/fwd_common.cuh kernels/fused_quant.cuh)
-COMMITTED=(precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin precompiled/fused_cuda.ts)
+COMMITTED=(precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin precompiled/fused_cuda.ts
+  packages/ptx/fused_compute90.fatbin packages/ptx/fused_build.ts)
 
 # Spill stores per kernel, ptxas -v (both paths' spill code summed): with nvcc 13.0 at most 100 bytes on sm_90 and 144
 # on sm_80, all in the vector path (the LayerNorm kernels of quantized y with f32 weights); the scalar path spills
@@ -52,7 +57,7 @@ NVCC_FLAGS=(-O3 --std=c++17)
 PTX_FLAGS=(-ptx -arch=compute_80)
 FATBIN_FLAGS=(-fatbin
   -gencode arch=compute_80,code=sm_80
-  -gencode arch=compute_90,code=sm_90
+  -gencode "arch=compute_90,code=[sm_90,compute_90]"
   -Xptxas -v
   -Xfatbin -compress-all --compress-mode=size)
 
@@ -104,44 +109,12 @@ build() {
     echo "build-fused: kernels in $SRC_REL ($(echo $names)) differ from .entry in PTX ($(echo $entries))" >&2
     exit 1
   fi
-  split_fatbin "$out"
+  split_fatbin "$out/fused.fatbin" "$out" fused "fused_sm80.fatbin fused_sm90.fatbin fused_compute90.fatbin"
   write_module "$out" "$names"
   rm -f "$out/fused.ptx" "$out/fused.fatbin"
 }
 
-# le BYTES VALUE: VALUE as BYTES little-endian bytes (printf escapes).
-le() {
-  local n=$1 v=$2 i
-  for ((i = 0; i < n; i++)); do printf '\\x%02x' $(((v >> (8 * i)) & 255)); done
-}
-# u FILE OFFSET BYTES: the unsigned little-endian integer at OFFSET.
-u() { od -An -t "u$3" -j "$2" -N "$3" "$1" | tr -d ' '; }
-
-# split_fatbin OUTDIR: OUTDIR/fused.fatbin's entries, each as a fatbin of its own (a 16-byte fatbin header, then the
-# entry's header and payload unchanged), as scripts/build-kernels.sh splits norm.fatbin.
-split_fatbin() {
-  local out=$1 f="$1/fused.fatbin" total off end kind ehs size arch name seen=""
-  [[ "$(u "$f" 0 4)" == $((0xBA55ED50)) && "$(u "$f" 6 2)" == 16 ]] || { echo "build-fused: $f: not a fatbin" >&2; exit 1; }
-  total=$(stat -c %s "$f")
-  end=$((16 + $(u "$f" 8 8)))
-  ((end == total)) || { echo "build-fused: $f: size field $end != file size $total" >&2; exit 1; }
-  off=16
-  while ((off < end)); do
-    kind=$(u "$f" "$off" 2); ehs=$(u "$f" $((off + 4)) 4); size=$(u "$f" $((off + 8)) 8); arch=$(u "$f" $((off + 28)) 4)
-    [[ "$kind" == 2 ]] || { echo "build-fused: $f: entry of kind $kind at $off (SASS only expected)" >&2; exit 1; }
-    name="fused_sm${arch}.fatbin"
-    {
-      printf "$(le 4 $((0xBA55ED50)))$(le 2 1)$(le 2 16)$(le 8 $((ehs + size)))"
-      dd if="$f" iflag=skip_bytes,count_bytes skip="$off" count=$((ehs + size)) bs=1M status=none
-    } >"$out/$name"
-    seen+=" $name"
-    off=$((off + ehs + size))
-  done
-  [[ "$seen" == " fused_sm80.fatbin fused_sm90.fatbin" ]] ||
-    { echo "build-fused: $f holds$seen (expected SASS sm_80 and sm_90, in that order)" >&2; exit 1; }
-}
-
-# write_module OUTDIR NAMES: fused_cuda.ts (formatted as deno fmt leaves it).
+# write_module OUTDIR NAMES: fused_cuda.ts and the PTX package's fused_build.ts (formatted as deno fmt leaves them).
 write_module() {
   local out="$1" names="$2" sha f n
   sha="$(cd "$ROOT" && cat "${HASHED_REL[@]}" | sha256sum | cut -d' ' -f1)"
@@ -151,7 +124,8 @@ write_module() {
     echo "//   $sha"
     echo "// Compiler: $NVCC_VERSION"
     echo "// Images: nvcc ${NVCC_FLAGS[*]} ${FATBIN_FLAGS[*]},"
-    echo "//   one fatbin per entry: fused_sm80.fatbin (SASS), fused_sm90.fatbin (SASS)"
+    echo "//   one fatbin per entry: fused_sm80.fatbin (SASS), fused_sm90.fatbin (SASS), and"
+    echo "//   packages/ptx/fused_compute90.fatbin (PTX)"
     echo ""
     echo "/** The fused kernel sources, in the order FUSED_SOURCE_SHA256 hashes them (paths from the repository root). */"
     echo "export const FUSED_SOURCE_FILES: readonly string[] = Object.freeze(["
@@ -172,6 +146,14 @@ write_module() {
     echo "  sm_90: new URL(\"./fused_sm90.fatbin\", import.meta.url),"
     echo "});"
   } >"$out/fused_cuda.ts"
+  {
+    echo "// GENERATED by scripts/build-fused.sh. DO NOT EDIT: run \`bash scripts/build-fused.sh\`."
+    echo "// Compiler: $NVCC_VERSION"
+    echo ""
+    echo "/** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a"
+    echo " *  normkit of the same FUSED_SOURCE_SHA256. */"
+    echo "export const fusedSourceSha256: string = \"$sha\";"
+  } >"$out/fused_build.ts"
 }
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/normkit-fused.XXXXXX")"

@@ -38,6 +38,8 @@ set -euo pipefail
 export LC_ALL=C
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/fatbin_split.sh
+source "$ROOT/scripts/fatbin_split.sh"
 SRC_REL="kernels/norm.cu"
 # Everything norm.cu compiles from, in hash order (NORM_SOURCE_FILES in the generated module).
 HASHED_REL=(
@@ -130,48 +132,13 @@ build() {
   fi
   grep -q '^\.target sm_80$' "$out/norm.ptx" || { echo "build-kernels: norm.ptx is not .target sm_80" >&2; exit 1; }
   check_fatbin "$out" "$quiet"
-  split_fatbin "$out"
+  split_norm_fatbin "$out"
   write_modules "$out" "$names"
   rm -f "$out/norm.ptx"
 }
 
-# le BYTES VALUE: VALUE as BYTES little-endian bytes (printf escapes).
-le() {
-  local n=$1 v=$2 i
-  for ((i = 0; i < n; i++)); do printf '\\x%02x' $(((v >> (8 * i)) & 255)); done
-}
-# u FILE OFFSET BYTES: the unsigned little-endian integer at OFFSET.
-u() { od -An -t "u$3" -j "$2" -N "$3" "$1" | tr -d ' '; }
-
-# split_fatbin OUTDIR: OUTDIR/norm.fatbin's entries, each as a fatbin of its own (the 16-byte fatbin header
-# {u32 magic 0xBA55ED50, u16 version 1, u16 header size 16, u64 size of what follows}, then the entry's header and
-# payload unchanged: still compressed, loaded and inflated by the driver): norm_sm80.fatbin, norm_sm90.fatbin and
-# norm_compute90.fatbin. Entry header: u16 kind (1 PTX, 2 SASS) at +0, u32 header size at +4, u64 payload size at
-# +8, u32 arch at +28.
-split_fatbin() {
-  local out=$1 f="$1/norm.fatbin" total off end kind ehs size arch name seen=""
-  [[ "$(u "$f" 0 4)" == $((0xBA55ED50)) && "$(u "$f" 6 2)" == 16 ]] || { echo "build-kernels: $f: not a fatbin" >&2; exit 1; }
-  total=$(stat -c %s "$f")
-  end=$((16 + $(u "$f" 8 8)))
-  ((end == total)) || { echo "build-kernels: $f: size field $end != file size $total" >&2; exit 1; }
-  off=16
-  while ((off < end)); do
-    kind=$(u "$f" "$off" 2); ehs=$(u "$f" $((off + 4)) 4); size=$(u "$f" $((off + 8)) 8); arch=$(u "$f" $((off + 28)) 4)
-    case "$kind" in
-      1) name="norm_compute${arch}.fatbin" ;;
-      2) name="norm_sm${arch}.fatbin" ;;
-      *) echo "build-kernels: $f: entry of kind $kind at $off" >&2; exit 1 ;;
-    esac
-    {
-      printf "$(le 4 $((0xBA55ED50)))$(le 2 1)$(le 2 16)$(le 8 $((ehs + size)))"
-      dd if="$f" iflag=skip_bytes,count_bytes skip="$off" count=$((ehs + size)) bs=1M status=none
-    } >"$out/$name"
-    seen+=" $name"
-    off=$((off + ehs + size))
-  done
-  [[ "$seen" == " norm_sm80.fatbin norm_sm90.fatbin norm_compute90.fatbin" ]] ||
-    { echo "build-kernels: $f holds$seen (expected SASS sm_80, sm_90 and PTX compute_90, in that order)" >&2; exit 1; }
-}
+# split_norm_fatbin OUTDIR: OUTDIR/norm.fatbin into norm_sm80.fatbin, norm_sm90.fatbin and norm_compute90.fatbin.
+split_norm_fatbin() { split_fatbin "$1/norm.fatbin" "$1" norm "norm_sm80.fatbin norm_sm90.fatbin norm_compute90.fatbin"; }
 
 # The kernel names, from the source alone: every extern "C" NK_GLOBAL function, in source order, then the generated ones.
 kernel_names() {
@@ -278,7 +245,7 @@ trap 'rm -rf "$TMP"' EXIT
 if [[ "$MODE" == modules ]]; then
   [[ -f "$ROOT/$OUT_REL/norm.fatbin" ]] || { echo "build-kernels --modules-only: no $OUT_REL/norm.fatbin (run a full build)" >&2; exit 1; }
   cp "$ROOT/$OUT_REL/norm.fatbin" "$TMP/norm.fatbin"
-  split_fatbin "$TMP"
+  split_norm_fatbin "$TMP"
   write_modules "$TMP" "$(kernel_names)"
   for f in "${COMMITTED[@]}"; do cp "$TMP/$(dest "$f")" "$ROOT/$f"; done
   echo "build-kernels: wrote ${COMMITTED[*]} from $OUT_REL/norm.fatbin (nothing compiled)" >&2

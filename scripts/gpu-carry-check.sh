@@ -16,9 +16,7 @@ size() { local n=0 f; for f in "$@"; do [ -f "$f" ] && n=$((n + $(wc -c < "$f"))
 
 # The kernel images' share: 64 MiB less Bun's runtime (about 37 MiB compressed) and the rest of the tree.
 check "kernel images (precompiled/, packages/)" \
-  "$(size precompiled/norm_cuda.ts precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin \
-    packages/ptx/norm_compute90.fatbin packages/hip/norm_gfx90a.hsaco.gz packages/hip/norm_gfx942.hsaco.gz \
-    packages/hip/norm_gfx1100.hsaco.gz)" \
+  "$(size precompiled/*_cuda.ts precompiled/*_sm*.fatbin packages/ptx/*.fatbin packages/hip/*.hsaco.gz)" \
   $((49 * MiB / 2))
 
 # The whole call: the files git would copy (tracked and untracked, not ignored) and the runtimes in .rt/; without git

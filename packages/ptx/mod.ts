@@ -7,14 +7,28 @@
  * import { Device, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
  * await loadKernels(dev, { images: await import("@normkit/ptx") });
+ * await loadKernels(dev, { fused: true, images: await import("@normkit/ptx") }); // with the fused kernels
  * ```
  * The image is read when loadKernels needs it (Deno: --allow-read for a local copy, --allow-net=jsr.io from JSR).
  * Use the version of @normkit/normkit it was published with: loadKernels refuses images built from other sources.
  * @module
  */
+import { fusedSourceSha256 } from "./fused_build.ts";
 export { sourceSha256 } from "./build.ts";
 
 /** The image by target: a fatbin holding the compute_90 PTX (one compressed entry), beside this module. */
 export const images: Readonly<Record<string, { readonly href: string }>> = Object.freeze({
   compute_90: new URL("./norm_compute90.fatbin", import.meta.url),
+});
+
+/**
+ * The fused kernels' image (residual add, quantized output, head views: `loadKernels(dev, { fused: true, images })`),
+ * the compute_90 PTX of kernels/fused.cu, with the hash of its own sources.
+ */
+export const fused: {
+  readonly sourceSha256: string;
+  readonly images: Readonly<Record<string, { readonly href: string }>>;
+} = Object.freeze({
+  sourceSha256: fusedSourceSha256,
+  images: Object.freeze({ compute_90: new URL("./fused_compute90.fatbin", import.meta.url) }),
 });

@@ -83,11 +83,12 @@ test("planLimits: the device's wave size; clusters (ccMajor) only on CUDA", () =
   assert.equal(planLimits({ backend: "cuda", info: info("sm_90", 32, [9, 0]) }).ccMajor, 9);
 });
 
-test("the fused kernels are CUDA only: loading them for a HIP device says so", async () => {
+test("the fused kernels of a HIP device come from @normkit/hip's `fused` images, found only when handed over", async () => {
   const hip = { backend: "hip", info: info("gfx942", 64), cache: new Map() } as unknown as Device;
   await assert.rejects(() => loadFusedModule(hip), (e: unknown) => {
     assert.ok(e instanceof UnsupportedError);
-    assert.match(e.message, /fused kernels are built for CUDA only/);
+    assert.match(e.message, /runs the fused kernels from the gfx942 image, which is in the package @normkit\/hip/);
+    assert.ok(e.message.includes('loadKernels(dev, { fused: true, images: await import("@normkit/hip") })'));
     return true;
   });
 });

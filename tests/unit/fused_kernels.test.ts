@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { zstdDecompressSync } from "node:zlib";
 import {
   FUSED_CUDA_IMAGES,
   FUSED_KERNELS,
@@ -14,7 +15,8 @@ import { FUSED_ADD_ARGS, FUSED_ARGS, FUSED_PARAMS, FUSED_QUANT } from "../../ops
 import { dependentLaunchByDefault } from "../../ops/kernels.ts";
 import { FUSED_KERNELS as PLANNED_KERNELS, FUSED_MAXV, fusedKernelFor } from "../../ops/plan_fused.ts";
 import type { ArgType } from "../../runtime/module.ts";
-import { elfFunctions, kernelParams, sassElf } from "../fixtures/fatbin.ts";
+import { elfFunctions, kernelParams, parseFatbin, sassElf } from "../fixtures/fatbin.ts";
+import * as ptxPackage from "../../packages/ptx/mod.ts";
 
 const root = new URL("../../", import.meta.url);
 /** The norm kernels of the image (the rest are nk_fused_add_*). */
@@ -70,10 +72,38 @@ for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
   });
 }
 
-test("the images stay small (SASS, compressed)", () => {
+test("the images stay small (SASS and PTX, compressed)", () => {
   for (const f of ["precompiled/fused_sm80.fatbin", "precompiled/fused_sm90.fatbin"]) {
     const n = read(f).byteLength;
     assert.ok(n < 320_000, `${f} is ${n} bytes`);
+  }
+  const ptx = read("packages/ptx/fused_compute90.fatbin").byteLength;
+  assert.ok(ptx < 800_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
+});
+
+test("the compute_90 PTX (@normkit/ptx's `fused`) targets sm_90, has every kernel with FUSED_ARGS' types, same sources", () => {
+  const file = "packages/ptx/fused_compute90.fatbin";
+  assert.deepEqual(Object.keys(ptxPackage.fused.images), ["compute_90"]);
+  assert.ok(ptxPackage.fused.images.compute_90.href.endsWith(`/${file}`));
+  assert.equal(ptxPackage.fused.sourceSha256, FUSED_SOURCE_SHA256, "packages/ptx/fused_build.ts: the same sources");
+  const bytes = read(file);
+  const entries = parseFatbin(bytes);
+  assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [[1, 90]], "one PTX entry for compute_90");
+  const ptx = new TextDecoder().decode(
+    zstdDecompressSync(bytes.subarray(entries[0].offset, entries[0].offset + entries[0].size)),
+  );
+  assert.match(ptx, /^\.target sm_90$/m);
+  const params = new Map(
+    [...ptx.matchAll(/^\.visible \.entry (\w+)\(([^)]*)\)/gm)].map((m) => [
+      m[1],
+      [...m[2].matchAll(/\.param \.(\w+)/g)].map((p) => p[1]),
+    ]),
+  );
+  assert.deepEqual([...params.keys()].sort(), [...FUSED_KERNELS].sort());
+  const ptxType: Record<string, string> = { ptr: "u64", i64: "u64", i32: "u32", f32: "f32" };
+  for (const [k, types] of params) {
+    const want = (k.startsWith("nk_fused_add_") ? FUSED_ADD_ARGS : FUSED_ARGS).map((t) => ptxType[t]);
+    assert.deepEqual(types, want, k);
   }
 });
 

@@ -159,3 +159,19 @@ test("backward with dResidual: the backward kernels, then nk_fused_add_* over dx
   assert.ok(launches.length >= 2, "the backward kernels first");
   assert.equal(g.dx, m.h);
 });
+
+test("backward with dResidual before loadKernels(dev, { fused: true }): refused before any launch, dx untouched", async () => {
+  const { dev, made: m, launches, driver } = await setup();
+  using _dev = dev;
+  await loadKernels(dev); // the norm kernels only
+  (driver as unknown as Record<string, unknown>).occupancy = () => 4;
+  const bytes = m.h.buffer.hostBytes;
+  bytes.set(bytes.map((_, i) => (i * 37 + 11) & 0xff));
+  const before = bytes.slice();
+  assert.throws(
+    () => rmsNormBackward(m.x, m.res, { rstd: m.scales, dx: m.h, dResidual: m.many.view([rows, d]) }),
+    (e: unknown) => e instanceof UnsupportedError && /loadKernels\(dev, \{ fused: true \}\)/.test(e.message),
+  );
+  assert.equal(launches.length, 0, "nothing launched");
+  assert.deepEqual(m.h.buffer.hostBytes, before, "dx untouched");
+});

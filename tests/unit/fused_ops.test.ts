@@ -129,7 +129,7 @@ test("batchInvariant: a row's result is bitwise the same alone and in any batch 
   }
 });
 
-test("residual backward: dx = normBackward(dy) + dResidual; the module keeps h and adds dResidual", () => {
+test("residual backward: dx = normBackward(dy) + dResidual (dx2 any view); the module keeps a copy of h, adds dResidual", () => {
   using dev = Device.open({ backend: "cpu" });
   const rows = 4, d = 24, xv = randoms(rows * d, 31), rv = randoms(rows * d, 32), dyv = randoms(rows * d, 33);
   const drv = randoms(rows * d, 34);
@@ -167,11 +167,33 @@ test("residual backward: dx = normBackward(dy) + dResidual; the module keeps h a
     (e: unknown) => e instanceof ArgumentError && e.argument === "dx2",
   );
 
+  // dx2 as a view of rows on two levels ([2, 2, d] inside a wider buffer) gets the same values too.
+  using wide = dev.empty([2 * 2 * (d + 7) + 5]);
+  const dx2v = wide.view([2, 2, d], { strides: [2 * (d + 7), d + 7, 1], offset: 5 });
+  const flat = (t: Tensor) => t.view([2, 2, d]);
+  const g4 = rmsNormBackward(flat(dy), flat(res), { rstd: fwd.rstd, weight: w, dResidual: flat(dRes), dx2: dx2v });
+  using _dx4 = g4.dx, _dw4 = g4.dweight;
+  assert.deepEqual(Array.from(dx2v.readSync()), Array.from(dx));
+  // normalizedShape over two dimensions: dResidual and dx2 are viewed flat as dx is.
+  using dx5 = dev.empty([rows, 4, d / 4]);
+  const g5 = rmsNormBackward(dy.view([rows, 4, d / 4]), res.view([rows, 4, d / 4]), {
+    rstd: fwd.rstd,
+    weight: w.view([4, d / 4]),
+    dResidual: dRes.view([rows, 4, d / 4]),
+    dx2: dx5,
+    normalizedShape: [4, d / 4],
+  });
+  using _dx6 = g5.dx, _dw6 = g5.dweight;
+  assert.deepEqual(Array.from(g5.dx.readSync()), Array.from(dx));
+  assert.deepEqual(Array.from(dx5.readSync()), Array.from(dx));
+
   using m = new RMSNorm(dev, d);
   using x2 = dev.tensor(xv, [rows, d]);
   using res2 = dev.tensor(rv, [rows, d]);
   using y = m.forward(x2, { residual: res2 });
   assert.deepEqual(Array.from(res2.readSync()), Array.from(h), "h written into the residual");
+  // The next layer's add overwrites the residual buffer before this layer's backward: the module kept its own h.
+  res2.write(randoms(rows * d, 36));
   using dxm = m.backward(dy, { dResidual: dRes });
   const want = normBackward({
     kind: "rms",

@@ -5,7 +5,16 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { Device, layerNorm, loadKernels } from "../../mod.ts";
 import { kernelImage, NORM_SOURCE_SHA256 } from "../../gpu.ts";
-import { findImage, type ImageChoice, imageChoice, imageSets, readImage } from "../../ops/images.ts";
+import {
+  findImage,
+  type ImageChoice,
+  imageChoice,
+  imageSets,
+  type KernelImageSet,
+  readImage,
+} from "../../ops/images.ts";
+import { fusedModuleLoaded } from "../../ops/fused_module.ts";
+import { FUSED_SOURCE_SHA256 } from "../../precompiled/fused_cuda.ts";
 import { deferSanityCheck, NORM_FWD_ARGS, normKernel, normModuleLoaded } from "../../ops/kernels.ts";
 import { ArgumentError, SanityCheckError, UnsupportedError } from "../../runtime/errors.ts";
 import type { DeviceInfo } from "../../runtime/driver.ts";
@@ -67,11 +76,79 @@ test("findImage: normkit's own SASS; the PTX only when @normkit/ptx is handed ov
   );
 });
 
-test("imageSets: one set, an array, or nothing; anything else is an ArgumentError naming images", () => {
+test("findImage of the fused kernels: normkit's SASS on 8.x/9.x; the PTX package's `fused` on 10.0+; its own hash", () => {
+  const sm80 = findImage(imageChoice(cuda([8, 6])), [], "d", "fused");
+  assert.ok(sm80 instanceof URL && sm80.href.endsWith("/precompiled/fused_sm80.fatbin"), String(sm80));
+  const sm90 = findImage(imageChoice(cuda([9, 0])), [ptxPackage], "d", "fused");
+  assert.ok(sm90 instanceof URL && sm90.href.endsWith("/precompiled/fused_sm90.fatbin"), String(sm90));
+  const ptx = imageChoice(cuda([10, 0]));
+  for (const sets of [[], [{ sourceSha256: NORM_SOURCE_SHA256, images: ptxPackage.images }]]) {
+    assert.throws(() => findImage(ptx, sets, "GPU 10.0 (compute_90)", "fused"), (e: unknown) => {
+      assert.ok(e instanceof UnsupportedError);
+      assert.match(e.message, /GPU 10\.0 \(compute_90\) runs the fused kernels from the compute_90 image/);
+      assert.ok(e.message.includes('`await loadKernels(dev, { fused: true, images: await import("@normkit/ptx") })`'));
+      return true;
+    });
+  }
+  const found = findImage(ptx, [ptxPackage], "d", "fused");
+  assert.equal(found, ptxPackage.fused.images.compute_90);
+  assert.ok(ptxPackage.fused.images.compute_90.href.endsWith("/packages/ptx/fused_compute90.fatbin"));
+  assert.equal(ptxPackage.fused.sourceSha256, FUSED_SOURCE_SHA256, "packages/ptx/fused_build.ts: the same sources");
+  // The norm kernels' hash does not pass for the fused images, nor the other way round.
+  const own = new Uint8Array([1]);
+  assert.throws(
+    () =>
+      findImage(
+        ptx,
+        [{ ...ptxPackage, fused: { sourceSha256: NORM_SOURCE_SHA256, images: { compute_90: own } } }],
+        "d",
+        "fused",
+      ),
+    /the fused compute_90 image given to loadKernels was built from other kernel sources/,
+  );
+  assert.equal(
+    findImage(
+      ptx,
+      [{ sourceSha256: "x", images: {}, fused: { sourceSha256: FUSED_SOURCE_SHA256, images: { compute_90: own } } }],
+      "d",
+      "fused",
+    ),
+    own,
+  );
+});
+
+test("imageSets: one set, an array, or nothing, each read once into a frozen snapshot; anything else is an ArgumentError naming images", () => {
   assert.deepEqual(imageSets(undefined), []);
-  assert.deepEqual(imageSets(ptxPackage), [ptxPackage]);
-  assert.deepEqual(imageSets([ptxPackage, ptxPackage]), [ptxPackage, ptxPackage]);
-  [null, 3, "x", { images: {} }, { sourceSha256: "x" }, [ptxPackage, {}]].forEach((bad, i) => {
+  const fields = (s: KernelImageSet) => [s.sourceSha256, s.images, s.fused?.sourceSha256, s.fused?.images];
+  assert.deepEqual(imageSets(ptxPackage).map(fields), [fields(ptxPackage)]);
+  assert.deepEqual(imageSets([ptxPackage, ptxPackage]).map(fields), [fields(ptxPackage), fields(ptxPackage)]);
+  assert.ok(imageSets(ptxPackage).every((s) => Object.isFrozen(s) && Object.isFrozen(s.fused)));
+  // Getters run once: a set that answers differently the second time cannot swap what was checked.
+  let reads = 0;
+  const tricky = {
+    get sourceSha256() {
+      return reads++ === 0 ? NORM_SOURCE_SHA256 : 42;
+    },
+    images: {},
+    get fused() {
+      reads++;
+      return undefined;
+    },
+  };
+  const [snap] = imageSets(tricky);
+  assert.equal(snap.sourceSha256, NORM_SOURCE_SHA256);
+  assert.equal(reads, 2);
+  assert.ok(!("fused" in snap));
+  const badFused = [null, 3, { images: {} }, { sourceSha256: "x" }, { sourceSha256: "x", images: "y" }];
+  [
+    null,
+    3,
+    "x",
+    { images: {} },
+    { sourceSha256: "x" },
+    [ptxPackage, {}],
+    ...badFused.map((fused) => ({ ...ptxPackage, fused })),
+  ].forEach((bad, i) => {
     assert.throws(
       () => imageSets(bad),
       (e: unknown) => e instanceof ArgumentError && e.argument === "images",
@@ -123,6 +200,32 @@ test("fake A100 gets the sm_80 image; a fake 10.0 GPU needs @normkit/ptx and the
   await loadKernels(next.dev, { images: ptxPackage });
   assert.deepEqual(await kernelImage(next.dev, { images: ptxPackage }), read("packages/ptx/norm_compute90.fatbin"));
   next.dev.close();
+});
+
+test("loadKernels({ fused: true }) loads the fused image of the device's target: sm_80, sm_90, the PTX package's on 10.0", async () => {
+  const cases: [[number, number], string, KernelImageSet[]][] = [
+    [[8, 0], "precompiled/fused_sm80.fatbin", []],
+    [[9, 0], "precompiled/fused_sm90.fatbin", []],
+    [[10, 0], "packages/ptx/fused_compute90.fatbin", [ptxPackage]],
+  ];
+  for (const [cc, file, images] of cases) {
+    const { dev, driver } = await fakeCudaDevice(() => null, {
+      info: cuda(cc, `fake ${cc.join(".")}`).info,
+      load: false,
+    });
+    const loaded: Uint8Array[] = [];
+    const load = driver.moduleLoad.bind(driver);
+    driver.moduleLoad = (image: Uint8Array) => (loaded.push(image), load(image));
+    if (images.length) {
+      await assert.rejects(loadKernels(dev, { fused: true }), /fused kernels from the compute_90 image.*@normkit\/ptx/);
+      assert.equal(fusedModuleLoaded(dev), false);
+    }
+    await loadKernels(dev, { fused: true, images });
+    assert.equal(fusedModuleLoaded(dev), true, file);
+    assert.deepEqual(loaded[0], read(file), `${cc.join(".")}: the fused module from ${file}`);
+    assert.equal(loaded.length, 2, "then the norm module");
+    dev.close();
+  }
 });
 
 test("fake H200: the sanity check Device.open() deferred runs in loadKernels, once; a module failing it is not kept", async () => {

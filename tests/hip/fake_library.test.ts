@@ -21,6 +21,8 @@ import { HIP_SYMBOLS } from "../../ffi/hip.ts";
 import { ffi } from "../../ffi/runtime.ts";
 import { NORM_FWD_ARGS } from "../../ops/kernels.ts";
 import { type PlanInput, planNorm } from "../../ops/plan.ts";
+import { FUSED_ARGS } from "../../ops/fused_abi.ts";
+import { fusedGeometry, fusedLaunch } from "../../ops/plan_fused.ts";
 
 const dir = fileURLToPath(new URL("./fake_hip/", import.meta.url));
 const HEADER = "/usr/include/hip/hip_runtime_api.h";
@@ -95,8 +97,17 @@ function fnv1a64(b: Uint8Array): string {
   for (const x of b) h = BigInt.asUintN(64, (h ^ BigInt(x)) * 0x100000001b3n);
   return h.toString(16).padStart(16, "0");
 }
-const hsaco = (arch: string) =>
-  new Uint8Array(gunzipSync(readFileSync(new URL(`../../packages/hip/norm_${arch}.hsaco.gz`, import.meta.url))));
+const hsaco = (arch: string, kind: "norm" | "fused" = "norm") =>
+  new Uint8Array(gunzipSync(readFileSync(new URL(`../../packages/hip/${kind}_${arch}.hsaco.gz`, import.meta.url))));
+/** A launch's parameter slot (8 bytes, little-endian hex, as fake_hip.c logs it) read back as an argument type. */
+const slot = (hex: string, t: string): number | bigint => {
+  const v = BigInt(`0x${hex}`);
+  return t === "f32"
+    ? new Float32Array(new Uint32Array([Number(v & 0xffffffffn)]).buffer)[0]
+    : t === "i32"
+    ? Number(BigInt.asIntN(32, v))
+    : BigInt.asIntN(64, v);
+};
 
 test.after(() => built && rmSync(built.work, { recursive: true, force: true }));
 
@@ -209,3 +220,43 @@ test(name("an AMD GPU without a built code object (gfx1101): UnsupportedError na
   }
   assert.deepEqual(log.filter((l) => l.startsWith("load ")), [], "nothing loaded");
 });
+
+for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx1100", "gfx1100", 32]] as const) {
+  test(name(`${arch} (wave ${wave}): a fused call loads the ${arch} fused code object, launches the fused plan`), {
+    skip,
+  }, () => {
+    const D = 2600, rows = 3;
+    const { out, log } = run("fused", { NK_FAKE_ARCH: gcn, NK_FAKE_WAVE: String(wave) }, [String(D)]);
+    assert.equal(out.arch, arch);
+    assert.equal(out.warpSize, wave);
+    const norm = hsaco(arch), fusedCode = hsaco(arch, "fused");
+    assert.deepEqual(
+      log.filter((l) => l.startsWith("load ")).sort(),
+      [`load ${norm.length} ${fnv1a64(norm)}`, `load ${fusedCode.length} ${fnv1a64(fusedCode)}`].sort(),
+      "two modules: this target's norm and fused code objects",
+    );
+    const launches = log.filter((l) => l.startsWith("launch ")).map((l) => l.split(" ").slice(1));
+    assert.equal(launches.length, 1, log.join("\n"));
+    const g = fusedGeometry("rms", D, "f32", { maxThreadsPerBlock: 1024, warpSize: wave });
+    assert.ok(!("unsupported" in g));
+    const l = fusedLaunch(g, rows, { maxGridX: 2147483647 });
+    const [kernel, gx, gy, gz, bx, by, bz, shared, ...params] = launches[0];
+    assert.equal(kernel, "nk_fused_rms_f32_f32_f32");
+    assert.deepEqual([gx, gy, gz, bx, by, bz, shared].map(Number), [...l.grid, ...l.block, 0]);
+    // The row geometry depends on the wave: whole waves of 64 on gfx942, of 32 on gfx1100.
+    assert.equal(g.tpr, wave === 64 ? 128 : 96);
+    const ptrs = out.ptrs as Record<string, string>;
+    // x, residual, h (= residual), y, weight, bias, weight2, mean, rstd, scale; n0, n1, d; the strides (rows of D,
+    // one level: n0 = 1, n1 = rows, s0 the whole tensor); eps, scale_value, scale_ub, quant, split (= n1), tpr, nv.
+    const want: (string | number)[] = [ptrs.x, ptrs.res, ptrs.res, ptrs.y, ptrs.w, 0, 0, 0, 0, 0, 1, rows, D];
+    for (let t = 0; t < 4; t++) want.push(rows * D, D);
+    want.push(0.125, 1, Infinity, 0, rows, g.tpr, g.nv);
+    assert.equal(params.length, FUSED_ARGS.length, "every argument slot filled");
+    params.forEach((hex, j) => {
+      const t = FUSED_ARGS[j], exp = want[j];
+      const e = t === "f32" ? Math.fround(Number(exp)) : t === "i32" ? Number(exp) : BigInt(exp);
+      assert.equal(slot(hex, t), e, `argument ${j} (${t})`);
+    });
+    assert.deepEqual(log.filter((l) => l.startsWith("function ")).map((l) => l.slice(9)), [kernel]);
+  });
+}

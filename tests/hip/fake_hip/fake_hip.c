@@ -120,7 +120,11 @@ int hipModuleLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsign
                           unsigned shared, void* stream, void** params, void** extra) {
   (void)stream; (void)extra;
   const char* name = (const char*)f;
-  const int n = strncmp(name, "nk_", 3) == 0 ? 14 : 4;  /* NORM_FWD_ARGS / the scale kernel's */
+  /* FUSED_ADD_ARGS, FUSED_ARGS, NORM_FWD_ARGS, the scale kernel's */
+  const int n = strncmp(name, "nk_fused_add_", 13) == 0 ? 6
+              : strncmp(name, "nk_fused_", 9) == 0    ? 28
+              : strncmp(name, "nk_", 3) == 0          ? 14
+                                                      : 4;
   char line[1024];
   int at = snprintf(line, sizeof line, "launch %s %u %u %u %u %u %u %u", name, gx, gy, gz, bx, by, bz, shared);
   for (int i = 0; i < n; i++) {

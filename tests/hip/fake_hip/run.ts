@@ -48,6 +48,21 @@ if (scenario === "auto") {
     },
   }));
   r.y.close(), r.mean.close(), r.rstd.close();
+} else if (scenario === "fused") {
+  // An RMSNorm with a residual on the fused kernels (h written over the residual), after loading them from
+  // @normkit/hip's `fused` images.
+  using dev = Device.open({ backend: "hip", sanityCheck: false });
+  using x = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 7), [rows, D]);
+  using res = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 3), [rows, D]);
+  using w = dev.tensor(new Float32Array(D).fill(1), [D]);
+  await loadKernels(dev, { fused: true, images: hipImages });
+  using y = rmsNorm(x, { weight: w, residual: res, eps: 0.125 });
+  dev.synchronize();
+  console.log(JSON.stringify({
+    arch: dev.info.arch,
+    warpSize: dev.info.warpSize,
+    ptrs: { x: String(x.ptr), res: String(res.ptr), w: String(w.ptr), y: String(y.ptr) },
+  }));
 } else if (scenario === "unsupported") {
   using dev = Device.open({ backend: "hip" });
   using x = dev.tensor([1, 2, 3, 4], [1, 4]);

@@ -9,7 +9,7 @@ import { ArgumentError, GpuError, UnsupportedError } from "../runtime/errors.ts"
 import type { DeviceBuffer } from "../runtime/memory.ts";
 import { type Kernel, LaunchConfig, MAX_PORTABLE_CLUSTER } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
-import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
+import { emptyTensor, rowOffset, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
 import { addInto, addKernel } from "./fused_module.ts";
@@ -646,7 +646,7 @@ export function copyRows(dst: Tensor, src: Tensor, stream: Stream): void {
     });
   }
   for (let r = 0; r < dst.rows; r++) {
-    const offset = (dst.offset + dst.rowStart(r)) * b, srcOffset = (src.offset + src.rowStart(r)) * b;
+    const offset = (dst.offset + rowOffset(dst.levels, r)) * b, srcOffset = (src.offset + rowOffset(src.levels, r)) * b;
     dst.buffer.copyFrom(src.buffer, { offset, srcOffset, bytes: row, stream });
   }
 }

@@ -312,7 +312,7 @@ export function runFused(
   }
   const yDtype: DType = quant?.dtype ?? (o.outDtype as DType | undefined) ??
     (Tensor.isTensor(o.out) ? o.out.dtype : x.dtype);
-  if (!quant && o.outDtype === undefined && yDtype !== x.dtype) {
+  if (!quant && o.outDtype === undefined && isQuantDType(yDtype)) {
     throw new ArgumentError(
       "out.dtype",
       `x's dtype "${x.dtype}" (or a quant option for an out of ${yDtype})`,
@@ -321,7 +321,9 @@ export function runFused(
   }
   if (!quant && yDtype !== x.dtype) {
     throw new UnsupportedError(
-      `the fused kernels write y in x's dtype (${x.dtype}) or quantized; got ${yDtype}: drop outDtype or the fused option`,
+      `the fused kernels write y in x's dtype (${x.dtype}) or quantized; got ${yDtype} (${
+        o.outDtype === undefined ? "out's dtype" : "outDtype"
+      }): give y in ${x.dtype}, or drop the fused option`,
     );
   }
   const out = checkOut(o.out, x, yDtype, { ...params, ...(h ? { residualOut: h } : {}) });

@@ -190,6 +190,11 @@ export interface RowLevels {
   readonly s1: number;
 }
 
+/** Elements from the first row's start to row `r`'s start (0 ≤ r < n0 · n1). */
+export function rowOffset(l: RowLevels, r: number): number {
+  return l.n0 <= 1 ? r * l.s1 : Math.floor(r / l.n1) * l.s0 + (r % l.n1) * l.s1;
+}
+
 /** Elements from the first row's start to the end of the last row (0 for no elements). */
 export function levelSpan(l: RowLevels, d: number): number {
   return l.n0 === 0 || l.n1 === 0 || d === 0 ? 0 : (l.n0 - 1) * l.s0 + (l.n1 - 1) * l.s1 + d;
@@ -504,10 +509,9 @@ export class Tensor implements Disposable {
     return v;
   }
 
-  /** Element offset (from this.offset) of row `r`'s first element (rows on one or two levels). */
-  rowStart(r: number): number {
-    const l = this.#levels;
-    return l.n0 <= 1 ? r * l.s1 : Math.floor(r / l.n1) * l.s0 + (r % l.n1) * l.s1;
+  /** Element offset (from this.offset) of row `r`'s first element. */
+  #rowStart(r: number): number {
+    return rowOffset(this.#levels, r);
   }
 
   /** Elements from the first row's start to the end of the last row. */
@@ -552,7 +556,7 @@ export class Tensor implements Disposable {
     const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
     for (let r = 0; r < this.rows; r++) {
-      const at = this.rowStart(r);
+      const at = this.#rowStart(r);
       encode(
         (values as Float32Array).subarray
           ? (values as Float32Array).subarray(r * this.d, (r + 1) * this.d)
@@ -573,7 +577,7 @@ export class Tensor implements Disposable {
     if (this.contiguous) return this.buffer.write(src, { offset: this.offset * b, stream });
     const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
-    for (let r = 0; r < this.rows; r++) host.set(src.subarray(r * row, (r + 1) * row), this.rowStart(r) * b);
+    for (let r = 0; r < this.rows; r++) host.set(src.subarray(r * row, (r + 1) * row), this.#rowStart(r) * b);
     this.buffer.write(host, { offset: this.offset * b, stream });
   }
 
@@ -592,7 +596,7 @@ export class Tensor implements Disposable {
     if (!this.contiguous) {
       packed = new Uint8Array(rows * row);
       for (let r = 0; r < rows; r++) {
-        packed.set(host.subarray(this.rowStart(r) * b, this.rowStart(r) * b + row), r * row);
+        packed.set(host.subarray(this.#rowStart(r) * b, this.#rowStart(r) * b + row), r * row);
       }
     }
     if (b === 1) return this.dtype === "int8" ? new Int8Array(packed.buffer, 0, rows * d) : packed;
@@ -621,7 +625,7 @@ export class Tensor implements Disposable {
     if (this.contiguous) return decode(host, this.dtype) as Float32Array;
     const out = new Float32Array(rows * d);
     for (let r = 0; r < rows; r++) {
-      const at = this.rowStart(r);
+      const at = this.#rowStart(r);
       decode(
         host.subarray(at * b, (at + d) * b),
         this.dtype,

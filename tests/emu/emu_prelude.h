@@ -1,4 +1,4 @@
-// Host emulation of kernels/portable.h for the fused kernels (lab/fused_emu/README.md).
+// Host emulation of kernels/portable.h for the fused kernels (tests/emu/README.md).
 // Included before kernels/fused.cu (g++ -include): defines NORMKIT_PORTABLE_H so that portable.h's device halves are
 // skipped, gives the platform primitives on the CPU with CUDA semantics (one std::thread per CUDA thread, one block at a
 // time), then includes the target-independent tail of portable.h (nk_f32_to_bf16, the software packs, nk_warp_sum,

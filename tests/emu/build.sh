@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the fused-kernel host emulator: kernels/fused.cu unmodified, with emu_prelude.h in place of portable.h's
-# device halves. usage: lab/fused_emu/build.sh [OUT_DIR] [extra g++ flags...]   (default OUT_DIR: /tmp/fused_emu)
+# device halves. usage: tests/emu/build.sh [OUT_DIR] [extra g++ flags...]   (default OUT_DIR: /tmp/fused_emu)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

@@ -1,5 +1,5 @@
 // The fused kernels (kernels/fused.cu, unmodified) compiled for the host, and a launcher with CUDA semantics:
-// blocks one after another, each block's threads as std::threads (lab/fused_emu/README.md).
+// blocks one after another, each block's threads as std::threads (tests/emu/README.md).
 //
 // usage: fused_emu MANIFEST
 // MANIFEST (text, whitespace-separated):

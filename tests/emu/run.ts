@@ -1,5 +1,5 @@
 /**
- * lab/fused_emu: the fused kernels (kernels/fused.cu) run on the host emulator (build.sh) against the CPU backend.
+ * tests/emu: the fused kernels (kernels/fused.cu) run on the host emulator (build.sh) against the CPU backend.
  *
  * Per case: the inputs are made on three CPU devices by one builder (same buffers, same order, same bytes):
  *   1. the CPU backend runs layerNorm / rmsNorm with the fused options: the expected h, y (or quantized bytes),
@@ -10,7 +10,7 @@
  *      and read back through the same tensor views.
  * Tolerances: tests/fixtures/fused_cases.ts. Batch invariance: the same rows in launches of 1, 7 and 33 rows, bitwise.
  *
- *   deno run -A lab/fused_emu/run.ts [--quick] [--filter SUBSTRING] [--keep]
+ *   deno run -A tests/emu/run.ts [--quick] [--filter SUBSTRING] [--keep]
  */
 import { Device, layerNorm, loadKernels, rmsNorm, type Tensor } from "../../mod.ts";
 import type { DType, QuantDType } from "../../runtime/dtype.ts";
@@ -19,8 +19,8 @@ import { DeviceBuffer } from "../../runtime/memory.ts";
 import { ffi } from "../../ffi/runtime.ts";
 import { FUSED_PARAMS } from "../../ops/fused_abi.ts";
 import { normForward, quantizeRow } from "../../ops/cpu.ts";
-import { fakeCudaDevice } from "../../tests/fixtures/fake_cuda.ts";
-import { randoms } from "../../tests/fixtures/random.ts";
+import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
+import { randoms } from "../fixtures/random.ts";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 

@@ -325,7 +325,7 @@ export function runDiag(dev: Device): number {
 export function fusedCases(): FusedCase[] {
   const out: FusedCase[] = [];
   for (const name of FUSED_KERNELS) {
-    const [, kindTag, ti, to, tw] = name.split("_");
+    const [, , kindTag, ti, to, tw] = name.split("_"); // nk_fused_{ln|rms}_{ti}_{to}_{tw}
     const kind = kindTag === "ln" ? "layer" : "rms", dtype = ti as "f32" | "f16" | "bf16";
     const quant = to === ti ? "none" : "dynamic";
     for (const [rows, d] of [[7, 770], [3, 5125]]) {

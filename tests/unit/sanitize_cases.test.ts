@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import {
   coveredKernels,
   coveredTags,
+  fusedCases,
   h200Limits,
   MAX_X_BYTES,
   planUnits,
@@ -16,6 +17,7 @@ import {
   worst,
 } from "../../scripts/sanitize_cases.ts";
 import { Device } from "../../mod.ts";
+import { FUSED_KERNELS, fusedKernelFor } from "../../ops/plan_fused.ts";
 import { CLUSTER_GEOMETRIES, MAPPING_RULES, VARIANTS } from "../../ops/plan.ts";
 import { BWD_CLUSTER_SIZES, BWD_MAPPING_RULES, STAGED_GEOMETRIES } from "../../ops/plan_bwd.ts";
 
@@ -137,4 +139,16 @@ test("sanitize cases: the result checks pass on the CPU backend and catch a wron
   assert.ok(worst([1.00005], [1], "f32") <= 1);
   assert.ok(worst([1.001], [1], "f32") > 1);
   assert.equal(worst([NaN], [1], "bf16"), Infinity);
+});
+
+test("the fused family's cases reach every nk_fused_* kernel, each through the op's own kernel choice", () => {
+  const reached = new Set<string>();
+  for (const c of fusedCases()) {
+    const to = c.quant === "none" ? c.dtype : c.qdtype!;
+    const tw = c.paramsOfX ? c.dtype : "f32";
+    const choice = fusedKernelFor(c.kind, c.dtype, to, tw);
+    assert.ok("kernel" in choice, JSON.stringify(c));
+    reached.add(choice.kernel);
+  }
+  assert.deepEqual([...reached].sort(), [...FUSED_KERNELS].sort());
 });

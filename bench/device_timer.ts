@@ -5,6 +5,7 @@
  * host's validation and launch), and L2 holds nothing useful.
  */
 import type { Device } from "../mod.ts";
+import type { Stream } from "../gpu.ts";
 
 export function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -38,4 +39,26 @@ export function copyCeilingGBs(dev: Device, timer: { time(fn: () => void): numbe
   using src = dev.alloc(2 ** 30), dst = dev.alloc(2 ** 30);
   src.fill(7);
   return (2 * 2 ** 30) / (timer.time(() => dst.copyFrom(src)) * 1e6);
+}
+
+/**
+ * Device µs per op of `op` captured `ops` times in a CUDA graph on a fresh stream, over `replays` replays (after 20
+ * eager warm-up calls and one warm-up replay).
+ */
+export function graphUs(dev: Device, op: (s: Stream) => void, ops = 100, replays = 200): number {
+  using stream = dev.createStream();
+  for (let i = 0; i < 20; i++) op(stream);
+  stream.synchronize();
+  using graph = stream.capture(() => {
+    for (let i = 0; i < ops; i++) op(stream);
+  });
+  using exec = graph.instantiate();
+  exec.launch(stream);
+  stream.synchronize();
+  using start = dev.createEvent(), end = dev.createEvent();
+  start.record(stream);
+  for (let i = 0; i < replays; i++) exec.launch(stream);
+  end.record(stream);
+  end.synchronize();
+  return (end.elapsedSince(start) * 1000) / (replays * ops);
 }

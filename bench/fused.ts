@@ -28,7 +28,7 @@ import {
 } from "../mod.ts";
 import type { Stream } from "../gpu.ts";
 import { fillFromTile, randomTile } from "./tile.ts";
-import { copyCeilingGBs, deviceTimer } from "./device_timer.ts";
+import { copyCeilingGBs, deviceTimer, graphUs } from "./device_timer.ts";
 import { openCuda } from "./open_cuda.ts";
 
 type QuantDtype = QuantDType;
@@ -110,25 +110,6 @@ for (const d of DS) {
   }
 }
 
-/** Device µs per op of `op` captured GRAPH_OPS times in a graph, over REPLAYS replays. */
-function graphUs(op: (s: Stream) => void): number {
-  using stream = dev.createStream();
-  for (let i = 0; i < 20; i++) op(stream);
-  stream.synchronize();
-  using graph = stream.capture(() => {
-    for (let i = 0; i < GRAPH_OPS; i++) op(stream);
-  });
-  using exec = graph.instantiate();
-  exec.launch(stream);
-  stream.synchronize();
-  using start = dev.createEvent(), end = dev.createEvent();
-  start.record(stream);
-  for (let i = 0; i < REPLAYS; i++) exec.launch(stream);
-  end.record(stream);
-  end.synchronize();
-  return (end.elapsedSince(start) * 1000) / (REPLAYS * GRAPH_OPS);
-}
-
 // ---------------------------------------------------------------- decode: add + RMSNorm + fp8, graphs
 for (const d of DECODE_DS) {
   for (const rows of DECODE_ROWS) {
@@ -138,8 +119,11 @@ for (const d of DECODE_DS) {
       const y = make(held, [rows, d], "fp8e4m3", false), scaleOut = make(held, [rows], "f32", false);
       const { w } = params(held, d, "bf16");
       // The residual in place, as a decoder layer keeps it.
-      const us = graphUs((stream) =>
-        void fusedRms(x, { weight: w, residual, out: y, quant: { dtype: "fp8e4m3", scaleOut }, stream })
+      const us = graphUs(
+        dev,
+        (stream) => void fusedRms(x, { weight: w, residual, out: y, quant: { dtype: "fp8e4m3", scaleOut }, stream }),
+        GRAPH_OPS,
+        REPLAYS,
       );
       results.push({ case: "decode", kind: "rms", dtype: "bf16", quant: "fp8e4m3", d, rows, graphUs: us });
       console.log(`decode rms bf16 fp8e4m3 D=${d} rows=${rows}: ${us.toFixed(2)} µs/op (graph)`);
@@ -168,7 +152,7 @@ for (const tokens of [...QK_DECODE, QK_PREFILL]) {
       Object.assign(row, { us: ms * 1e3, gbs, pctCopy: (100 * gbs) / copyGBs });
       console.log(`qk prefill tokens=${tokens}: ${(ms * 1e3).toFixed(1)} µs, ${gbs.toFixed(0)} GB/s`);
     } else {
-      row.graphUs = graphUs((stream) => qkCall(qkv, tokens, qw, kw, stream));
+      row.graphUs = graphUs(dev, (stream) => qkCall(qkv, tokens, qw, kw, stream), GRAPH_OPS, REPLAYS);
       console.log(`qk decode tokens=${tokens}: ${(row.graphUs as number).toFixed(2)} µs/op (graph)`);
     }
     results.push(row);

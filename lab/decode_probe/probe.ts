@@ -7,29 +7,11 @@
 import { loadKernels, rmsNorm, type RMSNormOptions, setDependentLaunch, type Tensor } from "../../mod.ts";
 import type { Stream } from "../../gpu.ts";
 import { openCuda } from "../../bench/open_cuda.ts";
+import { graphUs } from "../../bench/device_timer.ts";
 
 using dev = openCuda("lab/decode_probe/probe.ts");
 await loadKernels(dev, { fused: true });
 const norm = rmsNorm as (x: Tensor, o: RMSNormOptions) => Tensor;
-
-function graphUs(op: (s: Stream) => void, ops = 100, replays = 200): number {
-  using stream = dev.createStream();
-  for (let i = 0; i < 20; i++) op(stream);
-  stream.synchronize();
-  using graph = stream.capture(() => {
-    for (let i = 0; i < ops; i++) op(stream);
-  });
-  using exec = graph.instantiate();
-  exec.launch(stream);
-  stream.synchronize();
-  using start = dev.createEvent(), end = dev.createEvent();
-  start.record(stream);
-  for (let i = 0; i < replays; i++) exec.launch(stream);
-  end.record(stream);
-  end.synchronize();
-  return (end.elapsedSince(start) * 1000) / (replays * ops);
-}
-
 for (const d of [2048, 8192]) {
   const rows = 1;
   const vals = Float32Array.from({ length: rows * d }, (_, i) => Math.sin(i) * 0.5);
@@ -63,14 +45,14 @@ for (const d of [2048, 8192]) {
   ];
   for (const [name, op] of variants) {
     try {
-      console.log(`D=${d} ${name}: ${graphUs(op).toFixed(2)} µs/op (graph)`);
+      console.log(`D=${d} ${name}: ${graphUs(dev, op).toFixed(2)} µs/op (graph)`);
     } catch (e) {
       console.log(`D=${d} ${name}: ${(e as Error).message}`);
     }
   }
   setDependentLaunch(dev, false);
-  console.log(`D=${d} residual + dynamic fp8, PDL off: ${graphUs(variants[6][1]).toFixed(2)} µs/op (graph)`);
-  console.log(`D=${d} tuned rmsNorm, PDL off: ${graphUs(variants[0][1]).toFixed(2)} µs/op (graph)`);
+  console.log(`D=${d} residual + dynamic fp8, PDL off: ${graphUs(dev, variants[6][1]).toFixed(2)} µs/op (graph)`);
+  console.log(`D=${d} tuned rmsNorm, PDL off: ${graphUs(dev, variants[0][1]).toFixed(2)} µs/op (graph)`);
   setDependentLaunch(dev, true);
   // Eager: 2000 back-to-back launches between two events.
   for (const i of [0, 1, 6]) {

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { decode } from "@msgpack/msgpack";
-import type { ArgType } from "../../runtime/module.ts";
+export { cLayout } from "../fixtures/fatbin.ts";
 
 /** The fields of one kernel's metadata the tests read. */
 export interface KernelMeta {
@@ -43,16 +43,4 @@ export function metadata(elf: Uint8Array): { "amdhsa.kernels": KernelMeta[]; "am
     }
   }
   throw new Error("no AMDGPU metadata note");
-}
-
-/** Offsets and sizes of explicit arguments as a C compiler lays them out (natural alignment). */
-export function cLayout(types: readonly ArgType[]): { offset: number; size: number }[] {
-  let off = 0;
-  return types.map((t) => {
-    const size = t === "ptr" || t === "i64" || t === "u64" || t === "f64" ? 8 : 4;
-    off = Math.ceil(off / size) * size;
-    const r = { offset: off, size };
-    off += size;
-    return r;
-  });
 }

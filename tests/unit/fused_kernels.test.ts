@@ -15,7 +15,7 @@ import { FUSED_ADD_ARGS, FUSED_ARGS, FUSED_PARAMS, FUSED_QUANT } from "../../ops
 import { dependentLaunchByDefault } from "../../ops/kernels.ts";
 import { FUSED_KERNELS as PLANNED_KERNELS, FUSED_MAXV, fusedKernelFor } from "../../ops/plan_fused.ts";
 import type { ArgType } from "../../runtime/module.ts";
-import { elfFunctions, kernelParams, parseFatbin, sassElf } from "../fixtures/fatbin.ts";
+import { cLayout, elfFunctions, kernelParams, parseFatbin, sassElf } from "../fixtures/fatbin.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
 
 const root = new URL("../../", import.meta.url);
@@ -106,18 +106,6 @@ test("the compute_90 PTX (@normkit/ptx's `fused`) targets sm_90, has every kerne
     assert.deepEqual(types, want, k);
   }
 });
-
-/** Offsets and sizes of the arguments as a C compiler lays them out (natural alignment). */
-function cLayout(types: readonly ArgType[]): { offset: number; size: number }[] {
-  let off = 0;
-  return types.map((t) => {
-    const size = t === "ptr" || t === "i64" || t === "u64" || t === "f64" ? 8 : 4;
-    off = Math.ceil(off / size) * size;
-    const r = { offset: off, size };
-    off += size;
-    return r;
-  });
-}
 
 /** NK_FUSED_PARAMS / NK_FUSED_ARGS of kernels/fused.cuh: the macro's text, continuation lines joined. */
 function macroBody(src: string, name: string): string {

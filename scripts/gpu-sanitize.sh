@@ -4,7 +4,8 @@
 #
 #   bash scripts/gpu-sanitize.sh deno|bun        # the runtime must travel as .rt/<runtime>.xz (like gpu-check.sh)
 #
-# SANITIZE_TOOLS and SANITIZE_FAMILIES pick a subset (default: all). Each run gets SANITIZE_TIMEOUT seconds (default
+# SANITIZE_TOOLS and SANITIZE_FAMILIES pick a subset (default: all); SANITIZE_ARGS go to sanitize_cases.ts (e.g.
+# "--only 'RMS bf16/bf16/f32 [8, 65536]'" or "--skip …", one quoted word each). Each run gets SANITIZE_TIMEOUT seconds (default
 # 150); a failed run does not stop the others. Logs:
 # $OUT/sanitize-<tool>-<family>.txt. Exit status: 0 only when every run reported 0 errors and its results matched.
 set -uo pipefail
@@ -35,7 +36,9 @@ for tool in "${tools[@]}"; do
     log="$OUT/sanitize-$tool-$fam.txt"
     echo "== $tool $fam ($rt)"
     start=$(date +%s)
-    timeout "$LIMIT" "$CS" --tool "$tool" --error-exitcode 9 --print-limit 50 "${extra[@]}" "${cmd[@]}" --family "$fam" >"$log" 2>&1
+    eval "case_args=(${SANITIZE_ARGS:-})"
+    timeout "$LIMIT" "$CS" --tool "$tool" --error-exitcode 9 --print-limit 50 "${extra[@]}" "${cmd[@]}" --family "$fam" \
+      ${case_args[@]+"${case_args[@]}"} >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
     # "ERROR SUMMARY: N error(s)" (not its "… N errors were not printed" line), or racecheck's "RACECHECK SUMMARY: H

@@ -6,6 +6,9 @@
  *   deno run -A scripts/sanitize_cases.ts --family fwd|bwd|diag|fused   # bun scripts/sanitize_cases.ts --family …
  *   deno run -A scripts/sanitize_cases.ts --dry-run                  # the shapes and kernels for an H200, no GPU
  *
+ * `--only TEXT` / `--skip TEXT` keep / drop the fwd or bwd cases whose description (as printed) contains TEXT: one case
+ * alone under a tool, or the family without it.
+ *
  * Exit status: 0 all results match, 1 a result is wrong, 2 no CUDA device or bad arguments.
  */
 import {
@@ -415,7 +418,12 @@ async function main(args: string[]): Promise<number> {
   if (fam === "diag") return runDiag(dev) === 0 ? 0 : 1;
   if (fam === "fused") return runFused(dev) === 0 ? 0 : 1;
   const family = fam as "fwd" | "bwd";
-  const cases = selectCases(family, planLimits(dev), bwdPlanLimits(dev));
+  const only = args.includes("--only") ? args[args.indexOf("--only") + 1] : undefined;
+  const skip = args.includes("--skip") ? args[args.indexOf("--skip") + 1] : undefined;
+  const cases = selectCases(family, planLimits(dev), bwdPlanLimits(dev))
+    .filter((c) =>
+      (only === undefined || describe(c).includes(only)) && (skip === undefined || !describe(c).includes(skip))
+    );
   printPlan(family, cases);
   let failed = 0;
   for (const c of cases) {

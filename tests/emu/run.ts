@@ -503,6 +503,17 @@ function packRows(t: Tensor, rows: number, d: number): Uint8Array {
 }
 
 // ---------------------------------------------------------------- the grid
+/** A case with no residual and no quantization unless `extra` says otherwise, so that a case reads as what it varies. */
+const caseOf = (kind: Kind, dtype: FDType, d: number, rows: number, extra: Partial<Case> = {}): Case => ({
+  kind,
+  dtype,
+  d,
+  rows,
+  residual: "none",
+  quant: "none",
+  ...extra,
+});
+
 function cases(): Case[] {
   const out: Case[] = [];
   const DS = quick ? [8, 769, 5120] : [8, 768, 769, 770, 5120, 5125, 8192, 8199];
@@ -516,110 +527,65 @@ function cases(): Case[] {
         const rows = d >= 5000 ? 7 : (k++ % 2 ? 33 : 7);
         const odd = d % 2 === 1;
         // float output: residual off / in place / to residualOut; strided x; weights of x's dtype for odd d.
-        out.push({
-          kind,
-          dtype,
-          d,
-          rows,
-          residual: "none",
-          quant: "none",
-          strided: rows === 7,
-          paramsOfX: odd && dtype !== "f32",
-        });
-        out.push({ kind, dtype, d, rows, residual: "inplace", quant: "none", paramsOfX: !odd && dtype !== "f32" });
-        out.push({ kind, dtype, d, rows: 7, residual: "out", quant: "none", strided: true });
+        out.push(caseOf(kind, dtype, d, rows, { strided: rows === 7, paramsOfX: odd && dtype !== "f32" }));
+        out.push(caseOf(kind, dtype, d, rows, { residual: "inplace", paramsOfX: !odd && dtype !== "f32" }));
+        out.push(caseOf(kind, dtype, d, 7, { residual: "out", strided: true }));
         // quantized outputs: every 1-byte dtype, static by value and by tensor, dynamic (with and without a bound).
         for (const [qi, qdtype] of qds.entries()) {
           if (quick && qi !== (d % 3)) continue;
-          out.push({
-            kind,
-            dtype,
-            d,
-            rows: 7,
-            residual: qi === 0 ? "inplace" : "none",
-            quant: "static",
-            qdtype,
-            strided: qi === 1,
-          });
-          if (qi === (d % 3)) {
-            out.push({
-              kind,
-              dtype,
-              d,
-              rows: 7,
-              residual: "out",
-              quant: "static-tensor",
+          out.push(
+            caseOf(kind, dtype, d, 7, {
+              residual: qi === 0 ? "inplace" : "none",
+              quant: "static",
               qdtype,
-              paramsOfX: dtype !== "f32",
-            });
+              strided: qi === 1,
+            }),
+          );
+          if (qi === (d % 3)) {
+            out.push(
+              caseOf(kind, dtype, d, 7, {
+                residual: "out",
+                quant: "static-tensor",
+                qdtype,
+                paramsOfX: dtype !== "f32",
+              }),
+            );
           }
-          out.push({
-            kind,
-            dtype,
-            d,
-            rows: 7,
+          out.push(caseOf(kind, dtype, d, 7, {
             residual: qi === 2 ? "out" : "none",
             quant: "dynamic",
             qdtype,
             strided: qi === 0,
             paramsOfX: qi === 1 && dtype !== "f32",
             ub: qi === 2 ? 0.004 : undefined,
-          });
+          }));
         }
       }
       // A long row: the block-per-row layout with many warps (f32: 640 threads for LN).
-      out.push({ kind, dtype, d: 20000, rows: 3, residual: "inplace", quant: "dynamic", qdtype: "fp8e4m3" });
-      out.push({ kind, dtype, d: 20000, rows: 3, residual: "none", quant: "none", strided: true });
+      out.push(caseOf(kind, dtype, 20000, 3, { residual: "inplace", quant: "dynamic", qdtype: "fp8e4m3" }));
+      out.push(caseOf(kind, dtype, 20000, 3, { strided: true }));
       // Zero row and NaN row with dynamic quantization, lanes and block layouts.
       for (const d of [770, 5125]) {
         for (const qdtype of qds) {
           if (quick && qdtype !== "int8") continue;
-          out.push({ kind, dtype, d, rows: 7, residual: "none", quant: "dynamic", qdtype, special: true });
+          out.push(caseOf(kind, dtype, d, 7, { quant: "dynamic", qdtype, special: true }));
         }
       }
       // No weight / no bias.
-      out.push({ kind, dtype, d: 768, rows: 7, residual: "none", quant: "none", noWeight: true, noBias: true });
-      if (kind === "layer") {
-        out.push({ kind, dtype, d: 769, rows: 7, residual: "none", quant: "dynamic", qdtype: "int8", noBias: true });
-      }
+      out.push(caseOf(kind, dtype, 768, 7, { noWeight: true, noBias: true }));
+      if (kind === "layer") out.push(caseOf(kind, dtype, 769, 7, { quant: "dynamic", qdtype: "int8", noBias: true }));
     }
     // QK split over a [tokens, Hq + Hkv, headDim] view of a QKV buffer (V untouched).
     for (const dtype of dtypes) {
-      out.push({ kind, dtype, d: 128, rows: 0, residual: "none", quant: "none", qk: { tokens: 5, hq: 8, hkv: 2 } });
+      out.push(caseOf(kind, dtype, 128, 0, { qk: { tokens: 5, hq: 8, hkv: 2 } }));
       if (quick) continue;
-      out.push({
-        kind,
-        dtype,
-        d: 64,
-        rows: 0,
-        residual: "none",
-        quant: "none",
-        qk: { tokens: 3, hq: 4, hkv: 4 },
-        paramsOfX: dtype !== "f32",
-      });
+      out.push(caseOf(kind, dtype, 64, 0, { qk: { tokens: 3, hq: 4, hkv: 4 }, paramsOfX: dtype !== "f32" }));
       // headDim 66: the scalar path (66 is no multiple of the 16-byte chunk) on the 2-level view.
-      out.push({ kind, dtype, d: 66, rows: 0, residual: "none", quant: "none", qk: { tokens: 4, hq: 6, hkv: 1 } });
+      out.push(caseOf(kind, dtype, 66, 0, { qk: { tokens: 4, hq: 6, hkv: 1 } }));
       // The 2-level x with a contiguous residual, h to residualOut and dynamic fp8 y.
-      out.push({
-        kind,
-        dtype,
-        d: 128,
-        rows: 0,
-        residual: "out",
-        quant: "dynamic",
-        qdtype: "fp8e4m3",
-        qk: { tokens: 3, hq: 5, hkv: 2 },
-      });
-      out.push({
-        kind,
-        dtype,
-        d: 128,
-        rows: 0,
-        residual: "inplace",
-        quant: "static",
-        qdtype: "int8",
-        qk: { tokens: 3, hq: 5, hkv: 2 },
-      });
+      const qk = { tokens: 3, hq: 5, hkv: 2 };
+      out.push(caseOf(kind, dtype, 128, 0, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3", qk }));
+      out.push(caseOf(kind, dtype, 128, 0, { residual: "inplace", quant: "static", qdtype: "int8", qk }));
     }
   }
   return filter ? out.filter((c) => name(c).includes(filter)) : out;
@@ -627,35 +593,24 @@ function cases(): Case[] {
 
 /** Batch invariance: rows 0..6 of a 33-row launch, the 7-row launch of the same rows, and rows 0, 5, 32 alone. */
 function invarianceSets(): Case[] {
-  const sets: Case[] = [];
-  const base = (kind: Kind, dtype: FDType, d: number, extra: Partial<Case>): Case => ({
-    kind,
-    dtype,
-    d,
-    rows: 33,
-    residual: "none",
-    quant: "none",
-    ...extra,
-  });
   const list = quick
     ? [
-      base("rms", "bf16", 770, { residual: "out" }),
-      base("layer", "f32", 5125, { quant: "dynamic", qdtype: "fp8e4m3" }),
+      caseOf("rms", "bf16", 770, 33, { residual: "out" }),
+      caseOf("layer", "f32", 5125, 33, { quant: "dynamic", qdtype: "fp8e4m3" }),
     ]
     : [
-      base("rms", "bf16", 770, { residual: "out" }),
-      base("layer", "f16", 768, { quant: "dynamic", qdtype: "fp8e4m3", residual: "inplace" }),
-      base("layer", "f32", 5125, { quant: "dynamic", qdtype: "int8" }),
-      base("rms", "f32", 8192, { residual: "inplace" }),
-      base("layer", "bf16", 8199, { residual: "out", paramsOfX: true }),
-      base("rms", "f32", 20000, { rows: 5, strided: true }),
+      caseOf("rms", "bf16", 770, 33, { residual: "out" }),
+      caseOf("layer", "f16", 768, 33, { quant: "dynamic", qdtype: "fp8e4m3", residual: "inplace" }),
+      caseOf("layer", "f32", 5125, 33, { quant: "dynamic", qdtype: "int8" }),
+      caseOf("rms", "f32", 8192, 33, { residual: "inplace" }),
+      caseOf("layer", "bf16", 8199, 33, { residual: "out", paramsOfX: true }),
+      caseOf("rms", "f32", 20000, 5, { strided: true }),
     ];
   // Two-level rows (QK split over a head view), lanes and scalar paths, with fewer blocks.
   // Lanes: 130 rows at 64 a block (library grid 3); block per row: headDim 2050 (scalar path), 20 rows.
-  list.push(base("rms", "bf16", 128, { rows: 0, qk: { tokens: 13, hq: 8, hkv: 2 } }));
+  list.push(caseOf("rms", "bf16", 128, 0, { qk: { tokens: 13, hq: 8, hkv: 2 } }));
   list.push(
-    base("layer", "f16", 66, {
-      rows: 0,
+    caseOf("layer", "f16", 66, 0, {
       qk: { tokens: 40, hq: 6, hkv: 1 },
       residual: "out",
       quant: "dynamic",
@@ -663,16 +618,14 @@ function invarianceSets(): Case[] {
     }),
   );
   list.push(
-    base("layer", "f16", 2050, {
-      rows: 0,
+    caseOf("layer", "f16", 2050, 0, {
       qk: { tokens: 4, hq: 3, hkv: 2 },
       residual: "out",
       quant: "dynamic",
       qdtype: "fp8e5m2",
     }),
   );
-  for (const c of list) sets.push(c);
-  return filter ? sets.filter((c) => name(c).includes(filter)) : sets;
+  return filter ? list.filter((c) => name(c).includes(filter)) : list;
 }
 
 // ---------------------------------------------------------------- main

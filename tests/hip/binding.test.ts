@@ -227,51 +227,38 @@ test(hname("enum constants equal HIP 5.2's header values (hipDeviceAttribute_t i
   assert.equal(e.get("hipDeviceAttributeCudaCompatibleBegin"), 0);
 });
 
-test(hname("HIP_DEVICE_PROP equals offsetof/sizeof in the header's hipDeviceProp_t (compiled with g++)"), {
-  skip: NO_HEADER,
-}, () => {
-  const dir = mkdtempSync(join(tmpdir(), "normkit-hipprop-"));
+/** The sizes and offsets that `main` prints (space-separated), compiled with g++ against HIP's header. */
+function headerNumbers(main: string): number[] {
+  const dir = mkdtempSync(join(tmpdir(), "normkit-hipheader-"));
   try {
     writeFileSync(
       join(dir, "p.cc"),
-      `#include <hip/hip_runtime_api.h>
-#include <cstddef>
-#include <cstdio>
-int main() {
-  std::printf("%zu %zu %zu\\n", sizeof(hipDeviceProp_t), offsetof(hipDeviceProp_t, gcnArchName),
-              sizeof(((hipDeviceProp_t*)0)->gcnArchName));
-}
-`,
+      `#include <hip/hip_runtime_api.h>\n#include <cstddef>\n#include <cstdio>\n${main}\n`,
     );
     execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-o", join(dir, "p"), join(dir, "p.cc")]);
-    const [size, gcnArchNameOffset, gcnArchNameSize] = execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(
-      " ",
-    ).map(Number);
-    assert.deepEqual({ size, gcnArchNameOffset, gcnArchNameSize }, { ...HIP_DEVICE_PROP });
+    return execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(" ").map(Number);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+test(hname("HIP_DEVICE_PROP equals offsetof/sizeof in the header's hipDeviceProp_t (compiled with g++)"), {
+  skip: NO_HEADER,
+}, () => {
+  const [size, gcnArchNameOffset, gcnArchNameSize] = headerNumbers(`int main() {
+  std::printf("%zu %zu %zu\\n", sizeof(hipDeviceProp_t), offsetof(hipDeviceProp_t, gcnArchName),
+              sizeof(((hipDeviceProp_t*)0)->gcnArchName));
+}`);
+  assert.deepEqual({ size, gcnArchNameOffset, gcnArchNameSize }, { ...HIP_DEVICE_PROP });
 });
 
 test(hname("HIP_POINTER_ATTRIBUTE equals offsetof/sizeof in the header's hipPointerAttribute_t (compiled with g++)"), {
   skip: NO_HEADER,
 }, () => {
-  const dir = mkdtempSync(join(tmpdir(), "normkit-hipptr-"));
-  try {
-    writeFileSync(
-      join(dir, "p.cc"),
-      `#include <hip/hip_runtime_api.h>
-#include <cstddef>
-#include <cstdio>
-int main() { std::printf("%zu %zu\\n", sizeof(hipPointerAttribute_t), offsetof(hipPointerAttribute_t, device)); }
-`,
-    );
-    execFileSync("g++", ["-D__HIP_PLATFORM_AMD__", "-o", join(dir, "p"), join(dir, "p.cc")]);
-    const [size, device] = execFileSync(join(dir, "p"), { encoding: "utf8" }).trim().split(" ").map(Number);
-    assert.deepEqual({ size, device }, { ...HIP_POINTER_ATTRIBUTE });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const [size, device] = headerNumbers(
+    `int main() { std::printf("%zu %zu\\n", sizeof(hipPointerAttribute_t), offsetof(hipPointerAttribute_t, device)); }`,
+  );
+  assert.deepEqual({ size, device }, { ...HIP_POINTER_ATTRIBUTE });
 });
 
 test("gfxArch: gcnArchName → base gfx target, feature suffixes stripped; anything else undefined", () => {

@@ -10,24 +10,8 @@ import { findImage, imageChoice } from "../../ops/images.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { loadFusedModule } from "../../ops/fused_module.ts";
 import type { Device } from "../../runtime/device.ts";
-import type { DeviceInfo } from "../../runtime/driver.ts";
 import { UnsupportedError } from "../../runtime/errors.ts";
-
-const info = (arch: string, warpSize: number, cc: [number, number] = [9, 4]): DeviceInfo => ({
-  ordinal: 0,
-  name: "test device",
-  arch,
-  computeCapability: cc,
-  multiprocessors: 104,
-  totalMemory: 1 << 30,
-  warpSize,
-  maxThreadsPerBlock: 1024,
-  maxBlockDim: [1024, 1024, 1024],
-  maxGridDim: [2147483647, 65536, 65536],
-  maxSharedPerBlock: 65536,
-  maxSharedPerBlockOptin: 65536,
-  l2CacheBytes: 8 << 20,
-});
+import { deviceInfo } from "./targets.ts";
 
 test("the targets with their wave sizes are exactly the embedded code objects", () => {
   assert.deepEqual(Object.keys(HSACO_WAVE).sort(), [...hipImages.TARGETS].sort());
@@ -36,14 +20,14 @@ test("the targets with their wave sizes are exactly the embedded code objects", 
 });
 
 test("hsacoTarget: gfx90a/gfx942 (wave 64) and gfx1100 (wave 32) get their own code object", () => {
-  assert.equal(hsacoTarget(info("gfx90a", 64)), "gfx90a");
-  assert.equal(hsacoTarget(info("gfx942", 64)), "gfx942");
-  assert.equal(hsacoTarget(info("gfx1100", 32)), "gfx1100");
+  assert.equal(hsacoTarget(deviceInfo("gfx90a", 64)), "gfx90a");
+  assert.equal(hsacoTarget(deviceInfo("gfx942", 64)), "gfx942");
+  assert.equal(hsacoTarget(deviceInfo("gfx1100", 32)), "gfx1100");
 });
 
 test("hsacoTarget: any other arch → UnsupportedError naming the device's arch and the built ones", () => {
   for (const arch of ["gfx1101", "gfx908", "gfx950", "gfx?", "sm_90"]) {
-    assert.throws(() => hsacoTarget(info(arch, 64)), (e: unknown) => {
+    assert.throws(() => hsacoTarget(deviceInfo(arch, 64)), (e: unknown) => {
       assert.ok(e instanceof UnsupportedError, String(e));
       assert.ok(e.message.includes(`test device (${arch})`), e.message);
       assert.match(e.message, /gfx90a, gfx942, gfx1100/);
@@ -51,16 +35,16 @@ test("hsacoTarget: any other arch → UnsupportedError naming the device's arch 
     });
   }
   // Inherited keys are not targets.
-  assert.throws(() => hsacoTarget(info("constructor", 64)), UnsupportedError);
+  assert.throws(() => hsacoTarget(deviceInfo("constructor", 64)), UnsupportedError);
 });
 
 test("hsacoTarget: a wave size other than the code object's is refused (the plan would size reductions wrongly)", () => {
-  assert.throws(() => hsacoTarget(info("gfx1100", 64)), /wave size 64; the gfx1100 code object is wave32/);
-  assert.throws(() => hsacoTarget(info("gfx942", 32)), /wave size 32; the gfx942 code object is wave64/);
+  assert.throws(() => hsacoTarget(deviceInfo("gfx1100", 64)), /wave size 64; the gfx1100 code object is wave32/);
+  assert.throws(() => hsacoTarget(deviceInfo("gfx942", 32)), /wave size 32; the gfx942 code object is wave64/);
 });
 
 test("a HIP device's image is its target's code object in @normkit/hip, found only when handed over", () => {
-  const choice = imageChoice({ backend: "hip", info: info("gfx942", 64) });
+  const choice = imageChoice({ backend: "hip", info: deviceInfo("gfx942", 64) });
   assert.deepEqual(choice, { target: "gfx942", package: "@normkit/hip", jit: false });
   assert.throws(() => findImage(choice, [], "test device"), (e: unknown) => {
     assert.ok(e instanceof UnsupportedError);
@@ -72,19 +56,19 @@ test("a HIP device's image is its target's code object in @normkit/hip, found on
 });
 
 test("planLimits: the device's wave size; clusters (ccMajor) only on CUDA", () => {
-  assert.deepEqual(planLimits({ backend: "hip", info: info("gfx942", 64) }), {
+  assert.deepEqual(planLimits({ backend: "hip", info: deviceInfo("gfx942", 64) }), {
     maxGridX: 2147483647,
     maxThreadsPerBlock: 1024,
     warpSize: 64,
     ccMajor: 0,
     multiprocessors: 104,
   });
-  assert.equal(planLimits({ backend: "hip", info: info("gfx1100", 32) }).warpSize, 32);
-  assert.equal(planLimits({ backend: "cuda", info: info("sm_90", 32, [9, 0]) }).ccMajor, 9);
+  assert.equal(planLimits({ backend: "hip", info: deviceInfo("gfx1100", 32) }).warpSize, 32);
+  assert.equal(planLimits({ backend: "cuda", info: deviceInfo("sm_90", 32, [9, 0]) }).ccMajor, 9);
 });
 
 test("the fused kernels of a HIP device come from @normkit/hip's `fused` images, found only when handed over", async () => {
-  const hip = { backend: "hip", info: info("gfx942", 64), cache: new Map() } as unknown as Device;
+  const hip = { backend: "hip", info: deviceInfo("gfx942", 64), cache: new Map() } as unknown as Device;
   await assert.rejects(() => loadFusedModule(hip), (e: unknown) => {
     assert.ok(e instanceof UnsupportedError);
     assert.match(e.message, /runs the fused kernels from the gfx942 image, which is in the package @normkit\/hip/);

@@ -8,7 +8,6 @@
  *
  * Needs HIP's headers (for the struct offset) and gcc/g++; skipped, saying which is missing, without them.
  */
-import { gunzipSync } from "node:zlib";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
@@ -23,6 +22,8 @@ import { NORM_FWD_ARGS } from "../../ops/kernels.ts";
 import { type PlanInput, planNorm } from "../../ops/plan.ts";
 import { FUSED_ARGS } from "../../ops/fused_abi.ts";
 import { fusedGeometry, fusedLaunch } from "../../ops/plan_fused.ts";
+import type { ArgType } from "../../runtime/module.ts";
+import { codeObject } from "./targets.ts";
 
 const dir = fileURLToPath(new URL("./fake_hip/", import.meta.url));
 const HEADER = "/usr/include/hip/hip_runtime_api.h";
@@ -92,13 +93,28 @@ function run(
   return { out: JSON.parse(line), log: existsSync(log) ? readFileSync(log, "utf8").trim().split("\n") : [] };
 }
 
-function fnv1a64(b: Uint8Array): string {
-  let h = 0xcbf29ce484222325n;
-  for (const x of b) h = BigInt.asUintN(64, (h ^ BigInt(x)) * 0x100000001b3n);
-  return h.toString(16).padStart(16, "0");
+/** Fake devices of a wave-64 and a wave-32 target, each with the gcnArchName the fake reports (with suffixes or none). */
+const FAKE_DEVICES = [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx1100", "gfx1100", 32]] as const;
+
+/** Runs `scenario` (rows of `d`) on one of FAKE_DEVICES, which the scenario must see as that device. */
+function runOn(scenario: string, [arch, gcn, wave]: typeof FAKE_DEVICES[number], d: number) {
+  const r = run(scenario, { NK_FAKE_ARCH: gcn, NK_FAKE_WAVE: String(wave) }, [String(d)]);
+  assert.equal(r.out.arch, arch);
+  assert.equal(r.out.warpSize, wave);
+  return r;
 }
-const hsaco = (arch: string, kind: "norm" | "fused" = "norm") =>
-  new Uint8Array(gunzipSync(readFileSync(new URL(`../../packages/hip/${kind}_${arch}.hsaco.gz`, import.meta.url))));
+
+/** The fake's log lines that start with `word`, without it (fake_hip.c: load, function, launch). */
+const logged = (log: string[], word: string): string[] =>
+  log.filter((l) => l.startsWith(`${word} `)).map((l) => l.slice(word.length + 1));
+
+/** How the fake logs loading `code`: its size and FNV-1a 64 hash. */
+function loaded(code: Uint8Array): string {
+  let h = 0xcbf29ce484222325n;
+  for (const x of code) h = BigInt.asUintN(64, (h ^ BigInt(x)) * 0x100000001b3n);
+  return `${code.length} ${h.toString(16).padStart(16, "0")}`;
+}
+
 /** A launch's parameter slot (8 bytes, little-endian hex, as fake_hip.c logs it) read back as an argument type. */
 const slot = (hex: string, t: string): number | bigint => {
   const v = BigInt(`0x${hex}`);
@@ -108,6 +124,16 @@ const slot = (hex: string, t: string): number | bigint => {
     ? Number(BigInt.asIntN(32, v))
     : BigInt.asIntN(64, v);
 };
+
+/** Every parameter slot of `kernel`'s launch holds the wanted argument, as the launcher packs `types`. */
+function assertParams(kernel: string, params: string[], types: readonly ArgType[], want: (string | number)[]): void {
+  assert.equal(params.length, types.length, `${kernel}: every argument slot filled`);
+  params.forEach((hex, j) => {
+    const t = types[j], exp = want[j];
+    const e = t === "f32" ? Math.fround(Number(exp)) : t === "i32" ? Number(exp) : BigInt(exp);
+    assert.equal(slot(hex, t), e, `${kernel} argument ${j} (${t})`);
+  });
+}
 
 test.after(() => built && rmSync(built.work, { recursive: true, force: true }));
 
@@ -127,29 +153,23 @@ test(
   },
 );
 
-for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx1100", "gfx1100", 32]] as const) {
+for (const device of FAKE_DEVICES) {
+  const [arch, , wave] = device;
   test(name(`${arch} (wave ${wave}): loads the ${arch} code object, launches the plan's kernel/geometry/arguments`), {
     skip,
   }, () => {
     const D = 2600, rows = 3;
-    const { out, log } = run("norm", { NK_FAKE_ARCH: gcn, NK_FAKE_WAVE: String(wave) }, [String(D)]);
-    assert.equal(out.arch, arch);
-    assert.equal(out.warpSize, wave);
+    const { out, log } = runOn("norm", device, D);
     assert.match(
       String(out.beforeLoad),
       /UnsupportedError: .*not loaded: `await loadKernels\(dev\)`/,
       "a clear error before loadKernels",
     );
 
-    const code = hsaco(arch);
-    assert.deepEqual(
-      log.filter((l) => l.startsWith("load ")),
-      [`load ${code.length} ${fnv1a64(code)}`],
-      "one module: this target's",
-    );
+    assert.deepEqual(logged(log, "load"), [loaded(codeObject("norm", arch))], "one module: this target's");
 
     const limits = { maxGridX: 2147483647, maxThreadsPerBlock: 1024, warpSize: wave, ccMajor: 0, multiprocessors: 104 }; // fake_hip.c: MultiprocessorCount
-    const launches = log.filter((l) => l.startsWith("launch ")).map((l) => l.split(" ").slice(1));
+    const launches = logged(log, "launch").map((l) => l.split(" "));
     assert.equal(launches.length, 2, log.join("\n"));
     const ptrs = out.ptrs as Record<string, string>;
     const cases: [PlanInput, (string | number)[]][] = [
@@ -188,25 +208,10 @@ for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx
       assert.equal(kernel, p.kernel);
       assert.deepEqual([gx, gy, gz, bx, by, bz, shared].map(Number), [...p.grid, ...p.block, p.sharedBytes]);
       assert.equal(p.block[0] % wave, 0, "whole waves");
-      // Each parameter slot as the launcher filled it (8 bytes, little-endian), read back per argument type.
-      const want = [...args, p.tpr, p.nv, p.prefetch];
-      assert.equal(params.length, NORM_FWD_ARGS.length, `${p.kernel}: every argument slot filled`);
-      params.forEach((hex, j) => {
-        const v = BigInt(`0x${hex}`), t = NORM_FWD_ARGS[j];
-        const got = t === "f32"
-          ? new Float32Array(new Uint32Array([Number(v & 0xffffffffn)]).buffer)[0]
-          : t === "i32"
-          ? Number(BigInt.asIntN(32, v))
-          : v;
-        const exp = t === "f32" ? Math.fround(Number(want[j])) : t === "i32" ? Number(want[j]) : BigInt(want[j]);
-        assert.equal(got, exp, `${p.kernel} argument ${j} (${t})`);
-      });
+      assertParams(p.kernel, params, NORM_FWD_ARGS, [...args, p.tpr, p.nv, p.prefetch]);
     });
     // Only the two kernels launched were looked up.
-    assert.deepEqual(
-      log.filter((l) => l.startsWith("function ")).map((l) => l.slice(9)).sort(),
-      launches.map((l) => l[0]).sort(),
-    );
+    assert.deepEqual(logged(log, "function").sort(), launches.map((l) => l[0]).sort());
   });
 }
 
@@ -218,24 +223,22 @@ test(name("an AMD GPU without a built code object (gfx1101): UnsupportedError na
   for (const msg of [out.load, out.norm] as string[]) {
     assert.match(msg, /^UnsupportedError: no AMD code object for .*\(gfx1101\).*gfx90a, gfx942, gfx1100/);
   }
-  assert.deepEqual(log.filter((l) => l.startsWith("load ")), [], "nothing loaded");
+  assert.deepEqual(logged(log, "load"), [], "nothing loaded");
 });
 
-for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx1100", "gfx1100", 32]] as const) {
+for (const device of FAKE_DEVICES) {
+  const [arch, , wave] = device;
   test(name(`${arch} (wave ${wave}): a fused call loads the ${arch} fused code object, launches the fused plan`), {
     skip,
   }, () => {
     const D = 2600, rows = 3;
-    const { out, log } = run("fused", { NK_FAKE_ARCH: gcn, NK_FAKE_WAVE: String(wave) }, [String(D)]);
-    assert.equal(out.arch, arch);
-    assert.equal(out.warpSize, wave);
-    const norm = hsaco(arch), fusedCode = hsaco(arch, "fused");
+    const { out, log } = runOn("fused", device, D);
     assert.deepEqual(
-      log.filter((l) => l.startsWith("load ")).sort(),
-      [`load ${norm.length} ${fnv1a64(norm)}`, `load ${fusedCode.length} ${fnv1a64(fusedCode)}`].sort(),
+      logged(log, "load").sort(),
+      [loaded(codeObject("norm", arch)), loaded(codeObject("fused", arch))].sort(),
       "two modules: this target's norm and fused code objects",
     );
-    const launches = log.filter((l) => l.startsWith("launch ")).map((l) => l.split(" ").slice(1));
+    const launches = logged(log, "launch").map((l) => l.split(" "));
     assert.equal(launches.length, 1, log.join("\n"));
     const g = fusedGeometry("rms", D, "f32", { maxThreadsPerBlock: 1024, warpSize: wave });
     assert.ok(!("unsupported" in g));
@@ -251,12 +254,7 @@ for (const [arch, gcn, wave] of [["gfx942", "gfx942:sramecc+:xnack-", 64], ["gfx
     const want: (string | number)[] = [ptrs.x, ptrs.res, ptrs.res, ptrs.y, ptrs.w, 0, 0, 0, 0, 0, 1, rows, D];
     for (let t = 0; t < 4; t++) want.push(rows * D, D);
     want.push(0.125, 1, Infinity, 0, rows, g.tpr, g.nv);
-    assert.equal(params.length, FUSED_ARGS.length, "every argument slot filled");
-    params.forEach((hex, j) => {
-      const t = FUSED_ARGS[j], exp = want[j];
-      const e = t === "f32" ? Math.fround(Number(exp)) : t === "i32" ? Number(exp) : BigInt(exp);
-      assert.equal(slot(hex, t), e, `argument ${j} (${t})`);
-    });
-    assert.deepEqual(log.filter((l) => l.startsWith("function ")).map((l) => l.slice(9)), [kernel]);
+    assertParams(kernel, params, FUSED_ARGS, want);
+    assert.deepEqual(logged(log, "function"), [kernel]);
   });
 }

@@ -4,11 +4,9 @@
  * offsets and sizes the launcher packs, the target's wave size, the threads and LDS the plan may use and no scratch;
  * and every geometry the fused plan gives a wave-64 or wave-32 device must pass the kernel's own launch check.
  */
-import { gunzipSync } from "node:zlib";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { fused, TARGETS } from "../../packages/hip/mod.ts";
 import { fusedSourceSha256 } from "../../packages/hip/build.ts";
 import {
@@ -27,29 +25,21 @@ import {
 } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
-import { cLayout, type KernelMeta, metadata } from "./amdgpu_metadata.ts";
+import { assertAmdgpuElfs, assertKernelAbi, deviceInfo, kernelsOf, LDS_BYTES, readRepo } from "./targets.ts";
 
-const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../../${p}`, import.meta.url)));
-// packages/hip/fused_<target>.hsaco.gz: each code object gzip -9n (scripts/build-hsaco.sh).
-const codeObject = (target: string): Uint8Array =>
-  new Uint8Array(gunzipSync(read(`packages/hip/fused_${target}.hsaco.gz`)));
-const WAVE = HSACO_WAVE; // checked against .wavefront_size below
-const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
 const ADD_KERNELS = ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"];
 
 test("packages/hip exports the fused code objects for every target, built from the current fused sources", () => {
   assert.deepEqual(Object.keys(fused.images).sort(), [...TARGETS].sort());
   for (const arch of TARGETS) {
     assert.ok(fused.images[arch].href.endsWith(`/packages/hip/fused_${arch}.hsaco.gz`), fused.images[arch].href);
-    const elf = codeObject(arch);
-    assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], `${arch}: ELF`);
-    assert.equal(elf[18] | (elf[19] << 8), 224, `${arch}: e_machine EM_AMDGPU`);
   }
+  assertAmdgpuElfs("fused", TARGETS);
   assert.equal(fused.sourceSha256, fusedSourceSha256);
   // The same sources, in the same order, as the CUDA images: one hash for both.
   assert.equal(fusedSourceSha256, FUSED_SOURCE_SHA256, "run bash scripts/build-hsaco.sh (and build-fused.sh)");
   const h = createHash("sha256");
-  for (const f of FUSED_SOURCE_FILES) h.update(read(f));
+  for (const f of FUSED_SOURCE_FILES) h.update(readRepo(f));
   assert.equal(h.digest("hex"), fusedSourceSha256, "kernels/ changed: run bash scripts/build-hsaco.sh");
 });
 
@@ -59,25 +49,16 @@ test("the plan's fused kernels and the fused adds are the CUDA build's kernels",
 });
 
 for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
-  const wave = WAVE[arch];
+  const wave = HSACO_WAVE[arch]; // assertKernelAbi checks .wavefront_size
   test(`${arch}: the fused kernels, and nothing else; arguments = the launcher's packing; wave ${wave}; limits fit`, () => {
-    const md = metadata(codeObject(arch));
-    assert.match(md["amdhsa.target"], new RegExp(`amdgcn-amd-amdhsa--${arch}`));
-    const byName = new Map<string, KernelMeta>(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
+    const byName = kernelsOf("fused", arch);
     assert.deepEqual([...byName.keys()].sort(), [...FUSED_KERNELS, ...ADD_KERNELS].sort());
     for (const [name, k] of byName) {
       const add = ADD_KERNELS.includes(name);
-      const explicit = k[".args"].filter((a) => !a[".value_kind"].startsWith("hidden_"));
-      assert.deepEqual(
-        explicit.map((a) => ({ offset: a[".offset"], size: a[".size"] })),
-        cLayout(add ? FUSED_ADD_ARGS : FUSED_ARGS),
-        `${arch} ${name} arguments`,
-      );
+      const explicit = assertKernelAbi(arch, name, k, add ? FUSED_ADD_ARGS : FUSED_ARGS);
       const last = explicit[explicit.length - 1];
       assert.ok(k[".kernarg_segment_size"] >= last[".offset"] + last[".size"], `${arch} ${name}: kernarg segment`);
-      assert.equal(k[".wavefront_size"], wave, `${arch} ${name} wave size`);
-      // No scratch memory (a stack frame or VGPR spills: slow per-lane global memory); SGPR spills go to VGPR lanes.
-      assert.equal(k[".private_segment_fixed_size"], 0, `${arch} ${name}: scratch bytes per work-item`);
+      // No VGPR spills either (scratch memory, checked above); SGPR spills go to VGPR lanes.
       assert.equal(k[".vgpr_spill_count"], 0, `${arch} ${name}: VGPR spills`);
       // The most threads ops/fused.ts (a block of up to FUSED_MAX_THREADS per row) and ops/fused_module.ts
       // (FUSED_ADD_THREADS) launch.
@@ -126,21 +107,7 @@ function kernelRejects(
 for (const wave of [64, 32]) {
   test(`every fused geometry for a wave-${wave} device passes the kernel's launch check`, () => {
     const arch = wave === 64 ? "gfx942" : "gfx1100";
-    const info = {
-      ordinal: 0,
-      name: arch,
-      arch,
-      computeCapability: [9, 0] as [number, number],
-      multiprocessors: 104,
-      totalMemory: 1 << 30,
-      warpSize: wave,
-      maxThreadsPerBlock: 1024,
-      maxBlockDim: [1024, 1024, 1024] as [number, number, number],
-      maxGridDim: [2147483647, 65536, 65536] as [number, number, number],
-      maxSharedPerBlock: LDS_BYTES,
-      maxSharedPerBlockOptin: LDS_BYTES,
-      l2CacheBytes: 8 << 20,
-    };
+    const info = deviceInfo(arch, wave);
     assert.equal(hsacoTarget(info), arch);
     const limits = planLimits({ backend: "hip", info });
     assert.equal(limits.warpSize, wave);

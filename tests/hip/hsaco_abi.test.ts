@@ -3,11 +3,9 @@
  * note (ELF note, msgpack) must agree with what the TypeScript launcher packs (argument offsets and
  * sizes), the wave size the plan assumes, and the launch limits the plan may use.
  */
-import { gunzipSync } from "node:zlib";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { sourceSha256 as HSACO_SOURCE_SHA256, TARGETS } from "../../packages/hip/mod.ts";
 import { NORM_KERNELS, NORM_SOURCE_FILES } from "../../precompiled/norm_cuda.ts";
 import { NORM_FWD_ARGS, planLimits } from "../../ops/kernels.ts";
@@ -16,15 +14,10 @@ import { NORM_BWD_ARGS, NORM_FINALIZE_ARGS } from "../../ops/backward.ts";
 import { HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
 import { DTYPES } from "../../runtime/dtype.ts";
 import type { ArgType } from "../../runtime/module.ts";
-import { cLayout, metadata } from "./amdgpu_metadata.ts";
+import { assertAmdgpuElfs, assertKernelAbi, deviceInfo, kernelsOf, LDS_BYTES, readRepo } from "./targets.ts";
 import { MAX_BLOCK_THREADS, MAXV_BLOCK, MAXV_LATENCY, MAXV_ROWS, planNorm, ROWS_BLOCK } from "../../ops/plan.ts";
 
-const read = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../../${p}`, import.meta.url)));
-// packages/hip/norm_<target>.hsaco.gz: each code object gzip -9n (scripts/build-hsaco.sh).
-const codeObject = (target: string): Uint8Array =>
-  new Uint8Array(gunzipSync(read(`packages/hip/norm_${target}.hsaco.gz`)));
-const WAVE = HSACO_WAVE; // what ops/hip_module.ts pairs each target with; checked against .wavefront_size below
-const LDS_BYTES = 65536; // per workgroup on gfx9 and gfx11
+const WAVE = HSACO_WAVE; // what ops/hip_module.ts pairs each target with; assertKernelAbi checks .wavefront_size
 
 const SCALE_ARGS: ArgType[] = ["ptr", "ptr", "f32", "i64"];
 // The backward kernels (kernels/norm_bwd.cuh) and what ops/backward.ts packs for them.
@@ -40,34 +33,20 @@ const DIAG_ARGS: Record<string, readonly ArgType[]> = {
 
 test("packages/hip holds ELF code objects for gfx90a, gfx942, gfx1100, built from the current sources", () => {
   assert.deepEqual([...TARGETS].sort(), ["gfx1100", "gfx90a", "gfx942"]);
-  for (const arch of TARGETS) {
-    const elf = codeObject(arch);
-    assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], `${arch}: ELF`);
-    assert.equal(elf[18] | (elf[19] << 8), 224, `${arch}: e_machine EM_AMDGPU`);
-  }
+  assertAmdgpuElfs("norm", TARGETS);
   const h = createHash("sha256");
-  for (const f of NORM_SOURCE_FILES) h.update(read(f));
+  for (const f of NORM_SOURCE_FILES) h.update(readRepo(f));
   assert.equal(h.digest("hex"), HSACO_SOURCE_SHA256, "kernels/ changed: run bash scripts/build-hsaco.sh");
 });
 
 for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
   test(`${arch}: every kernel present; argument offsets/sizes = the launcher's packing; wave ${WAVE[arch]}; launch limits fit`, () => {
-    const md = metadata(codeObject(arch));
-    assert.match(md["amdhsa.target"], new RegExp(`amdgcn-amd-amdhsa--${arch}`));
-    const byName = new Map(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
+    const byName = kernelsOf("norm", arch);
     assert.deepEqual([...byName.keys()].sort(), [...NORM_KERNELS].sort(), "the same kernels as the CUDA build");
     for (const name of NORM_KERNELS) {
       const k = byName.get(name)!;
-      const explicit = k[".args"].filter((a) => !a[".value_kind"].startsWith("hidden_"));
-      const want = cLayout(name === "scale_f32" ? SCALE_ARGS : DIAG_ARGS[name] ?? bwdArgs(name) ?? NORM_FWD_ARGS);
-      assert.deepEqual(
-        explicit.map((a) => ({ offset: a[".offset"], size: a[".size"] })),
-        want,
-        `${arch} ${name} arguments`,
-      );
-      assert.equal(k[".wavefront_size"], WAVE[arch], `${arch} ${name} wave size`);
-      // No kernel needs scratch memory (a stack frame or spills): it would be slow per-lane global memory.
-      assert.equal(k[".private_segment_fixed_size"], 0, `${arch} ${name}: scratch bytes per work-item`);
+      const args = name === "scale_f32" ? SCALE_ARGS : DIAG_ARGS[name] ?? bwdArgs(name) ?? NORM_FWD_ARGS;
+      assertKernelAbi(arch, name, k, args);
       if (name === "scale_f32") continue;
       if (bwdArgs(name)) {
         // ops/backward.ts launches at most 512 threads (the finalize exactly 512, `tile` 256); it refuses HIP
@@ -98,27 +77,9 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
   });
 
   test(`${arch}: every plan for a wave-${WAVE[arch]} ${arch} device picks a kernel of this code object, within its limits`, () => {
-    const md = metadata(codeObject(arch));
-    const byName = new Map(md["amdhsa.kernels"].map((k) => [k[".name"], k]));
+    const byName = kernelsOf("norm", arch);
     // The limits come from the same function ops/norm.ts uses, for a device like the ones HIP reports.
-    const device = {
-      backend: "hip",
-      info: {
-        ordinal: 0,
-        name: arch,
-        arch,
-        computeCapability: [9, 0] as [number, number],
-        multiprocessors: 104,
-        totalMemory: 1 << 30,
-        warpSize: WAVE[arch],
-        maxThreadsPerBlock: 1024,
-        maxBlockDim: [1024, 1024, 1024] as [number, number, number],
-        maxGridDim: [2147483647, 65536, 65536] as [number, number, number],
-        maxSharedPerBlock: LDS_BYTES,
-        maxSharedPerBlockOptin: LDS_BYTES,
-        l2CacheBytes: 8 << 20,
-      },
-    };
+    const device = { backend: "hip", info: deviceInfo(arch, WAVE[arch]) };
     assert.equal(hsacoTarget(device.info), arch);
     const limits = planLimits(device);
     assert.equal(limits.ccMajor, 0, "no clusters on AMD");

@@ -9,12 +9,13 @@ import * as hipImages from "../../../packages/hip/mod.ts";
 const [scenario, d = "2600"] = process.argv.slice(2);
 const D = Number(d), rows = 3;
 const message = (e: unknown) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+/** Prints the scenario's one JSON line: the device's arch and wave size, then `more`. */
+const report = (dev: Device, more: Record<string, unknown>) =>
+  console.log(JSON.stringify({ arch: dev.info.arch, warpSize: dev.info.warpSize, ...more }));
 
 if (scenario === "auto") {
   using dev = Device.open();
-  console.log(
-    JSON.stringify({ backend: dev.backend, arch: dev.info.arch, warpSize: dev.info.warpSize, name: dev.name }),
-  );
+  report(dev, { backend: dev.backend, name: dev.name });
 } else if (scenario === "norm") {
   // No sanity check: the fake library runs no kernel (loadKernels would run the check Device.open deferred).
   using dev = Device.open({ backend: "hip", sanityCheck: false });
@@ -32,9 +33,7 @@ if (scenario === "auto") {
   using xh = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 5), [rows, D], { dtype: "bf16" });
   using y2 = rmsNorm(xh);
   dev.synchronize();
-  console.log(JSON.stringify({
-    arch: dev.info.arch,
-    warpSize: dev.info.warpSize,
+  report(dev, {
     beforeLoad,
     ptrs: {
       x: String(x.ptr),
@@ -46,7 +45,7 @@ if (scenario === "auto") {
       xh: String(xh.ptr),
       y2: String(y2.ptr),
     },
-  }));
+  });
   r.y.close(), r.mean.close(), r.rstd.close();
 } else if (scenario === "fused") {
   // An RMSNorm with a residual on the fused kernels (h written over the residual), after loading them from
@@ -58,11 +57,7 @@ if (scenario === "auto") {
   await loadKernels(dev, { fused: true, images: hipImages });
   using y = rmsNorm(x, { weight: w, residual: res, eps: 0.125 });
   dev.synchronize();
-  console.log(JSON.stringify({
-    arch: dev.info.arch,
-    warpSize: dev.info.warpSize,
-    ptrs: { x: String(x.ptr), res: String(res.ptr), w: String(w.ptr), y: String(y.ptr) },
-  }));
+  report(dev, { ptrs: { x: String(x.ptr), res: String(res.ptr), w: String(w.ptr), y: String(y.ptr) } });
 } else if (scenario === "unsupported") {
   using dev = Device.open({ backend: "hip" });
   using x = dev.tensor([1, 2, 3, 4], [1, 4]);

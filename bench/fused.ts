@@ -6,6 +6,9 @@
  * - `add`: h = x + residual, y = norm(h): add + RMSNorm / LayerNorm, bf16 and f16, D 512 … 8192, rows moving ≥ 1 GiB;
  *   bytes = x and residual read, h and y written (+ parameters). With `quant` fp8e4m3 / int8 (dynamic, per row): y of
  *   1 byte and a 4-byte scale per row.
+ * - `invariance`: the plain norm (no residual, y in x's dtype) with the tuned plan (which varies with the row count) and
+ *   with `batchInvariant: true` (the fused kernels' row-count-free geometry), same tensors, rows moving ≥ 1 GiB: the cost
+ *   of invariance in points of copy (bytes = x read, y written + parameters).
  * - `decode`: 1–8 rows, D 2048–8192, add + RMSNorm + fp8e4m3 (dynamic) captured 100 times in a CUDA graph: device µs per
  *   op of a replay.
  * - `qk`: Qwen3's q_norm / k_norm over a fused QKV buffer [tokens, (Hq + 2·Hkv) · 128] (Hq 32, Hkv 8), the Q and K
@@ -106,6 +109,36 @@ for (const d of DS) {
       } catch (e) {
         console.log(`add ${dtype} ${quant ?? "-"} D=${d}: ${e instanceof Error ? e.message : e}`);
       }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- invariance: tuned plan against batchInvariant
+console.log("case  kind  dtype       D     rows  tuned%  invariant%  cost(points)");
+for (const d of DS) {
+  for (const dtype of DTYPES) {
+    const rows = Math.ceil(MIN_BYTES / (4 * d));
+    using held = new DisposableStack();
+    try {
+      const x = make(held, [rows, d], dtype), y = make(held, [rows, d], dtype, false);
+      const { w, b: bias } = params(held, d, dtype);
+      for (const kind of ["rms", "layer"] as const) {
+        const norm = kind === "rms" ? fusedRms : fusedLn;
+        const opts = { weight: w, out: y, ...(kind === "layer" ? { bias } : {}) };
+        const bytes = rows * d * 4 + d * 2 * (kind === "layer" ? 2 : 1);
+        const pct = (ms: number) => (100 * bytes) / (ms * 1e6) / copyGBs;
+        const tuned = pct(timer.time(() => void norm(x, opts)));
+        const invariant = pct(timer.time(() => void norm(x, { ...opts, batchInvariant: true })));
+        results.push({ case: "invariance", kind, dtype, d, rows, tunedPct: tuned, invariantPct: invariant });
+        console.log(
+          `inv   ${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(6)} ${String(rows).padStart(8)} ` +
+            `${tuned.toFixed(1).padStart(7)} ${invariant.toFixed(1).padStart(11)} ${
+              (tuned - invariant).toFixed(1).padStart(13)
+            }`,
+        );
+      }
+    } catch (e) {
+      console.log(`invariance ${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
     }
   }
 }

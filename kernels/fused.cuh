@@ -28,23 +28,87 @@
   x, residual, h, y, weight, bias, weight2, mean, rstd, scale, n0, n1, d, x_s0, x_s1, r_s0, r_s1, h_s0, h_s1, y_s0, \
       y_s1, eps, scale_value, scale_ub, quant, split, tpr, nv
 
-// Row reductions in an order fixed by tpr alone: tpr <= 32, an xor butterfly over the row's lanes (nk_red_lanes'
-// order); tpr > 32 (one row per block), nk_block_sum's order over two alternating shared buffers. max: the same
-// shapes with fmaxf semantics (a NaN never wins; inputs are |y| >= 0).
+// Largest threads per row (a block per row).
+#define NK_FUSED_MAX_THREADS 1024
+
+// A row's sums, in one order per row length. With N = tpr * nv (a power of two, fixed by the plan from the row's
+// length alone) the 16-byte chunks of the row, chunk c held by thread c % tpr as its slot c / tpr, padding chunks
+// +0, are the leaves of the complete binary tree that adds c and c + N/2 first, then c and c + N/4, and so on: a
+// thread folds its slots (nk_fused_fold8: s and s + nv/2 first), then threads t and t + tpr/2 are added, then t and
+// t + tpr/4, ...: across warps (warp w and w + W/2 first, through shared memory), then within the warp (lanes xor
+// 16, ..., 1). The tree depends on N alone, not on the split into tpr x nv, so the plan may pick the split from the
+// row count and every split gives the same bits.
+
+// A thread's slots folded in the tree's order. Each leaf (a slot's partial sum, +0 past the thread's nv chunks) goes
+// in as leaf + 0, which turns -0 into +0 and changes nothing else, so that no partial sum is ever -0 and every +0 leaf
+// is an exact identity: folding all NK_FUSED_MAXV slots gives the bits of folding the first nv alone (slot s and
+// s + nv/2 first, ...), in one constant order. In bit-reversed slot order (nk_fused_slot) the pairs (s, s + 4), then
+// (s, s + 2), then (s, s + 1) are neighbours, so the leaves are added as a binary counter carries: the q-th leaf waits
+// in l0 when q is even, else joins l0 and goes on to l1, l2 by q's next bits. Registers only, whether q is a constant
+// (unrolled) or not (the scalar path's rolled loop).
+static_assert(NK_FUSED_MAXV == 8, "nk_fused_fold8 folds 8 slots");
+NK_INLINE int nk_fused_slot(int q) { return ((q & 1) << 2) | (q & 2) | ((q >> 2) & 1); }
+struct nk_fused_fold8 {
+  float l0 = 0.0f, l1 = 0.0f, l2 = 0.0f, sum = 0.0f;
+  NK_INLINE void add(int q, float leaf) {
+    float v = nk_add_rn(leaf, 0.0f);
+    if (!(q & 1)) {
+      l0 = v;
+      return;
+    }
+    v = nk_add_rn(l0, v);
+    if (!(q & 2)) {
+      l1 = v;
+      return;
+    }
+    v = nk_add_rn(l1, v);
+    if (!(q & 4)) {
+      l2 = v;
+      return;
+    }
+    sum = nk_add_rn(l2, v);
+  }
+};
+// The fold of leaf(s) over the slots s, unrolled (the vector path). Each leaf is made opaque once computed: that keeps
+// the compiler computing them one at a time in this order (left free, clang interleaved them and needed 20 more VGPRs,
+// spilling on wave 64).
+template <class Leaf>
+NK_INLINE float nk_fused_fold(Leaf leaf) {
+  nk_fused_fold8 f;
+#pragma unroll
+  for (int q = 0; q < NK_FUSED_MAXV; ++q) {
+    unsigned u = nk_f2u(leaf(nk_fused_slot(q)));
+    nk_opaque(u);
+    f.add(q, nk_u2f(u));
+  }
+  return f.sum;
+}
+
+// Row reductions in the order above; max: the same shapes with fmaxf semantics (a NaN never wins; inputs are
+// |y| >= 0), any order giving the same result.
 struct nk_fused_red {
   int tpr;
   unsigned parity;
-  float* buf;  // 2 x NK_WARP_SIZE floats
+  float* buf;  // 2 x NK_FUSED_MAX_THREADS floats: consecutive reductions alternate halves
   NK_INLINE float sum(float v) {
-    if (tpr <= NK_WARP_SIZE) {
-#pragma unroll
-      for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1)
-        if (m < tpr) v += nk_shfl_xor(v, m);
-      return v;
+    if (tpr > NK_WARP_SIZE) {
+      float* b = buf + parity * NK_FUSED_MAX_THREADS;
+      parity ^= 1u;
+      // Warp w's values and warp w + h's, h = nw/2, ..., 1, added in place, a barrier after each level; then every
+      // warp reads warp 0's lanes.
+      const unsigned t = nk_thread_x();
+      b[t] = v;
+      nk_barrier();
+      for (unsigned h = (unsigned)tpr / 2; h >= NK_WARP_SIZE; h >>= 1) {
+        if (t < h) b[t] = nk_add_rn(b[t], b[t + h]);
+        nk_barrier();
+      }
+      v = b[nk_lane()];
     }
-    const float r = nk_block_sum(v, buf + parity * NK_WARP_SIZE);
-    parity ^= 1u;
-    return r;
+#pragma unroll
+    for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1)
+      if (m < tpr) v = nk_add_rn(v, nk_shfl_xor(v, m));
+    return v;
   }
   static NK_INLINE float max2(float a, float b) { return b > a ? b : a; }
   static NK_INLINE float warp_max(float v, int width) {
@@ -55,7 +119,7 @@ struct nk_fused_red {
   }
   NK_INLINE float max(float v) {
     if (tpr <= NK_WARP_SIZE) return warp_max(v, tpr);
-    float* b = buf + parity * NK_WARP_SIZE;
+    float* b = buf + parity * NK_FUSED_MAX_THREADS;
     parity ^= 1u;
     v = warp_max(v, NK_WARP_SIZE);
     if (nk_lane() == 0) b[nk_thread_x() / NK_WARP_SIZE] = v;
@@ -173,9 +237,9 @@ NK_INLINE float nk_mul_rn(float a, float b) {
 }
 #endif
 
-// The per-chunk statistics, one definition for both paths (the same operations in the same order: the same bits).
-// LN: the chunk's sum of h - k (add it to the row's when nvalid > 0); its centred sum of squares; RMS: the squares
-// fma'd into q in element order.
+// The per-chunk statistics, one definition for both paths (the same operations in the same order: the same bits),
+// each a leaf of nk_fused_red's tree. LN: the chunk's sum of h - k; its centred sum of squares; RMS: the squares fma'd
+// into q (+0 for a fresh chunk) in element order.
 template <class TI, int VEC>
 NK_INLINE float nk_chunk_shifted_sum(const unsigned* w, int nvalid, float k) {
   float si = nk_get<TI>(w, 0) - k;
@@ -226,7 +290,7 @@ NK_INLINE float nk_dynamic_scale(float am, float ub) {
 // The vector path's row loop (every chunk whole, every tensor aligned; nk_fused picks it once per launch): the row's
 // chunks cached in registers (raw), the loops over them unrolled.
 template <class TI, class TO, class TW, bool LN>
-NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS) {
+NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   constexpr bool VP = true;
   constexpr int VEC = 16 / TI::SIZE, MAXV = NK_FUSED_MAXV;
   // The output loops take a chunk in pieces of PE elements whose weights are 16 bytes (PW words): 16-bit x with f32
@@ -236,7 +300,6 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS) {
   typedef typename TI::S SI;
   typedef typename TO::S SO;
   typedef typename TW::S SW;
-  NK_SHARED float red_buf[2 * NK_WARP_SIZE];
   const SI* X = (const SI*)x;
   const SI* R = (const SI*)residual;
   SI* H = (SI*)h;
@@ -285,31 +348,29 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS) {
     // The row's first element (LN's shift k), as the thread holding it computes it: every thread reads it itself.
     const float k = (LN && active) ? nk_fused_shift<TI>(xr, R ? rr : nullptr) : 0.0f;
 
-    // Statistics. LN: about the shift k, per-chunk partial sums added in chunk order, then the centred sum of
-    // squares in a second pass over the registers; RMS: the sum of squares in element order.
+    // Statistics, each chunk's partial sum in element order, then the tree (nk_fused_red). LN: about the shift k, then
+    // the centred sum of squares in a second pass over the registers; RMS: the sum of squares.
     float dm = 0.0f, rs;
     if (LN) {
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i) {
+      const float s = nk_fused_fold([&](int i) {
         const int nvalid = NK_NVAL(i);
         const float si = nk_chunk_shifted_sum<TI, VEC>(raw[i].w, nvalid, k);
-        if (nvalid > 0) s += si;
-      }
+        return nvalid > 0 ? si : 0.0f;
+      });
       dm = red.sum(s) / fd;
       nk_row_opaque<MAXV>(raw);
-      float q = 0.0f;
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i) {
+      const float q = nk_fused_fold([&](int i) {
         const int nvalid = NK_NVAL(i);
         const float qi = nk_chunk_centred_sq<TI, VEC>(raw[i].w, nvalid, k, dm);
-        if (nvalid > 0) q += qi;
-      }
+        return nvalid > 0 ? qi : 0.0f;
+      });
       rs = nk_rsqrt(red.sum(q) / fd + eps);
     } else {
-      float q = 0.0f;
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i) nk_chunk_sq<TI, VEC>(raw[i].w, NK_NVAL(i), q);
+      const float q = nk_fused_fold([&](int i) {
+        float qi = 0.0f;
+        nk_chunk_sq<TI, VEC>(raw[i].w, NK_NVAL(i), qi);
+        return qi;
+      });
       rs = nk_rsqrt(red.sum(q) / fd + eps);
     }
     // h is stored only now: every thread of the row has read k (from x[0] and residual[0], which h may replace) before
@@ -397,13 +458,12 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS) {
 // thread's chunks element by element again (h from h when it is written, so that an h written over the residual is
 // read back rather than recomputed), in loops that are not unrolled. A fallback: small code, few registers.
 template <class TI, class TO, class TW, bool LN>
-NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS) {
+NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
   constexpr int VEC = 16 / TI::SIZE, PE = 4, PW = PE * TW::SIZE / 4;
   constexpr bool Q = nk_is_quant<TO>::V;
   typedef typename TI::S SI;
   typedef typename TO::S SO;
   typedef typename TW::S SW;
-  NK_SHARED float red_buf[2 * NK_WARP_SIZE];
   const SI* X = (const SI*)x;
   const SI* R = (const SI*)residual;
   SI* H = (SI*)h;
@@ -436,10 +496,12 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS) {
     // The first pass stores h, which may replace x[0] or residual[0]: every thread reads k before any store. (The loop
     // over rows is block-uniform, so the barrier is reached by every thread.)
     if (LN && H) nk_barrier();
-    float acc = 0.0f;  // LN: sum of h - k; RMS: sum of squares
+    // Each chunk's partial sum (LN: of h - k; RMS: of squares), folded as it comes (slots in nk_fused_slot's order).
+    nk_fused_fold8 acc;
 #pragma unroll 1
-    for (int i = 0; i < NK_FUSED_MAXV; ++i) {
-      const int c = lr + i * tpr, nvalid = NK_NVALC(i, c);
+    for (int q = 0; q < NK_FUSED_MAXV; ++q) {
+      const int i = nk_fused_slot(q), c = lr + i * tpr, nvalid = NK_NVALC(i, c);
+      float part = 0.0f;
       if (nvalid > 0) {
         unsigned w[4];
         nk_load_words<TI, VEC>(xr + (long long)c * VEC, false, nvalid, w);
@@ -449,26 +511,29 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS) {
           nk_residual_add<TI, VEC>(w, rw);
         }
         if (H) nk_store_words<TI, VEC>(hr + (long long)c * VEC, false, nvalid, w);
-        if (LN) acc += nk_chunk_shifted_sum<TI, VEC>(w, nvalid, k);
-        else nk_chunk_sq<TI, VEC>(w, nvalid, acc);
+        if (LN) part = nk_chunk_shifted_sum<TI, VEC>(w, nvalid, k);
+        else nk_chunk_sq<TI, VEC>(w, nvalid, part);
       }
+      acc.add(q, part);
     }
     float dm = 0.0f, rs;
     if (LN) {
-      dm = red.sum(acc) / fd;
-      float q = 0.0f;
+      dm = red.sum(acc.sum) / fd;
+      nk_fused_fold8 sq;
 #pragma unroll 1
-      for (int i = 0; i < NK_FUSED_MAXV; ++i) {
-        const int c = lr + i * tpr, nvalid = NK_NVALC(i, c);
+      for (int q = 0; q < NK_FUSED_MAXV; ++q) {
+        const int i = nk_fused_slot(q), c = lr + i * tpr, nvalid = NK_NVALC(i, c);
+        float part = 0.0f;
         if (nvalid > 0) {
           unsigned w[4];
           nk_load_words<TI, VEC>(src + (long long)c * VEC, false, nvalid, w);
-          q += nk_chunk_centred_sq<TI, VEC>(w, nvalid, k, dm);
+          part = nk_chunk_centred_sq<TI, VEC>(w, nvalid, k, dm);
         }
+        sq.add(q, part);
       }
-      rs = nk_rsqrt(red.sum(q) / fd + eps);
+      rs = nk_rsqrt(red.sum(sq.sum) / fd + eps);
     } else {
-      rs = nk_rsqrt(red.sum(acc) / fd + eps);
+      rs = nk_rsqrt(red.sum(acc.sum) / fd + eps);
     }
     if (active && lr == 0) {
       if (LN && mean) mean[r] = k + dm;
@@ -531,8 +596,10 @@ NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
   nk_check_wave();
   const unsigned bdim = nk_block_dim_x();
   bool bad = nv < 1 || nv > NK_FUSED_MAXV || tpr < 1 || d < 0 || n0 < 0 || n1 < 0 || (long long)nv * tpr * VEC < d;
-  if (tpr <= NK_WARP_SIZE) bad = bad || (tpr & (tpr - 1)) != 0 || bdim % NK_WARP_SIZE != 0;
-  else bad = bad || tpr % NK_WARP_SIZE != 0 || (unsigned)tpr != bdim || bdim > NK_WARP_SIZE * NK_WARP_SIZE;
+  // tpr and nv powers of two (nk_fused_red's tree); past a warp, a block per row of at most NK_FUSED_MAX_THREADS.
+  bad = bad || (tpr & (tpr - 1)) != 0 || (nv & (nv - 1)) != 0;
+  if (tpr <= NK_WARP_SIZE) bad = bad || bdim % NK_WARP_SIZE != 0;
+  else bad = bad || (unsigned)tpr != bdim || bdim > NK_FUSED_MAX_THREADS || bdim > NK_WARP_SIZE * NK_WARP_SIZE;
   bad = bad || (Q ? (quant != NK_QUANT_STATIC && quant != NK_QUANT_DYNAMIC) : quant != NK_QUANT_NONE);
   bad = bad || (residual && !h) || (Q && quant == NK_QUANT_DYNAMIC && !scale);
   if (bad) nk_trap();
@@ -542,8 +609,10 @@ NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
                   nk_fused_aligned(h, h_s0, n0, h_s1, n1, TI::SIZE, 16) &&
                   nk_fused_aligned(y, y_s0, n0, y_s1, n1, TO::SIZE, YA) && nk_aligned(weight, 16) &&
                   nk_aligned(weight2, 16) && (!LN || nk_aligned(bias, 16));
-  if (vp) nk_fused_rows_vec<TI, TO, TW, LN>(NK_FUSED_ARGS);
-  else nk_fused_rows_scalar<TI, TO, TW, LN>(NK_FUSED_ARGS);
+  // The reductions' shared memory, one buffer for whichever path runs (nk_fused_red).
+  NK_SHARED float red_buf[2 * NK_FUSED_MAX_THREADS];
+  if (vp) nk_fused_rows_vec<TI, TO, TW, LN>(NK_FUSED_ARGS, red_buf);
+  else nk_fused_rows_scalar<TI, TO, TW, LN>(NK_FUSED_ARGS, red_buf);
 }
 
 #endif  // NORMKIT_FUSED_CUH

@@ -208,7 +208,7 @@ function checkSplit(x: Tensor, weight: Tensor | undefined, weight2: Tensor | und
 }
 
 /** The limits the CPU backend checks the row length against: a GPU's block of 1024 threads (fusedGeometry). */
-const FUSED_CPU_LIMITS = { maxThreadsPerBlock: 1024, warpSize: 32 };
+const FUSED_CPU_LIMITS = { maxThreadsPerBlock: 1024, warpSize: 32, multiprocessors: 1 };
 
 /** The rows of every tensor of the call on one (n0, n1) grid, and each tensor's strides on it. */
 function commonLevels(tensors: readonly Tensor[], heads: number): { n0: number; n1: number } {
@@ -360,7 +360,7 @@ export function runFused(
   const [hs0, hs1] = h ? stridesOn(h, grid.n1, "residualOut") : [0, 0];
   if (out) stridesOn(out, grid.n1, "out");
   const limits = gpu ? planLimits(device) : FUSED_CPU_LIMITS;
-  const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits);
+  const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits, x.rows);
   if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused): ${geometry.unsupported}`);
   let launch: (() => void) | undefined;
   const wDtype = (weight ?? bias)?.dtype;

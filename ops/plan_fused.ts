@@ -2,11 +2,14 @@
  * The fused kernels' plan (nk_fused_{ln|rms}_{ti}_{to}_{tw} in kernels/fused.cu): residual add, norm and optional
  * quantized output in one launch. Pure: no I/O, no driver.
  *
- * A row's geometry — threads per row `tpr` and 16-byte chunks per thread `nv` — is a function of (kind, D, x's dtype,
- * the device's limits) only, never of the row count: a row's reduction order (chunk k held by thread k % tpr as its
- * (k / tpr)-th chunk, a fixed shuffle tree, warps in order) is then the same in every call, whatever the batch, so
- * every output bit of a row is too. The row count sizes the grid alone (fusedLaunch); the kernel grid-strides.
- * Each table row has a stable `fused.*` id.
+ * A row's sums follow one tree per row length: its 16-byte chunks, padded with zeros to N = a power of two (the tree's
+ * `leaves`, a function of D and x's dtype alone), are added c and c + N/2 first, then c and c + N/4, and so on
+ * (kernels/fused.cuh, nk_fused_red). A launch splits the N leaves over `tpr` threads per row with `nv` chunks each
+ * (tpr × nv = N, both powers of two); every split adds in that same tree, so every output bit of a row is the same in
+ * every call, whatever the batch. That leaves the split free to follow the row count: few rows take the most threads
+ * a row can have (short per-thread chains: latency), many rows take few threads with more chunks each (bytes in
+ * flight per thread: bandwidth). The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each
+ * table row has a stable `fused.*` id.
  */
 import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
 import type { NormKind, PlanLimits } from "./plan.ts";
@@ -22,88 +25,105 @@ export const FUSED_MAXV = 8;
 export const FUSED_LANES_MAX = 32;
 /** Block size of the sub-warp layout: 256 / tpr rows per block. */
 export const FUSED_ROWS_BLOCK = 256;
-/** Threads per row at most in the block-per-row layout (the kernel's launch bound). */
+/** Threads per row at most in the block-per-row layout (the kernel's launch bound, NK_FUSED_MAX_THREADS). */
 export const FUSED_MAX_THREADS = 1024;
+
+/** The device limits the plan reads. */
+export type FusedLimits = Pick<PlanLimits, "maxThreadsPerBlock" | "warpSize" | "multiprocessors">;
 
 /** A row's geometry: the kernel's `tpr` and `nv`, its block, and the rows one block holds. */
 export interface FusedGeometry {
   tpr: number;
   nv: number;
+  /** The tree's leaves (fusedTree), the same for every row count: tpr × nv, or fewer where a block's whole warps
+   * hold more (zero leaves change no sum). */
+  leaves: number;
   /** blockDim.x: tpr for a block per row, FUSED_ROWS_BLOCK for sub-warp rows. */
   block: number;
   rowsPerBlock: number;
-  /** The FUSED_GEOMETRY row that gave it. */
+  /** The FUSED_SPLITS row that gave it. */
   rule: string;
 }
 export type FusedGeometryResult = FusedGeometry | { unsupported: string };
 
 /**
- * The layout: the first row whose chunk count fits. `aimNv` and `maxTpr` (per kind) shape the sub-warp layout as the
- * tuned `rows` mapping's lanes do (ops/plan.ts ROWS_LANES, measured there): LayerNorm fills 8 chunks a lane,
- * RMSNorm aims for 4 with up to 16 lanes (more lanes coalesce the loads), never more lanes than rows of 8 chunks need
- * once past 16.
+ * How the N leaves are split, the first row whose `when` holds: `nv` chunks a thread for this kind and N (at least
+ * N / the most threads a row may have). Measured with lab/fused_geometry/sweep.ts.
  */
 // deno-fmt-ignore
-export const FUSED_GEOMETRY: readonly {
+export const FUSED_SPLITS: readonly {
   id: string;
-  layout: "lanes" | "block";
-  /** At most this many chunks per row: threads × FUSED_MAXV. */
-  maxChunks: number;
-  aimNv: Record<NormKind, number>;
-  maxTpr: Record<NormKind, number>;
+  when: (rows: number, leaves: number, limits: FusedLimits) => boolean;
+  nv: (kind: NormKind, leaves: number) => number;
   why: string;
 }[] = [
-  { id: "fused.lanes", layout: "lanes", maxChunks: FUSED_LANES_MAX * FUSED_MAXV, aimNv: { layer: 8, rms: 4 }, maxTpr: { layer: 32, rms: 16 }, why: "rows to 256 chunks (2048 16-bit / 1024 f32 elements): a power-of-two group of lanes per row, 256 / tpr rows per block, a shuffle tree within the group" },
-  { id: "fused.block", layout: "block", maxChunks: FUSED_MAX_THREADS * FUSED_MAXV, aimNv: { layer: 8, rms: 8 }, maxTpr: { layer: FUSED_MAX_THREADS, rms: FUSED_MAX_THREADS }, why: "longer rows to 8192 chunks: a block of whole warps per row at up to 8 chunks a thread (fewest threads, most bytes in flight per thread)" },
+  { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: () => 1, why: "a row or fewer per SM: as many threads a row as the row has chunks (up to the block's limit), so that each thread's chain of loads, reductions and stores is shortest" },
+  { id: "fused.lanes", when: (_r, n) => n <= FUSED_LANES_MAX * FUSED_MAXV, nv: (kind, n) => kind === "layer" ? 8 : n > 64 ? 8 : 4, why: "rows to 256 chunks at many rows: a power-of-two group of lanes per row (256 / tpr rows a block, no barrier), LayerNorm at 8 chunks a lane, RMSNorm at 4 to 64 chunks (more lanes coalesce the loads), as the tuned `rows` mapping" },
+  { id: "fused.block", when: () => true, nv: () => 8, why: "longer rows at many rows: a block of whole warps per row at 8 chunks a thread (fewest threads, most bytes in flight per thread)" },
 ];
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
 const inputBytes = (t: FusedInput): number => (t === "f32" ? 4 : 2);
 const isInput = (t: string): t is FusedInput => t === "f32" || t === "f16" || t === "bf16";
 
+/** The most threads a row may have on these limits: a power of two of whole warps (and 32-lane groups), ≤ 1024. */
+function maxRowThreads(limits: Pick<PlanLimits, "maxThreadsPerBlock" | "warpSize">): number {
+  const most = Math.min(FUSED_MAX_THREADS, limits.maxThreadsPerBlock);
+  const warp = Math.max(FUSED_LANES_MAX, limits.warpSize);
+  const t = 2 ** Math.floor(Math.log2(Math.max(1, most)));
+  return t >= warp ? t : 0;
+}
+
 /**
- * The row geometry of the fused kernels for rows of `d` elements of `inputDtype`, or a sentence saying why there is
- * none. Depends on (kind, d, inputDtype, limits) only.
+ * The row's reduction tree: its leaves N (16-byte chunks padded to a power of two), or a sentence saying why the fused
+ * kernels take no such row. Depends on (kind, d, inputDtype, limits) only: this is what fixes a row's bits.
  */
-export function fusedGeometry(
+export function fusedTree(
   kind: NormKind,
   d: number,
   inputDtype: string,
   limits: Pick<PlanLimits, "maxThreadsPerBlock" | "warpSize">,
-): FusedGeometryResult {
+): { leaves: number } | { unsupported: string } {
   if (kind !== "layer" && kind !== "rms") return { unsupported: `kind must be "layer" or "rms", not ${String(kind)}` };
   if (!isInput(inputDtype)) {
     return { unsupported: `the fused kernels take x in f32, f16 or bf16, not ${String(inputDtype)}` };
   }
   if (!Number.isInteger(d) || d < 1) return { unsupported: `d must be a whole number ≥ 1, not ${d}` };
-  const vec = 16 / inputBytes(inputDtype), chunks = Math.ceil(d / vec);
-  // Whole warps of the device, and at least whole 32-lane groups (the shuffle tree's width).
-  const warp = Math.max(FUSED_LANES_MAX, limits.warpSize);
-  const maxThreads = Math.floor(Math.min(FUSED_MAX_THREADS, limits.maxThreadsPerBlock) / warp) * warp;
-  for (const rule of FUSED_GEOMETRY) {
-    if (chunks > rule.maxChunks) continue;
-    if (rule.layout === "lanes") {
-      if (FUSED_ROWS_BLOCK > limits.maxThreadsPerBlock) continue;
-      const full = nextPow2(Math.ceil(chunks / FUSED_MAXV));
-      const aimed = Math.min(rule.maxTpr[kind], nextPow2(Math.ceil(chunks / rule.aimNv[kind])));
-      const tpr = Math.min(FUSED_LANES_MAX, Math.max(full, aimed));
-      return {
-        tpr,
-        nv: Math.ceil(chunks / tpr),
-        block: FUSED_ROWS_BLOCK,
-        rowsPerBlock: FUSED_ROWS_BLOCK / tpr,
-        rule: rule.id,
-      };
-    }
-    const tpr = Math.max(warp, Math.ceil(Math.ceil(chunks / rule.aimNv[kind]) / warp) * warp);
-    if (tpr > maxThreads) break;
-    return { tpr, nv: Math.ceil(chunks / tpr), block: tpr, rowsPerBlock: 1, rule: rule.id };
+  const vec = 16 / inputBytes(inputDtype), leaves = nextPow2(Math.ceil(d / vec)), threads = maxRowThreads(limits);
+  if (leaves > threads * FUSED_MAXV) {
+    const most = threads * FUSED_MAXV * vec;
+    return {
+      unsupported: `the fused kernels take rows of at most ${most} ${inputDtype} elements ` +
+        `(${threads} threads × ${FUSED_MAXV} chunks of ${vec}), not d = ${d}`,
+    };
   }
-  const most = maxThreads * FUSED_MAXV * vec;
-  return {
-    unsupported: `the fused kernels take rows of at most ${most} ${inputDtype} elements ` +
-      `(${maxThreads} threads × ${FUSED_MAXV} chunks of ${vec}), not d = ${d}`,
-  };
+  return { leaves };
+}
+
+/**
+ * The row geometry of the fused kernels for `rows` rows of `d` elements of `inputDtype`, or a sentence saying why there
+ * is none. The tree (fusedTree) does not depend on `rows`; the split of its leaves over threads does.
+ */
+export function fusedGeometry(
+  kind: NormKind,
+  d: number,
+  inputDtype: string,
+  limits: FusedLimits,
+  rows: number,
+): FusedGeometryResult {
+  const tree = fusedTree(kind, d, inputDtype, limits);
+  if ("unsupported" in tree) return tree;
+  const n = tree.leaves, threads = maxRowThreads(limits);
+  const rule = FUSED_SPLITS.find((r) => r.when(rows, n, limits))!;
+  // nv: the rule's, within [n / threads, MAXV] and ≤ n; a power of two, as n is.
+  const nv = Math.min(n, Math.max(rule.nv(kind, n), n / threads, 1), FUSED_MAXV);
+  const tpr = n / nv;
+  if (tpr <= FUSED_LANES_MAX && FUSED_ROWS_BLOCK <= limits.maxThreadsPerBlock) {
+    return { tpr, nv, leaves: n, block: FUSED_ROWS_BLOCK, rowsPerBlock: FUSED_ROWS_BLOCK / tpr, rule: rule.id };
+  }
+  // A block per row of whole warps of the device: past n leaves, threads of zeros (the tree is the same, fusedTree).
+  const t = Math.max(tpr, Math.max(FUSED_LANES_MAX, limits.warpSize));
+  return { tpr: t, nv: Math.max(1, n / t), leaves: n, block: t, rowsPerBlock: 1, rule: rule.id };
 }
 
 /** The launch for `rows` rows: the grid is the only part that depends on the row count (the kernel grid-strides). */

@@ -8,8 +8,8 @@
  * - prefill: rows moving ≥ 512 MiB, D 512 … 8192, the same three and add + LayerNorm → fp8e4m3: % of a
  *   device-to-device copy measured in the same run (bytes as bench/fused.ts counts them).
  *
- * Each geometry's h must equal the op's bit for bit (the add does not depend on the geometry) and its dynamic scales
- * agree to 1e-5 relative (the reduction order does): a broken geometry shows as a mismatch, not a fast number.
+ * Each split's h, y and dynamic scales must equal the op's bit for bit (every split adds in the row's one tree): a
+ * broken split shows as a mismatch, not a fast number.
  *
  *   deno run -A lab/fused_geometry/sweep.ts [--json out.json]
  */
@@ -18,7 +18,7 @@ import { writeFileSync } from "node:fs";
 import { type DType, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
 import { LaunchConfig, type Stream } from "../../gpu.ts";
 import { fusedKernel } from "../../ops/fused_module.ts";
-import { fusedGeometry, fusedKernelName } from "../../ops/plan_fused.ts";
+import { fusedGeometry, fusedKernelName, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { fillFromTile, randomTile } from "../../bench/tile.ts";
 import { copyCeilingGBs, deviceTimer, graphUs } from "../../bench/device_timer.ts";
@@ -43,14 +43,14 @@ const VARIANTS: Variant[] = [
   { name: "add+ln+fp8", kind: "layer", to: "fp8e4m3" },
 ];
 
-/** Every (tpr, nv) the kernel takes for bf16 rows of d: sub-warp groups (block 256) or a block per row. */
+/** Every split (tpr, nv) of the row's tree for bf16 rows of d (fusedTree's leaves, powers of two): the kernel's. */
 function geometries(d: number): { tpr: number; nv: number; block: number; rowsPerBlock: number }[] {
-  const chunks = Math.ceil(d / 8), out = [];
+  const tree = fusedTree("rms", d, "bf16", limits);
+  if ("unsupported" in tree) return [];
+  const out = [];
   for (const nv of [1, 2, 4, 8]) {
-    let tpr = Math.ceil(chunks / nv);
-    if (tpr <= 32) tpr = 2 ** Math.ceil(Math.log2(tpr));
-    else tpr = Math.ceil(tpr / 32) * 32;
-    if (tpr > 1024 || Math.ceil(chunks / tpr) !== nv) continue;
+    const tpr = tree.leaves / nv;
+    if (tpr < 1 || tpr > 1024) continue;
     out.push(tpr <= 32 ? { tpr, nv, block: 256, rowsPerBlock: 256 / tpr } : { tpr, nv, block: tpr, rowsPerBlock: 1 });
   }
   return out;
@@ -120,16 +120,18 @@ function viaKernel(t: T, v: Variant, rows: number, d: number, g: ReturnType<type
   ]);
 }
 
-/** h bit for bit and the dynamic scales to 1e-5 against the op's (run just before). */
-function agrees(t: T, v: Variant, want: { h: ArrayLike<number>; scale: Float32Array }): string {
-  const h = t.h.readBitsSync(), s = t.scale.readSync();
-  for (let i = 0; i < h.length; i++) if (h[i] !== want.h[i]) return `h[${i}] differs`;
-  if (v.to === "fp8e4m3") {
-    for (let i = 0; i < s.length; i++) {
-      if (!(Math.abs(s[i] - want.scale[i]) <= 1e-5 * Math.abs(want.scale[i]))) {
-        return `scale[${i}] ${s[i]} ≠ ${want.scale[i]}`;
-      }
-    }
+type Bits = { h: ArrayLike<number>; y: ArrayLike<number>; scale: ArrayLike<number> };
+const bitsOf = (t: T, v: Variant): Bits => ({
+  h: t.h.readBitsSync(),
+  y: (v.to === "bf16" ? t.y16 : t.y8).readBitsSync(),
+  scale: t.scale.readBitsSync(),
+});
+/** h, y and (fp8) the scales bit for bit against the op's (run just before): every split adds in the same tree. */
+function agrees(t: T, v: Variant, want: Bits): string {
+  const got = bitsOf(t, v);
+  const keys: (keyof Bits)[] = v.to === "fp8e4m3" ? ["h", "y", "scale"] : ["h", "y"];
+  for (const k of keys) {
+    for (let i = 0; i < want[k].length; i++) if (got[k][i] !== want[k][i]) return `${k}[${i}] differs`;
   }
   return "ok";
 }
@@ -141,16 +143,15 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const measure = (op: (s: Stream) => void): number =>
     mode === "decode" ? graphUs(dev, op) : (100 * (bytes / (timer.time(() => op(dev.stream)) * 1e6))) / copyGBs;
   const unit = mode === "decode" ? "µs/op" : "%copy";
-  const table = fusedGeometry(v.kind, d, "bf16", limits);
+  const table = fusedGeometry(v.kind, d, "bf16", limits, rows);
   const tableNote = "tpr" in table ? `tpr ${table.tpr} nv ${table.nv}` : table.unsupported;
   const opValue = measure((s) => viaOp(t, v, s));
   viaOp(t, v);
   dev.synchronize();
-  const want = { h: t.h.readBitsSync(), scale: t.scale.readSync() };
+  const want = bitsOf(t, v);
   const line = [`${mode} ${v.name} D=${d} rows=${rows}: op (${tableNote}) ${opValue.toFixed(2)} ${unit}`];
   for (const g of geometries(d)) {
-    t.h.buffer.fill(0xff);
-    t.scale.buffer.fill(0xff);
+    for (const p of [t.h, t.y16, t.y8, t.scale]) p.buffer.fill(0xff);
     viaKernel(t, v, rows, d, g, dev.stream);
     dev.synchronize();
     const check = agrees(t, v, want);

@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "5a0346ecaeea954fbf67317aa307d80b44d91a9ad147d01fad16eafc97cd68a6";
+export const fusedSourceSha256: string = "9d7f4d8d77c301bf4c976fc6acbafd0f0822f15e659b58e68b9e5d1d1c62737c";

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "5a0346ecaeea954fbf67317aa307d80b44d91a9ad147d01fad16eafc97cd68a6";
+export const fusedSourceSha256: string = "9d7f4d8d77c301bf4c976fc6acbafd0f0822f15e659b58e68b9e5d1d1c62737c";

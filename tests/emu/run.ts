@@ -19,7 +19,7 @@ import { DeviceBuffer } from "../../runtime/memory.ts";
 import { ffi } from "../../ffi/runtime.ts";
 import { FUSED_PARAMS } from "../../ops/fused_abi.ts";
 import { normForward, quantizeRow } from "../../ops/cpu.ts";
-import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
+import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 import { randoms } from "../fixtures/random.ts";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -242,6 +242,12 @@ interface EmuOut {
   launch: { kernel: string; grid: number[]; block: number[]; args: (bigint | number)[] };
 }
 
+/**
+ * An H200 with 4 SMs: the plan takes its latency split (one thread a chunk) for up to 4 rows and its bandwidth split
+ * above, so that the invariance sets (1, 7 and 33 rows) compare rows computed by different splits.
+ */
+const EMU_DEVICE = { ...FAKE_H200, multiprocessors: 4 };
+
 let caseNo = 0;
 async function emulate(c: Case): Promise<EmuOut> {
   trackBuffers = [];
@@ -250,6 +256,7 @@ async function emulate(c: Case): Promise<EmuOut> {
   const f = await fakeCudaDevice((dev) => (built = build(dev, c)), {
     record: true,
     load: false,
+    info: EMU_DEVICE,
     snapshot: (p, k) => (/^nk_fused_(ln|rms)_/.test(k) ? readParams(p) : undefined),
   });
   const drv = f.driver as unknown as Record<string, unknown>;
@@ -597,6 +604,7 @@ function invarianceSets(): Case[] {
     ? [
       caseOf("rms", "bf16", 770, 33, { residual: "out" }),
       caseOf("layer", "f32", 5125, 33, { quant: "dynamic", qdtype: "fp8e4m3" }),
+      caseOf("rms", "bf16", 4096, 33, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3" }),
     ]
     : [
       caseOf("rms", "bf16", 770, 33, { residual: "out" }),
@@ -605,6 +613,7 @@ function invarianceSets(): Case[] {
       caseOf("rms", "f32", 8192, 33, { residual: "inplace" }),
       caseOf("layer", "bf16", 8199, 33, { residual: "out", paramsOfX: true }),
       caseOf("rms", "f32", 20000, 5, { strided: true }),
+      caseOf("rms", "bf16", 4096, 33, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3" }),
     ];
   // Two-level rows (QK split over a head view), lanes and scalar paths, with fewer blocks.
   // Lanes: 130 rows at 64 a block (library grid 3); block per row: headDim 2050 (scalar path), 20 rows.

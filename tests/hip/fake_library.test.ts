@@ -18,12 +18,12 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { HIP_SYMBOLS } from "../../ffi/hip.ts";
 import { ffi } from "../../ffi/runtime.ts";
-import { NORM_FWD_ARGS } from "../../ops/kernels.ts";
+import { NORM_FWD_ARGS, planLimits } from "../../ops/kernels.ts";
 import { type PlanInput, planNorm } from "../../ops/plan.ts";
 import { FUSED_ARGS } from "../../ops/fused_abi.ts";
 import { fusedGeometry, fusedLaunch } from "../../ops/plan_fused.ts";
 import type { ArgType } from "../../runtime/module.ts";
-import { codeObject } from "./targets.ts";
+import { codeObject, deviceInfo } from "./targets.ts";
 
 const dir = fileURLToPath(new URL("./fake_hip/", import.meta.url));
 const HEADER = "/usr/include/hip/hip_runtime_api.h";
@@ -240,14 +240,14 @@ for (const device of FAKE_DEVICES) {
     );
     const launches = logged(log, "launch").map((l) => l.split(" "));
     assert.equal(launches.length, 1, log.join("\n"));
-    const g = fusedGeometry("rms", D, "f32", { maxThreadsPerBlock: 1024, warpSize: wave });
+    const g = fusedGeometry("rms", D, "f32", planLimits({ backend: "hip", info: deviceInfo(arch, wave) }), rows);
     assert.ok(!("unsupported" in g));
     const l = fusedLaunch(g, rows, { maxGridX: 2147483647 });
     const [kernel, gx, gy, gz, bx, by, bz, shared, ...params] = launches[0];
     assert.equal(kernel, "nk_fused_rms_f32_f32_f32");
     assert.deepEqual([gx, gy, gz, bx, by, bz, shared].map(Number), [...l.grid, ...l.block, 0]);
-    // The row geometry depends on the wave: whole waves of 64 on gfx942, of 32 on gfx1100.
-    assert.equal(g.tpr, wave === 64 ? 128 : 96);
+    // Three rows: the latency split, a thread per 16-byte chunk (650 chunks, 1024 leaves), on either wave.
+    assert.deepEqual([g.tpr, g.nv, g.rule], [1024, 1, "fused.latency"]);
     const ptrs = out.ptrs as Record<string, string>;
     // x, residual, h (= residual), y, weight, bias, weight2, mean, rstd, scale; n0, n1, d; the strides (rows of D,
     // one level: n0 = 1, n1 = rows, s0 the whole tensor); eps, scale_value, scale_ub, quant, split (= n1), tpr, nv.

@@ -64,10 +64,13 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
       // (FUSED_ADD_THREADS) launch.
       const threads = add ? FUSED_ADD_THREADS : FUSED_MAX_THREADS;
       assert.ok(k[".max_flat_workgroup_size"] >= threads, `${arch} ${name}: ${threads} threads`);
-      // Static LDS only (no dynamic LDS is launched): the reduction buffers of the vector and the scalar path,
-      // 2 × wave floats each (kernels/fused.cuh, red_buf).
+      // Static LDS only (no dynamic LDS is launched): one reduction buffer for either path, 2 × 1024 floats
+      // (kernels/fused.cuh, red_buf).
       const lds = k[".group_segment_fixed_size"];
-      assert.ok(lds <= (add ? 0 : 2 * 2 * wave * 4) && lds <= LDS_BYTES, `${arch} ${name}: ${lds} bytes of LDS`);
+      assert.ok(
+        lds <= (add ? 0 : 2 * FUSED_MAX_THREADS * 4) && lds <= LDS_BYTES,
+        `${arch} ${name}: ${lds} bytes of LDS`,
+      );
     }
   });
 }
@@ -88,12 +91,12 @@ function kernelRejects(
   if (nv < 1 || nv > FUSED_MAXV) return `nv ${nv} outside 1..${FUSED_MAXV}`;
   if (tpr < 1) return `tpr ${tpr}`;
   if (nv * tpr * vec < d) return `nv·tpr·VEC = ${nv * tpr * vec} < d`;
+  if ((tpr & (tpr - 1)) !== 0 || (nv & (nv - 1)) !== 0) return `tpr ${tpr} or nv ${nv} not a power of two`;
   if (tpr <= wave) {
-    if ((tpr & (tpr - 1)) !== 0) return `tpr ${tpr} ≤ wave, not a power of two`;
     if (block % wave !== 0) return `block ${block} not whole waves`;
   } else {
-    if (tpr % wave !== 0) return `tpr ${tpr} > wave, not whole waves`;
     if (tpr !== block) return `tpr ${tpr} > wave but block ${block} ≠ tpr`;
+    if (block > FUSED_MAX_THREADS) return `block ${block} > ${FUSED_MAX_THREADS}`;
     if (block > wave * wave) return `block ${block} > wave² (one wave reduces the per-wave sums)`;
   }
   // Not checked by the kernel, assumed by it: rows per block as the plan sizes the grid (fusedLaunch), rows of
@@ -123,13 +126,13 @@ for (const wave of [64, 32]) {
       for (let p = 1; p <= most; p *= 2) for (const e of [-1, 0, 1]) if (p + e >= 1) ds.add(p + e);
       ds.add(most - 1).add(most);
       for (const kind of ["layer", "rms"] as const) {
-        for (const d of ds) {
-          const g = fusedGeometry(kind, d, dtype, limits);
+        for (const [d, rows] of [...ds].flatMap((d) => [[d, 1], [d, 1_000_000]])) {
+          const g = fusedGeometry(kind, d, dtype, limits, rows);
           if ("unsupported" in g) {
             assert.ok(d > most, `${kind} ${dtype} d=${d}: ${g.unsupported}`);
             continue;
           }
-          const at = `wave ${wave} ${kind} ${dtype} d=${d} (tpr ${g.tpr}, nv ${g.nv}, block ${g.block})`;
+          const at = `wave ${wave} ${kind} ${dtype} d=${d} rows=${rows} (tpr ${g.tpr}, nv ${g.nv}, block ${g.block})`;
           const why = kernelRejects(wave, g, d, vec);
           assert.equal(why, undefined, `${at}: the kernel traps: ${why}`);
           assert.ok(g.block <= FUSED_MAX_THREADS, `${at}: more threads than the launch bound`);
@@ -139,10 +142,10 @@ for (const wave of [64, 32]) {
           rules.set(g.rule, (rules.get(g.rule) ?? 0) + 1);
           tprs.add(g.tpr);
         }
-        assert.ok("unsupported" in fusedGeometry(kind, most + 1, dtype, limits), `${kind} ${dtype}: past ${most}`);
+        assert.ok("unsupported" in fusedGeometry(kind, most + 1, dtype, limits, 1), `${kind} ${dtype}: past ${most}`);
       }
     }
-    assert.deepEqual([...rules.keys()].sort(), ["fused.block", "fused.lanes"], "both layouts reached");
+    assert.deepEqual([...rules.keys()].sort(), ["fused.block", "fused.lanes", "fused.latency"], "every split reached");
     // Sub-wave rows and a row per block of one wave (tpr = wave: the butterfly, no LDS) and of several.
     for (const t of [1, 2, 4, 8, 16, 32, wave, 2 * wave, FUSED_MAX_THREADS]) assert.ok(tprs.has(t), `tpr ${t} reached`);
   });

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { layerNorm, loadKernels, rmsNorm, rmsNormBackward, UnsupportedError } from "../../mod.ts";
 import { ffi } from "../../ffi/runtime.ts";
 import { FUSED_ADD_THREADS, FUSED_PARAMS } from "../../ops/fused_abi.ts";
-import { fusedGeometry, fusedLaunch } from "../../ops/plan_fused.ts";
+import { fusedGeometry, fusedLaunch, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits, setDependentLaunch } from "../../ops/kernels.ts";
 import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 
@@ -71,7 +71,7 @@ test("QK-norm over a head view: one launch, the heads on the inner level, split 
   assert.equal(launches.length, 1);
   const l = launches[0], a = l.args as Record<string, bigint | number>;
   assert.equal(l.kernel, "nk_fused_rms_bf16_bf16_bf16");
-  const g = fusedGeometry("rms", hd, "bf16", planLimits(dev));
+  const g = fusedGeometry("rms", hd, "bf16", planLimits(dev), tokens * (hq + hkv));
   assert.ok(!("unsupported" in g));
   const launch = fusedLaunch(g, tokens * (hq + hkv), planLimits(dev));
   assert.deepEqual(l.grid, launch.grid);
@@ -129,7 +129,7 @@ test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the 
   assert.equal(launches[3].kernel, "nk_fused_ln_bf16_fp8e4m3_f32");
 });
 
-test("batchInvariant: the fused kernel, the same tpr and nv for 1 row and 1000 (only the grid grows)", async () => {
+test("batchInvariant: the fused kernel; 1 row and 1000 split the same tree differently (plan_fused.ts)", async () => {
   const { dev, made: m, launches } = await setup();
   using _dev = dev;
   await loadKernels(dev, { fused: true });
@@ -139,7 +139,16 @@ test("batchInvariant: the fused kernel, the same tpr and nv for 1 row and 1000 (
   rmsNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan
   const [a, b] = launches.map((l) => l.args as Record<string, number>);
   assert.equal(launches[0].kernel, "nk_fused_rms_bf16_bf16_f32");
-  assert.deepEqual([a.tpr, a.nv, launches[0].block[0]], [b.tpr, b.nv, launches[1].block[0]]);
+  const tree = fusedTree("rms", d, "bf16", planLimits(dev));
+  assert.ok("leaves" in tree);
+  const many = m.many.rows;
+  for (const [args, l, rows] of [[a, launches[0], 1], [b, launches[1], many]] as const) {
+    const g = fusedGeometry("rms", d, "bf16", planLimits(dev), rows);
+    assert.ok(!("unsupported" in g));
+    assert.deepEqual([args.tpr, args.nv, l.block[0]], [g.tpr, g.nv, g.block], `rows=${rows}`);
+    assert.equal(g.tpr * g.nv, tree.leaves, `rows=${rows}: the same tree`);
+  }
+  assert.equal(a.nv, 1, "one row: a thread per chunk");
   assert.ok(launches[1].grid[0] > launches[0].grid[0]);
   assert.ok(!launches[2].kernel.startsWith("nk_fused_"), launches[2].kernel);
 });

@@ -1,18 +1,19 @@
-/** The fused kernels' plan (ops/plan_fused.ts): row geometry from (kind, D, dtype) alone, launch, kernel table. */
+/** The fused kernels' plan (ops/plan_fused.ts): the reduction tree from (kind, D, dtype) alone, its split, launch, kernels. */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  FUSED_GEOMETRY,
   FUSED_KERNELS,
   FUSED_MAX_THREADS,
   FUSED_MAXV,
   FUSED_ROWS_BLOCK,
+  FUSED_SPLITS,
   FUSED_TRIPLES,
   type FusedGeometry,
   fusedGeometry,
   fusedKernelFor,
   fusedKernelName,
   fusedLaunch,
+  fusedTree,
 } from "../../ops/plan_fused.ts";
 import type { PlanLimits } from "../../ops/plan.ts";
 import { dtypeBytes, DTYPES } from "../../runtime/dtype.ts";
@@ -27,8 +28,8 @@ const H200: PlanLimits = {
 };
 const KINDS = ["layer", "rms"] as const;
 
-function geometry(kind: "layer" | "rms", d: number, dtype: string, limits = H200): FusedGeometry {
-  const g = fusedGeometry(kind, d, dtype, limits);
+function geometry(kind: "layer" | "rms", d: number, dtype: string, rows: number, limits = H200): FusedGeometry {
+  const g = fusedGeometry(kind, d, dtype, limits, rows);
   assert.ok(!("unsupported" in g), `D=${d} ${dtype}: ${JSON.stringify(g)}`);
   return g;
 }
@@ -39,20 +40,21 @@ const SWEEP_DS = [
   .concat(Array.from({ length: 700 }, (_, i) => 2100 + i * 97))
   .sort((a, b) => a - b);
 
-test("the geometry takes no row count: the same for every row count and launch the audit probes", () => {
-  assert.equal(fusedGeometry.length, 4, "fusedGeometry(kind, d, inputDtype, limits): no rows argument");
+test("the tree takes no row count; the split follows it: latency up to one row per SM, bandwidth above", () => {
+  assert.equal(fusedTree.length, 4, "fusedTree(kind, d, inputDtype, limits): no rows argument");
   const rows = probeRows(H200);
   for (const kind of KINDS) {
     for (const dtype of DTYPES) {
       for (const d of AUDIT_DS) {
-        const maxD = 1024 * FUSED_MAXV * (16 / dtypeBytes(dtype));
-        if (d > maxD) continue;
-        const g = geometry(kind, d, dtype);
-        assert.deepEqual(geometry(kind, d, dtype), g);
+        const tree = fusedTree(kind, d, dtype, H200);
+        if ("unsupported" in tree) continue;
         for (const r of rows) {
+          const g = geometry(kind, d, dtype, r), at = `${kind} ${dtype} D=${d} rows=${r}`;
+          assert.equal(g.leaves, tree.leaves, at);
+          assert.equal(g.rule === "fused.latency", r <= H200.multiprocessors, at);
           const l = fusedLaunch(g, r, H200);
-          assert.deepEqual(l.block, [g.block, 1, 1], `D=${d} rows=${r}`);
-          assert.equal(l.grid[0], Math.ceil(r / g.rowsPerBlock));
+          assert.deepEqual(l.block, [g.block, 1, 1], at);
+          assert.equal(l.grid[0], Math.ceil(r / g.rowsPerBlock), at);
         }
       }
     }
@@ -60,53 +62,117 @@ test("the geometry takes no row count: the same for every row count and launch t
 });
 
 test("the grid covers the rows, rowsPerBlock at a time, and stops at the device's grid limit", () => {
-  const g = geometry("rms", 768, "bf16"); // 96 chunks: 16 lanes, 16 rows per block
-  assert.deepEqual([g.tpr, g.nv, g.block, g.rowsPerBlock], [16, 6, 256, 16]);
+  const g = geometry("rms", 768, "bf16", 1000); // 96 chunks, 128 leaves: 16 lanes × 8, 16 rows per block
+  assert.deepEqual([g.tpr, g.nv, g.leaves, g.block, g.rowsPerBlock, g.rule], [16, 8, 128, 256, 16, "fused.lanes"]);
   for (const [rows, grid] of [[1, 1], [16, 1], [17, 2], [32, 2], [33, 3], [1_000_000, 62_500]]) {
     assert.equal(fusedLaunch(g, rows, H200).grid[0], grid, `rows=${rows}`);
   }
   assert.equal(fusedLaunch(g, 1_000_000, { maxGridX: 1000 }).grid[0], 1000);
   assert.equal(fusedLaunch(g, 0, H200).grid[0], 0, "no rows: nothing to launch");
-  const b = geometry("layer", 8192, "bf16"); // 1024 chunks: a block of 128 threads per row
-  assert.deepEqual([b.tpr, b.nv, b.block, b.rowsPerBlock], [128, 8, 128, 1]);
+  const b = geometry("layer", 8192, "bf16", 300); // 1024 chunks: a block of 128 threads per row
+  assert.deepEqual([b.tpr, b.nv, b.block, b.rowsPerBlock, b.rule], [128, 8, 128, 1, "fused.block"]);
   assert.equal(fusedLaunch(b, 300, H200).grid[0], 300);
+  const one = geometry("layer", 8192, "bf16", 1); // one row: a thread per chunk
+  assert.deepEqual([one.tpr, one.nv, one.block, one.rowsPerBlock, one.rule], [1024, 1, 1024, 1, "fused.latency"]);
 });
 
-test("every geometry fits the kernel: tpr × nv chunks hold the row, nv ≤ 8, at most 1024 threads", () => {
+test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, at most 1024 threads", () => {
   for (const kind of KINDS) {
     for (const dtype of DTYPES) {
       const vec = 16 / dtypeBytes(dtype), maxD = FUSED_MAX_THREADS * FUSED_MAXV * vec;
       for (const d of SWEEP_DS.filter((d) => d <= maxD)) {
-        const g = geometry(kind, d, dtype), chunks = Math.ceil(d / vec), at = `${kind} ${dtype} D=${d}`;
-        assert.ok(g.nv >= 1 && g.nv <= FUSED_MAXV, at);
-        assert.ok(g.tpr * g.nv * vec >= d, `${at}: the row fits`);
-        assert.equal(g.nv, Math.ceil(chunks / g.tpr), `${at}: no thread holds only padding past its last chunk`);
-        assert.ok(g.block <= FUSED_MAX_THREADS, at);
-        if (g.tpr <= 32 && g.rule === "fused.lanes") {
+        const chunks = Math.ceil(d / vec), leaves = 2 ** Math.ceil(Math.log2(chunks));
+        for (const rows of [1, 132, 133, 100_000]) {
+          const g = geometry(kind, d, dtype, rows), at = `${kind} ${dtype} D=${d} rows=${rows}`;
+          assert.equal(g.leaves, leaves, at);
+          assert.ok(g.nv >= 1 && g.nv <= FUSED_MAXV, at);
           assert.equal(g.tpr & (g.tpr - 1), 0, `${at}: tpr a power of two`);
-          assert.deepEqual([g.block, g.rowsPerBlock * g.tpr], [FUSED_ROWS_BLOCK, FUSED_ROWS_BLOCK], at);
-        } else {
-          assert.equal(g.rule, "fused.block", at);
-          assert.ok(g.tpr % 32 === 0 && chunks > 32 * FUSED_MAXV, `${at}: whole warps, only past 256 chunks`);
-          assert.deepEqual([g.block, g.rowsPerBlock], [g.tpr, 1], at);
-          assert.ok(g.nv >= 5, `${at}: a block per row keeps 5–8 chunks a thread (nv ${g.nv})`);
-        }
-        // LayerNorm's lanes fill 5–8 chunks once past one lane; RMSNorm's aim for 4 (3–4) up to 16 lanes.
-        if (g.rule === "fused.lanes" && chunks > 8) {
-          const [lo, hi] = kind === "layer" || g.tpr === 32 ? [5, 8] : g.tpr === 16 && chunks > 64 ? [5, 8] : [3, 4];
-          assert.ok(g.nv >= lo && g.nv <= hi, `${at}: nv ${g.nv} at tpr ${g.tpr}`);
+          assert.equal(g.nv & (g.nv - 1), 0, `${at}: nv a power of two`);
+          assert.equal(g.tpr * g.nv, leaves, `${at}: the split holds exactly the tree's leaves`);
+          assert.ok(g.block <= FUSED_MAX_THREADS, at);
+          if (g.tpr <= 32) {
+            assert.deepEqual([g.block, g.rowsPerBlock * g.tpr], [FUSED_ROWS_BLOCK, FUSED_ROWS_BLOCK], at);
+          } else assert.deepEqual([g.block, g.rowsPerBlock], [g.tpr, 1], at);
+          if (g.rule === "fused.latency") assert.equal(g.nv, Math.max(1, leaves / FUSED_MAX_THREADS), at);
+          else if (leaves >= 8 * (kind === "layer" || leaves > 64 ? 8 : 4)) {
+            assert.equal(g.nv, kind === "layer" || leaves > 64 ? 8 : 4, `${at}: bandwidth split`);
+          }
         }
       }
     }
   }
 });
 
-test("the geometry table: ids, and the lanes layout before the block layout", () => {
-  assert.deepEqual(FUSED_GEOMETRY.map((r) => r.id), ["fused.lanes", "fused.block"]);
-  for (const r of FUSED_GEOMETRY) assert.ok(r.why.length > 20);
-  assert.equal(geometry("rms", 2048, "bf16").rule, "fused.lanes"); // 256 chunks: 32 lanes × 8
-  assert.equal(geometry("rms", 2056, "bf16").rule, "fused.block");
-  assert.equal(geometry("layer", 1024, "f32").tpr, 32);
+/**
+ * The kernel's sum of one row (kernels/fused.cuh, nk_fused_red and nk_fused_fold) in f32, for a split (tpr, nv) of its
+ * chunks' partial sums `leaf[c]` (c < leaves, +0 past the row): each thread folds its 8 slots (c = t + i·tpr) in the
+ * bit-reversed stack order with leaf + 0, then threads t and t + h are added for h = tpr/2 … 32 (shared memory), then
+ * the xor butterfly over lanes 16 … 1. `slotOrder`: each thread adds its slots in order instead (the control).
+ */
+function kernelSum(leaf: Float32Array, tpr: number, nv: number, slotOrder = false): number {
+  const f = Math.fround, add = (a: number, b: number) => f(a + b);
+  const vals = new Float32Array(tpr);
+  for (let t = 0; t < tpr; t++) {
+    if (slotOrder) {
+      for (let s = 0; s < nv; s++) vals[t] = add(vals[t], t + s * tpr < leaf.length ? leaf[t + s * tpr] : 0);
+      continue;
+    }
+    const st: number[] = [];
+    for (let q = 0; q < 8; q++) {
+      const s = ((q & 1) << 2) | (q & 2) | ((q >> 2) & 1), c = t + s * tpr;
+      let v = add(s < nv && c < leaf.length ? leaf[c] : 0, 0);
+      for (let k = q + 1; (k & 1) === 0; k >>= 1) v = add(st.pop()!, v);
+      st.push(v);
+    }
+    vals[t] = st[0];
+  }
+  if (tpr > 32) {
+    for (let h = tpr / 2; h >= 32; h /= 2) {
+      for (let t = 0; t < h; t++) vals[t] = add(vals[t], vals[t + h]);
+    }
+  }
+  const lanes = Array.from(vals.subarray(0, Math.min(tpr, 32)));
+  for (let m = 16; m > 0; m >>= 1) {
+    if (m >= lanes.length) continue;
+    const next = lanes.map((v, l) => add(v, lanes[l ^ m]));
+    lanes.splice(0, lanes.length, ...next);
+  }
+  return lanes[0];
+}
+
+test("every split of a row's leaves adds them in the same tree: the same f32 bits (a model of the kernel)", () => {
+  let seed = 7;
+  const rand = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 2 - 1;
+  for (const chunks of [1, 3, 8, 31, 96, 97, 256, 640, 1000, 1024, 4099, 8192]) {
+    const leaves = 2 ** Math.ceil(Math.log2(chunks));
+    // Partial sums of mixed sign over 23 binades (rounding differs between orders), zeros of both signs among them.
+    const leaf = Float32Array.from(
+      { length: chunks },
+      (_, i) => (i % 17 === 3 ? (i % 2 ? -0 : 0) : rand() * 2 ** (i % 23) + 1 / 3),
+    );
+    const sums = new Set<number>();
+    for (const nv of [1, 2, 4, 8]) {
+      const tpr = leaves / nv;
+      if (tpr < 1 || tpr > 1024 || !Number.isInteger(tpr)) continue;
+      sums.add(kernelSum(leaf, tpr, nv));
+      if (tpr <= 512) sums.add(kernelSum(leaf, tpr * 2, nv)); // a block's spare threads (zero leaves)
+    }
+    assert.equal(sums.size, 1, `${chunks} chunks: ${[...sums].join(", ")}`);
+    if (chunks === 1000) {
+      // The control: each thread adding its slots in slot order (no tree) differs between splits on these data.
+      const inOrder = new Set([1, 2, 4, 8].map((nv) => kernelSum(leaf, leaves / nv, nv, true)));
+      assert.ok(inOrder.size > 1, "the data tell orders apart");
+    }
+  }
+});
+
+test("the split table: ids in order, each with its reason", () => {
+  assert.deepEqual(FUSED_SPLITS.map((r) => r.id), ["fused.latency", "fused.lanes", "fused.block"]);
+  for (const r of FUSED_SPLITS) assert.ok(r.why.length > 20);
+  assert.equal(geometry("rms", 2048, "bf16", 1000).rule, "fused.lanes"); // 256 chunks: 32 lanes × 8
+  assert.equal(geometry("rms", 2056, "bf16", 1000).rule, "fused.block");
+  assert.equal(geometry("layer", 1024, "f32", 1000).tpr, 32);
+  assert.deepEqual([geometry("rms", 2048, "bf16", 1).tpr, geometry("rms", 2048, "bf16", 1).nv], [256, 1]);
 });
 
 test("unsupported rows, dtypes and limits give a sentence naming what is wrong", () => {
@@ -114,14 +180,14 @@ test("unsupported rows, dtypes and limits give a sentence naming what is wrong",
     assert.ok("unsupported" in r, JSON.stringify(r));
     return r.unsupported;
   };
-  assert.match(why(fusedGeometry("rms", 65537, "bf16", H200)), /at most 65536 bf16 elements .*not d = 65537/);
-  assert.match(why(fusedGeometry("layer", 32769, "f32", H200)), /at most 32768 f32 elements/);
-  assert.equal("unsupported" in fusedGeometry("layer", 65536, "f16", H200), false);
-  assert.match(why(fusedGeometry("rms", 0, "f16", H200)), /d must be a whole number ≥ 1, not 0/);
-  assert.match(why(fusedGeometry("rms", 2.5, "f16", H200)), /not 2\.5/);
-  assert.match(why(fusedGeometry("rms", 128, "fp8e4m3", H200)), /x in f32, f16 or bf16, not fp8e4m3/);
-  assert.match(why(fusedGeometry("rms", 65536, "bf16", { ...H200, maxThreadsPerBlock: 512 })), /512 threads/);
-  assert.match(why(fusedGeometry("other" as "rms", 128, "f16", H200)), /kind must be/);
+  assert.match(why(fusedGeometry("rms", 65537, "bf16", H200, 1)), /at most 65536 bf16 elements .*not d = 65537/);
+  assert.match(why(fusedGeometry("layer", 32769, "f32", H200, 1)), /at most 32768 f32 elements/);
+  assert.equal("unsupported" in fusedGeometry("layer", 65536, "f16", H200, 1), false);
+  assert.match(why(fusedGeometry("rms", 0, "f16", H200, 1)), /d must be a whole number ≥ 1, not 0/);
+  assert.match(why(fusedGeometry("rms", 2.5, "f16", H200, 1)), /not 2\.5/);
+  assert.match(why(fusedGeometry("rms", 128, "fp8e4m3", H200, 1)), /x in f32, f16 or bf16, not fp8e4m3/);
+  assert.match(why(fusedGeometry("rms", 65536, "bf16", { ...H200, maxThreadsPerBlock: 512 }, 1)), /512 threads/);
+  assert.match(why(fusedGeometry("other" as "rms", 128, "f16", H200, 1)), /kind must be/);
 });
 
 test("kernel names: 20 built triples per kind, each named as kernels/fused.cu names them", () => {

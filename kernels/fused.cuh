@@ -31,13 +31,14 @@
 // Largest threads per row (a block per row).
 #define NK_FUSED_MAX_THREADS 1024
 
-// A row's sums, in one order per row length. With N = tpr * nv (a power of two, fixed by the plan from the row's
-// length alone) the 16-byte chunks of the row, chunk c held by thread c % tpr as its slot c / tpr, padding chunks
-// +0, are the leaves of the complete binary tree that adds c and c + N/2 first, then c and c + N/4, and so on: a
-// thread folds its slots (nk_fused_fold8: s and s + nv/2 first), then threads t and t + tpr/2 are added, then t and
-// t + tpr/4, ...: across warps (warp w and w + W/2 first, through shared memory), then within the warp (lanes xor
-// 16, ..., 1). The tree depends on N alone, not on the split into tpr x nv, so the plan may pick the split from the
-// row count and every split gives the same bits.
+// A row's sums, in one order per row length. With N a power of two fixed by the row's length alone (the plan's
+// tpr * nv, or fewer when a block's whole warps hold more), the 16-byte chunks of the row, chunk c held by thread
+// c % tpr as its slot c / tpr, padding chunks +0, are the leaves of the complete binary tree that adds c and c + N/2
+// first, then c and c + N/4, and so on: a thread folds its slots (nk_fused_fold8: s and s + nv/2 first), then threads
+// t and t + tpr/2 are added, then t and t + tpr/4, ...: across warps (through shared memory), then within the warp
+// (lanes xor 16, ..., 1). The subtree of the lower chunks is always the left operand. The tree depends on N alone,
+// not on the split into tpr x nv, so the plan may pick the split from the row count and every split gives the same
+// bits.
 
 // A thread's slots folded in the tree's order. Each leaf (a slot's partial sum, +0 past the thread's nv chunks) goes
 // in as leaf + 0, which turns -0 into +0 and changes nothing else, so that no partial sum is ever -0 and every +0 leaf
@@ -94,8 +95,8 @@ struct nk_fused_red {
     if (tpr > NK_WARP_SIZE) {
       float* b = buf + parity * NK_FUSED_MAX_THREADS;
       parity ^= 1u;
-      // Warp w's values and warp w + h's, h = nw/2, ..., 1, added in place, a barrier after each level; then every
-      // warp reads warp 0's lanes.
+      // Threads t and t + h added in place for h = tpr/2, ..., NK_WARP_SIZE (warp w and w + nw/2 first), a barrier
+      // after each level; then every warp reads warp 0's lanes.
       const unsigned t = nk_thread_x();
       b[t] = v;
       nk_barrier();
@@ -105,9 +106,16 @@ struct nk_fused_red {
       }
       v = b[nk_lane()];
     }
+    // The lower lane's sum first in every lane (a + b = b + a except for which NaN comes out, which may differ off
+    // NVIDIA: every lane and every split must give the same bits).
+    const unsigned lane = nk_lane();
 #pragma unroll
-    for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1)
-      if (m < tpr) v = nk_add_rn(v, nk_shfl_xor(v, m));
+    for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1) {
+      if (m < tpr) {
+        const float o = nk_shfl_xor(v, m);
+        v = (lane & (unsigned)m) ? nk_add_rn(o, v) : nk_add_rn(v, o);
+      }
+    }
     return v;
   }
   static NK_INLINE float max2(float a, float b) { return b > a ? b : a; }

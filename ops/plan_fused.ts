@@ -5,7 +5,8 @@
  * A row's sums follow one tree per row length: its 16-byte chunks, padded with zeros to N = a power of two (the tree's
  * `leaves`, a function of D and x's dtype alone), are added c and c + N/2 first, then c and c + N/4, and so on
  * (kernels/fused.cuh, nk_fused_red). A launch splits the N leaves over `tpr` threads per row with `nv` chunks each
- * (tpr × nv = N, both powers of two); every split adds in that same tree, so every output bit of a row is the same in
+ * (both powers of two, tpr × nv = N, or more threads, of zeros, where a block's whole warps exceed N); every split
+ * adds in that same tree, so every output bit of a row is the same in
  * every call, whatever the batch. That leaves the split free to follow the row count: few rows take the most threads
  * a row can have (short per-thread chains: latency), many rows take few threads with more chunks each (bytes in
  * flight per thread: bandwidth). The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each

@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "9d7f4d8d77c301bf4c976fc6acbafd0f0822f15e659b58e68b9e5d1d1c62737c";
+export const fusedSourceSha256: string = "7371ca6f4f2abe7a427f6becf8ed884019787758d2f84a0e6773805ef0364d4b";

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "9d7f4d8d77c301bf4c976fc6acbafd0f0822f15e659b58e68b9e5d1d1c62737c";
+export const fusedSourceSha256: string = "7371ca6f4f2abe7a427f6becf8ed884019787758d2f84a0e6773805ef0364d4b";

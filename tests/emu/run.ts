@@ -8,7 +8,8 @@
  *      and packs the 28 arguments, which are recorded; every buffer gets a distinct fake device address;
  *   3. the emulator runs that launch over the input bytes; its output bytes are put into the third device's buffers
  *      and read back through the same tensor views.
- * Tolerances: tests/fixtures/fused_cases.ts. Batch invariance: the same rows in launches of 1, 7 and 33 rows, bitwise.
+ * Tolerances: tests/fixtures/fused_cases.ts. Batch invariance: the same rows in launches of 1, 7 and 33 rows and in groups
+ * of 4 (the latency split on the 4-SM fake device), bitwise: y, h, scales, mean and rstd.
  *
  *   deno run -A tests/emu/run.ts [--quick] [--filter SUBSTRING] [--keep]
  */
@@ -338,6 +339,8 @@ interface Outcome {
   yBytes: Uint8Array; // the emulator's y of the case's rows, packed (batch invariance)
   hBytes?: Uint8Array;
   scales?: Float32Array;
+  mean?: Float32Array; // LayerNorm's
+  rstd?: Float32Array;
 }
 
 /** Element byte positions of a view (row r, element i) in its buffer. */
@@ -422,8 +425,9 @@ async function runCase(c: Case): Promise<Outcome> {
       }
     }
   };
-  close(allocF32(emu.result.rstd), ref.rstd, "rstd");
-  if (kind === "layer") close(allocF32(emu.result.mean), ref.mean, "mean");
+  const rstd = allocF32(emu.result.rstd), mean = kind === "layer" ? allocF32(emu.result.mean) : undefined;
+  close(rstd, ref.rstd, "rstd");
+  if (kind === "layer") close(mean, ref.mean, "mean");
 
   const got = g.y.readSync();
   let worst = 0;
@@ -483,6 +487,8 @@ async function runCase(c: Case): Promise<Outcome> {
     yBytes: packRows(g.y, rows, d),
     hBytes,
     scales,
+    mean,
+    rstd,
   };
 }
 
@@ -741,6 +747,15 @@ for (const c of invarianceSets()) {
         ) continue;
         runs.push({ label, first, o: await runCase({ ...c, sub: { first, count } }) });
       }
+      // Every row also in launches of at most EMU_DEVICE.multiprocessors rows: the latency split (fused.latency) for
+      // each row the bandwidth split computed in the full launch.
+      if (c.rows === 33) {
+        const per = EMU_DEVICE.multiprocessors;
+        for (let first = 0; first < c.rows; first += per) {
+          const count = Math.min(per, c.rows - first);
+          runs.push({ label: `rows ${first}+${count}`, first, o: await runCase({ ...c, sub: { first, count } }) });
+        }
+      }
     }
     // Fewer blocks than the library launches: the grid-stride loop (two-level (i0, i1) stepping) takes over.
     for (const grid of [1, 2, 3]) runs.push({ label: `grid ${grid}`, first: 0, o: await runCase({ ...c, grid }) });
@@ -762,10 +777,13 @@ for (const c of invarianceSets()) {
     if (hRow && !same(r.o.hBytes!, all.hBytes!.subarray(r.first * hRow, (r.first + n) * hRow))) {
       problems.push(`${r.label}: h differs`);
     }
-    if (all.scales) {
-      for (let i = 0; i < n; i++) {
-        if (!Object.is(r.o.scales![i], all.scales[r.first + i])) problems.push(`${r.label}: scale[${i}] differs`);
-      }
+    // Scales and statistics bit for bit (Object.is tells −0 from +0; NaN payloads are compared as bits).
+    const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
+    for (const k of ["scales", "mean", "rstd"] as const) {
+      const want = all[k], got = r.o[k];
+      if (!want) continue;
+      const w = bits(want), g = got ? bits(got) : undefined;
+      for (let i = 0; i < n; i++) if (g?.[i] !== w[r.first + i]) problems.push(`${r.label}: ${k}[${i}] differs`);
     }
   }
   const geos = [...new Set(runs.map((r) => r.o.geometry))].join(" | ");

@@ -76,7 +76,7 @@ for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
 }
 
 /**
- * The launch check of nk_fused (kernels/fused.cuh, the `bad` conditions at near the end of the file, lines 533-535) for a
+ * The launch check of nk_fused (kernels/fused.cuh, the `bad` conditions in nk_fused) for a
  * kernel compiled with NK_WARP_SIZE = wave, on the geometry's tpr, nv, block and d; and the row mapping the kernel
  * derives from it (fused.cuh, nk_fused_rows_vec/_scalar: `rpb`, rows per block) against the plan's. A failure names
  * the condition.

@@ -41,16 +41,17 @@ const SWEEP_DS = [
   .sort((a, b) => a - b);
 
 test("the tree takes no row count; the split follows it: latency up to one row per SM, bandwidth above", () => {
-  assert.equal(fusedTree.length, 4, "fusedTree(kind, d, inputDtype, limits): no rows argument");
   const rows = probeRows(H200);
   for (const kind of KINDS) {
     for (const dtype of DTYPES) {
       for (const d of AUDIT_DS) {
-        const tree = fusedTree(kind, d, dtype, H200);
-        if ("unsupported" in tree) continue;
+        if ("unsupported" in fusedTree(kind, d, dtype, H200)) continue;
+        // The leaves from D and the dtype alone: 16-byte chunks padded to a power of two.
+        const leaves = 2 ** Math.ceil(Math.log2(Math.ceil(d / (16 / dtypeBytes(dtype)))));
+        assert.deepEqual(fusedTree(kind, d, dtype, H200), { leaves });
         for (const r of rows) {
           const g = geometry(kind, d, dtype, r), at = `${kind} ${dtype} D=${d} rows=${r}`;
-          assert.equal(g.leaves, tree.leaves, at);
+          assert.equal(g.tpr * g.nv, leaves, `${at}: a split of the same tree`);
           assert.equal(g.rule === "fused.latency", r <= H200.multiprocessors, at);
           const l = fusedLaunch(g, r, H200);
           assert.deepEqual(l.block, [g.block, 1, 1], at);
@@ -58,6 +59,23 @@ test("the tree takes no row count; the split follows it: latency up to one row p
         }
       }
     }
+  }
+});
+
+test("small blocks: no sub-warp rows below 256 threads; a block of whole warps holds at least the leaves", () => {
+  for (const limits of [{ ...H200, maxThreadsPerBlock: 128 }, { ...H200, maxThreadsPerBlock: 192, warpSize: 64 }]) {
+    for (const d of [8, 64, 256, 1000, 4096]) {
+      for (const rows of [1, 100_000]) {
+        const g = geometry("rms", d, "bf16", rows, limits), at = `${JSON.stringify(limits)} D=${d} rows=${rows}`;
+        const leaves = 2 ** Math.ceil(Math.log2(Math.ceil(d / 8)));
+        assert.equal(g.leaves, leaves, at);
+        assert.ok(g.tpr * g.nv >= leaves && g.nv <= FUSED_MAXV, at);
+        assert.equal(g.tpr & (g.tpr - 1), 0, at);
+        assert.deepEqual([g.block, g.rowsPerBlock], [g.tpr, 1], at);
+        assert.ok(g.block <= limits.maxThreadsPerBlock && g.block % limits.warpSize === 0, at);
+      }
+    }
+    assert.ok("unsupported" in fusedGeometry("rms", 16384, "bf16", limits, 1), "past the block's threads × 8 chunks");
   }
 });
 
@@ -104,12 +122,13 @@ test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, a
 });
 
 /**
- * The kernel's sum of one row (kernels/fused.cuh, nk_fused_red and nk_fused_fold) in f32, for a split (tpr, nv) of its
- * chunks' partial sums `leaf[c]` (c < leaves, +0 past the row): each thread folds its 8 slots (c = t + i·tpr) in the
- * bit-reversed stack order with leaf + 0, then threads t and t + h are added for h = tpr/2 … 32 (shared memory), then
- * the xor butterfly over lanes 16 … 1. `slotOrder`: each thread adds its slots in order instead (the control).
+ * The kernel's sum of one row (kernels/fused.cuh, nk_fused_red and nk_fused_fold8) in f32, for a split (tpr, nv) of its
+ * chunks' partial sums `leaf[c]` (c < leaves, +0 past the row), on a device of `warp` lanes: each thread folds its 8
+ * slots (c = t + i·tpr) in the bit-reversed order with leaf + 0, then threads t and t + h are added for h = tpr/2 …
+ * warp (shared memory), then the xor butterfly over lanes warp/2 … 1, the lower lane's sum first. `slotOrder`: each
+ * thread adds its slots in order instead (the control). Returns the f32 bits.
  */
-function kernelSum(leaf: Float32Array, tpr: number, nv: number, slotOrder = false): number {
+function kernelSum(leaf: Float32Array, tpr: number, nv: number, warp = 32, slotOrder = false): number {
   const f = Math.fround, add = (a: number, b: number) => f(a + b);
   const vals = new Float32Array(tpr);
   for (let t = 0; t < tpr; t++) {
@@ -126,42 +145,55 @@ function kernelSum(leaf: Float32Array, tpr: number, nv: number, slotOrder = fals
     }
     vals[t] = st[0];
   }
-  if (tpr > 32) {
-    for (let h = tpr / 2; h >= 32; h /= 2) {
-      for (let t = 0; t < h; t++) vals[t] = add(vals[t], vals[t + h]);
-    }
+  if (tpr > warp) {
+    for (let h = tpr / 2; h >= warp; h /= 2) for (let t = 0; t < h; t++) vals[t] = add(vals[t], vals[t + h]);
   }
-  const lanes = Array.from(vals.subarray(0, Math.min(tpr, 32)));
-  for (let m = 16; m > 0; m >>= 1) {
+  let lanes = Array.from(vals.subarray(0, Math.min(tpr, warp)));
+  for (let m = warp / 2; m > 0; m >>= 1) {
     if (m >= lanes.length) continue;
-    const next = lanes.map((v, l) => add(v, lanes[l ^ m]));
-    lanes.splice(0, lanes.length, ...next);
+    lanes = lanes.map((v, l) => (l & m ? add(lanes[l ^ m], v) : add(v, lanes[l ^ m])));
   }
-  return lanes[0];
+  return new Uint32Array(Float32Array.of(lanes[0]).buffer)[0];
 }
 
 test("every split of a row's leaves adds them in the same tree: the same f32 bits (a model of the kernel)", () => {
   let seed = 7;
   const rand = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 2 - 1;
-  for (const chunks of [1, 3, 8, 31, 96, 97, 256, 640, 1000, 1024, 4099, 8192]) {
-    const leaves = 2 ** Math.ceil(Math.log2(chunks));
+  const rows: [string, (chunks: number) => Float32Array][] = [
     // Partial sums of mixed sign over 23 binades (rounding differs between orders), zeros of both signs among them.
-    const leaf = Float32Array.from(
-      { length: chunks },
-      (_, i) => (i % 17 === 3 ? (i % 2 ? -0 : 0) : rand() * 2 ** (i % 23) + 1 / 3),
-    );
-    const sums = new Set<number>();
-    for (const nv of [1, 2, 4, 8]) {
-      const tpr = leaves / nv;
-      if (tpr < 1 || tpr > 1024 || !Number.isInteger(tpr)) continue;
-      sums.add(kernelSum(leaf, tpr, nv));
-      if (tpr <= 512) sums.add(kernelSum(leaf, tpr * 2, nv)); // a block's spare threads (zero leaves)
-    }
-    assert.equal(sums.size, 1, `${chunks} chunks: ${[...sums].join(", ")}`);
-    if (chunks === 1000) {
-      // The control: each thread adding its slots in slot order (no tree) differs between splits on these data.
-      const inOrder = new Set([1, 2, 4, 8].map((nv) => kernelSum(leaf, leaves / nv, nv, true)));
-      assert.ok(inOrder.size > 1, "the data tell orders apart");
+    [
+      "random",
+      (n) =>
+        Float32Array.from({ length: n }, (_, i) => (i % 17 === 3 ? (i % 2 ? -0 : 0) : rand() * 2 ** (i % 23) + 1 / 3)),
+    ],
+    // Sums of zero: −0 leaves (a chunk of −0 about a +0 shift), and pairs that cancel.
+    ["zeros", (n) => Float32Array.from({ length: n }, (_, i) => (i % 3 ? -0 : 0))],
+    ["all −0", (n) => new Float32Array(n).fill(-0)],
+    ["cancelling", (n) => Float32Array.from({ length: n }, (_, i) => (i % 2 ? -1 : 1) * 2 ** (i % 7))],
+  ];
+  for (const [what, make] of rows) {
+    for (const chunks of [1, 3, 8, 31, 96, 97, 256, 640, 1000, 1024, 4099, 8192]) {
+      const leaves = 2 ** Math.ceil(Math.log2(chunks)), leaf = make(chunks);
+      const sums = new Set<number>();
+      for (const warp of [32, 64]) {
+        for (const nv of [1, 2, 4, 8]) {
+          const tpr = leaves / nv;
+          if (tpr < 1 || tpr > 1024 || !Number.isInteger(tpr)) continue;
+          sums.add(kernelSum(leaf, tpr, nv, warp));
+          if (tpr <= 512) sums.add(kernelSum(leaf, tpr * 2, nv, warp)); // a block's spare threads (zero leaves)
+        }
+      }
+      assert.equal(sums.size, 1, `${what}, ${chunks} chunks: bits ${[...sums].map((b) => b.toString(16)).join(", ")}`);
+      if (what !== "random") {
+        // Exact sums (small integers and zeros): the value itself, and +0 (bits 0), never −0, where it is zero.
+        const exact = leaf.reduce((a, v) => a + v, 0);
+        assert.equal([...sums][0], new Uint32Array(Float32Array.of(exact).buffer)[0], `${what}, ${chunks} chunks`);
+      }
+      if (what === "random" && chunks === 1000) {
+        // The control: each thread adding its slots in slot order (no tree) differs between splits on these data.
+        const inOrder = new Set([1, 2, 4, 8].map((nv) => kernelSum(leaf, leaves / nv, nv, 32, true)));
+        assert.ok(inOrder.size > 1, "the data tell orders apart");
+      }
     }
   }
 });

@@ -16,6 +16,8 @@
 #   fused-tests tests/gpu/fused.test.ts (the fused kernels against float64, batch invariance bitwise, QK views)
 #   fused       bench/fused.ts, then bench/compare_torch_fused.py (torch eager and torch.compile, same cases): raw JSON
 #               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick)
+#   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
+#               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?usage: gpu-verify.sh deno|bun [steps...]}; shift
@@ -59,6 +61,7 @@ for s in "${steps[@]}"; do
       q=(); [ "${FUSED_QUICK:-}" = 1 ] && q=(--quick)
       step fused run bench/fused.ts ${q[@]+"${q[@]}"} --json "$OUT/fused-$rt.json"
       step fused-torch env PYTHONUNBUFFERED=1 python3 bench/compare_torch_fused.py ${q[@]+"${q[@]}"} --json "$OUT/fused-torch.json" ;;
+    splits) step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
   esac
 done

@@ -49,7 +49,9 @@ export type FusedGeometryResult = FusedGeometry | { unsupported: string };
 
 /**
  * How the N leaves are split, the first row whose `when` holds: `nv` chunks a thread for this kind and N (at least
- * N / the most threads a row may have). Measured with lab/fused_geometry/sweep.ts.
+ * N / the most threads a row may have). The bandwidth rows keep the chunks a thread of the splits measured before the
+ * tree (docs/fused.md); the latency row is reasoned from the kernel's per-thread chain and not yet measured: the split
+ * sweep (lab/fused_geometry/sweep.ts) is what should set all three.
  */
 // deno-fmt-ignore
 export const FUSED_SPLITS: readonly {

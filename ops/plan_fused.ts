@@ -120,13 +120,24 @@ export function fusedGeometry(
   const rule = FUSED_SPLITS.find((r) => r.when(rows, n, limits))!;
   // nv: the rule's, within [n / threads, MAXV] and ≤ n; a power of two, as n is.
   const nv = Math.min(n, Math.max(rule.nv(kind, n), n / threads, 1), FUSED_MAXV);
-  const tpr = n / nv;
+  return { ...fusedSplit(n, nv, limits), rule: rule.id };
+}
+
+/**
+ * The layout of `leaves` (a power of two) split at `nv` chunks a thread: sub-warp rows of tpr lanes in blocks of
+ * FUSED_ROWS_BLOCK, or a block per row of whole warps of the device (past `leaves`, threads of zeros: the same tree).
+ */
+export function fusedSplit(
+  leaves: number,
+  nv: number,
+  limits: Pick<PlanLimits, "maxThreadsPerBlock" | "warpSize">,
+): Omit<FusedGeometry, "rule"> {
+  const tpr = leaves / nv;
   if (tpr <= FUSED_LANES_MAX && FUSED_ROWS_BLOCK <= limits.maxThreadsPerBlock) {
-    return { tpr, nv, leaves: n, block: FUSED_ROWS_BLOCK, rowsPerBlock: FUSED_ROWS_BLOCK / tpr, rule: rule.id };
+    return { tpr, nv, leaves, block: FUSED_ROWS_BLOCK, rowsPerBlock: FUSED_ROWS_BLOCK / tpr };
   }
-  // A block per row of whole warps of the device: past n leaves, threads of zeros (the tree is the same, fusedTree).
-  const t = Math.max(tpr, Math.max(FUSED_LANES_MAX, limits.warpSize));
-  return { tpr: t, nv: Math.max(1, n / t), leaves: n, block: t, rowsPerBlock: 1, rule: rule.id };
+  const t = Math.max(tpr, FUSED_LANES_MAX, limits.warpSize);
+  return { tpr: t, nv: Math.max(1, leaves / t), leaves, block: t, rowsPerBlock: 1 };
 }
 
 /** The launch for `rows` rows: the grid is the only part that depends on the row count (the kernel grid-strides). */

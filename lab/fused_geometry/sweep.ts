@@ -1,7 +1,7 @@
 /**
- * Which row geometry (threads per row `tpr`, 16-byte chunks per thread `nv`) should the fused kernels use, so that one
- * table serves decode latency and prefill bandwidth alike? Launches the shipped fused kernels directly (Kernel.launch,
- * the arguments ops/fused.ts passes) with every legal (tpr, nv) per D, next to the op itself (the current table):
+ * Which split of a row's tree (threads per row `tpr`, 16-byte chunks per thread `nv`) serves decode latency, and which
+ * prefill bandwidth? Launches the shipped fused kernels directly (Kernel.launch, the arguments ops/fused.ts passes)
+ * with every split per D, next to the op itself (its FUSED_SPLITS choice):
  *
  * - decode: 1 and 8 bf16 rows, D 2048 / 4096 / 8192, captured 100 times in a CUDA graph: device µs per op, for
  *   add + RMSNorm → bf16, add + RMSNorm → fp8e4m3 (dynamic per row), add + LayerNorm → bf16;
@@ -18,7 +18,7 @@ import { writeFileSync } from "node:fs";
 import { type DType, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
 import { LaunchConfig, type Stream } from "../../gpu.ts";
 import { fusedKernel } from "../../ops/fused_module.ts";
-import { fusedGeometry, fusedKernelName, fusedTree } from "../../ops/plan_fused.ts";
+import { type FusedGeometry, fusedGeometry, fusedKernelName, fusedSplit, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { fillFromTile, randomTile } from "../../bench/tile.ts";
 import { copyCeilingGBs, deviceTimer, graphUs } from "../../bench/device_timer.ts";
@@ -44,17 +44,13 @@ const VARIANTS: Variant[] = [
   { name: "add+ln+fp8", kind: "layer", to: "fp8e4m3" },
 ];
 
-/** Every split (tpr, nv) of the row's tree for bf16 rows of d (fusedTree's leaves, powers of two): the kernel's. */
-function geometries(d: number): { tpr: number; nv: number; block: number; rowsPerBlock: number }[] {
+/** Every split of the row's tree for bf16 rows of d (fusedTree's leaves at 1, 2, 4, 8 chunks a thread), laid out as the
+ * plan lays it out (fusedSplit). */
+function geometries(d: number): FusedGeometry[] {
   const tree = fusedTree("rms", d, "bf16", limits);
   if ("unsupported" in tree) return [];
-  const out = [];
-  for (const nv of [1, 2, 4, 8]) {
-    const tpr = tree.leaves / nv;
-    if (tpr < 1 || tpr > 1024) continue;
-    out.push(tpr <= 32 ? { tpr, nv, block: 256, rowsPerBlock: 256 / tpr } : { tpr, nv, block: tpr, rowsPerBlock: 1 });
-  }
-  return out;
+  return [1, 2, 4, 8].filter((nv) => nv <= tree.leaves && tree.leaves / nv <= 1024)
+    .map((nv) => ({ ...fusedSplit(tree.leaves, nv, limits), rule: `nv ${nv}` }));
 }
 
 function tensors(held: DisposableStack, rows: number, d: number) {
@@ -85,7 +81,7 @@ function viaOp(t: T, v: Variant, stream?: Stream): void {
 }
 
 /** The same call with geometry g, launched directly. */
-function viaKernel(t: T, v: Variant, rows: number, d: number, g: ReturnType<typeof geometries>[0], stream: Stream) {
+function viaKernel(t: T, v: Variant, rows: number, d: number, g: FusedGeometry, stream: Stream) {
   const k = fusedKernel(dev, fusedKernelName(v.kind, "bf16", v.to, "bf16"));
   const grid = Math.min(Math.ceil(rows / g.rowsPerBlock), limits.maxGridX);
   const y = v.to === "bf16" ? t.y16 : t.y8, q = v.to === "bf16" ? 0 : 2;

@@ -47,11 +47,15 @@ export interface FusedGeometry {
 }
 export type FusedGeometryResult = FusedGeometry | { unsupported: string };
 
+/** Threads a row at most in the latency split: the split sweep found 256 as fast as or faster than 512 and 1024 at
+ * decode (each level of the cross-warp tree past 256 threads costs a barrier). */
+export const FUSED_LATENCY_THREADS = 256;
+
 /**
  * How the N leaves are split, the first row whose `when` holds: `nv` chunks a thread for this kind and N (at least
- * N / the most threads a row may have). The bandwidth rows keep the chunks a thread of the splits measured before the
- * tree (docs/fused.md); the latency row is reasoned from the kernel's per-thread chain and not yet measured: the split
- * sweep (lab/fused_geometry/sweep.ts) is what should set all three.
+ * N / the most threads a row may have). Set from the split sweep on an H200 (lab/fused_geometry/sweep.ts, figures in
+ * docs/fused.md): at 1 and 8 rows, 256 threads a row was the fastest split or within 0.2 µs of it at D 2048 to 8192;
+ * at thousands of rows, 8 chunks a thread was the fastest or within 2 points of copy of it at D 512 to 8192.
  */
 // deno-fmt-ignore
 export const FUSED_SPLITS: readonly {
@@ -60,8 +64,8 @@ export const FUSED_SPLITS: readonly {
   nv: (kind: NormKind, leaves: number) => number;
   why: string;
 }[] = [
-  { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: () => 1, why: "a row or fewer per SM: as many threads a row as the row has chunks (up to the block's limit), so that each thread's chain of loads, reductions and stores is shortest" },
-  { id: "fused.lanes", when: (_r, n) => n <= FUSED_LANES_MAX * FUSED_MAXV, nv: (kind, n) => kind === "layer" ? 8 : n > 64 ? 8 : 4, why: "rows to 256 chunks at many rows: a power-of-two group of lanes per row (256 / tpr rows a block, no barrier), LayerNorm at 8 chunks a lane, RMSNorm at 4 to 64 chunks (more lanes coalesce the loads), as the tuned `rows` mapping" },
+  { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: up to FUSED_LATENCY_THREADS threads a row, a short chain of loads, reductions and stores per thread and at most 3 barriers per sum" },
+  { id: "fused.lanes", when: (_r, n) => n <= FUSED_LANES_MAX * FUSED_MAXV, nv: () => 8, why: "rows to 256 chunks at many rows: a power-of-two group of lanes per row (256 / tpr rows a block, no barrier) at 8 chunks a lane (the most bytes in flight per lane)" },
   { id: "fused.block", when: () => true, nv: () => 8, why: "longer rows at many rows: a block of whole warps per row at 8 chunks a thread (fewest threads, most bytes in flight per thread)" },
 ];
 

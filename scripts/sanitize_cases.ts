@@ -322,8 +322,10 @@ export function runDiag(dev: Device): number {
 }
 
 /**
- * Every fused kernel (kind, x dtype, y dtype, weight dtype) twice: a short row (the lanes layout, 7 rows) and a long
- * one (a block per row, 3 rows), both with a residual, x strided, dynamic quantization for the 1-byte outputs.
+ * Every fused kernel (kind, x dtype, y dtype, weight dtype) four times, each with a residual and dynamic quantization
+ * for the 1-byte outputs: at a few rows (the latency split) a short and a long row, x strided (the scalar path); past
+ * the H200's 132 SMs (the bandwidth splits) a short row (sub-warp lanes for 16-bit x) and a long one (a block per row),
+ * contiguous (the vector path).
  */
 export function fusedCases(): FusedCase[] {
   const out: FusedCase[] = [];
@@ -331,7 +333,9 @@ export function fusedCases(): FusedCase[] {
     const [, , kindTag, ti, to, tw] = name.split("_"); // nk_fused_{ln|rms}_{ti}_{to}_{tw}
     const kind = kindTag === "ln" ? "layer" : "rms", dtype = ti as "f32" | "f16" | "bf16";
     const quant = to === ti ? "none" : "dynamic";
-    for (const [rows, d] of [[7, 770], [3, 5125]]) {
+    for (
+      const [rows, d, strided] of [[7, 770, true], [3, 5125, true], [200, 768, false], [140, 5120, false]] as const
+    ) {
       out.push({
         kind,
         dtype,
@@ -340,7 +344,7 @@ export function fusedCases(): FusedCase[] {
         residual: true,
         quant,
         qdtype: quant === "none" ? undefined : to as QuantDType,
-        strided: true,
+        strided,
         paramsOfX: tw === ti && ti !== "f32",
       });
     }

@@ -246,8 +246,8 @@ for (const device of FAKE_DEVICES) {
     const [kernel, gx, gy, gz, bx, by, bz, shared, ...params] = launches[0];
     assert.equal(kernel, "nk_fused_rms_f32_f32_f32");
     assert.deepEqual([gx, gy, gz, bx, by, bz, shared].map(Number), [...l.grid, ...l.block, 0]);
-    // Three rows: the latency split, a thread per 16-byte chunk (650 chunks, 1024 leaves), on either wave.
-    assert.deepEqual([g.tpr, g.nv, g.rule], [1024, 1, "fused.latency"]);
+    // Three rows: the latency split, 256 threads of 4 chunks (650 chunks, 1024 leaves), on either wave.
+    assert.deepEqual([g.tpr, g.nv, g.rule], [256, 4, "fused.latency"]);
     const ptrs = out.ptrs as Record<string, string>;
     // x, residual, h (= residual), y, weight, bias, weight2, mean, rstd, scale; n0, n1, d; the strides (rows of D,
     // one level: n0 = 1, n1 = rows, s0 the whole tensor); eps, scale_value, scale_ub, quant, split (= n1), tpr, nv.

@@ -3,6 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   FUSED_KERNELS,
+  FUSED_LATENCY_THREADS,
   FUSED_MAX_THREADS,
   FUSED_MAXV,
   FUSED_ROWS_BLOCK,
@@ -90,8 +91,8 @@ test("the grid covers the rows, rowsPerBlock at a time, and stops at the device'
   const b = geometry("layer", 8192, "bf16", 300); // 1024 chunks: a block of 128 threads per row
   assert.deepEqual([b.tpr, b.nv, b.block, b.rowsPerBlock, b.rule], [128, 8, 128, 1, "fused.block"]);
   assert.equal(fusedLaunch(b, 300, H200).grid[0], 300);
-  const one = geometry("layer", 8192, "bf16", 1); // one row: a thread per chunk
-  assert.deepEqual([one.tpr, one.nv, one.block, one.rowsPerBlock, one.rule], [1024, 1, 1024, 1, "fused.latency"]);
+  const one = geometry("layer", 8192, "bf16", 1); // one row: 256 threads of 4 chunks
+  assert.deepEqual([one.tpr, one.nv, one.block, one.rowsPerBlock, one.rule], [256, 4, 256, 1, "fused.latency"]);
 });
 
 test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, at most 1024 threads", () => {
@@ -111,10 +112,10 @@ test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, a
           if (g.tpr <= 32) {
             assert.deepEqual([g.block, g.rowsPerBlock * g.tpr], [FUSED_ROWS_BLOCK, FUSED_ROWS_BLOCK], at);
           } else assert.deepEqual([g.block, g.rowsPerBlock], [g.tpr, 1], at);
-          if (g.rule === "fused.latency") assert.equal(g.nv, Math.max(1, leaves / FUSED_MAX_THREADS), at);
-          else if (leaves >= 8 * (kind === "layer" || leaves > 64 ? 8 : 4)) {
-            assert.equal(g.nv, kind === "layer" || leaves > 64 ? 8 : 4, `${at}: bandwidth split`);
-          }
+          if (g.rule === "fused.latency") {
+            const nv = Math.min(FUSED_MAXV, Math.max(1, leaves / FUSED_LATENCY_THREADS));
+            assert.equal(g.nv, nv, `${at}: latency split`);
+          } else assert.equal(g.nv, Math.min(8, leaves), `${at}: bandwidth split`);
         }
       }
     }

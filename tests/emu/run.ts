@@ -22,6 +22,7 @@ import { FUSED_PARAMS } from "../../ops/fused_abi.ts";
 import { normForward, quantizeRow } from "../../ops/cpu.ts";
 import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 import { randoms } from "../fixtures/random.ts";
+import { quantError } from "../fixtures/fused_cases.ts";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 
@@ -470,9 +471,8 @@ async function runCase(c: Case): Promise<Outcome> {
             if (!Number.isNaN(have)) fail(`q[${row}, ${i}] = ${have}, ${who} NaN`);
             continue;
           }
-          const step = qd === "int8" ? 1 : Math.max(ulpOf(want, qd), ulpOf(have, qd));
-          const err = Math.abs(have - want) / step;
-          if (!(err <= 1)) fail(`q[${row}, ${i}] = ${have}, ${who} ${want} (one step: ${step})`);
+          const err = quantError(have, want, ref.y[row * d + i], q.scale, qd);
+          if (!(err <= 1)) fail(`q[${row}, ${i}] = ${have}, ${who} ${want} (${err} × tolerance)`);
           if (who === "reference" && err > worst) worst = err;
         }
       }

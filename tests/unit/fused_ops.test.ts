@@ -19,7 +19,7 @@ import {
 } from "../../mod.ts";
 import { normForward } from "../../ops/cpu.ts";
 import { normBackward } from "../../ops/cpu_bwd.ts";
-import { describeCase, fusedGrid, runFusedCase } from "../fixtures/fused_cases.ts";
+import { describeCase, fusedGrid, quantError, runFusedCase } from "../fixtures/fused_cases.ts";
 import { randoms } from "../fixtures/random.ts";
 
 // The grid at 7 and 83 rows (4096 rows run on the GPU): every D, dtype, residual and quant mode.
@@ -277,4 +277,18 @@ test("result types follow the call: dynamic quant → { y, scale }, static → y
   using s = rmsNorm(x, { quant: { dtype: "int8", scale: 0.1 }, stats: true });
   const rstd: Tensor = s.rstd; // typed NormResult
   assert.deepEqual([scale.numel, y.dtype, rstd.numel, s.y.dtype], [2, "fp8e5m2", 2, "int8"]);
+});
+
+test("quantError: one step of the dtype, plus y's f32 tolerance carried into q (the near-cancellation an H100 showed)", () => {
+  // LayerNorm f32 [140, 5120] → fp8e5m2, dynamic, row 68: y = t·w + b = 1.74e-7 with t·w ≈ −0.964 and b ≈ 0.964; the
+  // kernel's q was 2 steps from float64's, y's f32 error (a few ulps of 0.964) over the scale 7.15e-5.
+  const y = 1.7410233565939848e-7, scale = 0.0000714658381184563;
+  assert.ok(quantError(0.0048828125, 0.00244140625, y, scale, "fp8e5m2") <= 1);
+  // Away from a cancellation the slack is a tiny part of a step: a wrong code is still caught.
+  assert.ok(quantError(2 * 448, 448, 448 * 0.01, 0.01, "fp8e4m3") > 1, "a code twice the reference");
+  assert.ok(quantError(0.0048828125, 0.00244140625, 1e-9, 1, "fp8e5m2") > 1, "no slack where y's error is small");
+  assert.equal(quantError(3, 3, 0.5, 1 / 6, "int8"), 0);
+  assert.ok(quantError(5, 3, 0.5, 1 / 6, "int8") > 1, "int8: two codes apart");
+  // One step (the larger ulp of the two) is allowed at any magnitude.
+  assert.ok(quantError(448, 416, 448 * 0.01, 0.01, "fp8e4m3") <= 1);
 });

@@ -10,6 +10,7 @@ import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, type RowLevels, Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import { fusedKernel } from "./fused_module.ts";
+import { fusedArgs } from "./fused_abi.ts";
 import { fusedGeometry, fusedKernelFor, fusedLaunch } from "./plan_fused.ts";
 import { planLimits } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
@@ -372,37 +373,36 @@ export function runFused(
       const l = fusedLaunch(geometry, x.rows, planLimits(device));
       const config = new LaunchConfig({ grid: l.grid, block: l.block });
       kernel.checkLaunch(stream, config);
-      const [ys0, ys1] = stridesOn(y!, grid.n1, "out");
-      kernel.launch(stream, config, [
-        x.ptr,
-        residual?.ptr ?? 0n,
-        h?.ptr ?? 0n,
-        y!.ptr,
-        weight?.ptr ?? 0n,
-        bias?.ptr ?? 0n,
-        weight2?.ptr ?? 0n,
-        mean?.ptr ?? 0n,
-        rstd?.ptr ?? 0n,
-        (quant?.mode === 2 ? scale?.ptr : quant?.scaleTensor?.ptr) ?? 0n,
-        grid.n0,
-        grid.n1,
-        x.d,
-        xs0,
-        xs1,
-        rs0,
-        rs1,
-        hs0,
-        hs1,
-        ys0,
-        ys1,
-        eps,
-        quant?.scaleValue ?? 1,
-        quant?.upperBound ?? Infinity,
-        quant?.mode ?? 0,
-        weight2 ? split : grid.n1,
-        geometry.tpr,
-        geometry.nv,
-      ]);
+      kernel.launch(
+        stream,
+        config,
+        fusedArgs({
+          x: x.ptr,
+          residual: residual?.ptr ?? 0n,
+          h: h?.ptr ?? 0n,
+          y: y!.ptr,
+          weight: weight?.ptr ?? 0n,
+          bias: bias?.ptr ?? 0n,
+          weight2: weight2?.ptr ?? 0n,
+          mean: mean?.ptr ?? 0n,
+          rstd: rstd?.ptr ?? 0n,
+          scale: (quant?.mode === 2 ? scale?.ptr : quant?.scaleTensor?.ptr) ?? 0n,
+          n0: grid.n0,
+          n1: grid.n1,
+          d: x.d,
+          xStrides: [xs0, xs1],
+          rStrides: [rs0, rs1],
+          hStrides: [hs0, hs1],
+          yStrides: stridesOn(y!, grid.n1, "out"),
+          eps,
+          scaleValue: quant?.scaleValue ?? 1,
+          scaleUpperBound: quant?.upperBound ?? Infinity,
+          quant: quant?.mode ?? 0,
+          split: weight2 ? split : grid.n1,
+          tpr: geometry.tpr,
+          nv: geometry.nv,
+        }),
+      );
     };
   }
 

@@ -1,6 +1,6 @@
 /**
  * The fused kernels' launch interface (kernels/fused.cuh, NK_FUSED_PARAMS): parameter names and types in order,
- * the kernel names, and the constants the kernels check. Pure data: the op packs its arguments from here.
+ * and the constants the kernels check. Pure: the op and the lab's direct launches pack their arguments with fusedArgs.
  */
 import type { ArgType } from "../runtime/module.ts";
 
@@ -44,6 +44,64 @@ export const FUSED_PARAMS: readonly FusedParam[] = Object.freeze([
 
 /** The argument types of every nk_fused_* kernel, in order (for Module.kernel). */
 export const FUSED_ARGS: readonly ArgType[] = Object.freeze(FUSED_PARAMS.map((p) => p.type));
+
+/** A launch's arguments by name (strides in elements, per level: [s0, s1]); fusedArgs puts them in FUSED_PARAMS' order. */
+export interface FusedArgValues {
+  x: bigint;
+  residual: bigint;
+  h: bigint;
+  y: bigint;
+  weight: bigint;
+  bias: bigint;
+  weight2: bigint;
+  mean: bigint;
+  rstd: bigint;
+  scale: bigint;
+  n0: number;
+  n1: number;
+  d: number;
+  xStrides: readonly [number, number];
+  rStrides: readonly [number, number];
+  hStrides: readonly [number, number];
+  yStrides: readonly [number, number];
+  eps: number;
+  scaleValue: number;
+  scaleUpperBound: number;
+  quant: number;
+  split: number;
+  tpr: number;
+  nv: number;
+}
+
+/** The kernel arguments of `a`, in FUSED_PARAMS' order (what the op and the lab's direct launches pass). */
+export function fusedArgs(a: FusedArgValues): (bigint | number)[] {
+  return [
+    a.x,
+    a.residual,
+    a.h,
+    a.y,
+    a.weight,
+    a.bias,
+    a.weight2,
+    a.mean,
+    a.rstd,
+    a.scale,
+    a.n0,
+    a.n1,
+    a.d,
+    ...a.xStrides,
+    ...a.rStrides,
+    ...a.hStrides,
+    ...a.yStrides,
+    a.eps,
+    a.scaleValue,
+    a.scaleUpperBound,
+    a.quant,
+    a.split,
+    a.tpr,
+    a.nv,
+  ];
+}
 
 /** Parameter `quant` (NK_QUANT_* in kernels/fused.cuh). */
 export const FUSED_QUANT = Object.freeze({ none: 0, static: 1, dynamic: 2 } as const);

@@ -1,7 +1,7 @@
 /**
  * Which split of a row's tree (threads per row `tpr`, 16-byte chunks per thread `nv`) serves decode latency, and which
- * prefill bandwidth? Launches the shipped fused kernels directly (Kernel.launch, the arguments ops/fused.ts passes)
- * with every split per D, next to the op itself (its FUSED_SPLITS choice):
+ * prefill bandwidth? Launches the shipped fused kernels directly (Kernel.launch, arguments packed by fusedArgs as the
+ * op packs them) with every split per D, next to the op itself (its FUSED_SPLITS choice):
  *
  * - decode: 1 and 8 bf16 rows, D 2048 / 4096 / 8192, captured 100 times in a CUDA graph: device µs per op, for
  *   add + RMSNorm → bf16, add + RMSNorm → fp8e4m3 (dynamic per row), add + LayerNorm → bf16;
@@ -18,6 +18,7 @@ import { writeFileSync } from "node:fs";
 import { type DType, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
 import { LaunchConfig, type Stream } from "../../gpu.ts";
 import { fusedKernel } from "../../ops/fused_module.ts";
+import { fusedArgs } from "../../ops/fused_abi.ts";
 import { type FusedGeometry, fusedGeometry, fusedKernelName, fusedSplit, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { fillFromTile, randomTile } from "../../bench/tile.ts";
@@ -85,36 +86,37 @@ function viaKernel(t: T, v: Variant, rows: number, d: number, g: FusedGeometry, 
   const k = fusedKernel(dev, fusedKernelName(v.kind, "bf16", v.to, "bf16"));
   const grid = Math.min(Math.ceil(rows / g.rowsPerBlock), limits.maxGridX);
   const y = v.to === "bf16" ? t.y16 : t.y8, q = v.to === "bf16" ? 0 : 2;
-  k.launch(stream, new LaunchConfig({ grid: [grid], block: [g.block] }), [
-    t.x.ptr,
-    t.r.ptr,
-    t.h.ptr,
-    y.ptr,
-    t.w.ptr,
-    v.kind === "layer" ? t.b.ptr : 0n,
-    0n,
-    0n,
-    0n,
-    q ? t.scale.ptr : 0n,
-    rows,
-    1,
-    d,
-    d,
-    0,
-    d,
-    0,
-    d,
-    0,
-    d,
-    0,
-    EPS,
-    1,
-    Infinity,
-    q,
-    1,
-    g.tpr,
-    g.nv,
-  ]);
+  const rowsOf = [d, 0] as const; // one level of rows (n0 = rows, n1 = 1), d apart
+  k.launch(
+    stream,
+    new LaunchConfig({ grid: [grid], block: [g.block] }),
+    fusedArgs({
+      x: t.x.ptr,
+      residual: t.r.ptr,
+      h: t.h.ptr,
+      y: y.ptr,
+      weight: t.w.ptr,
+      bias: v.kind === "layer" ? t.b.ptr : 0n,
+      weight2: 0n,
+      mean: 0n,
+      rstd: 0n,
+      scale: q ? t.scale.ptr : 0n,
+      n0: rows,
+      n1: 1,
+      d,
+      xStrides: rowsOf,
+      rStrides: rowsOf,
+      hStrides: rowsOf,
+      yStrides: rowsOf,
+      eps: EPS,
+      scaleValue: 1,
+      scaleUpperBound: Infinity,
+      quant: q,
+      split: 1,
+      tpr: g.tpr,
+      nv: g.nv,
+    }),
+  );
 }
 
 type Bits = { h: ArrayLike<number>; y: ArrayLike<number>; scale: ArrayLike<number> };

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { layerNorm, loadKernels, rmsNorm, rmsNormBackward, UnsupportedError } from "../../mod.ts";
 import { ffi } from "../../ffi/runtime.ts";
-import { FUSED_ADD_THREADS, FUSED_PARAMS } from "../../ops/fused_abi.ts";
+import { FUSED_ADD_THREADS, FUSED_PARAMS, fusedArgs } from "../../ops/fused_abi.ts";
 import { fusedGeometry, fusedLaunch, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits, setDependentLaunch } from "../../ops/kernels.ts";
 import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
@@ -183,4 +183,53 @@ test("backward with dResidual before loadKernels(dev, { fused: true }): refused 
   );
   assert.equal(launches.length, 0, "nothing launched");
   assert.deepEqual(m.h.buffer.hostBytes, before, "dx untouched");
+});
+
+test("fusedArgs puts each named value at its parameter's place (FUSED_PARAMS)", () => {
+  const ptr = (i: number) => BigInt(0x1000 * (i + 1));
+  const values = {
+    x: ptr(0),
+    residual: ptr(1),
+    h: ptr(2),
+    y: ptr(3),
+    weight: ptr(4),
+    bias: ptr(5),
+    weight2: ptr(6),
+    mean: ptr(7),
+    rstd: ptr(8),
+    scale: ptr(9),
+    n0: 10,
+    n1: 11,
+    d: 12,
+    xStrides: [13, 14],
+    rStrides: [15, 16],
+    hStrides: [17, 18],
+    yStrides: [19, 20],
+    eps: 21,
+    scaleValue: 22,
+    scaleUpperBound: 23,
+    quant: 24,
+    split: 25,
+    tpr: 26,
+    nv: 27,
+  } as const;
+  const byName: Record<string, unknown> = {
+    ...values,
+    scale_value: 22,
+    scale_ub: 23,
+    x_s0: 13,
+    x_s1: 14,
+    r_s0: 15,
+    r_s1: 16,
+    h_s0: 17,
+    h_s1: 18,
+    y_s0: 19,
+    y_s1: 20,
+  };
+  const args = fusedArgs(values);
+  assert.equal(args.length, FUSED_PARAMS.length);
+  FUSED_PARAMS.forEach((p, i) => {
+    assert.equal(args[i], byName[p.name], p.name);
+    assert.equal(typeof args[i], p.type === "ptr" ? "bigint" : "number", p.name);
+  });
 });

@@ -18,6 +18,8 @@
 #               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick)
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
+#   fused-ab    lab/fused_geometry/ab.ts over three sm_90 builds made here (main, launch bound 256, residual depth 8):
+#               raw JSON as $OUT/fused-ab-<runtime>.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?usage: gpu-verify.sh deno|bun [steps...]}; shift
@@ -62,6 +64,12 @@ for s in "${steps[@]}"; do
       step fused run bench/fused.ts ${q[@]+"${q[@]}"} --json "$OUT/fused-$rt.json"
       step fused-torch env PYTHONUNBUFFERED=1 python3 bench/compare_torch_fused.py ${q[@]+"${q[@]}"} --json "$OUT/fused-torch.json" ;;
     splits) step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ;;
+    fused-ab)
+      w=lab/fused_geometry/.wg
+      bash lab/fused_geometry/cubin.sh $w/main.cubin > "$OUT/fused-ab-builds.txt" 2>&1 &&
+        bash lab/fused_geometry/cubin.sh $w/lb256.cubin --patch lab/fused_geometry/launch-bound-256.diff >> "$OUT/fused-ab-builds.txt" 2>&1 &&
+        bash lab/fused_geometry/cubin.sh $w/res8.cubin -DNK_FUSED_RES_DEPTH=8 >> "$OUT/fused-ab-builds.txt" 2>&1
+      step fused-ab run lab/fused_geometry/ab.ts $w/main.cubin $w/lb256.cubin $w/res8.cubin --json "$OUT/fused-ab-$rt.json" ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
   esac
 done

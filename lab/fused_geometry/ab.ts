@@ -1,0 +1,82 @@
+/**
+ * A fused-kernel A/B: two or more builds of kernels/fused.cu (sm_90 cubins from lab/fused_geometry/cubin.sh), each
+ * launched directly with the op's own plan (fusedGeometry at the case's row count) on the same tensors. Each build's
+ * h, y and scales must equal the op's bit for bit (a change to the schedule, not to the arithmetic); then each is
+ * timed in the order given and again reversed (A B … B A), and the mean of its two runs is printed:
+ *
+ * - decode: 1 row, D 2048 / 4096 / 8192, device µs per op in a CUDA graph (add + RMSNorm, → fp8e4m3 dynamic, add +
+ *   LayerNorm);
+ * - prefill: rows moving ≥ 512 MiB, D 1024 / 4096 / 8192, % of a device-to-device copy of the same run (the four
+ *   calls of the split sweep).
+ *
+ *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--json out.json]
+ */
+import process from "node:process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { loadKernels } from "../../mod.ts";
+import type { Kernel, Module, Stream } from "../../gpu.ts";
+import { FUSED_ARGS } from "../../ops/fused_abi.ts";
+import { fusedGeometry, fusedKernelName } from "../../ops/plan_fused.ts";
+import { planLimits } from "../../ops/kernels.ts";
+import { randomTile } from "../../bench/tile.ts";
+import { copyCeilingGBs, deviceTimer, graphUs } from "../../bench/device_timer.ts";
+import { openCuda } from "../../bench/open_cuda.ts";
+import { agrees, bitsOf, caseBytes, caseTensors, poison, type Variant, VARIANTS, viaKernel, viaOp } from "./cases.ts";
+
+const args = process.argv.slice(2);
+const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
+const paths = args.filter((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"));
+if (paths.length < 2) {
+  console.error("usage: lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--json out.json]");
+  process.exit(2);
+}
+using dev = openCuda("lab/fused_geometry/ab.ts");
+await loadKernels(dev, { fused: true });
+using held = new DisposableStack();
+const modules: Module[] = paths.map((p) => held.use(dev.loadModule(readFileSync(p))));
+using timer = deviceTimer(dev, 10);
+const copyGBs = copyCeilingGBs(dev, timer);
+const limits = planLimits(dev);
+const tile = randomTile(3);
+console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s; builds: ${paths.join(", ")}`);
+const results: Record<string, unknown>[] = [];
+
+function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
+  using cs = new DisposableStack();
+  const t = caseTensors(dev, cs, tile, rows, d);
+  const g = fusedGeometry(v.kind, d, "bf16", limits, rows);
+  if ("unsupported" in g) throw new Error(g.unsupported);
+  const name = fusedKernelName(v.kind, "bf16", v.to, "bf16");
+  const kernels: Kernel[] = modules.map((m) => m.kernel(name, FUSED_ARGS));
+  const direct = (k: Kernel, s: Stream) => viaKernel(k, t, v, rows, d, g, limits.maxGridX, s);
+  const bytes = caseBytes(rows, d, v);
+  const measure = (k: Kernel): number =>
+    mode === "decode"
+      ? graphUs(dev, (s) => direct(k, s))
+      : (100 * (bytes / (timer.time(() => direct(k, dev.stream)) * 1e6))) / copyGBs;
+  poison(t);
+  viaOp(t, v);
+  dev.synchronize();
+  const want = bitsOf(t, v);
+  const checks = kernels.map((k) => {
+    poison(t);
+    direct(k, dev.stream);
+    dev.synchronize();
+    return agrees(t, v, want);
+  });
+  const order = [...kernels.keys(), ...[...kernels.keys()].reverse()];
+  const sums = kernels.map(() => 0);
+  for (const i of order) if (checks[i] === "ok") sums[i] += measure(kernels[i]) / 2;
+  const unit = mode === "decode" ? "µs/op" : "%copy";
+  const cells = kernels.map((_, i) => (checks[i] === "ok" ? sums[i].toFixed(2) : checks[i]).padStart(8));
+  console.log(
+    `${mode} ${v.name.padEnd(11)} D=${String(d).padEnd(5)} (tpr ${g.tpr} nv ${g.nv}) ${unit}: ${cells.join(" ")}`,
+  );
+  results.push({ mode, variant: v.name, d, rows, tpr: g.tpr, nv: g.nv, unit, values: sums, checks });
+}
+
+for (const d of [2048, 4096, 8192]) for (const v of VARIANTS.slice(0, 3)) run("decode", 1, d, v);
+for (const d of [1024, 4096, 8192]) for (const v of VARIANTS) run("prefill", Math.ceil(2 ** 29 / (d * 8)), d, v);
+if (jsonPath) {
+  writeFileSync(jsonPath, JSON.stringify({ device: dev.info.name, copyGBs, builds: paths, results }, null, 1));
+}

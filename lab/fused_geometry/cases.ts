@@ -1,0 +1,118 @@
+/**
+ * The fused calls the split sweep (sweep.ts) and the kernel A/B (ab.ts) time: bf16 rows with a residual written out of
+ * place, through the op or launched directly with a chosen kernel and geometry (arguments packed by fusedArgs as the op
+ * packs them), and their outputs' bits.
+ */
+import { type Device, type DType, layerNorm, rmsNorm } from "../../mod.ts";
+import { type Kernel, LaunchConfig, type Stream } from "../../gpu.ts";
+import { fusedArgs } from "../../ops/fused_abi.ts";
+import type { FusedGeometry } from "../../ops/plan_fused.ts";
+import { fillFromTile } from "../../bench/tile.ts";
+
+export type Variant = { name: string; kind: "rms" | "layer"; to: "bf16" | "fp8e4m3" };
+export const VARIANTS: readonly Variant[] = [
+  { name: "add+rms", kind: "rms", to: "bf16" },
+  { name: "add+rms+fp8", kind: "rms", to: "fp8e4m3" },
+  { name: "add+ln", kind: "layer", to: "bf16" },
+  { name: "add+ln+fp8", kind: "layer", to: "fp8e4m3" },
+];
+/** eps of the op and of the direct launches alike. */
+export const EPS = 1e-6;
+
+/** x, residual, weight and bias from `tile`; h, y (bf16 and fp8) and the scales left to the call. */
+export function caseTensors(dev: Device, held: DisposableStack, tile: Float32Array, rows: number, d: number) {
+  const make = (dtype: DType, fill: boolean, shape = [rows, d]) => {
+    const t = held.use(dev.empty(shape, { dtype }));
+    if (fill) fillFromTile(t, tile);
+    return t;
+  };
+  return {
+    x: make("bf16", true),
+    r: make("bf16", true),
+    h: make("bf16", false),
+    y16: make("bf16", false),
+    y8: make("fp8e4m3", false),
+    scale: make("f32", false, [rows]),
+    w: held.use(dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype: "bf16" })),
+    b: held.use(dev.tensor(tile.subarray(d, 2 * d), [d], { dtype: "bf16" })),
+  };
+}
+export type CaseTensors = ReturnType<typeof caseTensors>;
+
+/** The op itself: residual out of place, dynamic scales for fp8. */
+export function viaOp(t: CaseTensors, v: Variant, stream?: Stream): void {
+  const quant = v.to === "fp8e4m3" ? { quant: { dtype: "fp8e4m3" as const, scaleOut: t.scale } } : {};
+  const o = { weight: t.w, residual: t.r, residualOut: t.h, out: v.to === "bf16" ? t.y16 : t.y8, eps: EPS, ...quant };
+  if (v.kind === "rms") rmsNorm(t.x, { ...o, ...(stream ? { stream } : {}) } as never);
+  else layerNorm(t.x, { ...o, bias: t.b, ...(stream ? { stream } : {}) } as never);
+}
+
+/** The same call launched directly: kernel `k` (of v's dtypes) with geometry `g`, grid capped at `maxGridX`. */
+export function viaKernel(
+  k: Kernel,
+  t: CaseTensors,
+  v: Variant,
+  rows: number,
+  d: number,
+  g: FusedGeometry,
+  maxGridX: number,
+  stream: Stream,
+): void {
+  const grid = Math.min(Math.ceil(rows / g.rowsPerBlock), maxGridX);
+  const y = v.to === "bf16" ? t.y16 : t.y8, q = v.to === "bf16" ? 0 : 2;
+  const rowsOf = [d, 0] as const; // one level of rows (n0 = rows, n1 = 1), d apart
+  k.launch(
+    stream,
+    new LaunchConfig({ grid: [grid], block: [g.block] }),
+    fusedArgs({
+      x: t.x.ptr,
+      residual: t.r.ptr,
+      h: t.h.ptr,
+      y: y.ptr,
+      weight: t.w.ptr,
+      bias: v.kind === "layer" ? t.b.ptr : 0n,
+      weight2: 0n,
+      mean: 0n,
+      rstd: 0n,
+      scale: q ? t.scale.ptr : 0n,
+      n0: rows,
+      n1: 1,
+      d,
+      xStrides: rowsOf,
+      rStrides: rowsOf,
+      hStrides: rowsOf,
+      yStrides: rowsOf,
+      eps: EPS,
+      scaleValue: 1,
+      scaleUpperBound: Infinity,
+      quant: q,
+      split: 1,
+      tpr: g.tpr,
+      nv: g.nv,
+    }),
+  );
+}
+
+export type Bits = { h: ArrayLike<number>; y: ArrayLike<number>; scale: ArrayLike<number> };
+export const bitsOf = (t: CaseTensors, v: Variant): Bits => ({
+  h: t.h.readBitsSync(),
+  y: (v.to === "bf16" ? t.y16 : t.y8).readBitsSync(),
+  scale: t.scale.readBitsSync(),
+});
+/** Poisons the outputs (0xff bytes: NaN in bf16 and f32, NaN in fp8e4m3). */
+export function poison(t: CaseTensors): void {
+  for (const p of [t.h, t.y16, t.y8, t.scale]) p.buffer.fill(0xff);
+}
+/** h, y and (fp8) the scales bit for bit against `want`: "ok", or the first that differs. */
+export function agrees(t: CaseTensors, v: Variant, want: Bits): string {
+  const got = bitsOf(t, v);
+  const keys: (keyof Bits)[] = v.to === "fp8e4m3" ? ["h", "y", "scale"] : ["h", "y"];
+  for (const k of keys) {
+    for (let i = 0; i < want[k].length; i++) if (got[k][i] !== want[k][i]) return `${k}[${i}] differs`;
+  }
+  return "ok";
+}
+
+/** Bytes a call moves: x and residual read, h and y written, the scales. */
+export const caseBytes = (rows: number, d: number, v: Variant): number =>
+  rows * d * (3 * 2 + (v.to === "bf16" ? 2 : 1)) + (v.to === "bf16" ? 0 : 4 * rows);

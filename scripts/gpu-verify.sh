@@ -20,6 +20,7 @@
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
 #   fused-ab    lab/fused_geometry/ab.ts over three sm_90 builds made here (main, launch bound 256, residual depth 8):
 #               raw JSON as $OUT/fused-ab-<runtime>.json
+#   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?usage: gpu-verify.sh deno|bun [steps...]}; shift
@@ -70,6 +71,7 @@ for s in "${steps[@]}"; do
         bash lab/fused_geometry/cubin.sh $w/lb256.cubin --patch lab/fused_geometry/launch-bound-256.diff >> "$OUT/fused-ab-builds.txt" 2>&1 &&
         bash lab/fused_geometry/cubin.sh $w/res8.cubin -DNK_FUSED_RES_DEPTH=8 >> "$OUT/fused-ab-builds.txt" 2>&1
       step fused-ab run lab/fused_geometry/ab.ts $w/main.cubin $w/lb256.cubin $w/res8.cubin --json "$OUT/fused-ab-$rt.json" ;;
+    synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
   esac
 done

@@ -18,7 +18,8 @@
 #               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick)
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
-#   fused-ab    lab/fused_geometry/ab.ts over three sm_90 builds made here (main, launch bound 256, residual depth 8):
+#   fused-ab    lab/fused_geometry/ab.ts over four sm_90 builds made here (main, launch bound 256, residual depth 8,
+#               one barrier per cross-warp sum):
 #               raw JSON as $OUT/fused-ab-<runtime>.json
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 set -uo pipefail
@@ -69,8 +70,9 @@ for s in "${steps[@]}"; do
       w=lab/fused_geometry/.wg
       bash lab/fused_geometry/cubin.sh $w/main.cubin > "$OUT/fused-ab-builds.txt" 2>&1 &&
         bash lab/fused_geometry/cubin.sh $w/lb256.cubin --patch lab/fused_geometry/launch-bound-256.diff >> "$OUT/fused-ab-builds.txt" 2>&1 &&
-        bash lab/fused_geometry/cubin.sh $w/res8.cubin -DNK_FUSED_RES_DEPTH=8 >> "$OUT/fused-ab-builds.txt" 2>&1
-      step fused-ab run lab/fused_geometry/ab.ts $w/main.cubin $w/lb256.cubin $w/res8.cubin --json "$OUT/fused-ab-$rt.json" ;;
+        bash lab/fused_geometry/cubin.sh $w/res8.cubin -DNK_FUSED_RES_DEPTH=8 >> "$OUT/fused-ab-builds.txt" 2>&1 &&
+        bash lab/fused_geometry/cubin.sh $w/onebar.cubin --patch lab/fused_geometry/one-barrier.diff >> "$OUT/fused-ab-builds.txt" 2>&1
+      step fused-ab run lab/fused_geometry/ab.ts $w/{main,lb256,res8,onebar}.cubin --json "$OUT/fused-ab-$rt.json" ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
   esac

@@ -68,10 +68,10 @@ for s in "${steps[@]}"; do
     splits) step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ;;
     fused-ab)
       w=lab/fused_geometry/.wg
-      bash lab/fused_geometry/cubin.sh $w/main.cubin > "$OUT/fused-ab-builds.txt" 2>&1 &&
-        bash lab/fused_geometry/cubin.sh $w/lb256.cubin --patch lab/fused_geometry/launch-bound-256.diff >> "$OUT/fused-ab-builds.txt" 2>&1 &&
-        bash lab/fused_geometry/cubin.sh $w/res8.cubin -DNK_FUSED_RES_DEPTH=8 >> "$OUT/fused-ab-builds.txt" 2>&1 &&
-        bash lab/fused_geometry/cubin.sh $w/onebar.cubin --patch lab/fused_geometry/one-barrier.diff >> "$OUT/fused-ab-builds.txt" 2>&1
+      bash lab/kernel_ab/trimmed_cubin.sh $w/main.cubin --fused > "$OUT/fused-ab-builds.txt" 2>&1 &&
+        bash lab/kernel_ab/trimmed_cubin.sh $w/lb256.cubin --fused --patch lab/fused_geometry/launch-bound-256.diff >> "$OUT/fused-ab-builds.txt" 2>&1 &&
+        bash lab/kernel_ab/trimmed_cubin.sh $w/res8.cubin --fused -DNK_FUSED_RES_DEPTH=8 >> "$OUT/fused-ab-builds.txt" 2>&1 &&
+        bash lab/kernel_ab/trimmed_cubin.sh $w/onebar.cubin --fused --patch lab/fused_geometry/one-barrier.diff >> "$OUT/fused-ab-builds.txt" 2>&1
       step fused-ab run lab/fused_geometry/ab.ts $w/{main,lb256,res8,onebar}.cubin --json "$OUT/fused-ab-$rt.json" ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;

@@ -1,5 +1,5 @@
 /**
- * A fused-kernel A/B: two or more builds of kernels/fused.cu (sm_90 cubins from lab/fused_geometry/cubin.sh), each
+ * A fused-kernel A/B: two or more builds of kernels/fused.cu (sm_90 cubins from lab/kernel_ab/trimmed_cubin.sh --fused), each
  * launched directly with the op's own plan (fusedGeometry at the case's row count) on the same tensors. Each build's
  * h, y and scales must equal the op's bit for bit (a change to the schedule, not to the arithmetic); then each is
  * timed in the order given and again reversed (A B … B A), and the mean of its two runs is printed:

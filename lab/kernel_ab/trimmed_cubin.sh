@@ -4,20 +4,23 @@
 # kernels for the statistics), ~1 min here (nvcc, no GPU) instead of the whole fatbin's ~15. The change under test comes
 # as a patch to kernels/ (git diff's a/kernels/... paths) and/or nvcc flags; without either it is main's code.
 # Prints the staged kernels' registers, and the kernels and FULL-path functions that spill (ptxas -v, kept as OUT.ptxas.txt).
-#   bash lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags, e.g. -DNAME=0]
+# With --fused: kernels/fused.cu instead, its bf16 kernels only (~15 s), each kernel's registers and spills printed
+# (lab/fused_geometry/ab.ts takes these).
+#   bash lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--fused] [--patch FILE.diff] [nvcc flags, e.g. -DNAME=0]
 # e.g. main against a patch, then on the GPU host, in one call (lab/kernel_ab/README.md):
 #   bash lab/kernel_ab/trimmed_cubin.sh lab/kernel_ab/.wg/main.cubin
 #   bash lab/kernel_ab/trimmed_cubin.sh lab/kernel_ab/.wg/new.cubin --patch my-change.diff
 #   bun lab/kernel_ab/fwd_ab.ts lab/kernel_ab/.wg/main.cubin lab/kernel_ab/.wg/new.cubin --dtypes bf16
 # The cubins are build outputs (git-ignored); carry them xz-compressed.
 set -euo pipefail
-usage="usage: lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--patch FILE.diff] [nvcc flags]"
+usage="usage: lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--fused] [--patch FILE.diff] [nvcc flags]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 # Paths as the caller gave them (relative to the caller's directory), before the cd to the project root.
 mkdir -p "$(dirname "$1")"; out=$(realpath "$1"); shift
-patchf=""; flags=()
+patchf=""; flags=(); fused=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --fused) fused=1; shift ;;
     --patch) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; patchf=$(realpath "$2"); shift 2 ;;
     *) flags+=("$1"); shift ;;
   esac
@@ -26,6 +29,18 @@ cd "$(dirname "$0")/../.."
 src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
 cp kernels/*.cu kernels/*.cuh kernels/*.h "$src/"
 [ -z "$patchf" ] || patch -s -N --batch -d "$src" -p2 < "$patchf"
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+if [ "$fused" = 1 ]; then
+  # The bf16 kernels (one NK_FUSED_KERNEL(...) per line) and nk_fused_add_*.
+  grep -v -E '^NK_FUSED_KERNEL\((ln|rms), (true|false), (f32|f16),' "$src/fused.cu" > "$src/fused_bf16.cu"
+  "$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 ${flags[@]+"${flags[@]}"} -Xptxas -v -o "$out" "$src/fused_bf16.cu" \
+    2>"$out.ptxas.txt" || { grep -v "^ptxas info" "$out.ptxas.txt" >&2; echo "nvcc failed (log: $out.ptxas.txt)" >&2; exit 1; }
+  echo "== $out"
+  awk '/Compiling entry function/ { n = $0; sub(/.*function ./, "", n); sub(/. for.*/, "", n) }
+       /bytes stack frame/ && n != "" { s = $0; sub(/.*stack frame, /, "", s); sub(/, 0 bytes spill loads/, "", s) }
+       /Used [0-9]+ registers/ && n != "" { print "  " n ": " $5 " registers, " s; n = "" }' "$out.ptxas.txt"
+  exit 0
+fi
 # Keep the 16-bit triples of one x/dy dtype in every dtype list (one X(...) per line, the last without a backslash).
 python3 - "$src/norm.cu" <<'EOF'
 import re, sys
@@ -41,7 +56,6 @@ while i < len(lines):
         out += [b + " \\" for b in body[:-1]] + body[-1:]
 open(p, "w").write("\n".join(out))
 EOF
-NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 "$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 ${flags[@]+"${flags[@]}"} -Xptxas -v -o "$out" "$src/norm.cu" 2>"$out.ptxas.txt" ||
   { grep -v "^ptxas info" "$out.ptxas.txt" >&2; echo "nvcc failed (log: $out.ptxas.txt)" >&2; exit 1; }
 echo "== $out"

@@ -105,6 +105,7 @@ interface Built {
   inputs: Tensor[]; // read-only in the call
   written: Tensor[]; // views the call writes (y, h)
   scaleOut?: Tensor; // dynamic scales given to the call (compared by value)
+  bias?: Tensor;
   call: () => { y: Tensor; mean?: Tensor; rstd?: Tensor; scale?: Tensor };
   ref: () => ReturnType<typeof normForward>; // float64 reference from the inputs as held (call before `call`)
   rows: number;
@@ -202,6 +203,7 @@ function build(dev: Device, c: Case): Built {
     inputs,
     written,
     scaleOut,
+    bias: b,
     rows,
     call: () => (kind === "layer" ? layerNorm(x, opts as never) : rmsNorm(x, opts as never)) as never,
     ref: () =>
@@ -451,7 +453,7 @@ async function runCase(c: Case): Promise<Outcome> {
         ? allocF32(st)
         : g.all[e.all.indexOf(er.scale!)]?.readSync() ?? f32s(emu.bytes.get(st.buffer)!).subarray(0, rows);
     }
-    const cpuQ = e.y.readSync();
+    const cpuQ = e.y.readSync(), biasHeld = e.bias?.readSync();
     for (let row = 0; row < rows; row++) {
       const q = quantizeRow(
         ref.y.subarray(row * d, (row + 1) * d),
@@ -471,7 +473,7 @@ async function runCase(c: Case): Promise<Outcome> {
             if (!Number.isNaN(have)) fail(`q[${row}, ${i}] = ${have}, ${who} NaN`);
             continue;
           }
-          const err = quantError(have, want, ref.y[row * d + i], q.scale, qd);
+          const err = quantError(have, want, ref.y[row * d + i], biasHeld?.[i] ?? 0, q.scale, qd);
           if (!(err <= 1)) fail(`q[${row}, ${i}] = ${have}, ${who} ${want} (${err} × tolerance)`);
           if (who === "reference" && err > worst) worst = err;
         }

@@ -279,16 +279,22 @@ test("result types follow the call: dynamic quant → { y, scale }, static → y
   assert.deepEqual([scale.numel, y.dtype, rstd.numel, s.y.dtype], [2, "fp8e5m2", 2, "int8"]);
 });
 
-test("quantError: one step of the dtype, plus y's f32 tolerance carried into q (the near-cancellation an H100 showed)", () => {
+test("quantError: one step of the dtype, plus 8 f32 ulps of y's terms carried into q (the near-cancellation an H100 showed)", () => {
   // LayerNorm f32 [140, 5120] → fp8e5m2, dynamic, row 68: y = t·w + b = 1.74e-7 with t·w ≈ −0.964 and b ≈ 0.964; the
-  // kernel's q was 2 steps from float64's, y's f32 error (a few ulps of 0.964) over the scale 7.15e-5.
-  const y = 1.7410233565939848e-7, scale = 0.0000714658381184563;
-  assert.ok(quantError(0.0048828125, 0.00244140625, y, scale, "fp8e5m2") <= 1);
-  // Away from a cancellation the slack is a tiny part of a step: a wrong code is still caught.
-  assert.ok(quantError(2 * 448, 448, 448 * 0.01, 0.01, "fp8e4m3") > 1, "a code twice the reference");
-  assert.ok(quantError(0.0048828125, 0.00244140625, 1e-9, 1, "fp8e5m2") > 1, "no slack where y's error is small");
-  assert.equal(quantError(3, 3, 0.5, 1 / 6, "int8"), 0);
-  assert.ok(quantError(5, 3, 0.5, 1 / 6, "int8") > 1, "int8: two codes apart");
+  // kernel's q was 2 steps from float64's: y's f32 error (a few ulps of 0.964) over the scale 7.15e-5.
+  const y = 1.7410233565939848e-7, b = 0.9643197059631348, scale = 0.0000714658381184563;
+  assert.ok(quantError(0.0048828125, 0.00244140625, y, b, scale, "fp8e5m2") <= 1);
+  // The same codes without the cancellation (no bias): wrong.
+  assert.ok(quantError(0.0048828125, 0.00244140625, y, 0, scale, "fp8e5m2") > 1);
+  // A row of zeros with no bias (the floor scale) gets no slack: two steps from 0 are caught.
+  const floor = 1 / (57344 * 512);
+  assert.equal(quantError(0, 0, 0, 0, floor, "fp8e5m2"), 0);
+  assert.ok(quantError(2 ** -15, 0, 0, 0, floor, "fp8e5m2") > 1, "two subnormal steps where 0 is expected");
+  // int8 at a small scale (row max 1e-3): two codes apart is wrong.
+  assert.ok(quantError(5, 3, 3 * (1e-3 / 127), 0, 1e-3 / 127, "int8") > 1);
+  // fp8e5m2 at a row max of 4: 0.125 against 0.0078 is wrong.
+  assert.ok(quantError(0.125, 0.0078125, 0.0078125 * (4 / 57344), 0.5, 4 / 57344, "fp8e5m2") > 1);
   // One step (the larger ulp of the two) is allowed at any magnitude.
-  assert.ok(quantError(448, 416, 448 * 0.01, 0.01, "fp8e4m3") <= 1);
+  assert.ok(quantError(448, 416, 4.48, 0, 0.01, "fp8e4m3") <= 1);
+  assert.ok(quantError(2 * 448, 448, 4.48, 0, 0.01, "fp8e4m3") > 1, "a code twice the reference");
 });

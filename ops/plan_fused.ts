@@ -6,10 +6,9 @@
  * `leaves`, a function of D and x's dtype alone), are added c and c + N/2 first, then c and c + N/4, and so on
  * (kernels/fused.cuh, nk_fused_red). A launch splits the N leaves over `tpr` threads per row with `nv` chunks each
  * (both powers of two, tpr × nv = N, or more threads, of zeros, where a block's whole warps exceed N); every split
- * adds in that same tree, so every output bit of a row is the same in
- * every call, whatever the batch. That leaves the split free to follow the row count: few rows take the most threads
- * a row can have (short per-thread chains: latency), many rows take few threads with more chunks each (bytes in
- * flight per thread: bandwidth). The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each
+ * adds in that same tree, so every output bit of a row is the same in every call, whatever the batch. That leaves the
+ * split free to follow the row count: few rows take 256 threads a row (short per-thread chains: latency), many rows
+ * take 8 chunks a thread (bytes in flight per thread: bandwidth). The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each
  * table row has a stable `fused.*` id.
  */
 import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
@@ -47,8 +46,9 @@ export interface FusedGeometry {
 }
 export type FusedGeometryResult = FusedGeometry | { unsupported: string };
 
-/** Threads a row at most in the latency split: the split sweep found 256 as fast as or faster than 512 and 1024 at
- * decode (each level of the cross-warp tree past 256 threads costs a barrier). */
+/** Threads a row in the latency split (more where a row has more than 8 chunks a thread for them: FUSED_MAXV). In the
+ * H200 split sweep 256 was the fastest split or within 0.2 µs of it at 1 and 8 rows, D 2048 to 8192; 1024 was up to
+ * 3.6 µs slower (each level of the cross-warp tree past 256 threads costs a barrier). */
 export const FUSED_LATENCY_THREADS = 256;
 
 /**
@@ -64,7 +64,7 @@ export const FUSED_SPLITS: readonly {
   nv: (kind: NormKind, leaves: number) => number;
   why: string;
 }[] = [
-  { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: up to FUSED_LATENCY_THREADS threads a row, a short chain of loads, reductions and stores per thread and at most 3 barriers per sum" },
+  { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: FUSED_LATENCY_THREADS threads a row (more for rows past 8 chunks a thread): a short chain of loads, reductions and stores per thread, 4 barriers per sum" },
   { id: "fused.lanes", when: (_r, n) => n <= FUSED_LANES_MAX * FUSED_MAXV, nv: () => 8, why: "rows to 256 chunks at many rows: a power-of-two group of lanes per row (256 / tpr rows a block, no barrier) at 8 chunks a lane (the most bytes in flight per lane)" },
   { id: "fused.block", when: () => true, nv: () => 8, why: "longer rows at many rows: a block of whole warps per row at 8 chunks a thread (fewest threads, most bytes in flight per thread)" },
 ];

@@ -67,12 +67,17 @@ for s in "${steps[@]}"; do
       step fused-torch env PYTHONUNBUFFERED=1 python3 bench/compare_torch_fused.py ${q[@]+"${q[@]}"} --json "$OUT/fused-torch.json" ;;
     splits) step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ;;
     fused-ab)
-      w=lab/fused_geometry/.wg
-      bash lab/kernel_ab/trimmed_cubin.sh $w/main.cubin --fused > "$OUT/fused-ab-builds.txt" 2>&1 &&
-        bash lab/kernel_ab/trimmed_cubin.sh $w/lb256.cubin --fused --patch lab/fused_geometry/launch-bound-256.diff >> "$OUT/fused-ab-builds.txt" 2>&1 &&
-        bash lab/kernel_ab/trimmed_cubin.sh $w/res8.cubin --fused -DNK_FUSED_RES_DEPTH=8 >> "$OUT/fused-ab-builds.txt" 2>&1 &&
-        bash lab/kernel_ab/trimmed_cubin.sh $w/onebar.cubin --fused --patch lab/fused_geometry/one-barrier.diff >> "$OUT/fused-ab-builds.txt" 2>&1
-      step fused-ab run lab/fused_geometry/ab.ts $w/{main,lb256,res8,onebar}.cubin --json "$OUT/fused-ab-$rt.json" ;;
+      w=lab/fused_geometry/.wg; rm -rf "$w"  # built here, from this tree's kernels, every time
+      builds() {
+        bash lab/kernel_ab/trimmed_cubin.sh $w/main.cubin --fused &&
+          bash lab/kernel_ab/trimmed_cubin.sh $w/lb256.cubin --fused --patch lab/fused_geometry/launch-bound-256.diff &&
+          bash lab/kernel_ab/trimmed_cubin.sh $w/res8.cubin --fused -DNK_FUSED_RES_DEPTH=8 &&
+          bash lab/kernel_ab/trimmed_cubin.sh $w/onebar.cubin --fused --patch lab/fused_geometry/one-barrier.diff
+      }
+      step fused-ab-builds builds
+      if [ -f $w/onebar.cubin ]; then
+        step fused-ab run lab/fused_geometry/ab.ts $w/{main,lb256,res8,onebar}.cubin --json "$OUT/fused-ab-$rt.json"
+      fi ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
   esac

@@ -321,11 +321,21 @@ export function runDiag(dev: Device): number {
   return bad;
 }
 
+/** [rows, d, strided]: at a few rows (the latency split) a short and a long row, x strided (the scalar path) and
+ * contiguous (the vector path); past the H200's 132 SMs (the bandwidth splits) a short row (sub-warp lanes for 16-bit
+ * x) and a long one (a block per row), contiguous. */
+const FUSED_SHAPES = [
+  [7, 770, true],
+  [3, 5125, true],
+  [7, 768, false],
+  [3, 5120, false],
+  [200, 768, false],
+  [140, 5120, false],
+] as const;
+
 /**
- * Every fused kernel (kind, x dtype, y dtype, weight dtype) four times, each with a residual and dynamic quantization
- * for the 1-byte outputs: at a few rows (the latency split) a short and a long row, x strided (the scalar path); past
- * the H200's 132 SMs (the bandwidth splits) a short row (sub-warp lanes for 16-bit x) and a long one (a block per row),
- * contiguous (the vector path).
+ * Every fused kernel (kind, x dtype, y dtype, weight dtype) once per FUSED_SHAPES row, each with a residual and dynamic
+ * quantization for the 1-byte outputs.
  */
 export function fusedCases(): FusedCase[] {
   const out: FusedCase[] = [];
@@ -333,9 +343,7 @@ export function fusedCases(): FusedCase[] {
     const [, , kindTag, ti, to, tw] = name.split("_"); // nk_fused_{ln|rms}_{ti}_{to}_{tw}
     const kind = kindTag === "ln" ? "layer" : "rms", dtype = ti as "f32" | "f16" | "bf16";
     const quant = to === ti ? "none" : "dynamic";
-    for (
-      const [rows, d, strided] of [[7, 770, true], [3, 5125, true], [200, 768, false], [140, 5120, false]] as const
-    ) {
+    for (const [rows, d, strided] of FUSED_SHAPES) {
       out.push({
         kind,
         dtype,

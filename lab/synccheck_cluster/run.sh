@@ -6,7 +6,8 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/synccheck-repro}; mkdir -p "$OUT"; log="$OUT/synccheck-repro.txt"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 bin=$(mktemp -d)/repro
-nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -o "$bin" lab/synccheck_cluster/repro.cu || exit 1
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+"$NVCC" -O3 -std=c++17 -arch=sm_90 -Ikernels -o "$bin" lab/synccheck_cluster/repro.cu || exit 1
 : > "$log"
 # mode, cluster size, threads per CTA, extra dynamic shared memory (fewer CTAs per SM, the same code)
 for m in "xchg 16 128 49184" "regs 16 128 0" "staged 16 128 0" "staged 16 128 60000" "staged 16 256 0" "staged 8 128 0"; do

@@ -281,7 +281,7 @@ test("result types follow the call: dynamic quant → { y, scale }, static → y
 
 test("quantError: one step of the dtype, plus 8 f32 ulps of y's terms carried into q (the near-cancellation an H100 showed)", () => {
   // LayerNorm f32 [140, 5120] → fp8e5m2, dynamic, row 68: y = t·w + b = 1.74e-7 with t·w ≈ −0.964 and b ≈ 0.964; the
-  // kernel's q was 2 steps from float64's: y's f32 error (a few ulps of 0.964) over the scale 7.15e-5.
+  // kernel gives q 2 steps from float64's: y's f32 error (a few ulps of 0.964) over the scale 7.15e-5.
   const y = 1.7410233565939848e-7, b = 0.9643197059631348, scale = 0.0000714658381184563;
   assert.ok(quantError(0.0048828125, 0.00244140625, y, b, scale, "fp8e5m2") <= 1);
   // The same codes without the cancellation (no bias): wrong.

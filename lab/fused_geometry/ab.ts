@@ -19,9 +19,20 @@ import { FUSED_ARGS } from "../../ops/fused_abi.ts";
 import { fusedGeometry, fusedKernelName } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { randomTile } from "../../bench/tile.ts";
-import { copyCeilingGBs, deviceTimer, graphUs } from "../../bench/device_timer.ts";
+import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
 import { openCuda } from "../../bench/open_cuda.ts";
-import { agrees, bitsOf, caseBytes, caseTensors, poison, type Variant, VARIANTS, viaKernel, viaOp } from "./cases.ts";
+import {
+  agrees,
+  bitsOf,
+  caseBytes,
+  caseTensors,
+  measureCase,
+  poison,
+  type Variant,
+  VARIANTS,
+  viaKernel,
+  viaOp,
+} from "./cases.ts";
 
 const args = process.argv.slice(2);
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
@@ -50,10 +61,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const kernels: Kernel[] = modules.map((m) => m.kernel(name, FUSED_ARGS));
   const direct = (k: Kernel, s: Stream) => viaKernel(k, t, v, rows, d, g, limits.maxGridX, s);
   const bytes = caseBytes(rows, d, v);
-  const measure = (k: Kernel): number =>
-    mode === "decode"
-      ? graphUs(dev, (s) => direct(k, s))
-      : (100 * (bytes / (timer.time(() => direct(k, dev.stream)) * 1e6))) / copyGBs;
+  const measure = (k: Kernel) => measureCase(dev, timer, copyGBs, mode, bytes, (s) => direct(k, s));
   poison(t);
   viaOp(t, v);
   dev.synchronize();

@@ -8,6 +8,7 @@ import { type Kernel, LaunchConfig, type Stream } from "../../gpu.ts";
 import { fusedArgs } from "../../ops/fused_abi.ts";
 import type { FusedGeometry } from "../../ops/plan_fused.ts";
 import { fillFromTile } from "../../bench/tile.ts";
+import { graphUs } from "../../bench/device_timer.ts";
 
 export type Variant = { name: string; kind: "rms" | "layer"; to: "bf16" | "fp8e4m3" };
 export const VARIANTS: readonly Variant[] = [
@@ -116,3 +117,15 @@ export function agrees(t: CaseTensors, v: Variant, want: Bits): string {
 /** Bytes a call moves: x and residual read, h and y written, the scales. */
 export const caseBytes = (rows: number, d: number, v: Variant): number =>
   rows * d * (3 * 2 + (v.to === "bf16" ? 2 : 1)) + (v.to === "bf16" ? 0 : 4 * rows);
+
+/** One call's figure: decode, device µs per op in a CUDA graph; prefill, % of the run's copy ceiling for `bytes`. */
+export function measureCase(
+  dev: Device,
+  timer: { time(fn: () => void): number },
+  copyGBs: number,
+  mode: "decode" | "prefill",
+  bytes: number,
+  op: (s: Stream) => void,
+): number {
+  return mode === "decode" ? graphUs(dev, op) : (100 * (bytes / (timer.time(() => op(dev.stream)) * 1e6))) / copyGBs;
+}

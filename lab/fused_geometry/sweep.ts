@@ -21,8 +21,19 @@ import { fusedKernel } from "../../ops/fused_module.ts";
 import { type FusedGeometry, fusedGeometry, fusedKernelName, fusedSplit, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { randomTile } from "../../bench/tile.ts";
-import { agrees, bitsOf, caseBytes, caseTensors, poison, type Variant, VARIANTS, viaKernel, viaOp } from "./cases.ts";
-import { copyCeilingGBs, deviceTimer, graphUs } from "../../bench/device_timer.ts";
+import {
+  agrees,
+  bitsOf,
+  caseBytes,
+  caseTensors,
+  measureCase,
+  poison,
+  type Variant,
+  VARIANTS,
+  viaKernel,
+  viaOp,
+} from "./cases.ts";
+import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
 import { openCuda } from "../../bench/open_cuda.ts";
 
 const args = process.argv.slice(2);
@@ -51,8 +62,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const bytes = caseBytes(rows, d, v);
   const k = fusedKernel(dev, fusedKernelName(v.kind, "bf16", v.to, "bf16"));
   const direct = (g: FusedGeometry, s: Stream) => viaKernel(k, t, v, rows, d, g, limits.maxGridX, s);
-  const measure = (op: (s: Stream) => void): number =>
-    mode === "decode" ? graphUs(dev, op) : (100 * (bytes / (timer.time(() => op(dev.stream)) * 1e6))) / copyGBs;
+  const measure = (op: (s: Stream) => void) => measureCase(dev, timer, copyGBs, mode, bytes, op);
   const unit = mode === "decode" ? "µs/op" : "%copy";
   const table = fusedGeometry(v.kind, d, "bf16", limits, rows);
   const tableNote = "tpr" in table ? `tpr ${table.tpr} nv ${table.nv}` : table.unsupported;

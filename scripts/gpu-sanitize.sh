@@ -37,6 +37,16 @@ for tool in "${tools[@]}"; do
     echo "== $tool $fam ($rt)"
     start=$(date +%s)
     eval "case_args=(${SANITIZE_ARGS:-})"
+    skipped=""
+    # synccheck dies (CUDA_ERROR_ILLEGAL_ADDRESS, 0 errors) on 16-CTA clusters of small CTAs whose CTAs exchange
+    # through st.async and mbarriers, normkit's code or not: a 40-line kernel does the same (lab/synccheck_cluster). The
+    # three 16-bit RMSNorm [8, 65536] cases run such a kernel (bwd.staged-rms16-small). Skipped under synccheck only,
+    # and said so in the table.
+    if [ "$tool" = synccheck ] && [ "$fam" = bwd ] && [ -z "${SANITIZE_ARGS:-}" ]; then
+      case_args=(--skip "RMS bf16/bf16/f32 [8, 65536]" --skip "RMS f16/f16/f16 [8, 65536]"
+        --skip "RMS f16/f16/f16 (no weight) [8, 65536]")
+      skipped=" (3 cases skipped: 16-bit RMS [8, 65536], lab/synccheck_cluster)"
+    fi
     timeout "$LIMIT" "$CS" --tool "$tool" --error-exitcode 9 --print-limit 50 "${extra[@]}" "${cmd[@]}" --family "$fam" \
       ${case_args[@]+"${case_args[@]}"} >"$log" 2>&1
     rc=$?
@@ -51,7 +61,7 @@ for tool in "${tools[@]}"; do
     elif [ "$rc" -ne 0 ]; then verdict="0 errors, results wrong or run failed"
     else verdict="0 errors"; fi
     [ "$verdict" = "0 errors" ] || { status=1; grep -m5 -E "Error|WRONG" "$log"; tail -5 "$log"; }
-    table+=$(printf '%-10s %-5s %6s %6s  %s' "$tool" "$fam" "$rc" "$secs" "$verdict")$'\n'
+    table+=$(printf '%-10s %-5s %6s %6s  %s' "$tool" "$fam" "$rc" "$secs" "$verdict$skipped")$'\n'
   done
 done
 echo; echo "== compute-sanitizer ($rt), logs in $OUT"; printf '%s' "$table"

@@ -7,7 +7,7 @@
  *   deno run -A scripts/sanitize_cases.ts --dry-run                  # the shapes and kernels for an H200, no GPU
  *
  * `--only TEXT` / `--skip TEXT` keep / drop the fwd or bwd cases whose description (as printed) contains TEXT: one case
- * alone under a tool, or the family without it.
+ * alone under a tool, or the family without it (`--skip` may be given several times).
  *
  * Exit status: 0 all results match, 1 a result is wrong, 2 no CUDA device or bad arguments.
  */
@@ -431,11 +431,9 @@ async function main(args: string[]): Promise<number> {
   if (fam === "fused") return runFused(dev) === 0 ? 0 : 1;
   const family = fam as "fwd" | "bwd";
   const only = args.includes("--only") ? args[args.indexOf("--only") + 1] : undefined;
-  const skip = args.includes("--skip") ? args[args.indexOf("--skip") + 1] : undefined;
+  const skips = args.flatMap((a, i) => (a === "--skip" && i + 1 < args.length ? [args[i + 1]] : []));
   const cases = selectCases(family, planLimits(dev), bwdPlanLimits(dev))
-    .filter((c) =>
-      (only === undefined || describe(c).includes(only)) && (skip === undefined || !describe(c).includes(skip))
-    );
+    .filter((c) => (only === undefined || describe(c).includes(only)) && !skips.some((t) => describe(c).includes(t)));
   printPlan(family, cases);
   let failed = 0;
   for (const c of cases) {

@@ -22,6 +22,7 @@
 #               one barrier per cross-warp sum):
 #               raw JSON as $OUT/fused-ab-<runtime>.json
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
+#   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned, batch-invariant and fused RMSNorm kernels
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?usage: gpu-verify.sh deno|bun [steps...]}; shift
@@ -79,6 +80,7 @@ for s in "${steps[@]}"; do
         step fused-ab run lab/fused_geometry/ab.ts $w/{main,lb256,res8,onebar}.cubin --json "$OUT/fused-ab-$rt.json"
       fi ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
+    profile) step profile bash lab/fused_geometry/profile.sh "$rt" ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
   esac
 done

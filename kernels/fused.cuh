@@ -152,24 +152,34 @@ NK_INLINE void nk_after(int& c, float v) { asm volatile("" : "+v"(c) : "v"(v)); 
 NK_INLINE void nk_after(int& c, float v) { asm volatile("" : "+r"(c) : "f"(v)); }
 #endif
 
-// Store N elements of T held as packed words (nk_load_words' layout): vector stores when `vec` and the chunk is
-// full, else the first nvalid elements one by one.
+// Store N elements of T (1, 2 or 4 bytes) held as packed words (nk_load_words' layout): when `vec` and the chunk is
+// full, one store per 16 bytes (or one of the chunk's 4 or 8 bytes), else the first nvalid elements one by one.
 template <class T, int N>
 NK_INLINE void nk_store_words(typename T::S* p, bool vec, int nvalid, const unsigned* w) {
   constexpr int W = N * T::SIZE / 4;
+  static_assert(W == 1 || W == 2 || W % 4 == 0, "a chunk of 4, 8 or 16n bytes");
   if (vec && nvalid >= N) {
+    if (W == 1) {
+      *(unsigned*)p = w[0];
+    } else if (W == 2) {
+      nk_v2 v;
+      v.w[0] = w[0], v.w[1] = w[1];
+      *(nk_v2*)p = v;
+    } else {
 #pragma unroll
-    for (int k = 0; k < W; k += 4) {
-      nk_v4 v;
-      v.w[0] = w[k], v.w[1] = w[k + 1], v.w[2] = w[k + 2], v.w[3] = w[k + 3];
-      *(nk_v4*)((unsigned char*)p + 4 * k) = v;
+      for (int k = 0; k < W; k += 4) {
+        nk_v4 v;
+        v.w[0] = w[k], v.w[1] = w[k + 1], v.w[2] = w[k + 2], v.w[3] = w[k + 3];
+        *(nk_v4*)((unsigned char*)p + 4 * k) = v;
+      }
     }
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) {
       if (e < nvalid) {
         if (T::SIZE == 4) p[e] = (typename T::S)w[e];
-        else p[e] = (typename T::S)((e & 1) ? (w[e >> 1] >> 16) : (w[e >> 1] & 0xffffu));
+        else if (T::SIZE == 2) p[e] = (typename T::S)((e & 1) ? (w[e >> 1] >> 16) : (w[e >> 1] & 0xffffu));
+        else p[e] = (typename T::S)(w[e >> 2] >> (8 * (e & 3)));
       }
     }
   }
@@ -206,24 +216,32 @@ NK_INLINE void nk_fused_y(const unsigned* hw, int p, bool has_w, const unsigned*
   }
 }
 
-// Store PE elements of y (a piece of a chunk): a float dtype rounded to nearest even (nk_store_f), or PE bytes of a
-// quantized dtype from yf / s (f32 division), one 4-byte store when `vec` and the piece is whole.
+// PE elements of y as TO's packed words (PE * TO::SIZE / 4 of them, nk_load_words' layout): a float dtype rounded to
+// nearest even, or PE bytes of a quantized dtype from y / s (f32 division).
+template <class TO, int PE>
+NK_INLINE void nk_fused_pack(const float (&f)[PE], float s, unsigned* w) {
+  static_assert(PE % 4 == 0, "whole words of bytes");
+  if constexpr (nk_is_quant<TO>::V) {
+#pragma unroll
+    for (int k = 0; k < PE / 4; ++k)
+      w[k] = nk_quant2<TO>(f[4 * k] / s, f[4 * k + 1] / s) | (nk_quant2<TO>(f[4 * k + 2] / s, f[4 * k + 3] / s) << 16);
+  } else if constexpr (TO::SIZE == 4) {
+#pragma unroll
+    for (int k = 0; k < PE; ++k) w[k] = (unsigned)TO::from_f(f[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < PE / 2; ++k) w[k] = TO::pack2(f[2 * k], f[2 * k + 1]);
+  }
+}
+
+// Store PE elements of y (a piece of a chunk, the scalar path): vector stores when `vec` and the piece is whole. A
+// float dtype goes through nk_store_f, whose element-wise stores round with from_f (as the CPU reference).
 template <class TO, int PE>
 NK_INLINE void nk_fused_store(typename TO::S* p, bool vec, int nvalid, float (&f)[PE], float s) {
   if constexpr (nk_is_quant<TO>::V) {
-    static_assert(PE % 4 == 0, "whole words of bytes");
-#pragma unroll
-    for (int k = 0; k < PE / 4; ++k) {
-      const unsigned w =
-          nk_quant2<TO>(f[4 * k] / s, f[4 * k + 1] / s) | (nk_quant2<TO>(f[4 * k + 2] / s, f[4 * k + 3] / s) << 16);
-      if (vec && nvalid >= PE) {
-        *(unsigned*)(p + 4 * k) = w;
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (4 * k + e < nvalid) p[4 * k + e] = (unsigned char)(w >> (8 * e));
-      }
-    }
+    unsigned w[PE / 4];
+    nk_fused_pack<TO, PE>(f, s, w);
+    nk_store_words<TO, PE>(p, vec, nvalid, w);
   } else {
     nk_store_f<TO, PE>(p, vec, nvalid, f);
   }
@@ -302,8 +320,11 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   constexpr bool VP = true;
   constexpr int VEC = 16 / TI::SIZE, MAXV = NK_FUSED_MAXV;
   // The output loops take a chunk in pieces of PE elements whose weights are 16 bytes (PW words): 16-bit x with f32
-  // weights in two halves, so that a chunk's weight and bias need 8 registers, not 16.
+  // weights in two halves, so that a chunk's weight and bias need 8 registers, not 16. y is packed piece by piece into
+  // YW words and stored once per chunk: a warp's store then covers whole 32-byte sectors (a store per piece wrote half
+  // of each sector twice, doubling the L2's store requests).
   constexpr int PE = 4, PW = PE * TW::SIZE / 4;
+  constexpr int YW = VEC * TO::SIZE / 4;
   constexpr bool Q = nk_is_quant<TO>::V;
   typedef typename TI::S SI;
   typedef typename TO::S SO;
@@ -441,18 +462,20 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
     SO* yr = Y + i0 * y_s0 + i1 * y_s1;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
-      const int nvalid = NK_NVAL(i);
+      const int nvalid = NK_NVAL(i);  // VEC or 0: d is a multiple of VEC here
+      if (nvalid > 0) {
+        unsigned yw[YW];
 #pragma unroll
-      for (int p = 0; p < VEC; p += PE) {
-        if (nvalid > p) {
+        for (int p = 0; p < VEC; p += PE) {
           const long long off = (long long)(c0 + i * tpr) * VEC + p;
           unsigned gw[PW], bw[PW];
           if (has_w) nk_load_words<TW, PE>(W + off, VP, nvalid - p, gw);
           if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
           float f[PE];
           nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
-          nk_fused_store<TO, PE>(yr + off, VP, nvalid - p, f, s);
+          nk_fused_pack<TO, PE>(f, s, yw + p * TO::SIZE / 4);
         }
+        nk_store_words<TO, VEC>(yr + (long long)(c0 + i * tpr) * VEC, VP, nvalid, yw);
       }
     }
     i0 += step0, i1 += step1;

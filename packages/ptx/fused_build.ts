@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "7371ca6f4f2abe7a427f6becf8ed884019787758d2f84a0e6773805ef0364d4b";
+export const fusedSourceSha256: string = "028846b55590cf67404b0403c4cbb2e11020158cd65094b0f9072d261f006767";

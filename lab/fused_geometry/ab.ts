@@ -7,7 +7,7 @@
  * - decode: 1 row, D 2048 / 8192, device µs per op in a CUDA graph (add + RMSNorm, → fp8e4m3 dynamic, add +
  *   LayerNorm);
  * - prefill: rows moving ≥ 512 MiB, D 4096 / 8192, % of a device-to-device copy of the same run (the four calls of
- *   the split sweep).
+ *   the split sweep), and D 128 (a head's length: the sub-warp split QK-norm takes) for add + RMSNorm, → fp8e4m3.
  *
  *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--json out.json]
  */
@@ -85,6 +85,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
 
 for (const d of [2048, 8192]) for (const v of VARIANTS.slice(0, 3)) run("decode", 1, d, v);
 for (const d of [4096, 8192]) for (const v of VARIANTS) run("prefill", Math.ceil(2 ** 29 / (d * 8)), d, v);
+for (const v of VARIANTS.slice(0, 2)) run("prefill", 2 ** 29 / (128 * 8), 128, v);
 if (jsonPath) {
   writeFileSync(jsonPath, JSON.stringify({ device: dev.info.name, copyGBs, builds: paths, results }, null, 1));
 }

@@ -22,6 +22,7 @@
 #               raw JSON as $OUT/fused-ab-<runtime>.json
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 #   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned, batch-invariant and fused RMSNorm kernels
+#   profile-decode  the same over one decode row (add + RMSNorm, → fp8, QK-norm of a token), caches warm
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rt=${1:?usage: gpu-verify.sh deno|bun [steps...]}; shift
@@ -79,6 +80,7 @@ for s in "${steps[@]}"; do
       fi ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     profile) step profile bash lab/fused_geometry/profile.sh "$rt" ;;
+    profile-decode) step profile-decode bash lab/fused_geometry/profile.sh "$rt" decode ;;
     *) echo "gpu-verify: unknown step '$s'" >&2; exit 2 ;;
   esac
 done

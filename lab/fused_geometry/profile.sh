@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # On the GPU host: Nsight Compute over profile.ts's four launches (tuned RMSNorm, batch-invariant, add + RMSNorm,
 # add + RMSNorm → fp8), the sections that say where a memory-bound kernel loses time. --clock-control none: the card's
-# clocks are left as they are. Report text: $OUT/ncu-fused.txt.   bash lab/fused_geometry/profile.sh deno|bun
+# clocks are left as they are. Report text: $OUT/ncu-fused.txt (decode: $OUT/ncu-fused-decode.txt).
+#   bash lab/fused_geometry/profile.sh deno|bun [decode]
+# decode: profile.ts --decode, every launch (3 of each case), caches not flushed between them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-rt=${1:?usage: profile.sh deno|bun}
+rt=${1:?usage: profile.sh deno|bun [decode]}
+mode=${2:-prefill}
 OUT=${OUT:-/tmp/fused-profile}; mkdir -p "$OUT"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ "$rt" = deno ]; then cmd=(deno run -A --no-check lab/fused_geometry/profile.ts); else cmd=(bun lab/fused_geometry/profile.ts); fi
-"$NCU" --clock-control none -k regex:nk_ -c 4 \
+report=$OUT/ncu-fused.txt opts=(-c 4)
+if [ "$mode" = decode ]; then report=$OUT/ncu-fused-decode.txt opts=(-c 9 --cache-control none); cmd+=(--decode); fi
+"$NCU" --clock-control none -k regex:nk_ "${opts[@]}" \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
   --section WarpStateStats --section SchedulerStats --section SourceCounters \
-  "${cmd[@]}" > "$OUT/ncu-fused.txt" 2>&1
+  "${cmd[@]}" > "$report" 2>&1
 echo "ncu exit $?"
-grep -E "^  nk_|Memory Throughput|DRAM Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp|Stall|Local Memory|Block Size|Waves Per SM" "$OUT/ncu-fused.txt" | head -120
+grep -E "^  nk_|Memory Throughput|DRAM Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp|Stall|Local Memory|Block Size|Waves Per SM" "$report" | head -200

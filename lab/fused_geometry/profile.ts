@@ -2,12 +2,17 @@
  * One launch of each kernel that ncu should compare (lab/fused_geometry/profile.sh): RMSNorm bf16, D = 4096, 16384
  * rows, with the tuned plan (nk_rms_block_*), batch-invariant (the fused kernel, no residual), add + RMSNorm, and
  * add + RMSNorm → fp8e4m3 dynamic. Each is run once (ncu flushes the caches before each launch it profiles).
+ * `--decode`: one row of D = 4096 instead (add + RMSNorm → bf16, → fp8e4m3 dynamic, and QK-norm of one token, 32 + 8
+ * heads of 128, for a kernel of the same launch with short rows), each run 3 times in a row: profile.sh profiles them
+ * with warm caches, as a decode step in a graph finds its residual and weights in L2.
  *
- *   deno run -A lab/fused_geometry/profile.ts      # bun lab/fused_geometry/profile.ts
+ *   deno run -A lab/fused_geometry/profile.ts [--decode]      # bun lab/fused_geometry/profile.ts [--decode]
  */
+import process from "node:process";
 import { Device, loadKernels, rmsNorm, type RMSNormOptions, type Tensor } from "../../mod.ts";
 
-const D = 4096, ROWS = 16384;
+const decode = process.argv.slice(2).includes("--decode");
+const D = 4096, ROWS = decode ? 1 : 16384, REPEAT = decode ? 3 : 1;
 using dev = Device.open({ backend: "cuda", sanityCheck: false });
 await loadKernels(dev, { fused: true });
 using held = new DisposableStack();
@@ -21,14 +26,23 @@ const weight = held.use(
   dev.tensor(Float32Array.from({ length: D }, (_, i) => 1 + (i % 7) / 8), [D], { dtype: "bf16" }),
 );
 const norm = rmsNorm as (x: Tensor, o: RMSNormOptions) => Tensor;
-const cases: [string, RMSNormOptions][] = [
-  ["tuned", { weight, out: y }],
-  ["invariant", { weight, out: y, batchInvariant: true }],
+// [name, options, input (default x)]
+const fused: [string, RMSNormOptions, Tensor?][] = [
   ["add", { weight, residual, residualOut: h, out: y }],
   ["add+fp8", { weight, residual, residualOut: h, out: q, quant: { dtype: "fp8e4m3", scaleOut: scale } }],
 ];
-for (const [name, o] of cases) {
-  norm(x, o);
+const qkCase = (): [string, RMSNormOptions, Tensor] => {
+  const qkv = make("bf16", [1, 48 * 128]), qw = make("bf16", [128]), kw = make("bf16", [128]);
+  const qk = qkv.view([1, 40, 128], { strides: [48 * 128, 128, 1] });
+  return ["qk", { weight: qw, weight2: kw, split: 32, out: qk }, qk];
+};
+const cases = decode ? [qkCase(), ...fused] : [
+  ["tuned", { weight, out: y }] as [string, RMSNormOptions],
+  ["invariant", { weight, out: y, batchInvariant: true }] as [string, RMSNormOptions],
+  ...fused,
+];
+for (const [name, o, input] of cases) {
+  for (let i = 0; i < REPEAT; i++) norm(input ?? x, o);
   dev.synchronize();
-  console.log(`launched ${name}`);
+  console.log(`launched ${name} ×${REPEAT}`);
 }

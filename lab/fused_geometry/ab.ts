@@ -4,8 +4,8 @@
  * h, y and scales must equal the op's bit for bit (a change to the schedule, not to the arithmetic); then each is
  * timed in the order given and again reversed (A B … B A), and the mean of its two runs is printed:
  *
- * - decode: 1 row, D 2048 / 8192, device µs per op in a CUDA graph (add + RMSNorm, → fp8e4m3 dynamic, add +
- *   LayerNorm);
+ * - decode: 1 row, D 2048 / 4096 / 8192 (1, 2 and 4 chunks a thread), device µs per op in a CUDA graph (add +
+ *   RMSNorm, → fp8e4m3 dynamic, add + LayerNorm);
  * - prefill: rows moving ≥ 512 MiB, D 4096 / 8192, % of a device-to-device copy of the same run (the four calls of
  *   the split sweep), and D 128 (a head's length: the sub-warp split QK-norm takes) for add + RMSNorm, → fp8e4m3.
  *
@@ -83,7 +83,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   results.push({ mode, variant: v.name, d, rows, tpr: g.tpr, nv: g.nv, unit, values: sums, checks });
 }
 
-for (const d of [2048, 8192]) for (const v of VARIANTS.slice(0, 3)) run("decode", 1, d, v);
+for (const d of [2048, 4096, 8192]) for (const v of VARIANTS.slice(0, 3)) run("decode", 1, d, v);
 for (const d of [4096, 8192]) for (const v of VARIANTS) run("prefill", Math.ceil(2 ** 29 / (d * 8)), d, v);
 for (const v of VARIANTS.slice(0, 2)) run("prefill", 2 ** 29 / (128 * 8), 128, v);
 if (jsonPath) {

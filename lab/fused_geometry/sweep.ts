@@ -5,8 +5,8 @@
  *
  * - decode: 1 and 8 bf16 rows, D 2048 / 4096 / 8192, captured 100 times in a CUDA graph: device µs per op, for
  *   add + RMSNorm → bf16, add + RMSNorm → fp8e4m3 (dynamic per row), add + LayerNorm → bf16;
- * - prefill: rows moving ≥ 512 MiB, D 512 … 8192, the same three and add + LayerNorm → fp8e4m3: % of a
- *   device-to-device copy measured in the same run (bytes as bench/fused.ts counts them).
+ * - prefill: rows moving ≥ 512 MiB, D 128 … 8192 (128: a QK-norm head), the same three and add + LayerNorm →
+ *   fp8e4m3: % of a device-to-device copy measured in the same run (bytes as bench/fused.ts counts them).
  *
  * Each split's h, y and dynamic scales must equal the op's bit for bit (every split adds in the row's one tree): a
  * broken split shows as a mismatch, not a fast number.
@@ -86,7 +86,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
 for (const d of [2048, 4096, 8192]) {
   for (const rows of [1, 8]) for (const v of VARIANTS.slice(0, 3)) run("decode", rows, d, v);
 }
-for (const d of [512, 1024, 2048, 4096, 8192]) {
+for (const d of [128, 256, 512, 1024, 2048, 4096, 8192]) {
   const rows = Math.ceil(2 ** 29 / (d * 8));
   for (const v of VARIANTS) run("prefill", rows, d, v);
 }

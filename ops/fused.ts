@@ -103,8 +103,9 @@ export interface FusedCallOptions {
 
 /** Whether the call goes to the fused path: a fused option, batchInvariant, or rows on two levels. */
 export function takesFused(x: unknown, o: FusedCallOptions): boolean {
-  return o.residual !== undefined || o.residualOut !== undefined || o.quant !== undefined ||
-    o.weight2 !== undefined || o.split !== undefined ||
+  // null is "not given" for the tensor options (as for weight, bias and out), so it never makes a call fused.
+  return o.residual != null || o.residualOut != null || o.quant !== undefined || o.weight2 != null ||
+    o.split !== undefined ||
     (o.batchInvariant !== undefined && o.batchInvariant !== false) ||
     (Tensor.isTensor(x) && !x.uniformRows) || (Tensor.isTensor(o.out) && !o.out.uniformRows);
 }
@@ -275,13 +276,13 @@ export function runFused(
   const params = { weight, bias, weight2 };
 
   let residual: Tensor | undefined, h: Tensor | undefined;
-  if (o.residual !== undefined) {
+  if (o.residual != null) {
     residual = checkTensor("residual", o.residual, device);
     checkSameShape("residual", residual, x);
     if (residual.dtype !== x.dtype) throw new ArgumentError("residual.dtype", `x's dtype "${x.dtype}"`, residual.dtype);
     if (overlaps(residual, x)) throw new ArgumentError("residual", "memory apart from x", "an overlap with x");
     h = residual;
-    if (o.residualOut !== undefined) {
+    if (o.residualOut != null) {
       h = checkTensor("residualOut", o.residualOut, device);
       checkSameShape("residualOut", h, x);
       if (h.dtype !== x.dtype) throw new ArgumentError("residualOut.dtype", `x's dtype "${x.dtype}"`, h.dtype);
@@ -295,12 +296,14 @@ export function runFused(
         }
       }
     }
+    // h is written: into residual itself unless residualOut is given, so the argument named is the one written.
+    const hName = h === residual ? "residual" : "residualOut";
     for (const [name, p] of Object.entries(params)) {
       if (p && overlaps(h, p)) {
-        throw new ArgumentError("residualOut", `memory apart from ${name}`, `an overlap with ${name}`);
+        throw new ArgumentError(hName, `memory apart from ${name} (h is written there)`, `an overlap with ${name}`);
       }
     }
-  } else if (o.residualOut !== undefined) {
+  } else if (o.residualOut != null) {
     throw new ArgumentError("residualOut", "nothing without a residual", o.residualOut);
   }
 

@@ -267,8 +267,8 @@ export abstract class NormModule implements Disposable {
   }
 
   /**
-   * Normalizes x and keeps x (by reference: do not close or overwrite it before backward) and the statistics
-   * for one backward(). Returns y, a new tensor.
+   * Normalizes x and keeps x (by reference: do not close or overwrite it before backward; a view whose rows lie on
+   * two levels is copied) and the statistics for one backward(). Returns y, a new tensor.
    *
    * @param x The input: trailing dimensions normalizedShape (last dimension d); f32, f16 or bf16.
    * @param opts.stream The stream to run on (default: the device's).
@@ -295,7 +295,7 @@ export abstract class NormModule implements Disposable {
     }
     flattenNormalized("x", x, ns);
     const normalizedShape = ns.length === 1 ? undefined : ns;
-    const fused = residual === undefined && residualOut === undefined ? {} : { residual, residualOut };
+    const fused = residual == null && residualOut == null ? {} : { residual, residualOut };
     const r = this.kind === "layer"
       ? layerNorm(x, {
         weight: this.#scale,
@@ -309,11 +309,12 @@ export abstract class NormModule implements Disposable {
       : rmsNorm(x, { weight: this.#scale, eps: this.eps, stats: true, stream, normalizedShape, ...fused });
     const mean = this.kind === "layer" ? r.mean : (r.mean.close(), undefined);
     // With a residual, the backward's x is h (in residualOut, or residual itself): a copy of its own, since the
-    // caller's buffer usually takes the next layer's sum before this layer's backward.
+    // caller's buffer usually takes the next layer's sum before this layer's backward. x on two levels (a head view)
+    // is copied too: the backward takes rows one stride apart.
     let saved = x;
-    if (residual !== undefined) {
+    if (residual != null || !x.uniformRows) {
       try {
-        const h = residualOut ?? residual;
+        const h = residual != null ? residualOut ?? residual : x;
         saved = emptyTensor(this.device, h.shape, { dtype: h.dtype });
         copyRows(saved, h, stream ?? this.device.stream);
       } catch (e) {

@@ -213,6 +213,25 @@ test("residual backward: dx = normBackward(dy) + dResidual (dx2 any view); the m
   void y;
 });
 
+test("the modules on a head view (rows on two levels): forward keeps a copy, backward equals the contiguous one's", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const tokens = 3, heads = 4, hd = 8, width = 6 * hd; // heads 0..3 of 6 per token, the rest left out
+  using qkv = dev.tensor(randoms(tokens * width, 41), [tokens, width]);
+  const q = qkv.view([tokens, heads, hd], { strides: [width, hd, 1] });
+  using qc = dev.tensor(q.readSync(), [tokens, heads, hd]);
+  using dy = dev.tensor(randoms(tokens * heads * hd, 42), [tokens, heads, hd]);
+  const wv = randoms(hd, 43, 0.5, 1.5);
+  const grads: Float32Array[][] = [];
+  for (const x of [q, qc]) {
+    using m = new RMSNorm(dev, hd);
+    m.load({ weight: wv });
+    using y = m.forward(x, { residual: null as never });
+    using dx = m.backward(dy);
+    grads.push([y.readSync(), dx.readSync(), m.weightGrad!.readSync()]);
+  }
+  for (let k = 0; k < 3; k++) assert.deepEqual(grads[0][k], grads[1][k], ["y", "dx", "dweight"][k]);
+});
+
 test("fused options refused with a typed error naming the argument; a refused call writes nothing", () => {
   using dev = Device.open({ backend: "cpu" });
   const rows = 3, d = 16;
@@ -254,6 +273,22 @@ test("fused options refused with a typed error naming the argument; a refused ca
   assert.throws(() => layerNorm(x, { residual: res, check: true }), UnsupportedError);
   assert.throws(() => rmsNorm(q8, { residual: res }), arg("x.dtype"));
   assert.deepEqual(Array.from(res.readSync()), Array.from(before), "nothing written by a refused call");
+});
+
+test("null tensor options are not given: a plain call stays plain (its row limit, outDtype, normalizedShape)", () => {
+  using dev = Device.open({ backend: "cpu" });
+  using x = dev.tensor(randoms(32, 1), [4, 8], { dtype: "bf16" });
+  const none = { residual: null, residualOut: null, weight2: null } as unknown as Record<never, never>;
+  using plain = rmsNorm(x, { outDtype: "f32" });
+  using nulls = rmsNorm(x, { ...none, outDtype: "f32" });
+  assert.deepEqual(nulls.readSync(), plain.readSync());
+  using plainLn = layerNorm(x, { normalizedShape: [4, 8] });
+  using nullsLn = layerNorm(x, { ...none, normalizedShape: [4, 8] });
+  assert.deepEqual(nullsLn.readSync(), plainLn.readSync());
+  // Past the fused kernels' row limit (f32: 32768) but within the plain norms' (262144).
+  using long = dev.tensor(randoms(40000, 2), [1, 40000]);
+  using y = rmsNorm(long, none);
+  assert.equal(y.d, 40000);
 });
 
 test("loadKernels({ fused }) checks its option; the fused kernels on the CPU need no loading", async () => {

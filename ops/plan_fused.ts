@@ -7,8 +7,8 @@
  * (kernels/fused.cuh, nk_fused_red). A launch splits the N leaves over `tpr` threads per row with `nv` chunks each
  * (both powers of two, tpr × nv = N, or more threads, of zeros, where a block's whole warps exceed N); every split
  * adds in that same tree, so every output bit of a row is the same in every call, whatever the batch. That leaves the
- * split free to follow the row count: few rows take 256 threads a row (short per-thread chains: latency), many rows
- * take 8 chunks a thread (bytes in flight per thread: bandwidth). The row count also sizes the grid (fusedLaunch); the
+ * split free to follow the row count: few rows take 256 threads a row (short per-thread chains: latency), as do short
+ * rows while a chunk a lane fits one wave, many rows take 8 chunks a thread (bytes in flight per thread: bandwidth). The row count also sizes the grid (fusedLaunch); the
  * kernel grid-strides. Each table row has a stable `fused.*` id.
  */
 import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
@@ -51,11 +51,17 @@ export type FusedGeometryResult = FusedGeometry | { unsupported: string };
  * 3.6 µs slower (each level of the cross-warp tree past 256 threads costs a barrier). */
 export const FUSED_LATENCY_THREADS = 256;
 
+/** Threads an SM holds of the fused kernels (64 registers a thread under their launch bound of 1024): the `fused.wave`
+ * rule's measure of one wave. */
+export const FUSED_SM_THREADS = 1024;
+
 /**
  * How the N leaves are split, the first row whose `when` holds: `nv` chunks a thread for this kind and N (at least
  * N / the most threads a row may have). Set from the split sweep on an H200 (lab/fused_geometry/sweep.ts, figures in
  * docs/fused.md): at 1 and 8 rows, 256 threads a row was the fastest split or within 0.2 µs of it at D 2048 to 8192;
- * at thousands of rows, 8 chunks a thread was the fastest or within 2 points of copy of it at D 512 to 8192.
+ * at thousands of rows, 8 chunks a thread was the fastest or within 2 points of copy of it at D 512 to 8192. Rows of
+ * at most 32 chunks (D ≤ 256 in 16-bit) were not swept: `fused.wave` carries the latency split to as many of them as
+ * fit one wave, from bench/fused.ts's QK-norm figures.
  */
 // deno-fmt-ignore
 export const FUSED_SPLITS: readonly {
@@ -65,6 +71,7 @@ export const FUSED_SPLITS: readonly {
   why: string;
 }[] = [
   { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: FUSED_LATENCY_THREADS threads a row (more for rows past 8 chunks a thread): a short chain of loads, reductions and stores per thread, 4 barriers per sum" },
+  { id: "fused.wave", when: (rows, n, l) => n <= FUSED_LANES_MAX && rows * n <= l.multiprocessors * FUSED_SM_THREADS, nv: () => 1, why: "short rows (a warp or less at a chunk a lane: QK-norm's heads) whose lanes at one chunk each fit one wave of the GPU: the latency split's one load, shuffles and one store per lane, on more SMs than one row per SM allows (8 tokens of 40 heads took 8.3 µs at 8 chunks a lane, 1 token 2.6 µs at one: H100)" },
   { id: "fused.lanes", when: (_r, n) => n <= FUSED_LANES_MAX * FUSED_MAXV, nv: () => 8, why: "rows to 256 chunks at many rows: a power-of-two group of lanes per row (256 / tpr rows a block, no barrier) at 8 chunks a lane (the most bytes in flight per lane)" },
   { id: "fused.block", when: () => true, nv: () => 8, why: "longer rows at many rows: a block of whole warps per row at 8 chunks a thread (fewest threads, most bytes in flight per thread)" },
 ];

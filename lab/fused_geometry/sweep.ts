@@ -3,8 +3,9 @@
  * prefill bandwidth? Launches the shipped fused kernels directly (Kernel.launch, arguments packed by fusedArgs as the
  * op packs them) with every split per D, next to the op itself (its FUSED_SPLITS choice):
  *
- * - decode: 1 and 8 bf16 rows, D 2048 / 4096 / 8192, captured 100 times in a CUDA graph: device µs per op, for
- *   add + RMSNorm → bf16, add + RMSNorm → fp8e4m3 (dynamic per row), add + LayerNorm → bf16;
+ * - decode: 1 and 8 bf16 rows, D 2048 / 4096 / 8192, and 40 and 320 rows of D 128 (QK-norm's heads of 1 and 8
+ *   tokens), captured 100 times in a CUDA graph: device µs per op, for add + RMSNorm → bf16, add + RMSNorm → fp8e4m3
+ *   (dynamic per row), add + LayerNorm → bf16;
  * - prefill: rows moving ≥ 512 MiB, D 128 … 8192 (128: a QK-norm head), the same three and add + LayerNorm →
  *   fp8e4m3: % of a device-to-device copy measured in the same run (bytes as bench/fused.ts counts them).
  *
@@ -86,6 +87,8 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
 for (const d of [2048, 4096, 8192]) {
   for (const rows of [1, 8]) for (const v of VARIANTS.slice(0, 3)) run("decode", rows, d, v);
 }
+// Heads of 128 at the row counts of 1 and 8 tokens of 32 + 8 heads (fused.latency, fused.wave).
+for (const rows of [40, 320]) for (const v of VARIANTS.slice(0, 3)) run("decode", rows, 128, v);
 for (const d of [128, 256, 512, 1024, 2048, 4096, 8192]) {
   const rows = Math.ceil(2 ** 29 / (d * 8));
   for (const v of VARIANTS) run("prefill", rows, d, v);

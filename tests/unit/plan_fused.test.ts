@@ -7,6 +7,7 @@ import {
   FUSED_MAX_THREADS,
   FUSED_MAXV,
   FUSED_ROWS_BLOCK,
+  FUSED_SM_THREADS,
   FUSED_SPLITS,
   FUSED_TRIPLES,
   type FusedGeometry,
@@ -115,7 +116,8 @@ test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, a
           if (g.rule === "fused.latency") {
             const nv = Math.min(FUSED_MAXV, Math.max(1, leaves / FUSED_LATENCY_THREADS));
             assert.equal(g.nv, nv, `${at}: latency split`);
-          } else assert.equal(g.nv, Math.min(8, leaves), `${at}: bandwidth split`);
+          } else if (g.rule === "fused.wave") assert.equal(g.nv, 1, `${at}: a chunk a lane`);
+          else assert.equal(g.nv, Math.min(8, leaves), `${at}: bandwidth split`);
         }
       }
     }
@@ -200,12 +202,29 @@ test("every split of a row's leaves adds them in the same tree: the same f32 bit
 });
 
 test("the split table: ids in order, each with its reason", () => {
-  assert.deepEqual(FUSED_SPLITS.map((r) => r.id), ["fused.latency", "fused.lanes", "fused.block"]);
+  assert.deepEqual(FUSED_SPLITS.map((r) => r.id), ["fused.latency", "fused.wave", "fused.lanes", "fused.block"]);
   for (const r of FUSED_SPLITS) assert.ok(r.why.length > 20);
   assert.equal(geometry("rms", 2048, "bf16", 1000).rule, "fused.lanes"); // 256 chunks: 32 lanes × 8
   assert.equal(geometry("rms", 2056, "bf16", 1000).rule, "fused.block");
   assert.equal(geometry("layer", 1024, "f32", 1000).tpr, 32);
   assert.deepEqual([geometry("rms", 2048, "bf16", 1).tpr, geometry("rms", 2048, "bf16", 1).nv], [256, 1]);
+});
+
+test("short rows take a chunk a lane while all their lanes fit one wave (fused.wave), then 8 chunks a lane", () => {
+  // D 128 bf16: 16 chunks; one wave is multiprocessors × FUSED_SM_THREADS lanes of a chunk each.
+  const wave = (H200.multiprocessors * FUSED_SM_THREADS) / 16;
+  const split = (d: number, rows: number, dtype = "bf16") => {
+    const g = geometry("rms", d, dtype, rows);
+    return [g.tpr, g.nv, g.rule];
+  };
+  assert.deepEqual(split(128, 40), [16, 1, "fused.latency"]); // 1 token of 32 + 8 heads
+  assert.deepEqual(split(128, 320), [16, 1, "fused.wave"]); // 8 tokens
+  assert.deepEqual(split(128, wave), [16, 1, "fused.wave"]);
+  assert.deepEqual(split(128, wave + 1), [2, 8, "fused.lanes"]);
+  assert.deepEqual(split(256, 2000), [32, 1, "fused.wave"]); // 32 chunks: a warp a row
+  assert.deepEqual(split(128, 2000, "f32"), [32, 1, "fused.wave"]);
+  assert.deepEqual(split(264, 200), [8, 8, "fused.lanes"]); // 33 chunks, 64 leaves: past a warp at a chunk a lane
+  assert.deepEqual(split(1024, 200), [16, 8, "fused.lanes"]);
 });
 
 test("unsupported rows, dtypes and limits give a sentence naming what is wrong", () => {

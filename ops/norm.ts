@@ -29,6 +29,7 @@ import {
   type DynamicQuant,
   type FusedCallOptions,
   type FusedOptions,
+  QUANT_KEYS,
   type QuantNormResult,
   type QuantOptions,
   runFused,
@@ -374,13 +375,19 @@ function readOptions(kind: NormKind, opts: unknown): CallOptions {
   }
   const o = opts as LayerNormOptions;
   const eps = o.eps;
-  // The quant object is copied: its fields are read once here too.
+  // The quant object is copied: its fields are read once here too (its other keys by name only, for the check).
   const q = o.quant;
   return {
     residual: o.residual,
     residualOut: o.residualOut,
     quant: typeof q === "object" && q !== null
-      ? { dtype: q.dtype, scale: q.scale, scaleUpperBound: q.scaleUpperBound, scaleOut: q.scaleOut }
+      ? {
+        ...Object.fromEntries(Object.keys(q).filter((k) => !QUANT_KEYS.includes(k)).map((k) => [k, undefined])),
+        dtype: q.dtype,
+        scale: q.scale,
+        scaleUpperBound: q.scaleUpperBound,
+        scaleOut: q.scaleOut,
+      }
       : q,
     weight2: o.weight2,
     split: o.split,

@@ -8,8 +8,8 @@
  * (both powers of two, tpr × nv = N, or more threads, of zeros, where a block's whole warps exceed N); every split
  * adds in that same tree, so every output bit of a row is the same in every call, whatever the batch. That leaves the
  * split free to follow the row count: few rows take 256 threads a row (short per-thread chains: latency), as do short
- * rows while a chunk a lane fits one wave, many rows take 8 chunks a thread (bytes in flight per thread: bandwidth). The row count also sizes the grid (fusedLaunch); the
- * kernel grid-strides. Each table row has a stable `fused.*` id.
+ * rows while a chunk a lane fits one wave, many rows take 8 chunks a thread (bytes in flight per thread: bandwidth).
+ * The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each table row has a stable `fused.*` id.
  */
 import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
 import type { NormKind, PlanLimits } from "./plan.ts";

@@ -18,8 +18,8 @@
 #               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick)
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
-#   fused-ab    lab/fused_geometry/ab.ts over four sm_90 builds made here (main, the decode instantiation, it with the
-#               reciprocal quotient, read-only weights): raw JSON as $OUT/fused-ab-<runtime>.json
+#   fused-ab    lab/fused_geometry/ab.ts over five sm_90 builds made here (main, the division-free quotient, the decode
+#               instantiation, both, read-only weights): raw JSON as $OUT/fused-ab-<runtime>.json
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 #   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned, batch-invariant and fused RMSNorm kernels
 #   profile-decode  the same over one decode row (add + RMSNorm, → fp8, QK-norm of a token), caches warm
@@ -73,11 +73,12 @@ for s in "${steps[@]}"; do
         bash lab/kernel_ab/trimmed_cubin.sh $w/main.cubin --fused &&
           bash lab/kernel_ab/trimmed_cubin.sh $w/near.cubin --fused --patch lab/fused_geometry/near-decode.diff &&
           bash lab/kernel_ab/trimmed_cubin.sh $w/nq.cubin --fused --patch lab/fused_geometry/near-quot.diff &&
+          bash lab/kernel_ab/trimmed_cubin.sh $w/quot.cubin --fused --patch lab/fused_geometry/quot.diff &&
           bash lab/kernel_ab/trimmed_cubin.sh $w/ro.cubin --fused --patch lab/fused_geometry/weights-readonly.diff
       }
       step fused-ab-builds builds
       if [ -f $w/ro.cubin ]; then
-        step fused-ab run lab/fused_geometry/ab.ts $w/{main,near,nq,ro}.cubin --json "$OUT/fused-ab-$rt.json"
+        step fused-ab run lab/fused_geometry/ab.ts $w/{main,quot,near,nq,ro}.cubin --json "$OUT/fused-ab-$rt.json"
       fi ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     profile) step profile bash lab/fused_geometry/profile.sh "$rt" ;;

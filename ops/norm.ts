@@ -375,19 +375,20 @@ function readOptions(kind: NormKind, opts: unknown): CallOptions {
   }
   const o = opts as LayerNormOptions;
   const eps = o.eps;
-  // The quant object is copied: its fields are read once here too (its other keys by name only, for the check).
+  // The quant object is copied: its fields are read once here too. A misspelt key would silently turn a static
+  // quantization dynamic (and change the result's type): only QuantOptions' keys are taken.
   const q = o.quant;
+  if (typeof q === "object" && q !== null) {
+    const unknown = Object.keys(q).find((k) => !QUANT_KEYS.includes(k));
+    if (unknown !== undefined) {
+      throw new ArgumentError(`quant.${unknown}`, `only ${QUANT_KEYS.join(", ")}`, "an unknown key");
+    }
+  }
   return {
     residual: o.residual,
     residualOut: o.residualOut,
     quant: typeof q === "object" && q !== null
-      ? {
-        ...Object.fromEntries(Object.keys(q).filter((k) => !QUANT_KEYS.includes(k)).map((k) => [k, undefined])),
-        dtype: q.dtype,
-        scale: q.scale,
-        scaleUpperBound: q.scaleUpperBound,
-        scaleOut: q.scaleOut,
-      }
+      ? { dtype: q.dtype, scale: q.scale, scaleUpperBound: q.scaleUpperBound, scaleOut: q.scaleOut }
       : q,
     weight2: o.weight2,
     split: o.split,

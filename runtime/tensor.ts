@@ -235,19 +235,20 @@ export function levelsOf(shape: readonly number[], strides: unknown): RowLevels 
   if (inner[0] > 1 && inner[1] < d) {
     throw new ArgumentError("strides", `rows that do not overlap: a row stride ≥ the last dimension (${d})`, strides);
   }
-  if (outer[0] > 1 && outer[1] < (inner[0] - 1) * inner[1] + d) {
+  const innerExtent = (inner[0] - 1) * inner[1] + d;
+  if (outer[0] > 1 && outer[1] < innerExtent) {
     // The levels transposed (each outer step within one inner row's stride): disjoint rows, in an order the kernels
     // do not take. Otherwise the levels interleave, and rows may overlap.
     if (outer[1] >= d && inner[1] >= (outer[0] - 1) * outer[1] + d) {
       throw new UnsupportedError(
         `a view of shape [${shape}] with strides [${strides}] has its levels of rows transposed (the outer stride ` +
-          `${outer[1]} is below the inner rows' extent ${(inner[0] - 1) * inner[1] + d}); a tensor holds its outer ` +
-          `level outermost (as the kernels walk it): view the dimensions in memory order, or copy`,
+          `${outer[1]} is below the inner rows' extent ${innerExtent}); a tensor holds its outer level outermost (as ` +
+          `the kernels walk it): view the dimensions in memory order, or copy`,
       );
     }
     throw new ArgumentError(
       "strides",
-      `levels of rows that nest: an outer stride ≥ ${(inner[0] - 1) * inner[1] + d} (the inner rows' extent)`,
+      `levels of rows that nest: an outer stride ≥ ${innerExtent} (the inner rows' extent)`,
       strides,
     );
   }

@@ -36,9 +36,9 @@ const qkCase = (): [string, RMSNormOptions, Tensor] => {
   const qk = qkv.view([1, 40, 128], { strides: [48 * 128, 128, 1] });
   return ["qk", { weight: qw, weight2: kw, split: 32, out: qk }, qk];
 };
-const cases = decode ? [qkCase(), ...fused] : [
-  ["tuned", { weight, out: y }] as [string, RMSNormOptions],
-  ["invariant", { weight, out: y, batchInvariant: true }] as [string, RMSNormOptions],
+const cases: [string, RMSNormOptions, Tensor?][] = decode ? [qkCase(), ...fused] : [
+  ["tuned", { weight, out: y }],
+  ["invariant", { weight, out: y, batchInvariant: true }],
   ...fused,
 ];
 for (const [name, o, input] of cases) {

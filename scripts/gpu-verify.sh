@@ -19,7 +19,8 @@
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
 #   fused-ab    lab/fused_geometry/ab.ts over five sm_90 builds made here (main, the division-free quotient, the decode
-#               instantiation, both, read-only weights): raw JSON as $OUT/fused-ab-<runtime>.json
+#               instantiation, both, read-only weights): raw JSON as $OUT/fused-ab-<runtime>.json, rewritten after each
+#               case (FUSED_AB_ONLY=decode or prefill: those cases alone)
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 #   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned, batch-invariant and fused RMSNorm kernels
 #   profile-decode  the same over one decode row (add + RMSNorm, → fp8, QK-norm of a token), caches warm
@@ -78,7 +79,8 @@ for s in "${steps[@]}"; do
       }
       step fused-ab-builds builds
       if [ -f $w/ro.cubin ]; then
-        step fused-ab run lab/fused_geometry/ab.ts $w/{main,quot,near,nq,ro}.cubin --json "$OUT/fused-ab-$rt.json"
+        o=(); [ -n "${FUSED_AB_ONLY:-}" ] && o=(--only "$FUSED_AB_ONLY")
+        step fused-ab run lab/fused_geometry/ab.ts $w/{main,quot,near,nq,ro}.cubin ${o[@]+"${o[@]}"} --json "$OUT/fused-ab-$rt.json"
       fi ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     profile) step profile bash lab/fused_geometry/profile.sh "$rt" ;;

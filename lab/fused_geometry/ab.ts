@@ -9,7 +9,9 @@
  * - prefill: rows moving ≥ 512 MiB, D 4096 / 8192, % of a device-to-device copy of the same run (the four calls of
  *   the split sweep), and D 128 (a head's length: the sub-warp split QK-norm takes) for add + RMSNorm, → fp8e4m3.
  *
- *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--json out.json]
+ *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--json out.json]
+ *
+ * The JSON is rewritten after every case, so a run stopped by a time limit keeps the cases it finished.
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -35,10 +37,12 @@ import {
 } from "./cases.ts";
 
 const args = process.argv.slice(2);
-const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
+const option = (name: string) => args.includes(name) ? args[args.indexOf(name) + 1] : undefined;
+const jsonPath = option("--json");
+const only = option("--only");
 const paths = args.filter((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"));
-if (paths.length < 2) {
-  console.error("usage: lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--json out.json]");
+if (paths.length < 2 || (only !== undefined && only !== "decode" && only !== "prefill")) {
+  console.error("usage: lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--json out.json]");
   process.exit(2);
 }
 using dev = openCuda("lab/fused_geometry/ab.ts");
@@ -81,11 +85,15 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
     `${mode} ${v.name.padEnd(11)} D=${String(d).padEnd(5)} (tpr ${g.tpr} nv ${g.nv}) ${unit}: ${cells.join(" ")}`,
   );
   results.push({ mode, variant: v.name, d, rows, tpr: g.tpr, nv: g.nv, unit, values: sums, checks });
+  if (jsonPath) {
+    writeFileSync(jsonPath, JSON.stringify({ device: dev.info.name, copyGBs, builds: paths, results }, null, 1));
+  }
 }
 
-for (const d of [2048, 4096, 8192]) for (const v of VARIANTS.slice(0, 3)) run("decode", 1, d, v);
-for (const d of [4096, 8192]) for (const v of VARIANTS) run("prefill", Math.ceil(2 ** 29 / (d * 8)), d, v);
-for (const v of VARIANTS.slice(0, 2)) run("prefill", 2 ** 29 / (128 * 8), 128, v);
-if (jsonPath) {
-  writeFileSync(jsonPath, JSON.stringify({ device: dev.info.name, copyGBs, builds: paths, results }, null, 1));
+if (only !== "prefill") {
+  for (const d of [2048, 4096, 8192]) for (const v of VARIANTS.slice(0, 3)) run("decode", 1, d, v);
+}
+if (only !== "decode") {
+  for (const d of [4096, 8192]) for (const v of VARIANTS) run("prefill", Math.ceil(2 ** 29 / (d * 8)), d, v);
+  for (const v of VARIANTS.slice(0, 2)) run("prefill", 2 ** 29 / (128 * 8), 128, v);
 }

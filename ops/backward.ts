@@ -9,6 +9,7 @@ import { ArgumentError, GpuError, UnsupportedError } from "../runtime/errors.ts"
 import type { DeviceBuffer } from "../runtime/memory.ts";
 import { type Kernel, LaunchConfig, MAX_PORTABLE_CLUSTER } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
+import { type OptionKeys, optionKeys, refuseUnknownKeys } from "../runtime/options.ts";
 import { emptyTensor, rowOffset, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
 import { bwdPlanLimits, normKernel } from "./kernels.ts";
@@ -218,6 +219,24 @@ interface BackwardOptions {
   readonly normalizedShape: unknown;
 }
 
+/** The options of layerNormBackward and rmsNormBackward (rmsNormBackward refuses `mean` and `bias` by name). */
+const BACKWARD_KEYS: OptionKeys = optionKeys(
+  ...([
+    "mean",
+    "rstd",
+    "weight",
+    "bias",
+    "dx",
+    "dweight",
+    "dbias",
+    "accumulate",
+    "dResidual",
+    "dx2",
+    "stream",
+    "normalizedShape",
+  ] satisfies (keyof BackwardOptions)[]),
+);
+
 function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
   if (typeof opts !== "object" || opts === null) {
     throw new ArgumentError(
@@ -226,6 +245,7 @@ function readBackwardOptions(kind: NormKind, opts: unknown): BackwardOptions {
       opts,
     );
   }
+  refuseUnknownKeys(opts, BACKWARD_KEYS);
   const o = opts as LayerNormBackwardOptions;
   return {
     mean: o.mean,

@@ -15,11 +15,14 @@ import type { Stream } from "../runtime/stream.ts";
 import type { Tensor } from "../runtime/tensor.ts";
 import { checkTensor } from "./validate.ts";
 import { normKernel } from "./kernels.ts";
+import { checkOptionKeys, optionKeys } from "../runtime/options.ts";
 
 /** Argument lists of the diagnostics kernels (kernels/norm.cu), for launches and ABI checks. */
 export const DIAG_PARTIAL_ARGS: readonly ArgType[] = ["ptr", "i64", "i32", "i64", "ptr", "ptr"]; // x, rows, d, stride, counts, maxes
 export const DIAG_FINAL_ARGS: readonly ArgType[] = ["ptr", "ptr", "i32", "ptr", "ptr"]; // counts, maxes, n, out_count, out_max
 
+const STREAM_KEYS = optionKeys("stream");
+const HISTOGRAM_KEYS = optionKeys("bins", "range", "stream");
 const THREADS = 256; // NK_DIAG_THREADS
 const MAX_BLOCKS = 1024; // partials per segment
 const SEGMENTS = 2; // input and output, reduced by one final launch
@@ -136,6 +139,7 @@ export function statsOfValues(values: ArrayLike<number>): TensorStats {
  * ```
  */
 export function tensorStats(tensor: Tensor, opts: { stream?: Stream } = {}): TensorStats {
+  checkOptionKeys(opts, STREAM_KEYS);
   const t = checkTensor("tensor", tensor);
   const stream = opts.stream ?? t.device.stream;
   if (t.device.backend === "cpu") return statsOfValues(t.readSync({ stream }));
@@ -240,6 +244,7 @@ export function histogram(
   tensor: Tensor,
   opts: { bins?: number; range?: readonly [number, number]; stream?: Stream } = {},
 ): Histogram {
+  checkOptionKeys(opts, HISTOGRAM_KEYS);
   const t = checkTensor("tensor", tensor);
   const bins = opts.bins ?? 16;
   if (!Number.isInteger(bins) || bins < 1 || bins > 1_000_000) {

@@ -5,6 +5,7 @@
  */
 import { type DType, type FloatDType, isDType, isQuantDType, type QuantDType } from "../runtime/dtype.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
+import { type OptionKeys, optionKeys } from "../runtime/options.ts";
 import { LaunchConfig } from "../runtime/module.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { emptyTensor, type RowLevels, Tensor } from "../runtime/tensor.ts";
@@ -121,12 +122,9 @@ interface Quant {
 }
 
 /** The keys of QuantOptions (readOptions in ops/norm.ts refuses any other). */
-export const QUANT_KEYS: readonly string[] = [
-  "dtype",
-  "scale",
-  "scaleUpperBound",
-  "scaleOut",
-] satisfies (keyof QuantOptions)[];
+export const QUANT_KEYS: OptionKeys = optionKeys(
+  ...(["dtype", "scale", "scaleUpperBound", "scaleOut"] satisfies (keyof QuantOptions)[]),
+);
 
 function checkQuant(q: unknown, x: Tensor): Quant | undefined {
   if (q === undefined) return undefined;

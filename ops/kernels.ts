@@ -2,9 +2,10 @@
  * The precompiled norm module of a device: loaded by loadKernels() from the image of the device's own architecture
  * (ops/images.ts), with prepared kernels, and the device limits the plan uses. The one place that tells backends apart.
  */
-import type { Device } from "../runtime/device.ts";
+import { Device } from "../runtime/device.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
-import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
+import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
+import { optionKeys, refuseUnknownKeys } from "../runtime/options.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
 import { imageChoice, imageSets, kernelImage, type KernelImageSet } from "./images.ts";
 import { loadFusedModule } from "./fused_module.ts";
@@ -45,6 +46,8 @@ export interface LoadKernelsOptions {
   fused?: boolean;
 }
 
+const LOAD_KEYS = optionKeys(...(["images", "fused"] satisfies (keyof LoadKernelsOptions)[]));
+
 // A sanity check Device.open() could not run before the kernels were loaded (ops/diag_sanity.ts puts it here).
 const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
 
@@ -65,9 +68,12 @@ const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
  * ```
  */
 export async function loadKernels(device: Device, options?: LoadKernelsOptions): Promise<void> {
+  if (!Device.isDevice(device)) throw new ArgumentError("device", "a Device (Device.open())", device);
+  if (device.closed) throw new DisposedError("device");
   if (options !== undefined && (typeof options !== "object" || options === null)) {
     throw new ArgumentError("options", "an object { images?, fused? }", options);
   }
+  if (options !== undefined) refuseUnknownKeys(options, LOAD_KEYS);
   const images = imageSets(options?.images); // refuses a bad option on the CPU too
   const fused = options?.fused;
   if (fused !== undefined && typeof fused !== "boolean") throw new ArgumentError("fused", "a boolean", fused);

@@ -6,6 +6,7 @@
  */
 import { Device } from "../runtime/device.ts";
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
+import { checkOptionKeys, optionKeys } from "../runtime/options.ts";
 import type { Stream } from "../runtime/stream.ts";
 import { checkValues, emptyTensor, type Tensor } from "../runtime/tensor.ts";
 import { copyRows, layerNormBackward, rmsNormBackward } from "./backward.ts";
@@ -16,15 +17,19 @@ import {
   checkFlag,
   checkInput,
   checkNormalizedShape,
-  checkOptions,
   checkStream,
   flattenNormalized,
   MAX_D,
 } from "./validate.ts";
 
-/** The `{ stream? }` options of forward/backward/zeroGrad, read once (checked where it is used). */
+const STREAM_KEYS = optionKeys("stream");
+const MODULE_KEYS = optionKeys(...(["eps", "weight", "bias", "zeroCentered"] satisfies (keyof NormModuleOptions)[]));
+const FORWARD_KEYS = optionKeys("stream", "residual", "residualOut");
+const BACKWARD_KEYS = optionKeys("stream", "dResidual");
+
+/** The `{ stream? }` options of zeroGrad, read once (checked where it is used). */
 function readStream(opts: unknown): Stream | undefined {
-  return (checkOptions(opts, "an options object { stream? }") as { stream?: Stream } | undefined)?.stream;
+  return (checkOptionKeys(opts, STREAM_KEYS) as { stream?: Stream } | undefined)?.stream;
 }
 
 /** Parameter values: f32 (or any numbers), or int8 codes with a scale (one, or one per channel). */
@@ -90,7 +95,7 @@ export function dequantize(name: string, v: unknown, d: number): Float32Array {
 
 /** NormModuleOptions read once and checked. */
 function readModuleOptions(opts: unknown, defaultEps: number, hasBias: boolean): Required<NormModuleOptions> {
-  const o = checkOptions(opts, "an options object { eps?, weight?, bias?, zeroCentered? }") as
+  const o = checkOptionKeys(opts, MODULE_KEYS) as
     | NormModuleOptions
     | undefined;
   const eps = o?.eps, weight = o?.weight, bias = o?.bias, zeroCentered = o?.zeroCentered;
@@ -283,7 +288,7 @@ export abstract class NormModule implements Disposable {
    */
   forward(xIn: Tensor, opts?: { stream?: Stream; residual?: Tensor; residualOut?: Tensor }): Tensor {
     this.#check();
-    const o = checkOptions(opts, "an options object { stream?, residual?, residualOut? }") as
+    const o = checkOptionKeys(opts, FORWARD_KEYS) as
       | { stream?: Stream; residual?: Tensor; residualOut?: Tensor }
       | undefined;
     const stream = o?.stream, residual = o?.residual, residualOut = o?.residualOut;
@@ -340,7 +345,7 @@ export abstract class NormModule implements Disposable {
    */
   backward(dy: Tensor, opts?: { stream?: Stream; dResidual?: Tensor }): Tensor {
     this.#check();
-    const o = checkOptions(opts, "an options object { stream?, dResidual? }") as
+    const o = checkOptionKeys(opts, BACKWARD_KEYS) as
       | { stream?: Stream; dResidual?: Tensor }
       | undefined;
     const stream = o?.stream, dResidual = o?.dResidual;

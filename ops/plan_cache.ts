@@ -25,11 +25,18 @@ export class PlannedLaunch {
 
   constructor(plan: LaunchPlan) {
     this.plan = plan;
-    const c = new LaunchConfig(plan);
+    const config = (gridX: number) =>
+      new LaunchConfig({
+        grid: [gridX, 1, 1],
+        block: plan.block,
+        sharedBytes: plan.sharedBytes,
+        cluster: plan.cluster,
+      });
+    const c = config(plan.grid[0]);
     // The `rows` tile takes its own grid (tileGrid in ops/plan.ts); the others share the plan's.
     this.#configs = [
       c,
-      plan.fullGridX === plan.grid[0] ? c : new LaunchConfig({ ...plan, grid: [plan.fullGridX, 1, 1] }),
+      plan.fullGridX === plan.grid[0] ? c : config(plan.fullGridX),
     ];
   }
 

@@ -43,14 +43,6 @@ export function checkFlag(name: string, v: unknown): boolean | undefined {
   return v;
 }
 
-/** An options argument: an object, or nothing (undefined). */
-export function checkOptions(opts: unknown, expected: string): object | undefined {
-  if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
-    throw new ArgumentError("options", `${expected} or nothing`, opts);
-  }
-  return opts as object | undefined;
-}
-
 /** A hidden size the kernels support: an integer 1 to MAX_D. */
 export function checkD(d: unknown): number {
   if (!Number.isSafeInteger(d) || (d as number) < 1 || (d as number) > MAX_D) {

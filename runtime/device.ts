@@ -13,6 +13,7 @@ import type { DeviceInfo, Driver } from "./driver.ts";
 import { ArgumentError, BackendUnavailableError, GpuError, UnsupportedError } from "./errors.ts";
 import { DeviceBuffer, PinnedBuffer } from "./memory.ts";
 import { Module } from "./module.ts";
+import { optionKeys, refuseUnknownKeys } from "./options.ts";
 import { Owner, Resource } from "./resource.ts";
 import { Event, Stream } from "./stream.ts";
 import { emptyTensor, type Tensor, tensorFrom, type TensorOptions } from "./tensor.ts";
@@ -51,12 +52,17 @@ export interface WrapOptions {
   own?: boolean;
 }
 
+const WRAP_KEYS = optionKeys(...(["own"] satisfies (keyof WrapOptions)[]));
+const OPEN_KEYS = optionKeys(...(["backend", "ordinal", "sanityCheck", "check"] satisfies (keyof OpenOptions)[]));
+const EVENT_KEYS = optionKeys("timing");
+
 /** Reads WrapOptions once: the `own` flag. */
 function readWrapOptions(opts: unknown): boolean {
   if (opts === undefined) return false;
   if (typeof opts !== "object" || opts === null) {
     throw new ArgumentError("options", "an options object { own? } or nothing", opts);
   }
+  refuseUnknownKeys(opts, WRAP_KEYS);
   const own = (opts as WrapOptions).own ?? false;
   if (typeof own !== "boolean") throw new ArgumentError("own", "a boolean", own);
   return own;
@@ -346,6 +352,7 @@ export class Device extends Resource {
         opts,
       );
     }
+    refuseUnknownKeys(opts, OPEN_KEYS);
     // Each option read once: an object with getters cannot pass one value to the checks and another to the open.
     const backend = opts.backend ?? "auto";
     const ordinal = opts.ordinal ?? 0;
@@ -492,6 +499,7 @@ export class Device extends Resource {
     if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
       throw new ArgumentError("options", "an options object { timing? } or nothing", opts);
     }
+    if (opts !== undefined) refuseUnknownKeys(opts, EVENT_KEYS);
     const timing = opts?.timing ?? true;
     if (typeof timing !== "boolean") throw new ArgumentError("timing", "a boolean", timing);
     const d = this.activeDriver;

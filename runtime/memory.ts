@@ -15,6 +15,12 @@ import type { Device } from "./device.ts";
 import { ArgumentError } from "./errors.ts";
 import { Resource } from "./resource.ts";
 import { Stream } from "./stream.ts";
+import { checkOptionKeys, optionKeys } from "./options.ts";
+
+const STREAM_KEYS = optionKeys("stream");
+const COPY_KEYS = optionKeys("offset", "stream");
+const ASYNC_COPY_KEYS = optionKeys("offset", "stream", "pinnedOffset", "bytes");
+const COPY_FROM_KEYS = optionKeys("offset", "stream", "srcOffset", "bytes");
 
 /** Options of DeviceBuffer.write(), read() and copyFrom(). */
 export interface CopyOptions {
@@ -147,6 +153,7 @@ export class DeviceBuffer extends Resource {
    * @throws {UnsupportedError} while the stream captures (use writeAsync from a PinnedBuffer).
    */
   write(src: ArrayBufferView, opts: CopyOptions = {}): void {
+    checkOptionKeys(opts, COPY_KEYS);
     const offset = opts.offset ?? 0;
     checkRange("write", offset, src.byteLength, this.byteLength);
     this.#checkStream(opts.stream);
@@ -167,6 +174,7 @@ export class DeviceBuffer extends Resource {
    * @throws {UnsupportedError} while the stream captures (use readAsync into a PinnedBuffer).
    */
   read(dst: ArrayBufferView, opts: CopyOptions = {}): void {
+    checkOptionKeys(opts, COPY_KEYS);
     const offset = opts.offset ?? 0;
     checkRange("read", offset, dst.byteLength, this.byteLength);
     this.#checkStream(opts.stream);
@@ -184,6 +192,7 @@ export class DeviceBuffer extends Resource {
    * recorded after the copy) has completed. Throws ArgumentError when a range is outside either buffer.
    */
   writeAsync(src: PinnedBuffer, opts: AsyncCopyOptions = {}): void {
+    checkOptionKeys(opts, ASYNC_COPY_KEYS);
     const { offset = 0, pinnedOffset = 0 } = opts;
     const bytes = opts.bytes ?? src.byteLength - pinnedOffset;
     checkRange("writeAsync source", pinnedOffset, bytes, src.byteLength);
@@ -201,6 +210,7 @@ export class DeviceBuffer extends Resource {
    * recorded after the copy) has completed. Throws ArgumentError when a range is outside either buffer.
    */
   readAsync(dst: PinnedBuffer, opts: AsyncCopyOptions = {}): void {
+    checkOptionKeys(opts, ASYNC_COPY_KEYS);
     const { offset = 0, pinnedOffset = 0 } = opts;
     const bytes = opts.bytes ?? dst.byteLength - pinnedOffset;
     checkRange("readAsync destination", pinnedOffset, bytes, dst.byteLength);
@@ -219,6 +229,7 @@ export class DeviceBuffer extends Resource {
    * device, or overlapping ranges of one buffer.
    */
   copyFrom(src: DeviceBuffer, opts: CopyOptions & { srcOffset?: number; bytes?: number } = {}): void {
+    checkOptionKeys(opts, COPY_FROM_KEYS);
     const { offset = 0, srcOffset = 0 } = opts;
     const bytes = opts.bytes ?? src.byteLength - srcOffset;
     checkRange("copyFrom source", srcOffset, bytes, src.byteLength);
@@ -242,6 +253,7 @@ export class DeviceBuffer extends Resource {
 
   /** Queues filling the whole buffer with the byte `value` (0–255; anything else is an ArgumentError). */
   fill(value: number, opts: { stream?: Stream } = {}): void {
+    checkOptionKeys(opts, STREAM_KEYS);
     if (!Number.isInteger(value) || value < 0 || value > 255) throw new ArgumentError("value", "a byte 0–255", value);
     this.#checkStream(opts.stream);
     const d = this.device.activeDriver;
@@ -256,6 +268,7 @@ export class DeviceBuffer extends Resource {
    * byteLength is a multiple of 4.
    */
   fill32(bits: number, opts: { stream?: Stream } = {}): void {
+    checkOptionKeys(opts, STREAM_KEYS);
     if (this.byteLength % 4 !== 0) throw new ArgumentError("buffer", "a byte length divisible by 4", this.byteLength);
     this.#checkStream(opts.stream);
     const d = this.device.activeDriver;

@@ -7,6 +7,7 @@ import { ffi } from "../ffi/runtime.ts";
 import type { Device } from "./device.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "./errors.ts";
 import { Resource } from "./resource.ts";
+import { optionKeys, refuseUnknownKeys } from "./options.ts";
 import { Stream } from "./stream.ts";
 
 /** The C type of one kernel parameter. "ptr" is a device pointer. */
@@ -36,6 +37,8 @@ function dim3(name: string, v: number | readonly number[]): Dim3 {
 export const MAX_PORTABLE_CLUSTER = 8;
 /** The largest cluster LaunchConfig accepts (non-portable: the kernel opts in at launch). */
 export const MAX_CLUSTER = 16;
+
+const LAUNCH_CONFIG_KEYS = optionKeys("grid", "block", "sharedBytes", "cluster");
 
 /**
  * Grid, block, dynamic shared memory and cluster size of a launch (cuda.core's LaunchConfig). The constructor
@@ -81,6 +84,7 @@ export class LaunchConfig {
     if (typeof opts !== "object" || opts === null) {
       throw new ArgumentError("LaunchConfig options", "{ grid, block, sharedBytes?, cluster? }", opts);
     }
+    refuseUnknownKeys(opts, LAUNCH_CONFIG_KEYS);
     this.grid = dim3("grid", opts.grid);
     this.block = dim3("block", opts.block);
     const shared = opts.sharedBytes ?? 0;

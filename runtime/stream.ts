@@ -4,6 +4,9 @@ import type { CaptureMode, CaptureStatus } from "./driver.ts";
 import { ArgumentError, UnsupportedError } from "./errors.ts";
 import { Graph, graphDriver } from "./graph.ts";
 import { Resource } from "./resource.ts";
+import { checkOptionKeys, optionKeys } from "./options.ts";
+
+const CAPTURE_KEYS = optionKeys("mode");
 
 // Streams capturing now, per device: ops check it before they allocate (which would break a global capture).
 const capturingStreams = new WeakMap<Device, Set<Stream>>();
@@ -123,6 +126,7 @@ export class Stream extends Resource {
    * @throws {GpuError} when the driver refuses to start the capture.
    */
   beginCapture(opts: { mode?: CaptureMode } = {}): void {
+    checkOptionKeys(opts, CAPTURE_KEYS);
     const h = this.handle;
     const mode = opts.mode ?? "global";
     if (mode !== "global" && mode !== "threadLocal" && mode !== "relaxed") {

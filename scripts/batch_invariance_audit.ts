@@ -1,7 +1,7 @@
 /**
  * The batch-invariance audit (scripts/batch-invariance.ts writes its tables into docs/batch-invariance.md): for each
  * D, dtype triple and kind, the row counts 1 … 1,000,000 at which the tuned forward plan (ops/plan.ts planNorm) gives a
- * row another summation order (ops/reduction_geometry.ts), on the H200's limits. Pure: no I/O.
+ * row another summation order (scripts/reduction_geometry.ts), on the H200's limits. Pure: no I/O.
  */
 import { type DType, dtypeBytes, DTYPES } from "../runtime/dtype.ts";
 import {
@@ -14,7 +14,7 @@ import {
   planNorm,
   WIDE_MAX_ROW_BYTES,
 } from "../ops/plan.ts";
-import { type ReductionGeometry, reductionGeometry, sameReduction } from "../ops/reduction_geometry.ts";
+import { type ReductionGeometry, reductionGeometry, sameReduction } from "./reduction_geometry.ts";
 
 /** The H200 (132 SMs, compute capability 9.0): tests/fixtures/fake_cuda.ts FAKE_H200 as planLimits reads it. */
 export const H200_LIMITS: PlanLimits = {

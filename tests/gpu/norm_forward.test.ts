@@ -623,7 +623,8 @@ gpuTest(
       if (c.kind === "layer") layerNorm(x, { weight: w, bias: b, eps, out: y1 });
       else rmsNorm(x, { weight: w, eps, out: y1 });
       const k = normKernel(dev, p.kernel, NORM_FWD_ARGS);
-      k.launch(dev.stream, new LaunchConfig(p), [
+      const config = { grid: p.grid, block: p.block, sharedBytes: p.sharedBytes, cluster: p.cluster };
+      k.launch(dev.stream, new LaunchConfig(config), [
         x,
         y0,
         w,

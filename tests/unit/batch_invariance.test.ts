@@ -1,12 +1,12 @@
 /**
- * What fixes a row's summation order in the tuned forward kernels (ops/reduction_geometry.ts) on known plans, the
+ * What fixes a row's summation order in the tuned forward kernels (scripts/reduction_geometry.ts) on known plans, the
  * audit over row counts (scripts/batch_invariance_audit.ts), and that docs/batch-invariance.md holds its output.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { type LaunchPlan, type NormKind, type PlanInput, planNorm } from "../../ops/plan.ts";
-import { bwdReductionGeometry, reductionGeometry, sameReduction } from "../../ops/reduction_geometry.ts";
+import { bwdReductionGeometry, reductionGeometry, sameReduction } from "../../scripts/reduction_geometry.ts";
 import { planNormBackward } from "../../ops/plan_bwd.ts";
 import type { DType } from "../../runtime/dtype.ts";
 import {

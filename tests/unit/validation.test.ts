@@ -22,6 +22,7 @@ import {
 import process from "node:process";
 import { kernelImage, launch, LaunchConfig } from "../../gpu.ts";
 import { MAX_D } from "../../ops/validate.ts";
+import { NORM_KEYS } from "../../ops/norm.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 import { ffi } from "../../ffi/runtime.ts";
@@ -736,4 +737,30 @@ test("a CUDA library that cannot be loaded: the fallback reason says so once, na
   assert.equal(reason.split("open library").length, 1, reason);
   assert.ok(!reason.includes(process.cwd()), `no working-directory path: ${reason}`);
   for (const part of reason.split("; ")) assert.ok((part.match(/cannot load/g) ?? []).length <= 1, part);
+});
+
+test("options: every key layerNorm and rmsNorm read is accepted, any other is refused naming it", () => {
+  using dev = Device.open({ backend: "cpu", sanityCheck: false });
+  using x = dev.tensor(randoms(2 * 8, 31), [2, 8]);
+  using out = dev.tensor(randoms(2 * 8, 32), [2, 8]);
+  assert.equal(NORM_KEYS.size, 15);
+  for (const norm of [layerNorm, rmsNorm]) {
+    using want = norm(x);
+    // Each known key given as undefined (not given): accepted; the call runs and writes out.
+    for (const key of NORM_KEYS) {
+      out.write(randoms(2 * 8, 33));
+      const r = norm(x, (key === "out" ? { out: undefined } : { out, [key]: undefined }) as never) as unknown as Tensor;
+      assert.deepEqual(r.readSync(), want.readSync(), `${norm.name} with ${key}: undefined`);
+      if (r !== out) r.close();
+    }
+    for (const key of ["weigth", "epsilon", "Weight", "residualout", "toString"]) {
+      const before = out.readSync();
+      assert.throws(
+        () => norm(x, { out, [key]: undefined } as never),
+        (e: unknown) => e instanceof ArgumentError && e.argument === key && /an unknown key/.test(e.message),
+        `${norm.name} with ${key}`,
+      );
+      assert.deepEqual(out.readSync(), before, "a refused call writes nothing");
+    }
+  }
 });

@@ -21,8 +21,8 @@
  * additions commute, zeros dropped), so geometries that differ in name but add in the same order compare equal.
  */
 import { dtypeBytes } from "../runtime/dtype.ts";
-import type { LaunchPlan, NormKind, PlanInput } from "./plan.ts";
-import type { BwdPlan } from "./plan_bwd.ts";
+import type { LaunchPlan, NormKind, PlanInput } from "../ops/plan.ts";
+import type { BwdPlan } from "../ops/plan_bwd.ts";
 
 export type ReductionFamily = "lanes" | "tile" | "block" | "stash" | "cluster" | "wide";
 export type LnStats = "one-pass" | "centred" | "chan" | "tile-shift" | "tile-no-shift";

@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
-# Builds the npm package `normkit` into dist/ (git-ignored): JavaScript + .d.ts compiled from mod.ts, gpu.ts and
-# everything they import (tsconfig.npm.json; relative .ts imports rewritten to .js), and the kernel images that
-# loadKernels reads beside them (precompiled/*.fatbin, at the same relative path as in the repository).
-# Run by `npm pack`/`npm publish` (prepack) and by tests/unit/npm_package.test.ts.
+# Builds an npm package into its dist/ (git-ignored):
+#   bash scripts/build-npm.sh          normkit: JavaScript + .d.ts compiled from mod.ts, gpu.ts and everything they
+#                                      import (tsconfig.npm.json; relative .ts imports rewritten to .js), and the kernel
+#                                      images loadKernels reads beside them (precompiled/*.fatbin, at the same relative
+#                                      path as in the repository)
+#   bash scripts/build-npm.sh ptx|hip  @normkit/ptx or @normkit/hip: packages/<name>/mod.ts compiled the same way into
+#                                      packages/<name>/dist/, its images (which mod.ts finds beside itself) and LICENSE
+# Run by `npm pack`/`npm publish` of each package (prepack) and by tests/unit/npm_package.test.ts.
 set -euo pipefail
+shopt -s nullglob
 cd "$(dirname "$0")/.."
 PATH="$PWD/node_modules/.bin:$PATH"
 command -v tsc >/dev/null || { echo "build-npm: tsc not found: run npm ci (typescript is a devDependency)" >&2; exit 1; }
-rm -rf dist
-tsc -p tsconfig.npm.json
-cp precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin dist/precompiled/
-for entry in mod gpu; do
-  [ -s "dist/$entry.js" ] && [ -s "dist/$entry.d.ts" ] || { echo "build-npm: dist/$entry.js or .d.ts missing" >&2; exit 1; }
-done
-echo "build-npm: dist/ $(find dist -type f | wc -l) files, $(du -sb dist | cut -f1) bytes" >&2
+case "${1:-normkit}" in
+  normkit)
+    rm -rf dist
+    tsc -p tsconfig.npm.json
+    cp precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin dist/precompiled/
+    for entry in mod gpu; do
+      [ -s "dist/$entry.js" ] && [ -s "dist/$entry.d.ts" ] || { echo "build-npm: dist/$entry.js or .d.ts missing" >&2; exit 1; }
+    done
+    out=dist ;;
+  ptx|hip)
+    pkg=packages/$1 out=packages/$1/dist
+    rm -rf "$out"
+    # tsconfig.npm.json's options (tsc takes no project file beside a source file), for this entry point alone.
+    tsc --target ESNext --module ESNext --moduleResolution bundler --lib ESNext --types node \
+      --rewriteRelativeImportExtensions --allowImportingTsExtensions --declaration --strict --skipLibCheck \
+      --rootDir "$pkg" --outDir "$out" "$pkg/mod.ts"
+    images=("$pkg"/*.fatbin "$pkg"/*.hsaco.gz)  # what mod.ts names beside itself
+    cp "${images[@]}" LICENSE "$out/"
+    [ -s "$out/mod.js" ] && [ -s "$out/mod.d.ts" ] || { echo "build-npm: $out/mod.js or .d.ts missing" >&2; exit 1; } ;;
+  *) echo "build-npm: unknown package '$1' (normkit, ptx or hip)" >&2; exit 2 ;;
+esac
+echo "build-npm: $out/ $(find "$out" -type f | wc -l) files, $(du -sb "$out" | cut -f1) bytes" >&2

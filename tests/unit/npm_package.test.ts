@@ -10,7 +10,16 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import process from "node:process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -217,6 +226,97 @@ test("npm pack → bun add in a fresh project: import, run, tsc --noEmit, bun bu
     const bundled = run(bin("bun"), [join(outdir, "index.js")], outdir);
     assert.equal(bundled.code, 0, bundled.out);
     checkUserOutput(bundled.out);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+});
+
+/** A Bun user's script with the image packages: each image they name is a file beside them, for this normkit. */
+const IMAGES_SCRIPT = `import { Device, loadKernels } from "normkit";
+import { FUSED_SOURCE_SHA256, NORM_SOURCE_SHA256 } from "normkit/gpu";
+import * as ptx from "@normkit/ptx";
+import * as hip from "@normkit/hip";
+import { statSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+const files: Record<string, number> = {};
+for (const set of [ptx.images, ptx.fused.images, hip.images, hip.fused.images]) {
+  for (const url of Object.values(set)) files[fileURLToPath(url.href)] = statSync(fileURLToPath(url.href)).size;
+}
+using dev = Device.open({ backend: "cpu" });
+await loadKernels(dev, { fused: true, images: [ptx, hip] }); // a no-op on the CPU, after checking the sets
+console.log(JSON.stringify({
+  files,
+  targets: [...Object.keys(ptx.images), ...hip.TARGETS],
+  same: [ptx.sourceSha256, hip.sourceSha256].every((s) => s === NORM_SOURCE_SHA256) &&
+    [ptx.fused.sourceSha256, hip.fused.sourceSha256].every((s) => s === FUSED_SOURCE_SHA256),
+}));
+`;
+
+/** Budgets of the image packages (packed; the images are already compressed): hip holds three targets' two images. */
+const IMAGE_PACKAGE_BUDGET: Record<string, number> = { ptx: 5_000_000, hip: 10_000_000 };
+
+test("@normkit/ptx and @normkit/hip: npm pack → bun add beside normkit, images found, tsc --noEmit", {
+  skip,
+  timeout: 600_000,
+}, () => {
+  const work = mkdtempSync(join(tmpdir(), "normkit-npm-images-"));
+  try {
+    const tarballs: string[] = [];
+    for (const name of ["", "ptx", "hip"]) {
+      const dir = name === "" ? root : join(root, "packages", name);
+      const pack = run(npm!, ["pack", "--json", "--pack-destination", work], dir);
+      assert.equal(pack.code, 0, pack.out);
+      const [tar] = JSON.parse(pack.stdout.slice(pack.stdout.indexOf("["))) as PackResult[];
+      assert.ok(tar, pack.out);
+      tarballs.push(join(work, tar.filename));
+      if (name === "") continue;
+      console.log(`# ${tar.filename}: ${tar.size} bytes packed, ${tar.files.length} files`);
+      const paths = tar.files.map((f) => f.path).sort();
+      const images = readdirSync(dir).filter((f) => /\.(fatbin|hsaco\.gz)$/.test(f)).map((f) => `dist/${f}`);
+      assert.ok(images.length > 0);
+      const code = name === "ptx" ? ["build", "fused_build", "mod"] : ["build", "mod"];
+      const want = [
+        "package.json",
+        "dist/LICENSE",
+        ...images,
+        ...code.flatMap((m) => [`dist/${m}.js`, `dist/${m}.d.ts`]),
+      ].sort();
+      assert.deepEqual(paths, want, `@normkit/${name}: the tarball holds what mod.js needs and nothing else`);
+      assert.ok(tar.size <= IMAGE_PACKAGE_BUDGET[name]!, `${tar.size} bytes, budget ${IMAGE_PACKAGE_BUDGET[name]}`);
+    }
+
+    const app = join(work, "app");
+    mkdirSync(app);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", type: "module", private: true }));
+    writeFileSync(join(app, "tsconfig.json"), JSON.stringify(BUN_INIT_TSCONFIG, null, 2));
+    writeFileSync(join(app, "index.ts"), IMAGES_SCRIPT);
+    const add = run(bin("bun"), ["add", ...tarballs], app);
+    assert.equal(add.code, 0, add.out);
+    for (const pkg of ["@types/bun", "@types/node", "bun-types", "undici-types"]) {
+      mkdirSync(dirname(join(app, "node_modules", pkg)), { recursive: true });
+      const ln = run("ln", ["-s", join(root, "node_modules", pkg), join(app, "node_modules", pkg)], app);
+      assert.equal(ln.code, 0, ln.out);
+    }
+
+    const direct = run(bin("bun"), ["index.ts"], app);
+    assert.equal(direct.code, 0, direct.out);
+    const line = direct.out.split("\n").find((l) => l.startsWith("{"));
+    assert.ok(line, direct.out);
+    const r = JSON.parse(line) as { files: Record<string, number>; targets: string[]; same: boolean };
+    assert.deepEqual(r.targets, ["compute_90", "gfx90a", "gfx942", "gfx1100"]);
+    assert.equal(r.same, true, "the packages were built from the kernel sources of this normkit");
+    const installed = Object.entries(r.files);
+    assert.equal(installed.length, 8, direct.out);
+    for (const [path, bytes] of installed) {
+      const name = path.split("/").at(-1)!;
+      const pkg = name.endsWith(".fatbin") ? "ptx" : "hip";
+      assert.ok(path.startsWith(join(app, "node_modules/@normkit", pkg, "dist") + "/"), path);
+      assert.equal(bytes, statSync(join(root, "packages", pkg, name)).size, `${name}: the repository's image`);
+    }
+
+    const tsc = run(bin("tsc"), ["--noEmit", "-p", "tsconfig.json"], app);
+    assert.equal(tsc.code, 0, `tsc reported errors:\n${tsc.out}`);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

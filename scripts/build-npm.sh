@@ -4,9 +4,12 @@
 #                                      import (tsconfig.npm.json; relative .ts imports rewritten to .js), and the kernel
 #                                      images loadKernels reads beside them (precompiled/*.fatbin, at the same relative
 #                                      path as in the repository)
-#   bash scripts/build-npm.sh ptx|hip  @normkit/ptx or @normkit/hip: packages/<name>/mod.ts compiled the same way into
-#                                      packages/<name>/dist/, its images (which mod.ts finds beside itself) and LICENSE
-# Run by `npm pack`/`npm publish` of each package (prepack) and by tests/unit/npm_package.test.ts.
+#   bash scripts/build-npm.sh ptx|hip  @normkit/ptx or @normkit/hip, whole in packages/<name>/dist/ (pack and publish
+#                                      that folder): mod.ts compiled the same way, the images mod.ts finds beside
+#                                      itself, LICENSE, and package.json from packages/<name>/npm.json with the version
+#                                      of packages/<name>/deno.json. (No package.json beside deno.json: Deno would
+#                                      resolve the package's name in the repository to its npm build.)
+# Run by `npm pack`/`npm publish` of normkit (prepack) and by tests/unit/npm_package.test.ts.
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
@@ -30,6 +33,11 @@ case "${1:-normkit}" in
       --rootDir "$pkg" --outDir "$out" "$pkg/mod.ts"
     images=("$pkg"/*.fatbin "$pkg"/*.hsaco.gz)  # what mod.ts names beside itself
     cp "${images[@]}" LICENSE "$out/"
+    node -e 'const fs = require("fs"), [npm, deno, out] = process.argv.slice(1);
+      const version = JSON.parse(fs.readFileSync(deno, "utf8")).version;
+      const m = JSON.parse(fs.readFileSync(npm, "utf8"));
+      fs.writeFileSync(out, JSON.stringify({ name: m.name, version, ...m }, null, 2) + "\n");' \
+      "$pkg/npm.json" "$pkg/deno.json" "$out/package.json"
     [ -s "$out/mod.js" ] && [ -s "$out/mod.d.ts" ] || { echo "build-npm: $out/mod.js or .d.ts missing" >&2; exit 1; } ;;
   *) echo "build-npm: unknown package '$1' (normkit, ptx or hip)" >&2; exit 2 ;;
 esac

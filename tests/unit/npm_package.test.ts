@@ -264,7 +264,12 @@ test("@normkit/ptx and @normkit/hip: npm pack → bun add beside normkit, images
   try {
     const tarballs: string[] = [];
     for (const name of ["", "ptx", "hip"]) {
-      const dir = name === "" ? root : join(root, "packages", name);
+      // normkit packs from the root (prepack builds dist/); the image packages from their built dist/ folders.
+      if (name !== "") {
+        const build = run("bash", [join(root, "scripts/build-npm.sh"), name], root);
+        assert.equal(build.code, 0, build.out);
+      }
+      const dir = name === "" ? root : join(root, "packages", name, "dist");
       const pack = run(npm!, ["pack", "--json", "--pack-destination", work], dir);
       assert.equal(pack.code, 0, pack.out);
       const [tar] = JSON.parse(pack.stdout.slice(pack.stdout.indexOf("["))) as PackResult[];
@@ -273,16 +278,16 @@ test("@normkit/ptx and @normkit/hip: npm pack → bun add beside normkit, images
       if (name === "") continue;
       console.log(`# ${tar.filename}: ${tar.size} bytes packed, ${tar.files.length} files`);
       const paths = tar.files.map((f) => f.path).sort();
-      const images = readdirSync(dir).filter((f) => /\.(fatbin|hsaco\.gz)$/.test(f)).map((f) => `dist/${f}`);
+      const images = readdirSync(join(root, "packages", name)).filter((f) => /\.(fatbin|hsaco\.gz)$/.test(f));
       assert.ok(images.length > 0);
       const code = name === "ptx" ? ["build", "fused_build", "mod"] : ["build", "mod"];
-      const want = [
-        "package.json",
-        "dist/LICENSE",
-        ...images,
-        ...code.flatMap((m) => [`dist/${m}.js`, `dist/${m}.d.ts`]),
-      ].sort();
+      const want = ["package.json", "LICENSE", ...images, ...code.flatMap((m) => [`${m}.js`, `${m}.d.ts`])].sort();
       assert.deepEqual(paths, want, `@normkit/${name}: the tarball holds what mod.js needs and nothing else`);
+      const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as Record<string, unknown>;
+      const deno = JSON.parse(readFileSync(join(root, "packages", name, "deno.json"), "utf8")) as { version: string };
+      assert.equal(manifest.name, `@normkit/${name}`);
+      assert.equal(manifest.version, deno.version, "the npm version is the JSR version");
+      assert.equal(manifest.dependencies, undefined);
       assert.ok(tar.size <= IMAGE_PACKAGE_BUDGET[name]!, `${tar.size} bytes, budget ${IMAGE_PACKAGE_BUDGET[name]}`);
     }
 
@@ -311,7 +316,7 @@ test("@normkit/ptx and @normkit/hip: npm pack → bun add beside normkit, images
     for (const [path, bytes] of installed) {
       const name = path.split("/").at(-1)!;
       const pkg = name.endsWith(".fatbin") ? "ptx" : "hip";
-      assert.ok(path.startsWith(join(app, "node_modules/@normkit", pkg, "dist") + "/"), path);
+      assert.ok(path.startsWith(join(app, "node_modules/@normkit", pkg) + "/"), path);
       assert.equal(bytes, statSync(join(root, "packages", pkg, name)).size, `${name}: the repository's image`);
     }
 

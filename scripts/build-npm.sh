@@ -32,7 +32,7 @@ case "${1:-normkit}" in
       --rewriteRelativeImportExtensions --allowImportingTsExtensions --declaration --strict --skipLibCheck \
       --rootDir "$pkg" --outDir "$out" "$pkg/mod.ts"
     images=("$pkg"/*.fatbin "$pkg"/*.hsaco.gz)  # what mod.ts names beside itself
-    cp "${images[@]}" LICENSE "$out/"
+    cp "${images[@]}" LICENSE "$pkg/README.md" "$out/"
     node -e 'const fs = require("fs"), [npm, deno, out] = process.argv.slice(1);
       const version = JSON.parse(fs.readFileSync(deno, "utf8")).version;
       const m = JSON.parse(fs.readFileSync(npm, "utf8"));

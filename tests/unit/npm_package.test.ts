@@ -281,7 +281,8 @@ test("@normkit/ptx and @normkit/hip: npm pack → bun add beside normkit, images
       const images = readdirSync(join(root, "packages", name)).filter((f) => /\.(fatbin|hsaco\.gz)$/.test(f));
       assert.ok(images.length > 0);
       const code = name === "ptx" ? ["build", "fused_build", "mod"] : ["build", "mod"];
-      const want = ["package.json", "LICENSE", ...images, ...code.flatMap((m) => [`${m}.js`, `${m}.d.ts`])].sort();
+      const want = ["package.json", "LICENSE", "README.md", ...images, ...code.flatMap((m) => [`${m}.js`, `${m}.d.ts`])]
+        .sort();
       assert.deepEqual(paths, want, `@normkit/${name}: the tarball holds what mod.js needs and nothing else`);
       const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as Record<string, unknown>;
       const deno = JSON.parse(readFileSync(join(root, "packages", name, "deno.json"), "utf8")) as { version: string };

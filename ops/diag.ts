@@ -15,13 +15,12 @@ import type { Stream } from "../runtime/stream.ts";
 import type { Tensor } from "../runtime/tensor.ts";
 import { checkTensor } from "./validate.ts";
 import { normKernel } from "./kernels.ts";
-import { checkOptionKeys, optionKeys } from "../runtime/options.ts";
+import { checkOptionKeys, optionKeys, STREAM_KEYS } from "../runtime/options.ts";
 
 /** Argument lists of the diagnostics kernels (kernels/norm.cu), for launches and ABI checks. */
 export const DIAG_PARTIAL_ARGS: readonly ArgType[] = ["ptr", "i64", "i32", "i64", "ptr", "ptr"]; // x, rows, d, stride, counts, maxes
 export const DIAG_FINAL_ARGS: readonly ArgType[] = ["ptr", "ptr", "i32", "ptr", "ptr"]; // counts, maxes, n, out_count, out_max
 
-const STREAM_KEYS = optionKeys("stream");
 const HISTOGRAM_KEYS = optionKeys("bins", "range", "stream");
 const THREADS = 256; // NK_DIAG_THREADS
 const MAX_BLOCKS = 1024; // partials per segment

@@ -6,7 +6,7 @@
  */
 import { Device } from "../runtime/device.ts";
 import { ArgumentError, DisposedError } from "../runtime/errors.ts";
-import { checkOptionKeys, optionKeys } from "../runtime/options.ts";
+import { checkOptionKeys, optionKeys, STREAM_KEYS } from "../runtime/options.ts";
 import type { Stream } from "../runtime/stream.ts";
 import { checkValues, emptyTensor, type Tensor } from "../runtime/tensor.ts";
 import { copyRows, layerNormBackward, rmsNormBackward } from "./backward.ts";
@@ -22,7 +22,6 @@ import {
   MAX_D,
 } from "./validate.ts";
 
-const STREAM_KEYS = optionKeys("stream");
 const MODULE_KEYS = optionKeys(...(["eps", "weight", "bias", "zeroCentered"] satisfies (keyof NormModuleOptions)[]));
 const FORWARD_KEYS = optionKeys("stream", "residual", "residualOut");
 const BACKWARD_KEYS = optionKeys("stream", "dResidual");

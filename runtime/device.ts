@@ -13,7 +13,7 @@ import type { DeviceInfo, Driver } from "./driver.ts";
 import { ArgumentError, BackendUnavailableError, GpuError, UnsupportedError } from "./errors.ts";
 import { DeviceBuffer, PinnedBuffer } from "./memory.ts";
 import { Module } from "./module.ts";
-import { optionKeys, refuseUnknownKeys } from "./options.ts";
+import { checkOptionKeys, optionKeys, refuseUnknownKeys } from "./options.ts";
 import { Owner, Resource } from "./resource.ts";
 import { Event, Stream } from "./stream.ts";
 import { emptyTensor, type Tensor, tensorFrom, type TensorOptions } from "./tensor.ts";
@@ -59,10 +59,7 @@ const EVENT_KEYS = optionKeys("timing");
 /** Reads WrapOptions once: the `own` flag. */
 function readWrapOptions(opts: unknown): boolean {
   if (opts === undefined) return false;
-  if (typeof opts !== "object" || opts === null) {
-    throw new ArgumentError("options", "an options object { own? } or nothing", opts);
-  }
-  refuseUnknownKeys(opts, WRAP_KEYS);
+  checkOptionKeys(opts, WRAP_KEYS);
   const own = (opts as WrapOptions).own ?? false;
   if (typeof own !== "boolean") throw new ArgumentError("own", "a boolean", own);
   return own;
@@ -496,10 +493,7 @@ export class Device extends Resource {
 
   /** An event; `timing: false` makes it cheaper when only used for ordering. */
   createEvent(opts?: { timing?: boolean }): Event {
-    if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
-      throw new ArgumentError("options", "an options object { timing? } or nothing", opts);
-    }
-    if (opts !== undefined) refuseUnknownKeys(opts, EVENT_KEYS);
+    checkOptionKeys(opts, EVENT_KEYS);
     const timing = opts?.timing ?? true;
     if (typeof timing !== "boolean") throw new ArgumentError("timing", "a boolean", timing);
     const d = this.activeDriver;

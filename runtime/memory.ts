@@ -15,9 +15,8 @@ import type { Device } from "./device.ts";
 import { ArgumentError } from "./errors.ts";
 import { Resource } from "./resource.ts";
 import { Stream } from "./stream.ts";
-import { checkOptionKeys, optionKeys } from "./options.ts";
+import { checkOptionKeys, optionKeys, STREAM_KEYS } from "./options.ts";
 
-const STREAM_KEYS = optionKeys("stream");
 const COPY_KEYS = optionKeys("offset", "stream");
 const ASYNC_COPY_KEYS = optionKeys("offset", "stream", "pinnedOffset", "bytes");
 const COPY_FROM_KEYS = optionKeys("offset", "stream", "srcOffset", "bytes");

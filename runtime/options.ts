@@ -13,6 +13,9 @@ export function optionKeys(...keys: string[]): OptionKeys {
   return new Set(keys);
 }
 
+/** `{ stream? }`: the options of every call that takes none but a stream. */
+export const STREAM_KEYS: OptionKeys = optionKeys("stream");
+
 /**
  * Throws ArgumentError naming `${prefix}${key}` for the first enumerable string key of `o` not in `known`.
  * `for…in`: own and inherited enumerable keys, as a spread or a destructuring default would see them.

@@ -9,7 +9,7 @@ import { decode, type DType, dtypeBytes, encode, isTensorDType } from "./dtype.t
 import { ArgumentError, UnsupportedError } from "./errors.ts";
 import { DeviceBuffer } from "./memory.ts";
 import { Stream } from "./stream.ts";
-import { optionKeys, refuseUnknownKeys } from "./options.ts";
+import { checkOptionKeys, optionKeys, refuseUnknownKeys, STREAM_KEYS } from "./options.ts";
 
 /** Options of device.tensor() and device.empty(). */
 export interface TensorOptions {
@@ -47,7 +47,6 @@ export function checkShape(shape: unknown, argument = "shape"): readonly number[
   return Object.freeze([...shape]);
 }
 
-const STREAM_KEYS = optionKeys("stream");
 const TENSOR_KEYS = optionKeys(...(["dtype", "rowStride", "stream", "bits"] satisfies (keyof TensorOptions)[]));
 const VIEW_KEYS = optionKeys("dtype", "rowStride", "strides", "offset", "byteOffset", "owns");
 const SUBVIEW_KEYS = optionKeys("strides", "offset");
@@ -55,11 +54,7 @@ const WRITE_KEYS = optionKeys("stream", "bits");
 
 /** The options of a call that takes none but an optional stream, read once: `{ stream? }` or nothing. */
 export function readStreamOption(opts: unknown, device: Device): Stream | undefined {
-  if (opts === undefined) return undefined;
-  if (typeof opts !== "object" || opts === null) {
-    throw new ArgumentError("options", "an options object { stream? } or nothing", opts);
-  }
-  refuseUnknownKeys(opts, STREAM_KEYS);
+  if (checkOptionKeys(opts, STREAM_KEYS) === undefined) return undefined;
   const stream = (opts as { stream?: unknown }).stream;
   if (stream === undefined) return undefined;
   if (!Stream.isStream(stream) || stream.device !== device) {
@@ -73,10 +68,7 @@ function readTensorOptions(
   opts: unknown,
 ): { dtype: DType; rowStride: unknown; stream: unknown; bits: boolean | undefined } {
   if (opts === undefined) return { dtype: "f32", rowStride: undefined, stream: undefined, bits: undefined };
-  if (typeof opts !== "object" || opts === null) {
-    throw new ArgumentError("options", "an options object { dtype?, rowStride?, stream?, bits? } or nothing", opts);
-  }
-  refuseUnknownKeys(opts, TENSOR_KEYS);
+  checkOptionKeys(opts, TENSOR_KEYS);
   const o = opts as TensorOptions;
   const dtype = o.dtype ?? "f32", rowStride = o.rowStride, stream = o.stream, bits = o.bits;
   if (!isTensorDType(dtype)) throw new ArgumentError("dtype", DTYPE_NAMES, dtype);
@@ -503,10 +495,7 @@ export class Tensor implements Disposable {
    * ```
    */
   view(shape: readonly number[], opts?: { strides?: readonly number[]; offset?: number }): Tensor {
-    if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
-      throw new ArgumentError("options", "an options object { strides?, offset? } or nothing", opts);
-    }
-    if (opts !== undefined) refuseUnknownKeys(opts, SUBVIEW_KEYS);
+    checkOptionKeys(opts, SUBVIEW_KEYS);
     const s = checkShape(shape);
     const offset = opts?.offset ?? 0, strides = opts?.strides;
     const span = this.#span;
@@ -556,10 +545,7 @@ export class Tensor implements Disposable {
    * `bits: true`, raw element bits uploaded as they are (see TensorOptions.bits).
    */
   write(valuesIn: ArrayLike<number>, opts?: { stream?: Stream; bits?: boolean }): void {
-    if (opts !== undefined && (typeof opts !== "object" || opts === null)) {
-      throw new ArgumentError("options", "an options object { stream?, bits? } or nothing", opts);
-    }
-    if (opts !== undefined) refuseUnknownKeys(opts, WRITE_KEYS);
+    checkOptionKeys(opts, WRITE_KEYS);
     const bits = opts?.bits;
     if (bits !== undefined && typeof bits !== "boolean") throw new ArgumentError("bits", "a boolean", bits);
     const stream = readStreamOption(opts === undefined ? undefined : { stream: opts.stream }, this.device);

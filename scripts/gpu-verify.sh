@@ -13,7 +13,8 @@
 #   gpu-tests   every file of tests/gpu/ but ptx_jit.test.ts
 #   ptx-test    tests/gpu/ptx_jit.test.ts (the driver JIT-compiles the whole PTX package: minutes on a fresh host)
 #   sanitize    scripts/gpu-sanitize.sh (compute-sanitizer, four tools × three kernel families)
-#   fused-tests tests/gpu/fused.test.ts (the fused kernels against float64, batch invariance bitwise, QK views)
+#   fused-tests tests/gpu/fused.test.ts (the fused kernels against float64, batch invariance bitwise, QK views;
+#               FUSED_TESTS_FILTER=regex: only the tests whose names match it)
 #   fused       bench/fused.ts, then bench/compare_torch_fused.py (torch eager and torch.compile, same cases): raw JSON
 #               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick)
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
@@ -62,7 +63,12 @@ for s in "${steps[@]}"; do
     gpu-tests) step gpu-tests tests $(ls tests/gpu/*.test.ts | grep -v ptx_jit) ;;
     ptx-test) step ptx-test tests tests/gpu/ptx_jit.test.ts ;;
     sanitize) step sanitize bash scripts/gpu-sanitize.sh "$rt" ;;
-    fused-tests) step fused-tests tests tests/gpu/fused.test.ts ;;
+    fused-tests)
+      f=(); if [ -n "${FUSED_TESTS_FILTER:-}" ]; then
+        if [ "$rt" = deno ]; then f=(--filter "/$FUSED_TESTS_FILTER/"); else f=(-t "$FUSED_TESTS_FILTER"); fi
+      fi
+      if [ "$rt" = deno ]; then step fused-tests deno test -A --no-check ${f[@]+"${f[@]}"} tests/gpu/fused.test.ts
+      else step fused-tests bun test --timeout 300000 ${f[@]+"${f[@]}"} tests/gpu/fused.test.ts; fi ;;
     fused)
       q=(); [ "${FUSED_QUICK:-}" = 1 ] && q=(--quick)
       step fused run bench/fused.ts ${q[@]+"${q[@]}"} --json "$OUT/fused-$rt.json"

@@ -6,7 +6,7 @@
  */
 import type { Device } from "./device.ts";
 import { decode, type DType, dtypeBytes, encode, isTensorDType } from "./dtype.ts";
-import { ArgumentError, UnsupportedError } from "./errors.ts";
+import { ArgumentError, DisposedError, UnsupportedError } from "./errors.ts";
 import { DeviceBuffer } from "./memory.ts";
 import { Stream } from "./stream.ts";
 import { checkOptionKeys, optionKeys, refuseUnknownKeys, STREAM_KEYS } from "./options.ts";
@@ -502,7 +502,7 @@ export class Tensor implements Disposable {
     if (!Number.isSafeInteger(offset) || offset < 0 || offset > span) {
       throw new ArgumentError("offset", `an integer from 0 to ${span} (this tensor's elements)`, offset);
     }
-    void this.ptr; // DisposedError for a closed tensor
+    this.#checkOpen();
     const v = new Tensor(this.buffer, s, {
       dtype: this.dtype,
       offset: this.offset + offset,
@@ -529,6 +529,11 @@ export class Tensor implements Disposable {
     return levelSpan(this.#levels, this.#d);
   }
 
+  /** DisposedError naming this tensor (not its buffer) once its memory is closed. */
+  #checkOpen(): void {
+    if (this.buffer.closed) throw new DisposedError(this.#describe());
+  }
+
   /** Device address of the first element (for kernel arguments). */
   get ptr(): bigint {
     const base = this.buffer.ptr; // throws DisposedError once the buffer is closed, every time
@@ -546,6 +551,7 @@ export class Tensor implements Disposable {
    */
   write(valuesIn: ArrayLike<number>, opts?: { stream?: Stream; bits?: boolean }): void {
     checkOptionKeys(opts, WRITE_KEYS);
+    this.#checkOpen();
     const bits = opts?.bits;
     if (bits !== undefined && typeof bits !== "boolean") throw new ArgumentError("bits", "a boolean", bits);
     const stream = readStreamOption(opts === undefined ? undefined : { stream: opts.stream }, this.device);
@@ -597,6 +603,7 @@ export class Tensor implements Disposable {
    */
   readBitsSync(opts?: { stream?: Stream }): BitsArray {
     const stream = readStreamOption(opts, this.device);
+    this.#checkOpen();
     const b = this.bytesPerElement, d = this.d, rows = this.rows, row = d * b;
     const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
@@ -616,6 +623,7 @@ export class Tensor implements Disposable {
   /** Like readBitsSync, but waits for the GPU without blocking the event loop. */
   async toBits(opts?: { stream?: Stream }): Promise<BitsArray> {
     const stream = readStreamOption(opts, this.device) ?? this.device.stream;
+    this.#checkOpen();
     while (!stream.query()) await new Promise((r) => setTimeout(r, 0));
     return this.readBitsSync({ stream });
   }
@@ -627,6 +635,7 @@ export class Tensor implements Disposable {
    */
   readSync(opts?: { stream?: Stream }): Float32Array {
     const stream = readStreamOption(opts, this.device);
+    this.#checkOpen();
     const b = this.bytesPerElement, d = this.d, rows = this.rows;
     const host = new Uint8Array(this.#span * b);
     this.buffer.read(host, { offset: this.offset * b, stream });
@@ -658,19 +667,25 @@ export class Tensor implements Disposable {
    */
   async toArray(opts?: { stream?: Stream }): Promise<Float32Array> {
     const stream = readStreamOption(opts, this.device) ?? this.device.stream;
+    this.#checkOpen();
     while (!stream.query()) await new Promise((r) => setTimeout(r, 0));
     return this.readSync({ stream });
   }
 
   /** A short description, e.g. "Tensor(bf16 [4, 8] on cuda:0)" (what console.log and String() print). */
   toString(): string {
+    return this.#describe(this.closed ? ", closed" : "");
+  }
+
+  /** "Tensor(dtype [shape], strides on device<tail>)". */
+  #describe(tail = ""): string {
     const where = this.device.id;
     const stride = this.contiguous
       ? ""
       : this.uniformRows
       ? `, rowStride ${this.rowStride}`
       : `, strides [${this.strides.join(", ")}]`;
-    return `Tensor(${this.dtype} [${this.shape.join(", ")}]${stride} on ${where}${this.closed ? ", closed" : ""})`;
+    return `Tensor(${this.dtype} [${this.shape.join(", ")}]${stride} on ${where}${tail})`;
   }
 
   /** Deno's console.log / Deno.inspect: the short description, not the whole Device. */

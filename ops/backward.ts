@@ -80,7 +80,8 @@ export interface RMSNormBackwardOptions {
   /**
    * A forward with `residual` (h = x + residual, normalized): the gradient arriving at h from the next residual
    * branch (x's shape and dtype). dx is then normBackward(dy) + dResidual, the gradient of both x and residual; x
-   * here is h (the forward's residualOut). dx must not overlap it.
+   * here is h (the forward's residualOut). dx must not overlap it. The norm's gradient is rounded to the dtype before
+   * the f32 add, whose sum is rounded again: bitwise the unfused backward followed by the add.
    */
   dResidual?: Tensor;
   /**
@@ -707,8 +708,10 @@ function cpuBackward(
     weight: weight?.readSync(),
   });
   if (dResidual) {
-    const add = dResidual.readSync();
-    for (let i = 0; i < r.dx.length; i++) r.dx[i] += add[i];
+    // As the CUDA path (the backward kernels, then nk_fused_add_*): the norm's dx rounded to the dtype, then the f32 sum
+    // with dResidual, rounded again by encode below. A double's sum of two f32 values, rounded to f32, is the f32 sum.
+    const add = dResidual.readSync(), normDx = decode(encode(r.dx, dx.dtype), dx.dtype);
+    for (let i = 0; i < r.dx.length; i++) r.dx[i] = Math.fround(normDx[i] + add[i]);
   }
   const b = dx.bytesPerElement, out = dx.buffer.hostBytes;
   for (let row = 0; row < rows; row++) {

@@ -7,7 +7,8 @@
 //   grid GX
 //   block BX
 //   buffer BASE BYTES INFILE OUTFILE      (BASE: the address the library passed, decimal; INFILE/OUTFILE or -)
-//   arg p ADDRESS | arg i VALUE | arg l VALUE | arg f F32BITS   (28 of them, in NK_FUSED_PARAMS order)
+//   arg p ADDRESS | arg i VALUE | arg l VALUE | arg f F32BITS   (28 of them, in NK_FUSED_PARAMS order; 6 for
+//                                                                nk_fused_add_*: dst, src, rows, d, strides)
 // Each pointer argument is mapped to the buffer holding it (BASE <= ADDRESS <= BASE + BYTES, offset kept); each
 // buffer is host memory aligned to 256 bytes with 256-byte canaries on both sides, checked after the launch.
 #include <atomic>
@@ -35,6 +36,13 @@ struct KernelEntry {
 static const KernelEntry kKernels[] = {
 #include "kernel_table.inc"
 };
+typedef void (*nk_add_fn)(void*, const void*, int, int, long long, long long);
+struct AddEntry {
+  const char* name;
+  nk_add_fn fn;
+};
+static const AddEntry kAddKernels[] = {
+    {"nk_fused_add_f32", nk_fused_add_f32}, {"nk_fused_add_f16", nk_fused_add_f16}, {"nk_fused_add_bf16", nk_fused_add_bf16}};
 
 namespace {
 #if defined(__SANITIZE_ADDRESS__)
@@ -97,11 +105,15 @@ int main(int argc, char** argv) {
       args.push_back(a);
     } else die("bad manifest token " + tok);
   }
-  if (args.size() != 28) die("expected 28 arguments, got " + std::to_string(args.size()));
   nk_fused_fn fn = nullptr;
+  nk_add_fn add_fn = nullptr;
   for (const auto& k : kKernels)
     if (kernel == k.name) fn = k.fn;
-  if (!fn) die("no kernel " + kernel);
+  for (const auto& k : kAddKernels)
+    if (kernel == k.name) add_fn = k.fn;
+  if (!fn && !add_fn) die("no kernel " + kernel);
+  const size_t nargs = fn ? 28 : 6, nptrs = fn ? 10 : 2;
+  if (args.size() != nargs) die("expected " + std::to_string(nargs) + " arguments, got " + std::to_string(args.size()));
   if (bx == 0 || bx > 1024 || bx % 32 != 0) die("bad block " + std::to_string(bx));
 
   for (auto& b : bufs) {
@@ -120,7 +132,7 @@ int main(int argc, char** argv) {
     die("pointer argument " + std::to_string(a) + " lies in no buffer");
   };
   void* p[10];
-  for (int i = 0; i < 10; ++i) {
+  for (size_t i = 0; i < nptrs; ++i) {
     if (args[i].t != 'p') die("argument " + std::to_string(i) + " should be a pointer");
     p[i] = map_ptr(args[i].u);
   }
@@ -145,8 +157,10 @@ int main(int argc, char** argv) {
       threads.emplace_back([&, t] {
         nk_emu_tid = t;
         nk_emu_blk = &blk;
-        fn(p[0], p[1], p[2], p[3], p[4], p[5], p[6], (float*)p[7], (float*)p[8], (float*)p[9], I(10), I(11), I(12),
-           L(13), L(14), L(15), L(16), L(17), L(18), L(19), L(20), F(21), F(22), F(23), I(24), I(25), I(26), I(27));
+        if (add_fn) add_fn(p[0], p[1], I(2), I(3), L(4), L(5));
+        else
+          fn(p[0], p[1], p[2], p[3], p[4], p[5], p[6], (float*)p[7], (float*)p[8], (float*)p[9], I(10), I(11), I(12),
+             L(13), L(14), L(15), L(16), L(17), L(18), L(19), L(20), F(21), F(22), F(23), I(24), I(25), I(26), I(27));
       });
     }
     for (auto& th : threads) th.join();

@@ -13,13 +13,14 @@
  *
  *   deno run -A tests/emu/run.ts [--quick] [--filter SUBSTRING] [--keep]
  */
-import { Device, layerNorm, loadKernels, rmsNorm, type Tensor } from "../../mod.ts";
+import { Device, layerNorm, layerNormBackward, loadKernels, rmsNorm, rmsNormBackward, type Tensor } from "../../mod.ts";
 import type { DType, QuantDType } from "../../runtime/dtype.ts";
 import { ulpOf } from "../../runtime/dtype.ts";
 import { DeviceBuffer } from "../../runtime/memory.ts";
 import { ffi } from "../../ffi/runtime.ts";
-import { FUSED_PARAMS } from "../../ops/fused_abi.ts";
+import { FUSED_ADD_ARGS, FUSED_PARAMS } from "../../ops/fused_abi.ts";
 import { normForward, quantizeRow } from "../../ops/cpu.ts";
+import { normBackward } from "../../ops/cpu_bwd.ts";
 import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 import { randoms } from "../fixtures/random.ts";
 import { quantError } from "../fixtures/fused_cases.ts";
@@ -649,6 +650,131 @@ function invarianceSets(): Case[] {
   return filter ? list.filter((c) => name(c).includes(filter)) : list;
 }
 
+// ---------------------------------------------------------------- the backward's dResidual add (nk_fused_add_*)
+// On a GPU a backward with dResidual runs the backward kernels, then nk_fused_add_* over dx. The emulator runs that add
+// over the CPU backend's unfused dx (the same inputs, the same layout); its bytes must be the CPU backend's fused dx,
+// bit for bit, padding included: the CPU backend rounds as the kernels do.
+interface AddCase {
+  kind: Kind;
+  dtype: FDType;
+  rows: number;
+  d: number;
+  strided: boolean;
+}
+const addName = (c: AddCase) =>
+  `backward ${c.kind} ${c.dtype} d=${c.d} rows=${c.rows}${c.strided ? " strided" : ""} +dResidual`;
+
+async function runAddCase(c: AddCase): Promise<string[]> {
+  const { kind, dtype, rows, d } = c, rowStride = c.strided ? d + 3 : d;
+  const inputs = (dev: Device) => {
+    const t = (seed: number, lo = -1, hi = 1) => {
+      const v = dev.empty([rows, d], { dtype, rowStride });
+      v.write(randoms(rows * d, seed, lo, hi));
+      return v;
+    };
+    // dResidual of the norm's dx's magnitude: sums that cancel, where rounding the norm's dx first shows.
+    return { h: t(1), dy: t(2), dRes: t(3, -3, 3), dx: dev.empty([rows, d], { dtype, rowStride }) };
+  };
+  const backward = (m: ReturnType<typeof inputs>, rstd: Tensor, mean: Tensor | undefined, dResidual?: Tensor) =>
+    kind === "rms"
+      ? rmsNormBackward(m.dy, m.h, { rstd, dx: m.dx, ...(dResidual ? { dResidual } : {}) })
+      : layerNormBackward(m.dy, m.h, { mean: mean!, rstd, dx: m.dx, ...(dResidual ? { dResidual } : {}) });
+
+  // The CPU backend: the statistics, the unfused dx (the add's input) and the fused dx (the expected bytes).
+  using cpu = Device.open({ backend: "cpu" });
+  const unfused = inputs(cpu), fused = inputs(cpu);
+  using stats = kind === "rms" ? rmsNorm(unfused.h, { stats: true }) : layerNorm(unfused.h, { stats: true });
+  backward(unfused, stats.rstd, stats.mean);
+  backward(fused, stats.rstd, stats.mean, fused.dRes);
+
+  // The fake device: the launches the library makes, the add's arguments recorded.
+  trackBuffers = [];
+  let made!: ReturnType<typeof inputs> & { rstd: Tensor; mean: Tensor };
+  const f = await fakeCudaDevice(
+    (dev) => (made = { ...inputs(dev), rstd: dev.empty([rows]), mean: dev.empty([rows]) }),
+    {
+      record: true,
+      load: false,
+      info: EMU_DEVICE,
+      snapshot: (p, k) => {
+        if (!k.startsWith("nk_fused_add_")) return undefined;
+        const slots = new BigUint64Array(ffi!.viewMemory(p, FUSED_ADD_ARGS.length * 8).slice(0));
+        return FUSED_ADD_ARGS.map((t, i) => {
+          const v = new DataView(ffi!.viewMemory(slots[i], 8).slice(0));
+          return t === "ptr"
+            ? v.getBigUint64(0, true)
+            : t === "i64"
+            ? Number(v.getBigInt64(0, true))
+            : v.getInt32(0, true);
+        });
+      },
+    },
+  );
+  using _dev = f.dev;
+  (f.driver as unknown as Record<string, unknown>).occupancy = () => 4; // one-row blocks size their grid from it
+  await loadKernels(f.dev, { fused: true });
+  backward(made, made.rstd, made.mean, made.dRes);
+  const adds = f.launches.filter((l) => l.kernel.startsWith("nk_fused_add_"));
+  if (adds.length !== 1 || f.launches[f.launches.length - 1] !== adds[0]) {
+    throw new Error(`${addName(c)}: expected one nk_fused_add_* launch, last; got ${f.launches.map((l) => l.kernel)}`);
+  }
+  const l = adds[0], args = l.args as (bigint | number)[];
+  if (l.kernel !== `nk_fused_add_${dtype}`) throw new Error(`${addName(c)}: kernel ${l.kernel}`);
+  const dir = `${WORK}/case${caseNo++}`;
+  mkdirSync(dir, { recursive: true });
+  const lines = [`kernel ${l.kernel}`, `grid ${l.grid[0]}`, `block ${l.block[0]}`];
+  // The fake's dx and dResidual buffers, holding the CPU backend's unfused dx and its dResidual (the same layout).
+  const pairs: [Tensor, Tensor][] = [[made.dx, unfused.dx], [made.dRes, unfused.dRes]];
+  pairs.forEach(([fake, real], i) => {
+    writeFileSync(`${dir}/in${i}`, real.buffer.hostBytes);
+    lines.push(`buffer ${fake.buffer.ptr} ${fake.buffer.byteLength} ${dir}/in${i} ${dir}/out${i}`);
+  });
+  FUSED_ADD_ARGS.forEach((t, i) => lines.push(`arg ${t === "ptr" ? "p" : t === "i64" ? "l" : "i"} ${args[i]}`));
+  writeFileSync(`${dir}/manifest`, lines.join("\n") + "\n");
+  execFileSync(BIN, [`${dir}/manifest`], { stdio: ["ignore", "inherit", "inherit"] });
+  const got = new Uint8Array(readFileSync(`${dir}/out0`)), want = fused.dx.buffer.hostBytes;
+  const dresAfter = new Uint8Array(readFileSync(`${dir}/out1`));
+  if (!keep) rmSync(dir, { recursive: true, force: true });
+  trackBuffers = undefined;
+  const failures: string[] = [];
+  const firstDiff = got.findIndex((v, i) => v !== want[i]);
+  if (got.length !== want.length || firstDiff >= 0) {
+    failures.push(`dx differs from the CPU backend's at byte ${firstDiff} of ${want.length}`);
+  }
+  if (dresAfter.some((v, i) => v !== unfused.dRes.buffer.hostBytes[i])) failures.push("dResidual was written");
+  // 16-bit: the case must tell the two roundings apart (some element where the float64 dx + dResidual, rounded once,
+  // differs from the fused dx), or it would pass a kernel that rounded once.
+  if (dtype !== "f32") {
+    const ref = normBackward({
+      kind,
+      rows,
+      d,
+      x: unfused.h.readSync(),
+      xStride: d,
+      dy: unfused.dy.readSync(),
+      dyStride: d,
+      rstd: stats.rstd.readSync(),
+      ...(kind === "layer" ? { mean: stats.mean!.readSync() } : {}),
+    });
+    const add = unfused.dRes.readSync(), fx = fused.dx.readSync();
+    using once = cpu.tensor(Array.from(ref.dx, (v, i) => v + add[i]), [rows, d], { dtype });
+    if (once.readSync().every((v, i) => v === fx[i])) failures.push("one rounding gives the same dx: no test");
+  }
+  return failures;
+}
+
+function addCases(): AddCase[] {
+  const out: AddCase[] = [];
+  for (const kind of ["rms", "layer"] as const) {
+    for (const dtype of ["f32", "f16", "bf16"] as const) {
+      for (const [d, strided] of [[768, false], [769, true], [5120, false]] as const) {
+        out.push({ kind, dtype, rows: quick ? 3 : 7, d, strided });
+      }
+    }
+  }
+  return out.filter((c) => !filter || addName(c).includes(filter));
+}
+
 // ---------------------------------------------------------------- main
 mkdirSync(WORK, { recursive: true });
 console.log("building the emulator...");
@@ -727,6 +853,18 @@ for (const c of cases()) {
   } else {
     console.log(`ok   ${o.name}  ${o.kernel} ${o.geometry}  worst ${o.worstY.toFixed(3)}  ${ms} ms`);
   }
+}
+// The backward's dResidual add.
+for (const c of addCases()) {
+  ran++;
+  let failures: string[];
+  try {
+    failures = await runAddCase(c);
+  } catch (err) {
+    failures = [(err as Error).message];
+  }
+  if (failures.length) (failed++, console.log(`FAIL ${addName(c)}:\n  ${failures.join("\n  ")}`));
+  else console.log(`ok   ${addName(c)}  nk_fused_add_${c.dtype}  bitwise the CPU backend's dx`);
 }
 // Batch invariance.
 let invFailed = 0, invTotal = 0;

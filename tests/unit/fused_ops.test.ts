@@ -154,7 +154,10 @@ test("residual backward: dx = normBackward(dy) + dResidual (dx2 any view); the m
     weight: w.readSync(),
   });
   const dx = g.dx.readSync();
-  for (let i = 0; i < dx.length; i++) assert.equal(dx[i], Math.fround(ref.dx[i] + Math.fround(drv[i])), `dx[${i}]`);
+  // The norm's dx rounded to f32, then the f32 sum: the unfused backward followed by the add.
+  for (let i = 0; i < dx.length; i++) {
+    assert.equal(dx[i], Math.fround(Math.fround(ref.dx[i]) + Math.fround(drv[i])), `dx[${i}]`);
+  }
   // Written to both when asked: dx2 (here with padded rows) gets the same values.
   using dx2 = dev.empty([rows, d], { rowStride: d + 5 });
   dx2.write(new Float32Array(rows * d).fill(NaN));
@@ -211,6 +214,40 @@ test("residual backward: dx = normBackward(dy) + dResidual (dx2 any view); the m
     assert.ok(Math.abs(got[i] - (want.dx[i] + drv[i])) <= 1e-5 * (1 + Math.abs(want.dx[i])), `module dx[${i}]`);
   }
   void y;
+});
+
+test("residual backward in 16 bits: the norm's dx rounded to the dtype, then the sum rounded (the unfused backward + add)", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const rows = 5, d = 40;
+  for (const dtype of ["bf16", "f16"] as const) {
+    for (const kind of ["rms", "layer"] as const) {
+      using h = dev.tensor(randoms(rows * d, 41), [rows, d], { dtype });
+      using w = dev.tensor(randoms(d, 42, 0.5, 1.5), [d]);
+      using b = dev.tensor(randoms(d, 43), [d]);
+      using dy = dev.tensor(randoms(rows * d, 44), [rows, d], { dtype });
+      // dResidual of the norm's dx's magnitude, so that the sums cancel and a single rounding would differ.
+      using dRes = dev.tensor(randoms(rows * d, 45, -3, 3), [rows, d], { dtype });
+      using fwd = kind === "rms"
+        ? rmsNorm(h, { weight: w, stats: true })
+        : layerNorm(h, { weight: w, bias: b, stats: true });
+      const back = (dResidual?: Tensor) =>
+        kind === "rms"
+          ? rmsNormBackward(dy, h, { rstd: fwd.rstd, weight: w, dResidual })
+          : layerNormBackward(dy, h, { mean: fwd.mean!, rstd: fwd.rstd, weight: w, bias: b, dResidual });
+      const plain = back(), fused = back(dRes);
+      using _p = plain.dx,
+        _pw = plain.dweight,
+        _pb = plain.dbias,
+        _f = fused.dx,
+        _fw = fused.dweight,
+        _fb = fused.dbias;
+      // The add in the dtype on the device: the same tensor written with the f32 sums rounds them once more.
+      const normDx = plain.dx.readSync(), add = dRes.readSync();
+      using want = dev.tensor(normDx.map((v, i) => Math.fround(v + add[i])), [rows, d], { dtype });
+      assert.deepEqual(fused.dx.readBitsSync(), want.readBitsSync(), `${kind} ${dtype}`);
+      assert.deepEqual(fused.dweight!.readSync(), plain.dweight!.readSync(), `${kind} ${dtype} dweight`);
+    }
+  }
 });
 
 test("the modules on a head view (rows on two levels): forward keeps a copy, backward equals the contiguous one's", () => {

@@ -8,7 +8,8 @@
  * (both powers of two, tpr × nv = N, or more threads, of zeros, where a block's whole warps exceed N); every split
  * adds in that same tree, so every output bit of a row is the same in every call, whatever the batch. That leaves the
  * split free to follow the row count: few rows take 256 threads a row (short per-thread chains: latency), as do short
- * rows while a chunk a lane fits one wave, many rows take 8 chunks a thread (bytes in flight per thread: bandwidth).
+ * rows while a chunk a lane fits one wave, many rows take 8 chunks a thread (bytes in flight per thread: bandwidth), 4
+ * for rows of at most a warp's chunks.
  * The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each table row has a stable `fused.*` id.
  */
 import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
@@ -57,11 +58,11 @@ export const FUSED_SM_THREADS = 1024;
 
 /**
  * How the N leaves are split, the first row whose `when` holds: `nv` chunks a thread for this kind and N (at least
- * N / the most threads a row may have). Set from the split sweep on an H200 (lab/fused_geometry/sweep.ts, figures in
- * docs/fused.md): at 1 and 8 rows, 256 threads a row was the fastest split or within 0.2 µs of it at D 2048 to 8192;
- * at thousands of rows, 8 chunks a thread was the fastest or within 2 points of copy of it at D 512 to 8192. Rows of
- * at most 32 chunks (D ≤ 256 in 16-bit) were not swept: `fused.wave` carries the latency split to as many of them as
- * fit one wave, from bench/fused.ts's QK-norm figures.
+ * N / the most threads a row may have). Set from the split sweeps (lab/fused_geometry/sweep.ts, figures in
+ * docs/fused.md): at 1 and 8 rows, 256 threads a row was the fastest split or within 0.2 µs of it at D 2048 to 8192
+ * (H200); at thousands of rows, 8 chunks a thread was the fastest or within 2 points of copy of it at D 512 to 8192
+ * (H200). Rows of at most 32 chunks (H100, D 128 and 256 bf16): a chunk a lane was the fastest at 40 and 320 rows
+ * (`fused.wave`), 4 chunks a lane the fastest or within 0.6 points of copy at 262,144 and 524,288 rows (`fused.short`).
  */
 // deno-fmt-ignore
 export const FUSED_SPLITS: readonly {
@@ -72,6 +73,7 @@ export const FUSED_SPLITS: readonly {
 }[] = [
   { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: FUSED_LATENCY_THREADS threads a row (more for rows past 8 chunks a thread): a short chain of loads, reductions and stores per thread, 4 barriers per sum" },
   { id: "fused.wave", when: (rows, n, l) => n <= FUSED_LANES_MAX && rows * n <= l.multiprocessors * FUSED_SM_THREADS, nv: () => 1, why: "short rows (a warp or less at a chunk a lane: QK-norm's heads) whose lanes at one chunk each fit one wave of the GPU: the latency split's one load, shuffles and one store per lane, on more SMs than one row per SM allows (8 tokens of 40 heads took 8.3 µs at 8 chunks a lane, 1 token 2.6 µs at one: H100)" },
+  { id: "fused.short", when: (_r, n) => n <= FUSED_LANES_MAX, nv: () => 4, why: "rows of at most 32 chunks past one wave (QK-norm's heads at prefill): 4 chunks a lane, 32 to 256 rows a block (H100, D 128 and 256 bf16: 53-91 % of copy, against 28-62 % at 8 chunks a lane and 26-54 % at one)" },
   { id: "fused.lanes", when: (_r, n) => n <= FUSED_LANES_MAX * FUSED_MAXV, nv: () => 8, why: "rows to 256 chunks at many rows: a power-of-two group of lanes per row (256 / tpr rows a block, no barrier) at 8 chunks a lane (the most bytes in flight per lane)" },
   { id: "fused.block", when: () => true, nv: () => 8, why: "longer rows at many rows: a block of whole warps per row at 8 chunks a thread (fewest threads, most bytes in flight per thread)" },
 ];

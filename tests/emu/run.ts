@@ -624,12 +624,12 @@ function invarianceSets(): Case[] {
       caseOf("rms", "f32", 20000, 5, { strided: true }),
       caseOf("rms", "bf16", 4096, 33, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3" }),
     ];
-  // Short rows past one wave of the emulated device (300 × 16 chunks > 4 SMs × 1024 lanes): the full launch takes 8
-  // chunks a lane (fused.lanes), its sub-launches a chunk a lane (fused.wave, fused.latency).
+  // Short rows past one wave of the emulated device (300 × 16 chunks > 4 SMs × 1024 lanes): the full launch takes 4
+  // chunks a lane (fused.short), its sub-launches a chunk a lane (fused.wave, fused.latency).
   list.push(caseOf("rms", "bf16", 128, 300, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3" }));
   // Two-level rows (QK split over a head view), sub-warp and block-per-row splits, vector and scalar paths, with
   // fewer blocks: 130 rows of 16 chunks at a chunk a lane (fused.wave, 16 rows a block: library grid 9); 280 rows of
-  // headDim 66 at 8 chunks a lane (scalar path); headDim 2050 (scalar path), a block per row, 20 rows.
+  // headDim 66 at 4 chunks a lane (fused.short, scalar path); headDim 2050 (scalar path), a block per row, 20 rows.
   list.push(caseOf("rms", "bf16", 128, 0, { qk: { tokens: 13, hq: 8, hkv: 2 } }));
   list.push(
     caseOf("layer", "f16", 66, 0, {

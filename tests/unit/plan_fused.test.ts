@@ -117,6 +117,7 @@ test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, a
             const nv = Math.min(FUSED_MAXV, Math.max(1, leaves / FUSED_LATENCY_THREADS));
             assert.equal(g.nv, nv, `${at}: latency split`);
           } else if (g.rule === "fused.wave") assert.equal(g.nv, 1, `${at}: a chunk a lane`);
+          else if (g.rule === "fused.short") assert.equal(g.nv, Math.min(4, leaves), `${at}: 4 chunks a lane`);
           else assert.equal(g.nv, Math.min(8, leaves), `${at}: bandwidth split`);
         }
       }
@@ -202,7 +203,13 @@ test("every split of a row's leaves adds them in the same tree: the same f32 bit
 });
 
 test("the split table: ids in order, each with its reason", () => {
-  assert.deepEqual(FUSED_SPLITS.map((r) => r.id), ["fused.latency", "fused.wave", "fused.lanes", "fused.block"]);
+  assert.deepEqual(FUSED_SPLITS.map((r) => r.id), [
+    "fused.latency",
+    "fused.wave",
+    "fused.short",
+    "fused.lanes",
+    "fused.block",
+  ]);
   for (const r of FUSED_SPLITS) assert.ok(r.why.length > 20);
   assert.equal(geometry("rms", 2048, "bf16", 1000).rule, "fused.lanes"); // 256 chunks: 32 lanes × 8
   assert.equal(geometry("rms", 2056, "bf16", 1000).rule, "fused.block");
@@ -210,7 +217,7 @@ test("the split table: ids in order, each with its reason", () => {
   assert.deepEqual([geometry("rms", 2048, "bf16", 1).tpr, geometry("rms", 2048, "bf16", 1).nv], [256, 1]);
 });
 
-test("short rows take a chunk a lane while all their lanes fit one wave (fused.wave), then 8 chunks a lane", () => {
+test("short rows take a chunk a lane while all their lanes fit one wave (fused.wave), then 4 chunks a lane", () => {
   // D 128 bf16: 16 chunks; one wave is multiprocessors × FUSED_SM_THREADS lanes of a chunk each.
   const wave = (H200.multiprocessors * FUSED_SM_THREADS) / 16;
   const split = (d: number, rows: number, dtype = "bf16") => {
@@ -220,7 +227,10 @@ test("short rows take a chunk a lane while all their lanes fit one wave (fused.w
   assert.deepEqual(split(128, 40), [16, 1, "fused.latency"]); // 1 token of 32 + 8 heads
   assert.deepEqual(split(128, 320), [16, 1, "fused.wave"]); // 8 tokens
   assert.deepEqual(split(128, wave), [16, 1, "fused.wave"]);
-  assert.deepEqual(split(128, wave + 1), [2, 8, "fused.lanes"]);
+  assert.deepEqual(split(128, wave + 1), [4, 4, "fused.short"]);
+  assert.deepEqual(split(256, 262_144), [8, 4, "fused.short"]); // 32 chunks
+  assert.deepEqual(split(128, 262_144, "f32"), [8, 4, "fused.short"]);
+  assert.deepEqual(split(16, 1_000_000), [1, 2, "fused.short"]); // 2 chunks: both in one lane
   assert.deepEqual(split(256, 2000), [32, 1, "fused.wave"]); // 32 chunks: a warp a row
   assert.deepEqual(split(128, 2000, "f32"), [32, 1, "fused.wave"]);
   assert.deepEqual(split(264, 200), [8, 8, "fused.lanes"]); // 33 chunks, 64 leaves: past a warp at a chunk a lane

@@ -8,7 +8,7 @@ CUDA graph, device µs per op of a replay). Writes JSON (--json PATH).
 - qk: F.rms_norm on the Q and K head views of a fused QKV buffer [tokens, (Hq + 2 Hkv) * 128] (what Qwen3 runs:
   two calls, each writing a new tensor); decode (graph µs per op) and prefill (GB/s, bytes = heads read + written).
 
-    python3 bench/compare_torch_fused.py [--quick] [--json out.json] [--no-compile]
+    python3 bench/compare_torch_fused.py [--quick] [--only add,decode,qk] [--json out.json] [--no-compile]
 """
 import argparse, json, datetime
 import torch
@@ -19,7 +19,11 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true")
 ap.add_argument("--json")
 ap.add_argument("--no-compile", action="store_true")
+ap.add_argument("--only", default="add,decode,qk", help="comma-separated parts: add, decode, qk")
 a = ap.parse_args()
+ONLY = set(a.only.split(","))
+if not ONLY or ONLY - {"add", "decode", "qk"}:
+    ap.error(f"--only takes a comma-separated list of add, decode, qk; got {a.only}")
 
 DS = [1024, 4096] if a.quick else [512, 1024, 2048, 4096, 5120, 8192]
 DT = {"bf16": torch.bfloat16, "f16": torch.float16}
@@ -88,7 +92,7 @@ results = []
 ADD = {(k, q): add_norm(k, q) for k in ("rms", "layer") for q in QUANTS}
 ADD_C = {key: torch.compile(f, dynamic=False) for key, f in ADD.items()}
 
-for d in DS:
+for d in DS if "add" in ONLY else []:
     for name, dt in DT.items():
         for q in QUANTS:
             b, yb = 2, 1 if q else 2
@@ -120,7 +124,7 @@ def decode_step(x, res, w, d):
 
 
 decode_c = torch.compile(decode_step, dynamic=False)
-for d in DECODE_DS:
+for d in DECODE_DS if "decode" in ONLY else []:
     for rows in DECODE_ROWS:
         x = (torch.rand(rows, d, device=dev) * 4 - 2).to(torch.bfloat16)
         res = (torch.rand(rows, d, device=dev) * 4 - 2).to(torch.bfloat16)
@@ -141,7 +145,7 @@ def qk_norm(qkv, qw, kw, tokens):
 
 qk_c = torch.compile(qk_norm, dynamic=False)
 width = (HQ + 2 * HKV) * HEAD
-for tokens in QK_DECODE + [QK_PREFILL]:
+for tokens in QK_DECODE + [QK_PREFILL] if "qk" in ONLY else []:
     qkv = (torch.rand(tokens, width, device=dev) * 4 - 2).to(torch.bfloat16)
     qw = (1 + torch.rand(HEAD, device=dev) / 8).to(torch.bfloat16)
     kw = (1 + torch.rand(HEAD, device=dev) / 8).to(torch.bfloat16)

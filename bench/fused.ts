@@ -15,7 +15,7 @@
  *   heads as one view [tokens, Hq + Hkv, 128] normalized in place in one call (weights split at head Hq); decode
  *   (1 and 8 tokens: graph µs per op) and prefill (16384 tokens: GB/s, bytes = the heads read and written).
  *
- *   deno run -A bench/fused.ts [--quick] [--json out.json]      bun bench/fused.ts [...]
+ *   deno run -A bench/fused.ts [--quick] [--only add,invariance,decode,qk] [--json out.json]   bun bench/fused.ts [...]
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
@@ -44,6 +44,13 @@ const view = (t: Tensor, shape: number[], strides: number[], offset = 0): Tensor
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
+const PARTS = ["add", "invariance", "decode", "qk"];
+const only = args.includes("--only") ? args[args.indexOf("--only") + 1]?.split(",") : PARTS;
+if (!only?.length || only.some((p) => !PARTS.includes(p))) {
+  console.error(`bench/fused.ts: --only takes a comma-separated list of ${PARTS.join(", ")}; got ${only}`);
+  process.exit(2);
+}
+const part = (name: string) => only.includes(name);
 const runtime = "Deno" in globalThis ? "deno" : "bun";
 const DS = quick ? [1024, 4096] : [512, 1024, 2048, 4096, 5120, 8192];
 const DTYPES: DType[] = ["bf16", "f16"];
@@ -73,95 +80,111 @@ const params = (held: DisposableStack, d: number, dtype: DType) => ({
 });
 
 // ---------------------------------------------------------------- add + norm (+ dynamic quantization)
-console.log("case  kind  dtype  quant         D     rows       µs     GB/s  %copy");
-for (const d of DS) {
-  for (const dtype of DTYPES) {
-    for (const quant of QUANTS) {
-      const b = 2, yb = quant ? 1 : b;
-      const perRow = d * (3 * b + yb) + (quant ? 4 : 0);
-      const rows = Math.ceil(MIN_BYTES / perRow);
-      using held = new DisposableStack();
-      try {
-        const x = make(held, [rows, d], dtype), residual = make(held, [rows, d], dtype);
-        const h = make(held, [rows, d], dtype, false), y = make(held, [rows, d], quant ?? dtype, false);
-        const scaleOut = quant ? make(held, [rows], "f32", false) : undefined;
-        const { w, b: bias } = params(held, d, dtype);
-        for (const kind of ["rms", "layer"] as const) {
-          const opts: RMSNormOptions & LayerNormOptions = {
-            weight: w,
-            residual,
-            residualOut: h,
-            out: y,
-            ...(kind === "layer" ? { bias } : {}),
-            ...(quant ? { quant: { dtype: quant, scaleOut } } : {}),
-          };
-          const norm = kind === "rms" ? fusedRms : fusedLn;
-          const ms = timer.time(() => void norm(x, opts));
-          const bytes = rows * perRow + d * b * (kind === "layer" ? 2 : 1);
-          const gbs = bytes / (ms * 1e6);
-          results.push({ case: "add", kind, dtype, quant, d, rows, us: ms * 1e3, gbs, pctCopy: (100 * gbs) / copyGBs });
-          console.log(
-            `add   ${kind.padEnd(5)} ${dtype.padEnd(5)}  ${(quant ?? "-").padEnd(8)} ${String(d).padStart(6)} ` +
-              `${String(rows).padStart(8)} ${(ms * 1e3).toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ` +
-              `${((100 * gbs) / copyGBs).toFixed(1).padStart(6)}`,
-          );
+if (part("add")) {
+  console.log("case  kind  dtype  quant         D     rows       µs     GB/s  %copy");
+  for (const d of DS) {
+    for (const dtype of DTYPES) {
+      for (const quant of QUANTS) {
+        const b = 2, yb = quant ? 1 : b;
+        const perRow = d * (3 * b + yb) + (quant ? 4 : 0);
+        const rows = Math.ceil(MIN_BYTES / perRow);
+        using held = new DisposableStack();
+        try {
+          const x = make(held, [rows, d], dtype), residual = make(held, [rows, d], dtype);
+          const h = make(held, [rows, d], dtype, false), y = make(held, [rows, d], quant ?? dtype, false);
+          const scaleOut = quant ? make(held, [rows], "f32", false) : undefined;
+          const { w, b: bias } = params(held, d, dtype);
+          for (const kind of ["rms", "layer"] as const) {
+            const opts: RMSNormOptions & LayerNormOptions = {
+              weight: w,
+              residual,
+              residualOut: h,
+              out: y,
+              ...(kind === "layer" ? { bias } : {}),
+              ...(quant ? { quant: { dtype: quant, scaleOut } } : {}),
+            };
+            const norm = kind === "rms" ? fusedRms : fusedLn;
+            const ms = timer.time(() => void norm(x, opts));
+            const bytes = rows * perRow + d * b * (kind === "layer" ? 2 : 1);
+            const gbs = bytes / (ms * 1e6);
+            results.push({
+              case: "add",
+              kind,
+              dtype,
+              quant,
+              d,
+              rows,
+              us: ms * 1e3,
+              gbs,
+              pctCopy: (100 * gbs) / copyGBs,
+            });
+            console.log(
+              `add   ${kind.padEnd(5)} ${dtype.padEnd(5)}  ${(quant ?? "-").padEnd(8)} ${String(d).padStart(6)} ` +
+                `${String(rows).padStart(8)} ${(ms * 1e3).toFixed(1).padStart(8)} ${gbs.toFixed(0).padStart(8)} ` +
+                `${((100 * gbs) / copyGBs).toFixed(1).padStart(6)}`,
+            );
+          }
+        } catch (e) {
+          console.log(`add ${dtype} ${quant ?? "-"} D=${d}: ${e instanceof Error ? e.message : e}`);
         }
-      } catch (e) {
-        console.log(`add ${dtype} ${quant ?? "-"} D=${d}: ${e instanceof Error ? e.message : e}`);
       }
     }
   }
 }
 
 // ---------------------------------------------------------------- invariance: tuned plan against batchInvariant
-console.log("case  kind  dtype       D     rows  tuned%  invariant%  cost(points)");
-for (const d of DS) {
-  for (const dtype of DTYPES) {
-    const rows = Math.ceil(MIN_BYTES / (4 * d));
-    using held = new DisposableStack();
-    try {
-      const x = make(held, [rows, d], dtype), y = make(held, [rows, d], dtype, false);
-      const { w, b: bias } = params(held, d, dtype);
-      for (const kind of ["rms", "layer"] as const) {
-        const norm = kind === "rms" ? fusedRms : fusedLn;
-        const opts = { weight: w, out: y, ...(kind === "layer" ? { bias } : {}) };
-        const bytes = rows * d * 4 + d * 2 * (kind === "layer" ? 2 : 1);
-        const pct = (ms: number) => (100 * bytes) / (ms * 1e6) / copyGBs;
-        const tuned = pct(timer.time(() => void norm(x, opts)));
-        const invariant = pct(timer.time(() => void norm(x, { ...opts, batchInvariant: true })));
-        results.push({ case: "invariance", kind, dtype, d, rows, tunedPct: tuned, invariantPct: invariant });
-        console.log(
-          `inv   ${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(6)} ${String(rows).padStart(8)} ` +
-            `${tuned.toFixed(1).padStart(7)} ${invariant.toFixed(1).padStart(11)} ${
-              (tuned - invariant).toFixed(1).padStart(13)
-            }`,
-        );
+if (part("invariance")) {
+  console.log("case  kind  dtype       D     rows  tuned%  invariant%  cost(points)");
+  for (const d of DS) {
+    for (const dtype of DTYPES) {
+      const rows = Math.ceil(MIN_BYTES / (4 * d));
+      using held = new DisposableStack();
+      try {
+        const x = make(held, [rows, d], dtype), y = make(held, [rows, d], dtype, false);
+        const { w, b: bias } = params(held, d, dtype);
+        for (const kind of ["rms", "layer"] as const) {
+          const norm = kind === "rms" ? fusedRms : fusedLn;
+          const opts = { weight: w, out: y, ...(kind === "layer" ? { bias } : {}) };
+          const bytes = rows * d * 4 + d * 2 * (kind === "layer" ? 2 : 1);
+          const pct = (ms: number) => (100 * bytes) / (ms * 1e6) / copyGBs;
+          const tuned = pct(timer.time(() => void norm(x, opts)));
+          const invariant = pct(timer.time(() => void norm(x, { ...opts, batchInvariant: true })));
+          results.push({ case: "invariance", kind, dtype, d, rows, tunedPct: tuned, invariantPct: invariant });
+          console.log(
+            `inv   ${kind.padEnd(5)} ${dtype.padEnd(5)} ${String(d).padStart(6)} ${String(rows).padStart(8)} ` +
+              `${tuned.toFixed(1).padStart(7)} ${invariant.toFixed(1).padStart(11)} ${
+                (tuned - invariant).toFixed(1).padStart(13)
+              }`,
+          );
+        }
+      } catch (e) {
+        console.log(`invariance ${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
       }
-    } catch (e) {
-      console.log(`invariance ${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
     }
   }
 }
 
 // ---------------------------------------------------------------- decode: add + RMSNorm + fp8, graphs
-for (const d of DECODE_DS) {
-  for (const rows of DECODE_ROWS) {
-    using held = new DisposableStack();
-    try {
-      const x = make(held, [rows, d], "bf16"), residual = make(held, [rows, d], "bf16");
-      const y = make(held, [rows, d], "fp8e4m3", false), scaleOut = make(held, [rows], "f32", false);
-      const { w } = params(held, d, "bf16");
-      // The residual in place, as a decoder layer keeps it.
-      const us = graphUs(
-        dev,
-        (stream) => void fusedRms(x, { weight: w, residual, out: y, quant: { dtype: "fp8e4m3", scaleOut }, stream }),
-        GRAPH_OPS,
-        REPLAYS,
-      );
-      results.push({ case: "decode", kind: "rms", dtype: "bf16", quant: "fp8e4m3", d, rows, graphUs: us });
-      console.log(`decode rms bf16 fp8e4m3 D=${d} rows=${rows}: ${us.toFixed(2)} µs/op (graph)`);
-    } catch (e) {
-      console.log(`decode D=${d} rows=${rows}: ${e instanceof Error ? e.message : e}`);
+if (part("decode")) {
+  for (const d of DECODE_DS) {
+    for (const rows of DECODE_ROWS) {
+      using held = new DisposableStack();
+      try {
+        const x = make(held, [rows, d], "bf16"), residual = make(held, [rows, d], "bf16");
+        const y = make(held, [rows, d], "fp8e4m3", false), scaleOut = make(held, [rows], "f32", false);
+        const { w } = params(held, d, "bf16");
+        // The residual in place, as a decoder layer keeps it.
+        const us = graphUs(
+          dev,
+          (stream) => void fusedRms(x, { weight: w, residual, out: y, quant: { dtype: "fp8e4m3", scaleOut }, stream }),
+          GRAPH_OPS,
+          REPLAYS,
+        );
+        results.push({ case: "decode", kind: "rms", dtype: "bf16", quant: "fp8e4m3", d, rows, graphUs: us });
+        console.log(`decode rms bf16 fp8e4m3 D=${d} rows=${rows}: ${us.toFixed(2)} µs/op (graph)`);
+      } catch (e) {
+        console.log(`decode D=${d} rows=${rows}: ${e instanceof Error ? e.message : e}`);
+      }
     }
   }
 }
@@ -172,7 +195,7 @@ const qkCall = (qkv: Tensor, tokens: number, qw: Tensor, kw: Tensor, stream?: St
   const qk = view(qkv, [tokens, HQ + HKV, HEAD], [width, HEAD, 1]);
   fusedRms(qk, { weight: qw, weight2: kw, split: HQ, out: qk, ...(stream ? { stream } : {}) });
 };
-for (const tokens of [...QK_DECODE, QK_PREFILL]) {
+for (const tokens of part("qk") ? [...QK_DECODE, QK_PREFILL] : []) {
   using held = new DisposableStack();
   try {
     const qkv = make(held, [tokens, width], "bf16");

@@ -16,7 +16,8 @@
 #   fused-tests tests/gpu/fused.test.ts (the fused kernels against float64, batch invariance bitwise, QK views;
 #               FUSED_TESTS_FILTER=regex: only the tests whose names match it)
 #   fused       bench/fused.ts, then bench/compare_torch_fused.py (torch eager and torch.compile, same cases): raw JSON
-#               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick)
+#               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick;
+#               FUSED_ONLY=decode,qk (or add, invariance): those parts alone, torch without invariance)
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
 #   fused-ab    lab/fused_geometry/ab.ts over five sm_90 builds made here (main, the division-free quotient, the decode
@@ -71,8 +72,17 @@ for s in "${steps[@]}"; do
       else step fused-tests bun test --timeout 300000 ${f[@]+"${f[@]}"} tests/gpu/fused.test.ts; fi ;;
     fused)
       q=(); [ "${FUSED_QUICK:-}" = 1 ] && q=(--quick)
-      step fused run bench/fused.ts ${q[@]+"${q[@]}"} --json "$OUT/fused-$rt.json"
-      step fused-torch env PYTHONUNBUFFERED=1 python3 bench/compare_torch_fused.py ${q[@]+"${q[@]}"} --json "$OUT/fused-torch.json" ;;
+      o=(); t=()
+      if [ -n "${FUSED_ONLY:-}" ]; then
+        o=(--only "$FUSED_ONLY")
+        tp=$(tr ',' '\n' <<<"$FUSED_ONLY" | grep -vx invariance | paste -sd, -)  # torch has no invariance part
+        t=(--only "${tp:-none}")
+      fi
+      step fused run bench/fused.ts ${q[@]+"${q[@]}"} ${o[@]+"${o[@]}"} --json "$OUT/fused-$rt.json"
+      if [ "${t[1]:-}" != none ]; then
+        step fused-torch env PYTHONUNBUFFERED=1 python3 bench/compare_torch_fused.py ${q[@]+"${q[@]}"} ${t[@]+"${t[@]}"} \
+          --json "$OUT/fused-torch.json"
+      fi ;;
     splits) step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ;;
     fused-ab)
       w=lab/fused_geometry/.wg; rm -rf "$w"  # built here, from this tree's kernels, every time

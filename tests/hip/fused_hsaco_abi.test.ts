@@ -136,7 +136,7 @@ for (const wave of [64, 32]) {
           const why = kernelRejects(wave, g, d, vec);
           assert.equal(why, undefined, `${at}: the kernel traps: ${why}`);
           assert.ok(g.block <= FUSED_MAX_THREADS, `${at}: more threads than the launch bound`);
-          if (g.rule === "fused.lanes") {
+          if (g.rule === "fused.lanes" || g.rule === "fused.short") {
             assert.ok(g.tpr <= FUSED_LANES_MAX && g.block === FUSED_ROWS_BLOCK, at);
           }
           rules.set(g.rule, (rules.get(g.rule) ?? 0) + 1);
@@ -145,7 +145,11 @@ for (const wave of [64, 32]) {
         assert.ok("unsupported" in fusedGeometry(kind, most + 1, dtype, limits, 1), `${kind} ${dtype}: past ${most}`);
       }
     }
-    assert.deepEqual([...rules.keys()].sort(), ["fused.block", "fused.lanes", "fused.latency"], "every split reached");
+    assert.deepEqual(
+      [...rules.keys()].sort(),
+      ["fused.block", "fused.lanes", "fused.latency", "fused.short"],
+      "every split reached",
+    );
     // Sub-wave rows and a row per block of one wave (tpr = wave: the butterfly, no LDS) and of several.
     for (const t of [1, 2, 4, 8, 16, 32, wave, 2 * wave, FUSED_MAX_THREADS]) assert.ok(tprs.has(t), `tpr ${t} reached`);
   });

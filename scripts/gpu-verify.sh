@@ -20,9 +20,9 @@
 #               FUSED_ONLY=decode,qk (or add, invariance): those parts alone, torch without invariance)
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
-#   fused-ab    lab/fused_geometry/ab.ts over five sm_90 builds made here (main, the division-free quotient, the decode
-#               instantiation, both, read-only weights): raw JSON as $OUT/fused-ab-<runtime>.json, rewritten after each
-#               case (FUSED_AB_ONLY=decode or prefill: those cases alone)
+#   fused-ab    lab/fused_geometry/ab.ts over sm_90 builds made here: main and one per patch named in FUSED_AB_PATCHES
+#               (lab/fused_geometry/<name>.diff; default: near-decode near-limited): raw JSON as
+#               $OUT/fused-ab-<runtime>.json, rewritten after each case (FUSED_AB_ONLY=decode or prefill: those alone)
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 #   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned, batch-invariant and fused RMSNorm kernels
 #   profile-decode  the same over one decode row (add + RMSNorm, → fp8, QK-norm of a token), caches warm
@@ -86,17 +86,18 @@ for s in "${steps[@]}"; do
     splits) step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ;;
     fused-ab)
       w=lab/fused_geometry/.wg; rm -rf "$w"  # built here, from this tree's kernels, every time
+      read -ra patches <<<"${FUSED_AB_PATCHES:-near-decode near-limited}"
+      cubins=("$w/main.cubin"); for p in "${patches[@]}"; do cubins+=("$w/$p.cubin"); done
       builds() {
-        bash lab/kernel_ab/trimmed_cubin.sh $w/main.cubin --fused &&
-          bash lab/kernel_ab/trimmed_cubin.sh $w/near.cubin --fused --patch lab/fused_geometry/near-decode.diff &&
-          bash lab/kernel_ab/trimmed_cubin.sh $w/nq.cubin --fused --patch lab/fused_geometry/near-quot.diff &&
-          bash lab/kernel_ab/trimmed_cubin.sh $w/quot.cubin --fused --patch lab/fused_geometry/quot.diff &&
-          bash lab/kernel_ab/trimmed_cubin.sh $w/ro.cubin --fused --patch lab/fused_geometry/weights-readonly.diff
+        bash lab/kernel_ab/trimmed_cubin.sh "$w/main.cubin" --fused || return
+        for p in "${patches[@]}"; do
+          bash lab/kernel_ab/trimmed_cubin.sh "$w/$p.cubin" --fused --patch "lab/fused_geometry/$p.diff" || return
+        done
       }
       step fused-ab-builds builds
-      if [ -f $w/ro.cubin ]; then
+      if [ -f "${cubins[-1]}" ]; then
         o=(); [ -n "${FUSED_AB_ONLY:-}" ] && o=(--only "$FUSED_AB_ONLY")
-        step fused-ab run lab/fused_geometry/ab.ts $w/{main,quot,near,nq,ro}.cubin ${o[@]+"${o[@]}"} --json "$OUT/fused-ab-$rt.json"
+        step fused-ab run lab/fused_geometry/ab.ts "${cubins[@]}" ${o[@]+"${o[@]}"} --json "$OUT/fused-ab-$rt.json"
       fi ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     profile) step profile bash lab/fused_geometry/profile.sh "$rt" ;;

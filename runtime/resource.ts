@@ -125,8 +125,19 @@ export abstract class Resource implements Disposable {
 
   /** Throws DisposedError when closed, or when the owner (e.g. the Device) released it. */
   protected assertOpen(): void {
-    if (this.#closed) throw new DisposedError(this.label);
-    if (this.#parent?.closed) throw new DisposedError(`${this.label} (its device was closed)`);
-    if (!this.#owner.isLive(this.#id)) throw new DisposedError(`${this.label} (released by device.recover())`);
+    const why = this.closedBecause();
+    if (why !== undefined) throw new DisposedError(`${this.label}${why}`);
+  }
+
+  /**
+   * Why the resource cannot be used, as a DisposedError message's tail: "" when closed itself, " (its device was
+   * closed)" or " (released by device.recover())" when its owner released it; undefined while open. An object over
+   * this resource (a Tensor over its buffer) names itself with this reason.
+   */
+  closedBecause(): string | undefined {
+    if (this.#closed) return "";
+    if (this.#parent?.closed) return " (its device was closed)";
+    if (!this.#owner.isLive(this.#id)) return " (released by device.recover())";
+    return undefined;
   }
 }

@@ -529,9 +529,10 @@ export class Tensor implements Disposable {
     return levelSpan(this.#levels, this.#d);
   }
 
-  /** DisposedError naming this tensor (not its buffer) once its memory is closed. */
+  /** DisposedError naming this tensor (not its buffer), with the buffer's reason, once its memory is closed. */
   #checkOpen(): void {
-    if (this.buffer.closed) throw new DisposedError(this.#describe());
+    const why = this.buffer.closedBecause();
+    if (why !== undefined) throw new DisposedError(`${this.#describe()}${why}`);
   }
 
   /** Device address of the first element (for kernel arguments). */

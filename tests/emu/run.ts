@@ -665,15 +665,19 @@ const addName = (c: AddCase) =>
   `backward ${c.kind} ${c.dtype} d=${c.d} rows=${c.rows}${c.strided ? " strided" : ""} +dResidual`;
 
 async function runAddCase(c: AddCase): Promise<string[]> {
-  const { kind, dtype, rows, d } = c, rowStride = c.strided ? d + 3 : d;
+  // Strided: dx's rows d + 3 apart, dResidual's d + 7 (the add's two strides told apart), and dx's padding poisoned:
+  // the add must leave it as it is.
+  const { kind, dtype, rows, d } = c, rowStride = c.strided ? d + 3 : d, dResStride = c.strided ? d + 7 : d;
   const inputs = (dev: Device) => {
-    const t = (seed: number, lo = -1, hi = 1) => {
-      const v = dev.empty([rows, d], { dtype, rowStride });
+    const t = (seed: number, lo = -1, hi = 1, stride = rowStride) => {
+      const v = dev.empty([rows, d], { dtype, rowStride: stride });
       v.write(randoms(rows * d, seed, lo, hi));
       return v;
     };
+    const dx = dev.empty([rows, d], { dtype, rowStride });
+    dx.buffer.hostBytes.fill(0x5a);
     // dResidual of the norm's dx's magnitude: sums that cancel, where rounding the norm's dx first shows.
-    return { h: t(1), dy: t(2), dRes: t(3, -3, 3), dx: dev.empty([rows, d], { dtype, rowStride }) };
+    return { h: t(1), dy: t(2), dRes: t(3, -3, 3, dResStride), dx };
   };
   const backward = (m: ReturnType<typeof inputs>, rstd: Tensor, mean: Tensor | undefined, dResidual?: Tensor) =>
     kind === "rms"

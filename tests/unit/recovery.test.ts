@@ -61,6 +61,7 @@ test("recover() on the CPU backend: every child is released (DisposedError), the
   assert.throws(() => buf.write(new Uint8Array(4)), DisposedError);
   assert.throws(() => s.synchronize(), /released by device\.recover\(\)/);
   assert.throws(() => layerNorm(x), DisposedError);
+  assert.throws(() => x.readSync(), /^DisposedError: Tensor\(f32 \[4, 16\] .*\(released by device\.recover\(\)\)/);
   buf.close(); // idempotent, no throw
   assert.ok(!dev.closed && !dev.stream.closed && dev.stream !== oldDefault);
   assert.equal(dev.owner.liveCount, 1, "only the new default stream");

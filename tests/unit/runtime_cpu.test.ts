@@ -182,6 +182,7 @@ test("closing the device makes its buffers, tensors, streams and events unusable
   throwsNaming(() => buf.read(new Uint8Array(4)), DisposedError);
   throwsNaming(() => pin.bytes, DisposedError, "device was closed");
   throwsNaming(() => t.readSync(), DisposedError, "Tensor(f32 [2, 2] on cpu:0");
+  throwsNaming(() => t.readSync(), DisposedError, "(its device was closed)");
   throwsNaming(() => s.synchronize(), DisposedError, "device was closed");
   throwsNaming(() => defaultStream.query(), DisposedError);
   throwsNaming(() => ev.record(), DisposedError, "closed");

@@ -18,7 +18,8 @@ import type { DType, QuantDType } from "../../runtime/dtype.ts";
 import { ulpOf } from "../../runtime/dtype.ts";
 import { DeviceBuffer } from "../../runtime/memory.ts";
 import { ffi } from "../../ffi/runtime.ts";
-import { FUSED_ADD_ARGS, FUSED_PARAMS } from "../../ops/fused_abi.ts";
+import { FUSED_ADD_ARGS, FUSED_ARGS } from "../../ops/fused_abi.ts";
+import type { ArgType } from "../../runtime/module.ts";
 import { normForward, quantizeRow } from "../../ops/cpu.ts";
 import { normBackward } from "../../ops/cpu_bwd.ts";
 import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
@@ -225,20 +226,24 @@ function build(dev: Device, c: Case): Built {
 }
 
 // ---------------------------------------------------------------- the launch, recorded
-function readParams(params: bigint): (bigint | number)[] {
-  const n = FUSED_PARAMS.length;
-  const slots = new BigUint64Array(ffi!.viewMemory(params, n * 8).slice(0));
-  return FUSED_PARAMS.map((p, i) => {
+/** A launch's arguments of these types, read back from its parameter array. */
+function readParams(params: bigint, types: readonly ArgType[] = FUSED_ARGS): (bigint | number)[] {
+  const slots = new BigUint64Array(ffi!.viewMemory(params, types.length * 8).slice(0));
+  return types.map((type, i) => {
     const v = new DataView(ffi!.viewMemory(slots[i], 8).slice(0));
-    return p.type === "ptr"
+    return type === "ptr"
       ? v.getBigUint64(0, true)
-      : p.type === "i64"
+      : type === "i64"
       ? Number(v.getBigInt64(0, true))
-      : p.type === "f32"
+      : type === "f32"
       ? v.getUint32(0, true) // the bits
       : v.getInt32(0, true);
   });
 }
+
+/** An argument's line in the emulator's manifest (emu_main.cpp: p, l, f or i). */
+const manifestArg = (type: ArgType, value: bigint | number): string =>
+  `arg ${type === "ptr" ? "p" : type === "i64" ? "l" : type === "f32" ? "f" : "i"} ${value}`;
 
 interface EmuOut {
   bytes: Map<DeviceBuffer | bigint, Uint8Array>; // per buffer (fake-built ones by object, op allocations by address)
@@ -302,9 +307,7 @@ async function emulate(c: Case): Promise<EmuOut> {
     writeFileSync(`${dir}/ain${i}`, init);
     lines.push(`buffer ${a.ptr} ${a.bytes} ${dir}/ain${i} ${dir}/aout${i}`);
   });
-  FUSED_PARAMS.forEach((p, i) =>
-    lines.push(`arg ${p.type[0] === "p" ? "p" : p.type[1] === "6" ? "l" : p.type[0]} ${args[i]}`)
-  );
+  FUSED_ARGS.forEach((t, i) => lines.push(manifestArg(t, args[i])));
   writeFileSync(`${dir}/manifest`, lines.join("\n") + "\n");
   execFileSync(BIN, [`${dir}/manifest`], { stdio: ["ignore", "inherit", "inherit"] });
   const bytes = new Map<DeviceBuffer | bigint, Uint8Array>();
@@ -700,18 +703,7 @@ async function runAddCase(c: AddCase): Promise<string[]> {
       record: true,
       load: false,
       info: EMU_DEVICE,
-      snapshot: (p, k) => {
-        if (!k.startsWith("nk_fused_add_")) return undefined;
-        const slots = new BigUint64Array(ffi!.viewMemory(p, FUSED_ADD_ARGS.length * 8).slice(0));
-        return FUSED_ADD_ARGS.map((t, i) => {
-          const v = new DataView(ffi!.viewMemory(slots[i], 8).slice(0));
-          return t === "ptr"
-            ? v.getBigUint64(0, true)
-            : t === "i64"
-            ? Number(v.getBigInt64(0, true))
-            : v.getInt32(0, true);
-        });
-      },
+      snapshot: (p, k) => (k.startsWith("nk_fused_add_") ? readParams(p, FUSED_ADD_ARGS) : undefined),
     },
   );
   using _dev = f.dev;
@@ -733,7 +725,7 @@ async function runAddCase(c: AddCase): Promise<string[]> {
     writeFileSync(`${dir}/in${i}`, real.buffer.hostBytes);
     lines.push(`buffer ${fake.buffer.ptr} ${fake.buffer.byteLength} ${dir}/in${i} ${dir}/out${i}`);
   });
-  FUSED_ADD_ARGS.forEach((t, i) => lines.push(`arg ${t === "ptr" ? "p" : t === "i64" ? "l" : "i"} ${args[i]}`));
+  FUSED_ADD_ARGS.forEach((t, i) => lines.push(manifestArg(t, args[i])));
   writeFileSync(`${dir}/manifest`, lines.join("\n") + "\n");
   execFileSync(BIN, [`${dir}/manifest`], { stdio: ["ignore", "inherit", "inherit"] });
   const got = new Uint8Array(readFileSync(`${dir}/out0`)), want = fused.dx.buffer.hostBytes;

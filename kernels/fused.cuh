@@ -30,6 +30,10 @@
 
 // Largest threads per row (a block per row).
 #define NK_FUSED_MAX_THREADS 1024
+// The few-chunk kernels (nk_fused_*_nv2): at most NK_FUSED_FEW_MAXV chunks a thread in blocks of at most
+// NK_FUSED_FEW_THREADS, the geometry of decode and of short rows that fit one wave (ops/plan_fused.ts).
+#define NK_FUSED_FEW_MAXV 2
+#define NK_FUSED_FEW_THREADS 256
 
 // A row's sums, in one order per row length. With N a power of two fixed by the row's length alone (the plan's
 // tpr * nv, or fewer when a block's whole warps hold more), the 16-byte chunks of the row, chunk c held by thread
@@ -73,12 +77,14 @@ struct nk_fused_fold8 {
 // The fold of leaf(s) over the slots s, unrolled (the vector path). Each leaf is made opaque once computed: that keeps
 // the compiler computing them one at a time in this order (left free, clang interleaved them and needed 20 more VGPRs,
 // spilling on wave 64).
-template <class Leaf>
+// MAXV: the slots a thread holds (slots past it are +0 leaves).
+template <int MAXV, class Leaf>
 NK_INLINE float nk_fused_fold(Leaf leaf) {
   nk_fused_fold8 f;
 #pragma unroll
   for (int q = 0; q < NK_FUSED_MAXV; ++q) {
-    unsigned u = nk_f2u(leaf(nk_fused_slot(q)));
+    const int sl = nk_fused_slot(q);
+    unsigned u = nk_f2u(sl < MAXV ? leaf(sl) : 0.0f);
     nk_opaque(u);
     f.add(q, nk_u2f(u));
   }
@@ -315,10 +321,15 @@ NK_INLINE float nk_dynamic_scale(float am, float ub) {
 
 // The vector path's row loop (every chunk whole, every tensor aligned; nk_fused picks it once per launch): the row's
 // chunks cached in registers (raw), the loops over them unrolled.
-template <class TI, class TO, class TW, bool LN>
+//
+// MAXV: the chunks a thread holds at most. With few (NEAR: the nk_fused_*_nv2 kernels, a row spread over many threads)
+// the chunks' weights and bias are loaded with x and residual, in one round trip, and the dynamic scale's y is kept in
+// registers, not computed twice.
+template <class TI, class TO, class TW, bool LN, int MAXV>
 NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   constexpr bool VP = true;
-  constexpr int VEC = 16 / TI::SIZE, MAXV = NK_FUSED_MAXV;
+  constexpr int VEC = 16 / TI::SIZE;
+  constexpr bool NEAR = MAXV <= NK_FUSED_FEW_MAXV;
   // The output loops take a chunk in pieces of PE elements whose weights are 16 bytes (PW words): 16-bit x with f32
   // weights in two halves, so that a chunk's weight and bias need 8 registers, not 16. y is packed piece by piece into
   // YW words and stored once per chunk: a warp's store then covers whole 32-byte sectors (a store per piece wrote half
@@ -374,6 +385,25 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
         nk_residual_add<TI, VEC>(raw[i].w, rw);
       }
     }
+    // NEAR: the chunks' weights and bias, loaded now with x and residual (one round trip), where they take at most 16
+    // registers (not LayerNorm's f32 weight and bias on 16-bit x: 32).
+    constexpr bool PRE = NEAR && MAXV * (VEC / PE) * PW * (LN ? 2 : 1) <= 16;
+    unsigned gwn[PRE ? MAXV : 1][VEC / PE][PW], bwn[PRE && LN ? MAXV : 1][VEC / PE][PW];
+    if constexpr (PRE) {
+      const SW* Wn = (const SW*)(i1 < split ? weight : weight2);
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int nvalid = NK_NVAL(i);
+#pragma unroll
+        for (int p = 0; p < VEC; p += PE) {
+          const long long off = (long long)(lr + i * tpr) * VEC + p;
+          if (nvalid > p && Wn) nk_load_words<TW, PE>(Wn + off, VP, nvalid - p, gwn[i][p / PE]);
+          if constexpr (LN) {
+            if (nvalid > p && B) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bwn[i][p / PE]);
+          }
+        }
+      }
+    }
     // The row's first element (LN's shift k), as the thread holding it computes it: every thread reads it itself.
     const float k = (LN && active) ? nk_fused_shift<TI>(xr, R ? rr : nullptr) : 0.0f;
 
@@ -381,21 +411,21 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
     // the centred sum of squares in a second pass over the registers; RMS: the sum of squares.
     float dm = 0.0f, rs;
     if (LN) {
-      const float s = nk_fused_fold([&](int i) {
+      const float s = nk_fused_fold<MAXV>([&](int i) {
         const int nvalid = NK_NVAL(i);
         const float si = nk_chunk_shifted_sum<TI, VEC>(raw[i].w, nvalid, k);
         return nvalid > 0 ? si : 0.0f;
       });
       dm = red.sum(s) / fd;
       nk_row_opaque<MAXV>(raw);
-      const float q = nk_fused_fold([&](int i) {
+      const float q = nk_fused_fold<MAXV>([&](int i) {
         const int nvalid = NK_NVAL(i);
         const float qi = nk_chunk_centred_sq<TI, VEC>(raw[i].w, nvalid, k, dm);
         return nvalid > 0 ? qi : 0.0f;
       });
       rs = nk_rsqrt(red.sum(q) / fd + eps);
     } else {
-      const float q = nk_fused_fold([&](int i) {
+      const float q = nk_fused_fold<MAXV>([&](int i) {
         float qi = 0.0f;
         nk_chunk_sq<TI, VEC>(raw[i].w, NK_NVAL(i), qi);
         return qi;
@@ -425,6 +455,22 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
     nk_opaque64(wsel);
     const SW* W = (const SW*)wsel;  // (reassigned after the dynamic scale's loop)
     const bool has_w = W != nullptr, has_b = LN && B != nullptr;
+    // A piece's weight and bias words: the preloaded ones, else loaded here.
+    auto weights = [&](int i, int p, long long off, int nvalid, unsigned* gw, unsigned* bw) {
+      if constexpr (PRE) {
+#pragma unroll
+        for (int k = 0; k < PW; ++k) {
+          gw[k] = gwn[i][p / PE][k];
+          if constexpr (LN) bw[k] = bwn[i][p / PE][k];
+        }
+      } else {
+        if (has_w) nk_load_words<TW, PE>(W + off, VP, nvalid - p, gw);
+        if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
+      }
+    };
+    // NEAR with a dynamic scale: y as the scale's loop computes it, for the output loop.
+    float yk[NEAR && Q ? MAXV * VEC : 1];
+    bool y_kept = false;
     float s = s_static;
     if constexpr (Q) {
       if (quant == NK_QUANT_DYNAMIC) {
@@ -438,25 +484,29 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
             if (nvalid > p) {
               const long long off = (long long)(c0 + i * tpr) * VEC + p;
               unsigned gw[PW], bw[PW];
-              if (has_w) nk_load_words<TW, PE>(W + off, VP, nvalid - p, gw);
-              if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
+              weights(i, p, off, nvalid, gw, bw);
               float f[PE];
               nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
 #pragma unroll
-              for (int e = 0; e < PE; ++e)
+              for (int e = 0; e < PE; ++e) {
                 if (p + e < nvalid) am = nk_fused_red::max2(am, nk_absf(f[e]));
+                if constexpr (NEAR) yk[i * VEC + p + e] = f[e];
+              }
             }
           }
         }
         am = red.max(am);
         s = nk_dynamic_scale<TO>(am, scale_ub);
-        // The output loop below loads the weights and computes y again: kept from reusing this loop's values (64
-        // floats per thread at nv = 8) by making the row and the addresses opaque in between.
-        nk_row_opaque<MAXV>(raw);
-        nk_opaque(c0);
-        nk_opaque64(wsel);
-        W = (const SW*)wsel;
+        if constexpr (!NEAR) {
+          // The output loop below loads the weights and computes y again: kept from reusing this loop's values (64
+          // floats per thread at nv = 8) by making the row and the addresses opaque in between.
+          nk_row_opaque<MAXV>(raw);
+          nk_opaque(c0);
+          nk_opaque64(wsel);
+          W = (const SW*)wsel;
+        }
         if (active && lr == 0) scale[r] = s;
+        y_kept = NEAR;
       }
     }
     SO* yr = Y + i0 * y_s0 + i1 * y_s1;
@@ -468,11 +518,15 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
 #pragma unroll
         for (int p = 0; p < VEC; p += PE) {
           const long long off = (long long)(c0 + i * tpr) * VEC + p;
-          unsigned gw[PW], bw[PW];
-          if (has_w) nk_load_words<TW, PE>(W + off, VP, nvalid - p, gw);
-          if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
           float f[PE];
-          nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
+          if (NEAR && Q && y_kept) {
+#pragma unroll
+            for (int e = 0; e < PE; ++e) f[e] = yk[NEAR ? i * VEC + p + e : 0];
+          } else {
+            unsigned gw[PW], bw[PW];
+            weights(i, p, off, nvalid, gw, bw);
+            nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
+          }
           nk_fused_pack<TO, PE>(f, s, yw + p * TO::SIZE / 4);
         }
         nk_store_words<TO, VEC>(yr + (long long)(c0 + i * tpr) * VEC, VP, nvalid, yw);
@@ -618,19 +672,22 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
 
 // Checks the launch contract (a violation traps), then runs the vector path when d is a multiple of the chunk and
 // every tensor in use is aligned for it (x, residual, h, weights, bias: 16 bytes; y: its chunk, 16 bytes or VEC
-// bytes of a quantized dtype), else the scalar path.
-template <class TI, class TO, class TW, bool LN>
+// bytes of a quantized dtype), else the scalar path. MAXV and MAXT: the most chunks a thread and threads a block this
+// kernel takes (NK_FUSED_MAXV and NK_FUSED_MAX_THREADS, or the few-chunk kernels' NK_FUSED_FEW_*).
+template <class TI, class TO, class TW, bool LN, int MAXV, int MAXT>
 NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;
   constexpr bool Q = nk_is_quant<TO>::V;
   constexpr int YA = Q ? VEC : 16;
+  static_assert(MAXV <= NK_FUSED_MAXV && MAXT <= NK_FUSED_MAX_THREADS, "within the scalar path's and buffers' sizes");
   nk_check_wave();
   const unsigned bdim = nk_block_dim_x();
-  bool bad = nv < 1 || nv > NK_FUSED_MAXV || tpr < 1 || d < 0 || n0 < 0 || n1 < 0 || (long long)nv * tpr * VEC < d;
-  // tpr and nv powers of two (nk_fused_red's tree); past a warp, a block per row of at most NK_FUSED_MAX_THREADS.
+  bool bad = nv < 1 || nv > MAXV || tpr < 1 || d < 0 || n0 < 0 || n1 < 0 || (long long)nv * tpr * VEC < d;
+  // tpr and nv powers of two (nk_fused_red's tree); past a warp, a block per row of at most MAXT.
   bad = bad || (tpr & (tpr - 1)) != 0 || (nv & (nv - 1)) != 0;
   if (tpr <= NK_WARP_SIZE) bad = bad || bdim % NK_WARP_SIZE != 0;
-  else bad = bad || (unsigned)tpr != bdim || bdim > NK_FUSED_MAX_THREADS || bdim > NK_WARP_SIZE * NK_WARP_SIZE;
+  else bad = bad || (unsigned)tpr != bdim || bdim > MAXT || bdim > NK_WARP_SIZE * NK_WARP_SIZE;
+  if constexpr (MAXT < NK_FUSED_MAX_THREADS) bad = bad || bdim > MAXT;
   bad = bad || (Q ? (quant != NK_QUANT_STATIC && quant != NK_QUANT_DYNAMIC) : quant != NK_QUANT_NONE);
   bad = bad || (residual && !h) || (Q && quant == NK_QUANT_DYNAMIC && !scale);
   if (bad) nk_trap();
@@ -642,7 +699,7 @@ NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
                   nk_aligned(weight2, 16) && (!LN || nk_aligned(bias, 16));
   // The reductions' shared memory, one buffer for whichever path runs (nk_fused_red).
   NK_SHARED float red_buf[2 * NK_FUSED_MAX_THREADS];
-  if (vp) nk_fused_rows_vec<TI, TO, TW, LN>(NK_FUSED_ARGS, red_buf);
+  if (vp) nk_fused_rows_vec<TI, TO, TW, LN, MAXV>(NK_FUSED_ARGS, red_buf);
   else nk_fused_rows_scalar<TI, TO, TW, LN>(NK_FUSED_ARGS, red_buf);
 }
 

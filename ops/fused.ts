@@ -12,7 +12,7 @@ import { emptyTensor, type RowLevels, Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import { fusedKernel } from "./fused_module.ts";
 import { fusedArgs } from "./fused_abi.ts";
-import { fusedGeometry, fusedKernelFor, fusedLaunch } from "./plan_fused.ts";
+import { type FusedBackend, fusedGeometry, fusedKernelFor, fusedLaunch } from "./plan_fused.ts";
 import { planLimits } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import {
@@ -375,7 +375,7 @@ export function runFused(
   let launch: (() => void) | undefined;
   const wDtype = (weight ?? bias)?.dtype;
   if (gpu) {
-    const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype);
+    const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype, geometry, device.backend as FusedBackend);
     if ("unsupported" in choice) throw new UnsupportedError(`${kind}Norm (fused): ${choice.unsupported}`);
     const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels(dev, { fused: true })
     launch = () => {

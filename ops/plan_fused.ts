@@ -163,14 +163,37 @@ export function fusedLaunch(
   return { grid: [gridX, 1, 1], block: [g.block, 1, 1] };
 }
 
-/** The kernel's name (whether it is built: fusedKernelFor). */
-export function fusedKernelName(kind: NormKind, ti: string, to: string, tw: string): string {
-  return `nk_fused_${kind === "layer" ? "ln" : "rms"}_${ti}_${to}_${tw}`;
+/** The few-chunk kernels' bounds (NK_FUSED_FEW_MAXV and NK_FUSED_FEW_THREADS in kernels/fused.cuh). */
+export const FUSED_FEW_MAXV = 2;
+export const FUSED_FEW_THREADS = 256;
+
+/** The GPU backends the fused kernels are built for. */
+export type FusedBackend = "cuda" | "hip";
+
+/**
+ * Which of a dtype triple's kernels a geometry launches, the first row whose `when` holds. Both give the same bits for
+ * the same launch (the same tree, the same arithmetic); the few-chunk kernel is compiled for its launches alone, in the
+ * CUDA images only (kernels/fused.cu: not measured on AMD, and the AMD code objects would pass @normkit/hip's budget).
+ */
+// deno-fmt-ignore
+export const FUSED_VARIANTS: readonly {
+  id: string;
+  suffix: string;
+  when: (g: Pick<FusedGeometry, "nv" | "block">, backend: FusedBackend) => boolean;
+  why: string;
+}[] = [
+  { id: "fused.nv2", suffix: "_nv2", when: (g, b) => b === "cuda" && g.nv <= FUSED_FEW_MAXV && g.block <= FUSED_FEW_THREADS, why: "at most 2 chunks a thread in blocks of at most 256 (decode; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256 (H100, graph µs/op of one row of bf16, add+RMSNorm→fp8: 5.64 → 3.67 at D 2048, 6.48 → 4.28 at D 4096)" },
+  { id: "fused.nv8", suffix: "", when: () => true, why: "up to 8 chunks a thread in blocks of up to 1024: the row in 32 registers a thread, weights loaded where they are used (64 registers a thread)" },
+];
+
+/** The kernel's name (whether it is built: fusedKernelFor); `variant`: a FUSED_VARIANTS suffix. */
+export function fusedKernelName(kind: NormKind, ti: string, to: string, tw: string, variant = ""): string {
+  return `nk_fused_${kind === "layer" ? "ln" : "rms"}_${ti}_${to}_${tw}${variant}`;
 }
 
 /**
  * The built (ti, to, tw) triples, per kind: x in f32, f16 or bf16; y in x's dtype or quantized to 1 byte; weights in
- * f32 or x's dtype (f32 x: f32 only). 4 + 8 + 8 = 20 per kind.
+ * f32 or x's dtype (f32 x: f32 only). 4 + 8 + 8 = 20 per kind, each in both FUSED_VARIANTS.
  */
 // deno-fmt-ignore
 export const FUSED_TRIPLES: readonly { id: string; ti: FusedInput; to: readonly FusedOutput[]; tw: readonly DType[]; why: string }[] = [
@@ -179,18 +202,26 @@ export const FUSED_TRIPLES: readonly { id: string; ti: FusedInput; to: readonly 
   { id: "fused.types-bf16", ti: "bf16", to: ["bf16", ...QUANT_DTYPES], tw: ["f32", "bf16"], why: "as above" },
 ];
 
-/** Every fused kernel name of both kinds (40). */
+/** Every fused norm kernel name of both kinds in the CUDA images (80): each triple's kernel, then its few-chunk kernel.
+ * The AMD code objects hold the 40 without the suffix. */
 export const FUSED_KERNELS: readonly string[] = (["layer", "rms"] as const).flatMap((k) =>
-  FUSED_TRIPLES.flatMap((r) => r.to.flatMap((to) => r.tw.map((tw) => fusedKernelName(k, r.ti, to, tw))))
+  FUSED_TRIPLES.flatMap((r) =>
+    r.to.flatMap((to) =>
+      r.tw.flatMap((tw) => [...FUSED_VARIANTS].reverse().map((v) => fusedKernelName(k, r.ti, to, tw, v.suffix)))
+    )
+  )
 );
 
-/** The fused kernel for these dtypes, or a sentence naming the dtype it does not take. */
+/** The fused kernel for these dtypes, this geometry and backend (its FUSED_VARIANTS row), or a sentence naming the
+ * dtype it does not take. */
 export function fusedKernelFor(
   kind: NormKind,
   ti: string,
   to: string,
   tw: string,
-): { kernel: string } | { unsupported: string } {
+  geometry: Pick<FusedGeometry, "nv" | "block">,
+  backend: FusedBackend,
+): { kernel: string; variant: string } | { unsupported: string } {
   const row = FUSED_TRIPLES.find((r) => r.ti === ti);
   if (!row) return { unsupported: `the fused kernels take x in f32, f16 or bf16, not ${ti}` };
   if (!row.to.includes(to as FusedOutput)) {
@@ -199,5 +230,6 @@ export function fusedKernelFor(
   if (!row.tw.includes(tw as DType)) {
     return { unsupported: `the fused kernels take ${ti} x's weights as ${row.tw.join(" or ")}, not ${tw}` };
   }
-  return { kernel: fusedKernelName(kind, ti, to, tw) };
+  const v = FUSED_VARIANTS.find((r) => r.when(geometry, backend))!;
+  return { kernel: fusedKernelName(kind, ti, to, tw, v.suffix), variant: v.id };
 }

@@ -321,9 +321,9 @@ export function runDiag(dev: Device): number {
   return bad;
 }
 
-/** [rows, d, strided]: at a few rows (the latency split) a short and a long row, x strided (the scalar path) and
- * contiguous (the vector path); past the H200's 132 SMs (the bandwidth splits) a short row (sub-warp lanes for 16-bit
- * x) and a long one (a block per row), contiguous. */
+/** [rows, d, strided]: at a few rows (the latency split) a short and a long row (1 and 4 chunks a thread: the _nv2
+ * kernel and the other), x strided (the scalar path) and contiguous (the vector path); past the H200's 132 SMs (the
+ * bandwidth splits) a short row (sub-warp lanes for 16-bit x) and a long one (a block per row), contiguous. */
 const FUSED_SHAPES = [
   [7, 770, true],
   [3, 5125, true],
@@ -339,8 +339,8 @@ const FUSED_SHAPES = [
  */
 export function fusedCases(): FusedCase[] {
   const out: FusedCase[] = [];
-  for (const name of FUSED_KERNELS) {
-    const [, , kindTag, ti, to, tw] = name.split("_"); // nk_fused_{ln|rms}_{ti}_{to}_{tw}
+  for (const name of FUSED_KERNELS.filter((k) => !k.endsWith("_nv2"))) {
+    const [, , kindTag, ti, to, tw] = name.split("_"); // nk_fused_{ln|rms}_{ti}_{to}_{tw}: the triple's two kernels
     const kind = kindTag === "ln" ? "layer" : "rms", dtype = ti as "f32" | "f16" | "bf16";
     const quant = to === ti ? "none" : "dynamic";
     for (const [rows, d, strided] of FUSED_SHAPES) {

@@ -16,9 +16,9 @@
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { loadKernels } from "../../mod.ts";
-import type { Kernel, Module, Stream } from "../../gpu.ts";
+import { GpuError, type Kernel, type Module, type Stream } from "../../gpu.ts";
 import { FUSED_ARGS } from "../../ops/fused_abi.ts";
-import { fusedGeometry, fusedKernelName } from "../../ops/plan_fused.ts";
+import { fusedGeometry, fusedKernelFor, fusedKernelName } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { randomTile } from "../../bench/tile.ts";
 import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
@@ -61,8 +61,19 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const t = caseTensors(dev, cs, tile, rows, d);
   const g = fusedGeometry(v.kind, d, "bf16", limits, rows);
   if ("unsupported" in g) throw new Error(g.unsupported);
-  const name = fusedKernelName(v.kind, "bf16", v.to, "bf16");
-  const kernels: Kernel[] = modules.map((m) => m.kernel(name, FUSED_ARGS));
+  const choice = fusedKernelFor(v.kind, "bf16", v.to, "bf16", g, "cuda");
+  if ("unsupported" in choice) throw new Error(choice.unsupported);
+  // The op's kernel for this geometry; a build without it (one kernel per dtype triple) gives its one kernel.
+  const base = fusedKernelName(v.kind, "bf16", v.to, "bf16");
+  const kernelOf = (m: Module): Kernel => {
+    try {
+      return m.kernel(choice.kernel, FUSED_ARGS);
+    } catch (e) {
+      if (!(e instanceof GpuError) || choice.kernel === base) throw e;
+      return m.kernel(base, FUSED_ARGS);
+    }
+  };
+  const kernels: Kernel[] = modules.map(kernelOf);
   const direct = (k: Kernel, s: Stream) => viaKernel(k, t, v, rows, d, g, limits.maxGridX, s);
   const bytes = caseBytes(rows, d, v);
   const measure = (k: Kernel) => measureCase(dev, timer, copyGBs, mode, bytes, (s) => direct(k, s));
@@ -82,9 +93,22 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const unit = mode === "decode" ? "µs/op" : "%copy";
   const cells = kernels.map((_, i) => (checks[i] === "ok" ? sums[i].toFixed(2) : checks[i]).padStart(8));
   console.log(
-    `${mode} ${v.name.padEnd(11)} D=${String(d).padEnd(5)} (tpr ${g.tpr} nv ${g.nv}) ${unit}: ${cells.join(" ")}`,
+    `${mode} ${v.name.padEnd(11)} D=${String(d).padEnd(5)} (tpr ${g.tpr} nv ${g.nv} ${choice.variant}) ${unit}: ${
+      cells.join(" ")
+    }`,
   );
-  results.push({ mode, variant: v.name, d, rows, tpr: g.tpr, nv: g.nv, unit, values: sums, checks });
+  results.push({
+    mode,
+    variant: v.name,
+    d,
+    rows,
+    tpr: g.tpr,
+    nv: g.nv,
+    kernel: choice.kernel,
+    unit,
+    values: sums,
+    checks,
+  });
   if (jsonPath) {
     writeFileSync(jsonPath, JSON.stringify({ device: dev.info.name, copyGBs, builds: paths, results }, null, 1));
   }

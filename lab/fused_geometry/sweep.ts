@@ -1,7 +1,8 @@
 /**
  * Which split of a row's tree (threads per row `tpr`, 16-byte chunks per thread `nv`) serves decode latency, and which
  * prefill bandwidth? Launches the shipped fused kernels directly (Kernel.launch, arguments packed by fusedArgs as the
- * op packs them) with every split per D, next to the op itself (its FUSED_SPLITS choice):
+ * op packs them) with every split per D, each on the kernel the op takes for it (FUSED_VARIANTS), next to the op
+ * itself (its FUSED_SPLITS choice):
  *
  * - decode: 1 and 8 bf16 rows, D 2048 / 4096 / 8192, and 40 and 320 rows of D 128 (QK-norm's heads of 1 and 8
  *   tokens), captured 100 times in a CUDA graph: device µs per op, for add + RMSNorm → bf16, add + RMSNorm → fp8e4m3
@@ -19,7 +20,7 @@ import { writeFileSync } from "node:fs";
 import { loadKernels } from "../../mod.ts";
 import type { Stream } from "../../gpu.ts";
 import { fusedKernel } from "../../ops/fused_module.ts";
-import { type FusedGeometry, fusedGeometry, fusedKernelName, fusedSplit, fusedTree } from "../../ops/plan_fused.ts";
+import { type FusedGeometry, fusedGeometry, fusedKernelFor, fusedSplit, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { randomTile } from "../../bench/tile.ts";
 import {
@@ -61,8 +62,13 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   using held = new DisposableStack();
   const t = caseTensors(dev, held, tile, rows, d);
   const bytes = caseBytes(rows, d, v);
-  const k = fusedKernel(dev, fusedKernelName(v.kind, "bf16", v.to, "bf16"));
-  const direct = (g: FusedGeometry, s: Stream) => viaKernel(k, t, v, rows, d, g, limits.maxGridX, s);
+  // Each split on the kernel the op would launch for it (FUSED_VARIANTS: `_nv2` for at most 2 chunks a thread).
+  const kernelOf = (g: FusedGeometry) => {
+    const c = fusedKernelFor(v.kind, "bf16", v.to, "bf16", g, "cuda");
+    if ("unsupported" in c) throw new Error(c.unsupported);
+    return { kernel: fusedKernel(dev, c.kernel), variant: c.variant };
+  };
+  const direct = (g: FusedGeometry, s: Stream) => viaKernel(kernelOf(g).kernel, t, v, rows, d, g, limits.maxGridX, s);
   const measure = (op: (s: Stream) => void) => measureCase(dev, timer, copyGBs, mode, bytes, op);
   const unit = mode === "decode" ? "µs/op" : "%copy";
   const table = fusedGeometry(v.kind, d, "bf16", limits, rows);
@@ -78,8 +84,9 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
     dev.synchronize();
     const check = agrees(t, v, want);
     const value = check === "ok" ? measure((s) => direct(g, s)) : NaN;
-    results.push({ mode, variant: v.name, d, rows, tpr: g.tpr, nv: g.nv, value, unit, check, op: opValue });
-    line.push(`  tpr ${String(g.tpr).padStart(4)} nv ${g.nv}: ${check === "ok" ? value.toFixed(2) : check}`);
+    const kernel = kernelOf(g).variant;
+    results.push({ mode, variant: v.name, d, rows, tpr: g.tpr, nv: g.nv, kernel, value, unit, check, op: opValue });
+    line.push(`  tpr ${String(g.tpr).padStart(4)} nv ${g.nv} ${kernel}: ${check === "ok" ? value.toFixed(2) : check}`);
   }
   console.log(line.join("\n"));
 }

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "028846b55590cf67404b0403c4cbb2e11020158cd65094b0f9072d261f006767";
+export const fusedSourceSha256: string = "6dc4d12826cddf30e3552edeaef6cbac057b18cf0f018cbf4e51a0a233e5387b";

@@ -22,6 +22,7 @@ import {
   FUSED_MAXV,
   FUSED_ROWS_BLOCK,
   fusedGeometry,
+  fusedKernelFor,
 } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { HSACO_WAVE, hsacoTarget } from "../../ops/hip_module.ts";
@@ -43,16 +44,20 @@ test("packages/hip exports the fused code objects for every target, built from t
   assert.equal(h.digest("hex"), fusedSourceSha256, "kernels/ changed: run bash scripts/build-hsaco.sh");
 });
 
-test("the plan's fused kernels and the fused adds are the CUDA build's kernels", () => {
-  assert.equal(FUSED_KERNELS.length, 40);
+/** The fused norm kernels of the AMD code objects: one per dtype triple (no `_nv2`: kernels/fused.cu). */
+const HIP_KERNELS = FUSED_KERNELS.filter((k) => !k.endsWith("_nv2"));
+
+test("the plan's fused kernels and the fused adds are the CUDA build's kernels; HIP's are those without _nv2", () => {
+  assert.equal(FUSED_KERNELS.length, 80);
   assert.deepEqual([...FUSED_KERNELS, ...ADD_KERNELS].sort(), [...BUILT_FUSED_KERNELS].sort());
+  assert.equal(HIP_KERNELS.length, 40);
 });
 
 for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
   const wave = HSACO_WAVE[arch]; // assertKernelAbi checks .wavefront_size
   test(`${arch}: the fused kernels, and nothing else; arguments = the launcher's packing; wave ${wave}; limits fit`, () => {
     const byName = kernelsOf("fused", arch);
-    assert.deepEqual([...byName.keys()].sort(), [...FUSED_KERNELS, ...ADD_KERNELS].sort());
+    assert.deepEqual([...byName.keys()].sort(), [...HIP_KERNELS, ...ADD_KERNELS].sort());
     for (const [name, k] of byName) {
       const add = ADD_KERNELS.includes(name);
       const explicit = assertKernelAbi(arch, name, k, add ? FUSED_ADD_ARGS : FUSED_ARGS);
@@ -133,6 +138,8 @@ for (const wave of [64, 32]) {
             continue;
           }
           const at = `wave ${wave} ${kind} ${dtype} d=${d} rows=${rows} (tpr ${g.tpr}, nv ${g.nv}, block ${g.block})`;
+          const k = fusedKernelFor(kind, dtype, dtype, "f32", g, "hip");
+          assert.ok("kernel" in k && HIP_KERNELS.includes(k.kernel), `${at}: ${JSON.stringify(k)}`);
           const why = kernelRejects(wave, g, d, vec);
           assert.equal(why, undefined, `${at}: the kernel traps: ${why}`);
           assert.ok(g.block <= FUSED_MAX_THREADS, `${at}: more threads than the launch bound`);

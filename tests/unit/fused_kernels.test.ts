@@ -13,7 +13,13 @@ import {
 } from "../../precompiled/fused_cuda.ts";
 import { FUSED_ADD_ARGS, FUSED_ARGS, FUSED_PARAMS, FUSED_QUANT } from "../../ops/fused_abi.ts";
 import { dependentLaunchByDefault } from "../../ops/kernels.ts";
-import { FUSED_KERNELS as PLANNED_KERNELS, FUSED_MAXV, fusedKernelFor } from "../../ops/plan_fused.ts";
+import {
+  FUSED_FEW_MAXV,
+  FUSED_FEW_THREADS,
+  FUSED_KERNELS as PLANNED_KERNELS,
+  FUSED_MAXV,
+  fusedKernelFor,
+} from "../../ops/plan_fused.ts";
 import type { ArgType } from "../../runtime/module.ts";
 import { cLayout, elfFunctions, kernelParams, parseFatbin, sassElf } from "../fixtures/fatbin.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
@@ -23,22 +29,51 @@ const root = new URL("../../", import.meta.url);
 const NORMS = FUSED_KERNELS.filter((k) => !k.startsWith("nk_fused_add_"));
 const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
 const text = (rel: string): string => readFileSync(new URL(rel, root), "utf8");
+/** fused.cu's NK_FUSED_KERNEL body and the CUDA body of NK_FUSED_FEW_KERNEL (the _nv2 kernel; empty under HIP). */
+function kernelMacros(): { main: string; few: string } {
+  const src = text("kernels/fused.cu");
+  const main = src.match(/^#define NK_FUSED_KERNEL\(kind, isln, ti, to, tw\)([\s\S]*?)\n\n/m);
+  const few = src.match(
+    /^#if defined\(__HIP__\)\n#define NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw\)\n#else\n#define NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw\)([\s\S]*?)\n#endif$/m,
+  );
+  assert.ok(main && few, "NK_FUSED_KERNEL and NK_FUSED_FEW_KERNEL (empty under __HIP__) in fused.cu");
+  return { main: main[1].trim(), few: few[1] };
+}
 
-test("fused_cuda.ts lists the 40 kernels nk_fused_{ln|rms}_{ti}_{to}_{tw}, as fused.cu's NK_FUSED_KERNEL lines", () => {
-  assert.equal(NORMS.length, 40);
-  assert.deepEqual([...NORMS].sort(), [...PLANNED_KERNELS].sort(), "the plan's triples are the built kernels");
-  assert.deepEqual(FUSED_KERNELS.slice(40), ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"]);
+test("fused_cuda.ts lists the 80 kernels nk_fused_{ln|rms}_{ti}_{to}_{tw} and _nv2, from fused.cu's NK_FUSED_KERNEL lines", () => {
+  assert.equal(NORMS.length, 80);
+  assert.deepEqual([...NORMS], [...PLANNED_KERNELS], "the plan's kernels are the built kernels, in the same order");
+  assert.deepEqual(FUSED_KERNELS.slice(80), ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"]);
   const lines = [
     ...text("kernels/fused.cu").matchAll(/^NK_FUSED_KERNEL\((\w+), (true|false), (\w+), (\w+), (\w+)\)$/gm),
   ];
-  assert.deepEqual(lines.map((m) => `nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}`), [...NORMS]);
+  assert.equal(lines.length, 40);
+  assert.deepEqual(
+    lines.flatMap((m) => [`nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}`, `nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}_nv2`]),
+    [...NORMS],
+  );
   for (const m of lines) assert.equal(m[2], m[1] === "ln" ? "true" : "false", m[0]);
   for (const ti of ["f32", "f16", "bf16"]) {
     const mine = FUSED_KERNELS.filter((k) => k.startsWith(`nk_fused_ln_${ti}_`));
-    assert.equal(mine.length, ti === "f32" ? 4 : 8, ti);
+    assert.equal(mine.length, ti === "f32" ? 8 : 16, ti);
   }
   assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16"));
+  assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16_nv2"));
   assert.ok(!FUSED_KERNELS.includes("nk_fused_rms_f32_f32_f16"));
+});
+
+test("the few-chunk kernels' bounds in fused.cuh are the plan's, and both kernels of a triple share one body", () => {
+  const src = text("kernels/fused.cuh");
+  const define = (name: string) => Number(src.match(new RegExp(`^#define ${name} (\\d+)$`, "m"))?.[1]);
+  assert.equal(define("NK_FUSED_FEW_MAXV"), FUSED_FEW_MAXV);
+  assert.equal(define("NK_FUSED_FEW_THREADS"), FUSED_FEW_THREADS);
+  const { main, few } = kernelMacros();
+  assert.match(main, /NK_LAUNCH_BOUNDS\(NK_FUSED_MAX_THREADS\)[\s\S]*NK_FUSED_MAXV, NK_FUSED_MAX_THREADS>/);
+  assert.match(main, /NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw\)$/);
+  assert.match(
+    few,
+    /NK_LAUNCH_BOUNDS\(NK_FUSED_FEW_THREADS\)[\s\S]*_nv2\([\s\S]*NK_FUSED_FEW_MAXV, NK_FUSED_FEW_THREADS>/,
+  );
 });
 
 test("fused_cuda.ts was generated from the current sources (run bash scripts/build-fused.sh otherwise)", () => {
@@ -75,10 +110,10 @@ for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
 test("the images stay small (SASS and PTX, compressed)", () => {
   for (const f of ["precompiled/fused_sm80.fatbin", "precompiled/fused_sm90.fatbin"]) {
     const n = read(f).byteLength;
-    assert.ok(n < 320_000, `${f} is ${n} bytes`);
+    assert.ok(n < 520_000, `${f} is ${n} bytes`);
   }
   const ptx = read("packages/ptx/fused_compute90.fatbin").byteLength;
-  assert.ok(ptx < 800_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
+  assert.ok(ptx < 1_050_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
 });
 
 test("the compute_90 PTX (@normkit/ptx's `fused`) targets sm_90, has every kernel with FUSED_ARGS' types, same sources", () => {
@@ -148,16 +183,38 @@ test("FUSED_PARAMS (ops/fused_abi.ts) is the kernel's parameter list: names and 
 });
 
 test("fusedKernelFor: y of x's dtype or quantized, weights f32 or x's dtype; anything else a sentence", () => {
-  assert.deepEqual(fusedKernelFor("layer", "bf16", "fp8e4m3", "f32"), { kernel: "nk_fused_ln_bf16_fp8e4m3_f32" });
-  assert.deepEqual(fusedKernelFor("rms", "f16", "f16", "f16"), { kernel: "nk_fused_rms_f16_f16_f16" });
+  const many = { nv: 8, block: 256 };
+  assert.deepEqual(fusedKernelFor("layer", "bf16", "fp8e4m3", "f32", many, "cuda"), {
+    kernel: "nk_fused_ln_bf16_fp8e4m3_f32",
+    variant: "fused.nv8",
+  });
+  assert.deepEqual(fusedKernelFor("rms", "f16", "f16", "f16", many, "cuda"), {
+    kernel: "nk_fused_rms_f16_f16_f16",
+    variant: "fused.nv8",
+  });
   for (const [ti, to, tw] of [["f16", "bf16", "f16"], ["f32", "f32", "bf16"], ["bf16", "int8", "f16"]]) {
-    const r = fusedKernelFor("rms", ti, to, tw);
+    const r = fusedKernelFor("rms", ti, to, tw, many, "cuda");
     assert.ok("unsupported" in r && /fused kernels/.test(r.unsupported), `${ti}/${to}/${tw}`);
   }
 });
 
-test("dependent launch: the 40 fused norm kernels by default, each waiting first (nk_pdl_enter); not nk_fused_add_*", () => {
-  const macro = text("kernels/fused.cu").match(/#define NK_FUSED_KERNEL\(([^)]*)\)([\s\S]*?)\n\n/);
-  assert.ok(macro && /\{\s*\\\s*nk_pdl_enter\(\);/.test(macro[2]), "NK_FUSED_KERNEL's body begins with nk_pdl_enter()");
+test("fusedKernelFor: the _nv2 kernel for at most 2 chunks a thread in blocks of at most 256, else the other", () => {
+  const name = (g: { nv: number; block: number }) => {
+    const r = fusedKernelFor("rms", "bf16", "fp8e4m3", "bf16", g, "cuda");
+    assert.ok("kernel" in r);
+    return r.kernel;
+  };
+  assert.equal(name({ nv: 1, block: 256 }), "nk_fused_rms_bf16_fp8e4m3_bf16_nv2");
+  assert.equal(name({ nv: 2, block: 128 }), "nk_fused_rms_bf16_fp8e4m3_bf16_nv2");
+  assert.equal(name({ nv: 4, block: 256 }), "nk_fused_rms_bf16_fp8e4m3_bf16");
+  assert.equal(name({ nv: 1, block: 512 }), "nk_fused_rms_bf16_fp8e4m3_bf16");
+  assert.equal(name({ nv: 2, block: 1024 }), "nk_fused_rms_bf16_fp8e4m3_bf16");
+});
+
+test("dependent launch: the 80 fused norm kernels by default, each waiting first (nk_pdl_enter); not nk_fused_add_*", () => {
+  const { main, few } = kernelMacros();
+  for (const body of [main, few]) {
+    assert.match(body, /\)\s*\{\s*\\\s*nk_pdl_enter\(\);/, "each kernel's body begins with nk_pdl_enter()");
+  }
   assert.deepEqual(FUSED_KERNELS.filter(dependentLaunchByDefault), [...NORMS]);
 });

@@ -70,9 +70,9 @@ test("QK-norm over a head view: one launch, the heads on the inner level, split 
   rmsNorm(qk, { weight: m.qw, weight2: m.kw, split: hq, out: qk, eps: 1e-6 });
   assert.equal(launches.length, 1);
   const l = launches[0], a = l.args as Record<string, bigint | number>;
-  assert.equal(l.kernel, "nk_fused_rms_bf16_bf16_bf16");
   const g = fusedGeometry("rms", hd, "bf16", planLimits(dev), tokens * (hq + hkv));
   assert.ok(!("unsupported" in g));
+  assert.equal(l.kernel, "nk_fused_rms_bf16_bf16_bf16_nv2", "a chunk a lane (fused.wave): the few-chunk kernel");
   const launch = fusedLaunch(g, tokens * (hq + hkv), planLimits(dev));
   assert.deepEqual(l.grid, launch.grid);
   assert.deepEqual(l.block, launch.block);
@@ -104,7 +104,7 @@ test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the 
   assert.equal(r.y, m.q8);
   assert.equal(r.scale, m.scales);
   let a = launches[0].args as Record<string, bigint | number>;
-  assert.equal(launches[0].kernel, "nk_fused_rms_bf16_fp8e4m3_f32");
+  assert.equal(launches[0].kernel, "nk_fused_rms_bf16_fp8e4m3_f32_nv2", "5 rows of D 2048: a chunk a thread");
   assert.deepEqual([a.x, a.residual, a.h, a.y, a.weight, a.scale], [
     m.x.ptr,
     m.res.ptr,
@@ -126,7 +126,7 @@ test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the 
   a = launches[2].args as Record<string, bigint | number>;
   assert.deepEqual([a.residual, a.h, a.quant, a.scale], [0n, 0n, 1, m.one.ptr]);
   layerNorm(m.x, { weight: m.w, out: m.q8, quant: { dtype: "fp8e4m3", scaleOut: m.scales } });
-  assert.equal(launches[3].kernel, "nk_fused_ln_bf16_fp8e4m3_f32");
+  assert.equal(launches[3].kernel, "nk_fused_ln_bf16_fp8e4m3_f32_nv2");
 });
 
 test("batchInvariant: the fused kernel; 1 row and 1000 split the same tree differently (plan_fused.ts)", async () => {
@@ -138,7 +138,8 @@ test("batchInvariant: the fused kernel; 1 row and 1000 split the same tree diffe
   rmsNorm(m.many, { weight: m.w, out: m.manyOut, batchInvariant: true });
   rmsNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan
   const [a, b] = launches.map((l) => l.args as Record<string, number>);
-  assert.equal(launches[0].kernel, "nk_fused_rms_bf16_bf16_f32");
+  assert.equal(launches[0].kernel, "nk_fused_rms_bf16_bf16_f32_nv2", "one row: a chunk a thread");
+  assert.equal(launches[1].kernel, "nk_fused_rms_bf16_bf16_f32", "1000 rows: 8 chunks a thread");
   const tree = fusedTree("rms", d, "bf16", planLimits(dev));
   assert.ok("leaves" in tree);
   const many = m.many.rows;

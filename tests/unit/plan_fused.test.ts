@@ -2,6 +2,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
+  FUSED_FEW_MAXV,
+  FUSED_FEW_THREADS,
   FUSED_KERNELS,
   FUSED_LATENCY_THREADS,
   FUSED_MAX_THREADS,
@@ -10,6 +12,7 @@ import {
   FUSED_SM_THREADS,
   FUSED_SPLITS,
   FUSED_TRIPLES,
+  FUSED_VARIANTS,
   type FusedGeometry,
   fusedGeometry,
   fusedKernelFor,
@@ -252,37 +255,85 @@ test("unsupported rows, dtypes and limits give a sentence naming what is wrong",
   assert.match(why(fusedGeometry("other" as "rms", 128, "f16", H200, 1)), /kind must be/);
 });
 
-test("kernel names: 20 built triples per kind, each named as kernels/fused.cu names them", () => {
-  assert.equal(FUSED_KERNELS.length, 40);
-  assert.equal(new Set(FUSED_KERNELS).size, 40);
+test("kernel names: 20 built triples per kind, each in both variants, named as kernels/fused.cu names them", () => {
+  assert.equal(FUSED_KERNELS.length, 80);
+  assert.equal(new Set(FUSED_KERNELS).size, 80);
   for (const k of FUSED_KERNELS) {
-    assert.match(k, /^nk_fused_(ln|rms)_(f32|f16|bf16)_(f32|f16|bf16|fp8e4m3|fp8e5m2|int8)_(f32|f16|bf16)$/);
+    assert.match(k, /^nk_fused_(ln|rms)_(f32|f16|bf16)_(f32|f16|bf16|fp8e4m3|fp8e5m2|int8)_(f32|f16|bf16)(_nv2)?$/);
   }
   assert.equal(fusedKernelName("layer", "bf16", "fp8e4m3", "f32"), "nk_fused_ln_bf16_fp8e4m3_f32");
+  assert.equal(fusedKernelName("layer", "bf16", "fp8e4m3", "f32", "_nv2"), "nk_fused_ln_bf16_fp8e4m3_f32_nv2");
   const counts = FUSED_TRIPLES.map((r) => r.to.length * r.tw.length);
   assert.deepEqual(counts, [4, 8, 8]);
   for (const kind of KINDS) {
     for (const r of FUSED_TRIPLES) {
       for (const to of r.to) {
         for (const tw of r.tw) {
-          const k = fusedKernelFor(kind, r.ti, to, tw);
-          assert.ok("kernel" in k && FUSED_KERNELS.includes(k.kernel), JSON.stringify(k));
+          for (const g of [{ nv: 1, block: 256 }, { nv: 8, block: 256 }]) {
+            const k = fusedKernelFor(kind, r.ti, to, tw, g, "cuda");
+            assert.ok("kernel" in k && FUSED_KERNELS.includes(k.kernel), JSON.stringify(k));
+          }
         }
       }
     }
   }
 });
 
+test("the kernel variant: _nv2 on CUDA exactly where the plan gives at most 2 chunks a thread; never on HIP", () => {
+  const seen = new Set<string>();
+  for (const kind of KINDS) {
+    for (const dtype of ["f32", "f16", "bf16"] as const) {
+      for (const d of [8, 128, 768, 2048, 4096, 5120, 8192, 16384]) {
+        for (const rows of [1, 8, 132, 133, 320, 4096, 524288]) {
+          const g = fusedGeometry(kind, d, dtype, H200, rows);
+          assert.ok(!("unsupported" in g));
+          const k = fusedKernelFor(kind, dtype, dtype, "f32", g, "cuda");
+          assert.ok("kernel" in k);
+          const few = g.nv <= FUSED_FEW_MAXV;
+          assert.equal(k.kernel.endsWith("_nv2"), few, `${kind} ${dtype} D ${d} rows ${rows}: ${JSON.stringify(g)}`);
+          // Every plan geometry of at most 2 chunks a thread fits the few-chunk kernel's blocks.
+          if (few) assert.ok(g.block <= FUSED_FEW_THREADS, JSON.stringify(g));
+          seen.add(k.variant);
+        }
+      }
+    }
+  }
+  assert.deepEqual([...seen].sort(), FUSED_VARIANTS.map((v) => v.id).sort());
+  // HIP: the one kernel per triple for every geometry (the AMD code objects have no _nv2).
+  for (const rows of [1, 8, 132]) {
+    const g = fusedGeometry("rms", 2048, "bf16", H200, rows);
+    assert.ok(!("unsupported" in g) && g.nv === 1);
+    assert.deepEqual(fusedKernelFor("rms", "bf16", "bf16", "bf16", g, "hip"), {
+      kernel: "nk_fused_rms_bf16_bf16_bf16",
+      variant: "fused.nv8",
+    });
+  }
+  // Decode of one bf16 row: D 2048 and 4096 (1 and 2 chunks a thread of 256) take _nv2; D 8192 (4 chunks) does not.
+  const decode = (d: number) => {
+    const g = fusedGeometry("rms", d, "bf16", H200, 1);
+    assert.ok(!("unsupported" in g));
+    const k = fusedKernelFor("rms", "bf16", "fp8e4m3", "bf16", g, "cuda");
+    return "kernel" in k ? k.kernel : k.unsupported;
+  };
+  assert.equal(decode(2048), "nk_fused_rms_bf16_fp8e4m3_bf16_nv2");
+  assert.equal(decode(4096), "nk_fused_rms_bf16_fp8e4m3_bf16_nv2");
+  assert.equal(decode(8192), "nk_fused_rms_bf16_fp8e4m3_bf16");
+});
+
 test("dtype triples without a fused kernel give a sentence naming the dtype", () => {
+  const G = { nv: 8, block: 256 };
   const why = (r: ReturnType<typeof fusedKernelFor>): string => {
     assert.ok("unsupported" in r, JSON.stringify(r));
     return r.unsupported;
   };
   assert.match(
-    why(fusedKernelFor("rms", "f16", "f32", "f16")),
+    why(fusedKernelFor("rms", "f16", "f32", "f16", G, "cuda")),
     /f16 x's output as f16, fp8e4m3, fp8e5m2, int8, not f32/,
   );
-  assert.match(why(fusedKernelFor("rms", "f32", "f32", "f16")), /f32 x's weights as f32, not f16/);
-  assert.match(why(fusedKernelFor("layer", "bf16", "bf16", "f16")), /bf16 x's weights as f32 or bf16, not f16/);
-  assert.match(why(fusedKernelFor("layer", "int8", "int8", "f32")), /x in f32, f16 or bf16, not int8/);
+  assert.match(why(fusedKernelFor("rms", "f32", "f32", "f16", G, "cuda")), /f32 x's weights as f32, not f16/);
+  assert.match(
+    why(fusedKernelFor("layer", "bf16", "bf16", "f16", G, "cuda")),
+    /bf16 x's weights as f32 or bf16, not f16/,
+  );
+  assert.match(why(fusedKernelFor("layer", "int8", "int8", "f32", G, "cuda")), /x in f32, f16 or bf16, not int8/);
 });

@@ -17,7 +17,10 @@ import {
   worst,
 } from "../../scripts/sanitize_cases.ts";
 import { Device } from "../../mod.ts";
-import { FUSED_KERNELS, fusedKernelFor } from "../../ops/plan_fused.ts";
+import { FUSED_KERNELS, fusedGeometry, fusedKernelFor } from "../../ops/plan_fused.ts";
+
+/** The limits of the GPUs the sanitizer runs on (H100 and H200: 132 SMs). */
+const H100 = { maxThreadsPerBlock: 1024, warpSize: 32, multiprocessors: 132 };
 import { CLUSTER_GEOMETRIES, MAPPING_RULES, VARIANTS } from "../../ops/plan.ts";
 import { BWD_CLUSTER_SIZES, BWD_MAPPING_RULES, STAGED_GEOMETRIES } from "../../ops/plan_bwd.ts";
 
@@ -141,12 +144,14 @@ test("sanitize cases: the result checks pass on the CPU backend and catch a wron
   assert.equal(worst([NaN], [1], "bf16"), Infinity);
 });
 
-test("the fused family's cases reach every nk_fused_* kernel, each through the op's own kernel choice", () => {
+test("the fused family's cases reach every nk_fused_* kernel (both variants), each through the op's own choice", () => {
   const reached = new Set<string>();
   for (const c of fusedCases()) {
     const to = c.quant === "none" ? c.dtype : c.qdtype!;
     const tw = c.paramsOfX ? c.dtype : "f32";
-    const choice = fusedKernelFor(c.kind, c.dtype, to, tw);
+    const g = fusedGeometry(c.kind, c.d, c.dtype, H100, c.rows);
+    assert.ok(!("unsupported" in g), JSON.stringify(c));
+    const choice = fusedKernelFor(c.kind, c.dtype, to, tw, g, "cuda");
     assert.ok("kernel" in choice, JSON.stringify(c));
     reached.add(choice.kernel);
   }

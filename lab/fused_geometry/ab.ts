@@ -63,15 +63,20 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   if ("unsupported" in g) throw new Error(g.unsupported);
   const choice = fusedKernelFor(v.kind, "bf16", v.to, "bf16", g, "cuda");
   if ("unsupported" in choice) throw new Error(choice.unsupported);
-  // The op's kernel for this geometry; a build without it (one kernel per dtype triple) gives its one kernel.
+  // Per build, the first of these it has: a lab build's few-chunk kernel for up to 4 chunks a thread (`_nv4`, e.g.
+  // few4.diff) where the split fits it, the op's kernel for this geometry, the triple's one kernel (builds without
+  // `_nv2`). Each build's kernel is named in the JSON.
   const base = fusedKernelName(v.kind, "bf16", v.to, "bf16");
+  const names = [...(g.nv <= 4 && g.block <= 256 ? [`${base}_nv4`] : []), choice.kernel, base];
   const kernelOf = (m: Module): Kernel => {
-    try {
-      return m.kernel(choice.kernel, FUSED_ARGS);
-    } catch (e) {
-      if (!(e instanceof GpuError) || choice.kernel === base) throw e;
-      return m.kernel(base, FUSED_ARGS);
+    for (const name of names) {
+      try {
+        return m.kernel(name, FUSED_ARGS);
+      } catch (e) {
+        if (!(e instanceof GpuError) || name === base) throw e;
+      }
     }
+    throw new Error("unreachable: the last name is the triple's kernel");
   };
   const kernels: Kernel[] = modules.map(kernelOf);
   const direct = (k: Kernel, s: Stream) => viaKernel(k, t, v, rows, d, g, limits.maxGridX, s);

@@ -448,7 +448,8 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
     }
     nk_row_opaque<MAXV>(raw);
 
-    // The per-chunk weight/bias addresses: not hoisted above the statistics, nor out of the row loop.
+    // The per-chunk weight/bias addresses: not hoisted above the statistics, nor out of the row loop (PRE, the few-chunk
+    // kernels' preloaded weights, does not use them).
     unsigned long long wsel = (unsigned long long)(i1 < split ? weight : weight2);
     int c0 = lr;
     nk_opaque(c0);
@@ -474,7 +475,8 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
     float s = s_static;
     if constexpr (Q) {
       if (quant == NK_QUANT_DYNAMIC) {
-        // Dynamic scale: amax of |y| over the row (NaN ignored), y recomputed below with the same operations.
+        // Dynamic scale: amax of |y| over the row (NaN ignored); y is computed again below with the same operations
+        // (NEAR: kept in yk instead).
         float am = 0.0f;
 #pragma unroll
         for (int i = 0; i < MAXV; ++i) {

@@ -52,8 +52,9 @@ export type FusedGeometryResult = FusedGeometry | { unsupported: string };
  * 3.6 µs slower (each level of the cross-warp tree past 256 threads costs a barrier). */
 export const FUSED_LATENCY_THREADS = 256;
 
-/** Threads an SM holds of the fused kernels (64 registers a thread under their launch bound of 1024): the `fused.wave`
- * rule's measure of one wave. */
+/** The `fused.wave` rule's measure of one wave, in threads an SM: the 8-chunk kernels hold 1024 (64 registers a thread
+ * under their launch bound of 1024); the `_nv2` kernels that CUDA launches for those rows hold 768 to 1280 (48 to 80
+ * registers, blocks of 256). */
 export const FUSED_SM_THREADS = 1024;
 
 /**
@@ -182,7 +183,7 @@ export const FUSED_VARIANTS: readonly {
   when: (g: Pick<FusedGeometry, "nv" | "block">, backend: FusedBackend) => boolean;
   why: string;
 }[] = [
-  { id: "fused.nv2", suffix: "_nv2", when: (g, b) => b === "cuda" && g.nv <= FUSED_FEW_MAXV && g.block <= FUSED_FEW_THREADS, why: "at most 2 chunks a thread in blocks of at most 256 (decode; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256 (H100, graph µs/op of one row of bf16, add+RMSNorm→fp8: 5.64 → 3.67 at D 2048, 6.48 → 4.28 at D 4096)" },
+  { id: "fused.nv2", suffix: "_nv2", when: (g, b) => b === "cuda" && g.nv <= FUSED_FEW_MAXV && g.block <= FUSED_FEW_THREADS, why: "at most 2 chunks a thread in blocks of at most 256 (decode; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256 (H100, graph µs/op of one bf16 row, add+RMSNorm→fp8 dynamic: 3.58 against 5.66 for the 8-chunk kernel at D 2048, 4.16 against 6.48 at D 4096; bench/results/h100-fused-ab-nv2-deno.txt)" },
   { id: "fused.nv8", suffix: "", when: () => true, why: "up to 8 chunks a thread in blocks of up to 1024: the row in 32 registers a thread, weights loaded where they are used (64 registers a thread)" },
 ];
 

@@ -12,7 +12,7 @@ import { emptyTensor, type RowLevels, Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
 import { fusedKernel } from "./fused_module.ts";
 import { fusedArgs } from "./fused_abi.ts";
-import { type FusedBackend, fusedGeometry, fusedKernelFor, fusedLaunch } from "./plan_fused.ts";
+import { fusedGeometry, fusedKernelFor, fusedLaunch } from "./plan_fused.ts";
 import { planLimits } from "./kernels.ts";
 import type { NormKind } from "./plan.ts";
 import {
@@ -374,8 +374,9 @@ export function runFused(
   if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused): ${geometry.unsupported}`);
   let launch: (() => void) | undefined;
   const wDtype = (weight ?? bias)?.dtype;
-  if (gpu) {
-    const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype, geometry, device.backend as FusedBackend);
+  const backend = device.backend;
+  if (backend !== "cpu") {
+    const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype, geometry, backend);
     if ("unsupported" in choice) throw new UnsupportedError(`${kind}Norm (fused): ${choice.unsupported}`);
     const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels(dev, { fused: true })
     launch = () => {

@@ -203,14 +203,14 @@ export const FUSED_TRIPLES: readonly { id: string; ti: FusedInput; to: readonly 
   { id: "fused.types-bf16", ti: "bf16", to: ["bf16", ...QUANT_DTYPES], tw: ["f32", "bf16"], why: "as above" },
 ];
 
-/** Every fused norm kernel name of both kinds in the CUDA images (80): each triple's kernel, then its few-chunk kernel.
- * The AMD code objects hold the 40 without the suffix. */
-export const FUSED_KERNELS: readonly string[] = (["layer", "rms"] as const).flatMap((k) =>
-  FUSED_TRIPLES.flatMap((r) =>
-    r.to.flatMap((to) =>
-      r.tw.flatMap((tw) => [...FUSED_VARIANTS].reverse().map((v) => fusedKernelName(k, r.ti, to, tw, v.suffix)))
-    )
-  )
+/** One kernel name per built triple of both kinds (40): the AMD code objects' fused norm kernels. */
+export const FUSED_TRIPLE_KERNELS: readonly string[] = (["layer", "rms"] as const).flatMap((k) =>
+  FUSED_TRIPLES.flatMap((r) => r.to.flatMap((to) => r.tw.map((tw) => fusedKernelName(k, r.ti, to, tw))))
+);
+
+/** Every fused norm kernel name in the CUDA images (80): each triple's kernel, then its few-chunk kernel. */
+export const FUSED_KERNELS: readonly string[] = FUSED_TRIPLE_KERNELS.flatMap((k) =>
+  FUSED_VARIANTS.map((v) => k + v.suffix).sort()
 );
 
 /** The fused kernel for these dtypes, this geometry and backend (its FUSED_VARIANTS row), or a sentence naming the

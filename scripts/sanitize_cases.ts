@@ -31,7 +31,7 @@ import { type BwdLimits, planNormBackward, STAGED_GEOMETRIES } from "../ops/plan
 import type { DeviceInfo } from "../runtime/driver.ts";
 import { FAKE_H200 } from "../tests/fixtures/fake_cuda.ts";
 import { describeCase, type FusedCase, runFusedCase } from "../tests/fixtures/fused_cases.ts";
-import { FUSED_KERNELS } from "../ops/plan_fused.ts";
+import { FUSED_KERNELS, FUSED_TRIPLE_KERNELS } from "../ops/plan_fused.ts";
 import type { QuantDType } from "../runtime/dtype.ts";
 
 export type Family = "fwd" | "bwd" | "diag";
@@ -339,7 +339,7 @@ const FUSED_SHAPES = [
  */
 export function fusedCases(): FusedCase[] {
   const out: FusedCase[] = [];
-  for (const name of FUSED_KERNELS.filter((k) => !k.endsWith("_nv2"))) {
+  for (const name of FUSED_TRIPLE_KERNELS) {
     const [, , kindTag, ti, to, tw] = name.split("_"); // nk_fused_{ln|rms}_{ti}_{to}_{tw}: the triple's two kernels
     const kind = kindTag === "ln" ? "layer" : "rms", dtype = ti as "f32" | "f16" | "bf16";
     const quant = to === ti ? "none" : "dynamic";

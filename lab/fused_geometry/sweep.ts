@@ -18,7 +18,7 @@
 import process from "node:process";
 import { writeFileSync } from "node:fs";
 import { loadKernels } from "../../mod.ts";
-import type { Stream } from "../../gpu.ts";
+import type { Kernel, Stream } from "../../gpu.ts";
 import { fusedKernel } from "../../ops/fused_module.ts";
 import { type FusedGeometry, fusedGeometry, fusedKernelFor, fusedSplit, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits } from "../../ops/kernels.ts";
@@ -68,7 +68,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
     if ("unsupported" in c) throw new Error(c.unsupported);
     return { kernel: fusedKernel(dev, c.kernel), variant: c.variant };
   };
-  const direct = (g: FusedGeometry, s: Stream) => viaKernel(kernelOf(g).kernel, t, v, rows, d, g, limits.maxGridX, s);
+  const direct = (k: Kernel, g: FusedGeometry, s: Stream) => viaKernel(k, t, v, rows, d, g, limits.maxGridX, s);
   const measure = (op: (s: Stream) => void) => measureCase(dev, timer, copyGBs, mode, bytes, op);
   const unit = mode === "decode" ? "µs/op" : "%copy";
   const table = fusedGeometry(v.kind, d, "bf16", limits, rows);
@@ -79,14 +79,26 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const want = bitsOf(t, v);
   const line = [`${mode} ${v.name} D=${d} rows=${rows}: op (${tableNote}) ${opValue.toFixed(2)} ${unit}`];
   for (const g of geometries(d)) {
+    const { kernel, variant } = kernelOf(g);
     poison(t);
-    direct(g, dev.stream);
+    direct(kernel, g, dev.stream);
     dev.synchronize();
     const check = agrees(t, v, want);
-    const value = check === "ok" ? measure((s) => direct(g, s)) : NaN;
-    const kernel = kernelOf(g).variant;
-    results.push({ mode, variant: v.name, d, rows, tpr: g.tpr, nv: g.nv, kernel, value, unit, check, op: opValue });
-    line.push(`  tpr ${String(g.tpr).padStart(4)} nv ${g.nv} ${kernel}: ${check === "ok" ? value.toFixed(2) : check}`);
+    const value = check === "ok" ? measure((s) => direct(kernel, g, s)) : NaN;
+    results.push({
+      mode,
+      variant: v.name,
+      d,
+      rows,
+      tpr: g.tpr,
+      nv: g.nv,
+      kernel: variant,
+      value,
+      unit,
+      check,
+      op: opValue,
+    });
+    line.push(`  tpr ${String(g.tpr).padStart(4)} nv ${g.nv} ${variant}: ${check === "ok" ? value.toFixed(2) : check}`);
   }
   console.log(line.join("\n"));
 }

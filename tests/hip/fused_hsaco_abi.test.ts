@@ -21,6 +21,7 @@ import {
   FUSED_MAX_THREADS,
   FUSED_MAXV,
   FUSED_ROWS_BLOCK,
+  FUSED_TRIPLE_KERNELS,
   fusedGeometry,
   fusedKernelFor,
 } from "../../ops/plan_fused.ts";
@@ -45,7 +46,7 @@ test("packages/hip exports the fused code objects for every target, built from t
 });
 
 /** The fused norm kernels of the AMD code objects: one per dtype triple (no `_nv2`: kernels/fused.cu). */
-const HIP_KERNELS = FUSED_KERNELS.filter((k) => !k.endsWith("_nv2"));
+const HIP_KERNELS = FUSED_TRIPLE_KERNELS;
 
 test("the plan's fused kernels and the fused adds are the CUDA build's kernels; HIP's are those without _nv2", () => {
   assert.equal(FUSED_KERNELS.length, 80);

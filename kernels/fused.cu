@@ -6,21 +6,21 @@
 
 // nk_fused_{kind}_{ti}_{to}_{tw}: to is ti itself or a quantized dtype (fp8e4m3, fp8e5m2, int8); tw is f32 or ti.
 // Blocks of up to 1024 threads (64 registers per thread), up to NK_FUSED_MAXV chunks a thread.
-// nk_fused_{kind}_{ti}_{to}_{tw}_nv2 (CUDA only): the same kernel for launches of at most NK_FUSED_FEW_MAXV chunks a
-// thread in blocks of at most NK_FUSED_FEW_THREADS (decode; short rows in one wave), with registers of its own, so that
-// the many-chunk kernel's code stays as it is; the same bits for the same launch arguments. Not in the AMD code objects
-// (not measured there; they would take @normkit/hip past its size budget): the plan gives HIP the one kernel.
+// nk_fused_{kind}_{ti}_{to}_{tw}_nv2 and _nv4 (CUDA only): the same kernel for launches of at most 2 or 4 chunks a
+// thread in blocks of at most NK_FUSED_FEW_THREADS (decode; short rows in one wave), each with registers of its own, so
+// that the many-chunk kernel's code stays as it is; the same bits for the same launch arguments. Not in the AMD code
+// objects (not measured there; they would take @normkit/hip past its size budget): the plan gives HIP the one kernel.
 // Every nk_fused_{ln|rms}_* kernel begins with nk_pdl_enter(), so it may be launched as a programmatic dependent
 // launch on sm_90 (nk_fused_add_* below does not).
 // scripts/build-fused.sh lists the kernels from the NK_FUSED_KERNEL(...) lines below: keep one per line.
 #if defined(__HIP__)
-#define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw)
+#define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)
 #else
-#define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw)                                                                   \
-  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(NK_FUSED_FEW_THREADS) nk_fused_##kind##_##ti##_##to##_##tw##_nv2(          \
-      NK_FUSED_PARAMS) {                                                                                               \
+#define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)                                                             \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(NK_FUSED_FEW_THREADS)                                                    \
+      nk_fused_##kind##_##ti##_##to##_##tw##_nv##maxv(NK_FUSED_PARAMS) {                                              \
     nk_pdl_enter();                                                                                                   \
-    nk_fused<nk_##ti, nk_##to, nk_##tw, isln, NK_FUSED_FEW_MAXV, NK_FUSED_FEW_THREADS>(NK_FUSED_ARGS);                 \
+    nk_fused<nk_##ti, nk_##to, nk_##tw, isln, maxv, NK_FUSED_FEW_THREADS>(NK_FUSED_ARGS);                             \
   }
 #endif
 #define NK_FUSED_KERNEL(kind, isln, ti, to, tw)                                                                       \
@@ -29,7 +29,8 @@
     nk_pdl_enter();                                                                                                   \
     nk_fused<nk_##ti, nk_##to, nk_##tw, isln, NK_FUSED_MAXV, NK_FUSED_MAX_THREADS>(NK_FUSED_ARGS);                     \
   }                                                                                                                   \
-  NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw)
+  NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, 2)                                                                      \
+  NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, 4)
 
 NK_FUSED_KERNEL(ln, true, f32, f32, f32)
 NK_FUSED_KERNEL(ln, true, f32, fp8e4m3, f32)

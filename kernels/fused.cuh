@@ -30,9 +30,8 @@
 
 // Largest threads per row (a block per row).
 #define NK_FUSED_MAX_THREADS 1024
-// The few-chunk kernels (nk_fused_*_nv2): at most NK_FUSED_FEW_MAXV chunks a thread in blocks of at most
-// NK_FUSED_FEW_THREADS, the geometry of decode and of short rows that fit one wave (ops/plan_fused.ts).
-#define NK_FUSED_FEW_MAXV 2
+// The few-chunk kernels (nk_fused_*_nv2 and _nv4): at most 2 or 4 chunks a thread in blocks of at most
+// NK_FUSED_FEW_THREADS, the geometries of decode and of short rows that fit one wave (ops/plan_fused.ts).
 #define NK_FUSED_FEW_THREADS 256
 
 // A row's sums, in one order per row length. With N a power of two fixed by the row's length alone (the plan's
@@ -322,14 +321,14 @@ NK_INLINE float nk_dynamic_scale(float am, float ub) {
 // The vector path's row loop (every chunk whole, every tensor aligned; nk_fused picks it once per launch): the row's
 // chunks cached in registers (raw), the loops over them unrolled.
 //
-// MAXV: the chunks a thread holds at most. With few (NEAR: the nk_fused_*_nv2 kernels, a row spread over many threads)
-// the chunks' weights and bias are loaded with x and residual, in one round trip, and the dynamic scale's y is kept in
-// registers, not computed twice.
+// MAXV: the chunks a thread holds at most. With fewer than NK_FUSED_MAXV (NEAR: the few-chunk kernels, a row spread
+// over many threads) the chunks' weights and bias are loaded with x and residual, in one round trip, and the dynamic
+// scale's y is kept in registers, not computed twice.
 template <class TI, class TO, class TW, bool LN, int MAXV>
 NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   constexpr bool VP = true;
   constexpr int VEC = 16 / TI::SIZE;
-  constexpr bool NEAR = MAXV <= NK_FUSED_FEW_MAXV;
+  constexpr bool NEAR = MAXV < NK_FUSED_MAXV;
   // The output loops take a chunk in pieces of PE elements whose weights are 16 bytes (PW words): 16-bit x with f32
   // weights in two halves, so that a chunk's weight and bias need 8 registers, not 16. y is packed piece by piece into
   // YW words and stored once per chunk: a warp's store then covers whole 32-byte sectors (a store per piece wrote half
@@ -675,7 +674,7 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
 // Checks the launch contract (a violation traps), then runs the vector path when d is a multiple of the chunk and
 // every tensor in use is aligned for it (x, residual, h, weights, bias: 16 bytes; y: its chunk, 16 bytes or VEC
 // bytes of a quantized dtype), else the scalar path. MAXV and MAXT: the most chunks a thread and threads a block this
-// kernel takes (NK_FUSED_MAXV and NK_FUSED_MAX_THREADS, or the few-chunk kernels' NK_FUSED_FEW_*).
+// kernel takes (NK_FUSED_MAXV and NK_FUSED_MAX_THREADS, or the few-chunk kernels' 2 or 4 and NK_FUSED_FEW_THREADS).
 template <class TI, class TO, class TW, bool LN, int MAXV, int MAXT>
 NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
   constexpr int VEC = 16 / TI::SIZE;

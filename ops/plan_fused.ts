@@ -164,27 +164,34 @@ export function fusedLaunch(
   return { grid: [gridX, 1, 1], block: [g.block, 1, 1] };
 }
 
-/** The few-chunk kernels' bounds (NK_FUSED_FEW_MAXV and NK_FUSED_FEW_THREADS in kernels/fused.cuh). */
-export const FUSED_FEW_MAXV = 2;
+/** The few-chunk kernels' block bound (NK_FUSED_FEW_THREADS in kernels/fused.cuh); their chunk bounds are the
+ * FUSED_VARIANTS rows' `maxv`. */
 export const FUSED_FEW_THREADS = 256;
 
 /** The GPU backends the fused kernels are built for. */
 export type FusedBackend = "cuda" | "hip";
 
 /**
- * Which of a dtype triple's kernels a geometry launches, the first row whose `when` holds. Both give the same bits for
- * the same launch (the same tree, the same arithmetic); the few-chunk kernel is compiled for its launches alone, in the
- * CUDA images only (kernels/fused.cu: not measured on AMD, and the AMD code objects would pass @normkit/hip's budget).
+ * Which of a dtype triple's kernels a geometry launches: the first row that holds at most `maxv` chunks a thread in
+ * blocks of at most `maxThreads`, on a backend in `backends`. All give the same bits for the same launch (the same
+ * tree, the same arithmetic); the few-chunk kernels are compiled for their launches alone, in the CUDA images only
+ * (kernels/fused.cu: not measured on AMD, and the AMD code objects would pass @normkit/hip's budget). Figures: H100,
+ * graph µs per op of one bf16 row, add + RMSNorm → fp8 dynamic where no other case is named
+ * (bench/results/h100-fused-ab-nv2-deno.txt,
+ * bench/results/h100-fused-ab-nv4-deno.txt, bench/results/h100-fused-ab-nv4-onekernel-deno.txt).
  */
 // deno-fmt-ignore
 export const FUSED_VARIANTS: readonly {
   id: string;
   suffix: string;
-  when: (g: Pick<FusedGeometry, "nv" | "block">, backend: FusedBackend) => boolean;
+  maxv: number;
+  maxThreads: number;
+  backends: readonly FusedBackend[];
   why: string;
 }[] = [
-  { id: "fused.nv2", suffix: "_nv2", when: (g, b) => b === "cuda" && g.nv <= FUSED_FEW_MAXV && g.block <= FUSED_FEW_THREADS, why: "at most 2 chunks a thread in blocks of at most 256 (decode; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256 (H100, graph µs/op of one bf16 row, add+RMSNorm→fp8 dynamic: 3.58 against 5.66 for the 8-chunk kernel at D 2048, 4.16 against 6.48 at D 4096; bench/results/h100-fused-ab-nv2-deno.txt)" },
-  { id: "fused.nv8", suffix: "", when: () => true, why: "up to 8 chunks a thread in blocks of up to 1024: the row in 32 registers a thread, weights loaded where they are used (64 registers a thread)" },
+  { id: "fused.nv2", suffix: "_nv2", maxv: 2, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "at most 2 chunks a thread in blocks of at most 256 (decode to D 4096 in 16-bit; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256: 3.58 µs against 5.66 for the 8-chunk kernel at D 2048, 4.16 against 6.48 at D 4096; the 4-chunk kernel took 4.02 and 4.63" },
+  { id: "fused.nv4", suffix: "_nv4", maxv: 4, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "3 to 4 chunks a thread in blocks of at most 256 (decode at D 8192 in 16-bit; rows of D 128 at prefill, 4 chunks a lane): as _nv2 with room for 4 chunks (63 to 122 registers, spills of at most 4 bytes on sm_90, 16 on sm_80): at D 8192 5.70 µs against 7.91 for the 8-chunk kernel (add + RMSNorm 4.10 against 5.47, add + LayerNorm 5.98 against 7.18); at D 128 and 524,288 rows, add + RMSNorm → fp8 75 % of copy against 65, add + RMSNorm 72 against 81, QK-norm of 16,384 tokens 2592 GB/s (the 8-chunk kernel: 2584 GB/s in an earlier run)" },
+  { id: "fused.nv8", suffix: "", maxv: FUSED_MAXV, maxThreads: FUSED_MAX_THREADS, backends: ["cuda", "hip"], why: "up to 8 chunks a thread in blocks of up to 1024: the row in 32 registers a thread, weights loaded where they are used (64 registers a thread)" },
 ];
 
 /** The kernel's name (whether it is built: fusedKernelFor); `variant`: a FUSED_VARIANTS suffix. */
@@ -194,7 +201,7 @@ export function fusedKernelName(kind: NormKind, ti: string, to: string, tw: stri
 
 /**
  * The built (ti, to, tw) triples, per kind: x in f32, f16 or bf16; y in x's dtype or quantized to 1 byte; weights in
- * f32 or x's dtype (f32 x: f32 only). 4 + 8 + 8 = 20 per kind, each in both FUSED_VARIANTS.
+ * f32 or x's dtype (f32 x: f32 only). 4 + 8 + 8 = 20 per kind, each in every FUSED_VARIANTS row of its backend.
  */
 // deno-fmt-ignore
 export const FUSED_TRIPLES: readonly { id: string; ti: FusedInput; to: readonly FusedOutput[]; tw: readonly DType[]; why: string }[] = [
@@ -208,9 +215,9 @@ export const FUSED_TRIPLE_KERNELS: readonly string[] = (["layer", "rms"] as cons
   FUSED_TRIPLES.flatMap((r) => r.to.flatMap((to) => r.tw.map((tw) => fusedKernelName(k, r.ti, to, tw))))
 );
 
-/** Every fused norm kernel name in the CUDA images (80): each triple's kernel, then its few-chunk kernel. */
+/** Every fused norm kernel name in the CUDA images (120): each triple's kernel, then its few-chunk kernels. */
 export const FUSED_KERNELS: readonly string[] = FUSED_TRIPLE_KERNELS.flatMap((k) =>
-  FUSED_VARIANTS.map((v) => k + v.suffix).sort()
+  FUSED_VARIANTS.filter((v) => v.backends.includes("cuda")).map((v) => k + v.suffix).sort()
 );
 
 /** The fused kernel for these dtypes, this geometry and backend (its FUSED_VARIANTS row), or a sentence naming the
@@ -231,6 +238,8 @@ export function fusedKernelFor(
   if (!row.tw.includes(tw as DType)) {
     return { unsupported: `the fused kernels take ${ti} x's weights as ${row.tw.join(" or ")}, not ${tw}` };
   }
-  const v = FUSED_VARIANTS.find((r) => r.when(geometry, backend))!;
+  const v = FUSED_VARIANTS.find((r) =>
+    r.backends.includes(backend) && geometry.nv <= r.maxv && geometry.block <= r.maxThreads
+  )!;
   return { kernel: fusedKernelName(kind, ti, to, tw, v.suffix), variant: v.id };
 }

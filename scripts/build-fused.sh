@@ -12,14 +12,14 @@
 #   packages/ptx/fused_build.ts     the source hash that PTX was compiled from
 # Each image is a fatbin of one compressed entry, split from the fatbin nvcc writes (scripts/fatbin_split.sh).
 #
-# Kernel names: two per NK_FUSED_KERNEL(kind, isln, ti, to, tw) line of kernels/fused.cu, nk_fused_{kind}_{ti}_{to}_{tw}
-# and the same name + _nv2 (the few-chunk kernel);
+# Kernel names: three per NK_FUSED_KERNEL(kind, isln, ti, to, tw) line of kernels/fused.cu, nk_fused_{kind}_{ti}_{to}_{tw}
+# and the same name + _nv2 and + _nv4 (the few-chunk kernels);
 # the list must equal the .entry set of a compute_80 PTX compile (an intermediate, not kept).
 # Reproducibility: as scripts/build-kernels.sh (nvcc 13.0 V13.0.88: the same bytes across runs and directories; another
 # nvcc release gives other bytes, so --check fails there; the module records the nvcc version).
-# Registers: the kernels are compiled with __launch_bounds__(1024) (64 registers per thread), the _nv2 kernels with
-# __launch_bounds__(256); the build prints each kernel's registers and spill stores (ptxas -v) and fails when one spills
-# more than MAX_SPILL bytes.
+# Registers: the kernels are compiled with __launch_bounds__(1024) (64 registers per thread), the _nv2 and _nv4 kernels
+# with __launch_bounds__(256); the build prints each kernel's registers and spill stores (ptxas -v) and fails when one
+# spills more than MAX_SPILL bytes.
 #
 # Env: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc).
 set -euo pipefail
@@ -63,11 +63,11 @@ FATBIN_FLAGS=(-fatbin
   -Xptxas -v
   -Xfatbin -compress-all --compress-mode=size)
 
-# kernel_names: from the NK_FUSED_KERNEL(...) lines of fused.cu (two kernels each: the name and name_nv2), then its
-# NK_FUSED_ADD_KERNEL(...) lines, in order.
+# kernel_names: from the NK_FUSED_KERNEL(...) lines of fused.cu (three kernels each: the name, name_nv2 and
+# name_nv4), then its NK_FUSED_ADD_KERNEL(...) lines, in order.
 kernel_names() {
   local names
-  names="$(sed -nE 's/^NK_FUSED_KERNEL\(([a-z]+),[[:space:]]*(true|false),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+)\)[[:space:]]*$/nk_fused_\1_\3_\4_\5\nnk_fused_\1_\3_\4_\5_nv2/p' "$ROOT/$SRC_REL")"
+  names="$(sed -nE 's/^NK_FUSED_KERNEL\(([a-z]+),[[:space:]]*(true|false),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+)\)[[:space:]]*$/nk_fused_\1_\3_\4_\5\nnk_fused_\1_\3_\4_\5_nv2\nnk_fused_\1_\3_\4_\5_nv4/p' "$ROOT/$SRC_REL")"
   [[ -n "$names" ]] || { echo "build-fused: no NK_FUSED_KERNEL(...) lines in $SRC_REL" >&2; exit 1; }
   echo "$names"
   sed -nE 's/^NK_FUSED_ADD_KERNEL\(([a-z0-9]+)\)[[:space:]]*$/nk_fused_add_\1/p' "$ROOT/$SRC_REL"
@@ -138,7 +138,7 @@ write_module() {
     echo "/** sha256 (hex) of the FUSED_SOURCE_FILES concatenated in that order, as compiled. */"
     echo "export const FUSED_SOURCE_SHA256: string = \"$sha\";"
     echo ""
-    echo "/** The extern \"C\" kernels in every image, in kernels/fused.cu's order: nk_fused_{ln|rms}_{ti}_{to}_{tw} and its _nv2, then nk_fused_add_{t}. */"
+    echo "/** The extern \"C\" kernels in every image, in kernels/fused.cu's order: nk_fused_{ln|rms}_{ti}_{to}_{tw} and its _nv2 and _nv4, then nk_fused_add_{t}. */"
     echo "export const FUSED_KERNELS: readonly string[] = Object.freeze(["
     for n in $names; do echo "  \"$n\","; done
     echo "]);"

@@ -21,7 +21,7 @@
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
 #   fused-ab    lab/fused_geometry/ab.ts over sm_90 builds made here: main and one per patch named in FUSED_AB_PATCHES
-#               (lab/fused_geometry/<name>.diff; default: few4): raw JSON as
+#               (lab/fused_geometry/<name>.diff; default: one-kernel): raw JSON as
 #               $OUT/fused-ab-<runtime>.json, rewritten after each case (FUSED_AB_ONLY=decode or prefill: those alone)
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 #   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned, batch-invariant and fused RMSNorm kernels
@@ -86,7 +86,7 @@ for s in "${steps[@]}"; do
     splits) step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ;;
     fused-ab)
       w=lab/fused_geometry/.wg; rm -rf "$w"  # built here, from this tree's kernels, every time
-      read -ra patches <<<"${FUSED_AB_PATCHES:-few4}"
+      read -ra patches <<<"${FUSED_AB_PATCHES:-one-kernel}"
       cubins=("$w/main.cubin"); for p in "${patches[@]}"; do cubins+=("$w/$p.cubin"); done
       builds() {
         bash lab/kernel_ab/trimmed_cubin.sh "$w/main.cubin" --fused || return

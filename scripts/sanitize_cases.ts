@@ -321,14 +321,16 @@ export function runDiag(dev: Device): number {
   return bad;
 }
 
-/** [rows, d, strided]: at a few rows (the latency split) a short and a long row (1 and 4 chunks a thread: the _nv2
- * kernel and the other), x strided (the scalar path) and contiguous (the vector path); past the H200's 132 SMs (the
- * bandwidth splits) a short row (sub-warp lanes for 16-bit x) and a long one (a block per row), contiguous. */
+/** [rows, d, strided]: at a few rows (the latency split) rows of 1 to 8 chunks a thread (the _nv2, _nv4 and 8-chunk
+ * kernels for every x dtype), x strided (the scalar path) and contiguous (the vector path); past the H200's 132 SMs
+ * (the bandwidth splits) a short row (sub-warp lanes for 16-bit x) and a long one (a block per row), contiguous. */
 const FUSED_SHAPES = [
   [7, 770, true],
   [3, 5125, true],
   [7, 768, false],
   [3, 5120, false],
+  [5, 3072, false],
+  [2, 12288, false],
   [200, 768, false],
   [140, 5120, false],
 ] as const;

@@ -63,12 +63,10 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   if ("unsupported" in g) throw new Error(g.unsupported);
   const choice = fusedKernelFor(v.kind, "bf16", v.to, "bf16", g, "cuda");
   if ("unsupported" in choice) throw new Error(choice.unsupported);
-  // Per build, the first of these it has: at decode, a lab build's few-chunk kernel for up to 4 chunks a thread
-  // (`_nv4`, few4.diff) where the split fits it; the op's kernel for this geometry; the triple's one kernel (builds
-  // without `_nv2`). Each build's kernel is named in the JSON.
+  // Per build, the first of these it has: the op's kernel for this geometry; the triple's one kernel (builds without
+  // the few-chunk kernels). Each build's kernel is named in the JSON.
   const base = fusedKernelName(v.kind, "bf16", v.to, "bf16");
-  const few4 = mode === "decode" && g.nv <= 4 && g.block <= 256;
-  const names = [...(few4 ? [`${base}_nv4`] : []), choice.kernel, base];
+  const names = [choice.kernel, base];
   const kernelOf = (m: Module): Kernel => {
     for (const name of names) {
       try {

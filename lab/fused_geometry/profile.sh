@@ -3,7 +3,7 @@
 # add + RMSNorm → fp8), the sections that say where a memory-bound kernel loses time. --clock-control none: the card's
 # clocks are left as they are. Report text: $OUT/ncu-fused.txt (decode: $OUT/ncu-fused-decode.txt).
 #   bash lab/fused_geometry/profile.sh deno|bun [decode]
-# decode: profile.ts --decode, every launch (3 of each case), caches not flushed between them.
+# decode: profile.ts --decode, every launch (3 of each of 5 cases), caches not flushed between them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 rt=${1:?usage: profile.sh deno|bun [decode]}
@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/fused-profile}; mkdir -p "$OUT"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ "$rt" = deno ]; then cmd=(deno run -A --no-check lab/fused_geometry/profile.ts); else cmd=(bun lab/fused_geometry/profile.ts); fi
 report=$OUT/ncu-fused.txt opts=(-c 4)
-if [ "$mode" = decode ]; then report=$OUT/ncu-fused-decode.txt opts=(-c 9 --cache-control none); cmd+=(--decode); fi
+if [ "$mode" = decode ]; then report=$OUT/ncu-fused-decode.txt opts=(-c 15 --cache-control none); cmd+=(--decode); fi
 "$NCU" --clock-control none -k regex:nk_ "${opts[@]}" \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
   --section WarpStateStats --section SchedulerStats --section SourceCounters \

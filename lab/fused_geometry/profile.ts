@@ -2,9 +2,9 @@
  * One launch of each kernel that ncu should compare (lab/fused_geometry/profile.sh): RMSNorm bf16, D = 4096, 16384
  * rows, with the tuned plan (nk_rms_block_*), batch-invariant (the fused kernel, no residual), add + RMSNorm, and
  * add + RMSNorm → fp8e4m3 dynamic. Each is run once (ncu flushes the caches before each launch it profiles).
- * `--decode`: one row of D = 4096 instead (add + RMSNorm → bf16, → fp8e4m3 dynamic, and QK-norm of one token, 32 + 8
- * heads of 128, for a kernel of the same launch with short rows), each run 3 times in a row: profile.sh profiles them
- * with warm caches, as a decode step in a graph finds its residual and weights in L2.
+ * `--decode`: one row of D = 4096 instead (the same four, and QK-norm of one token, 32 + 8 heads of 128, for a kernel
+ * of the same launch with short rows), each run 3 times in a row: profile.sh profiles them with warm caches, as a
+ * decode step in a graph finds its residual and weights in L2.
  *
  *   deno run -A lab/fused_geometry/profile.ts [--decode]      # bun lab/fused_geometry/profile.ts [--decode]
  */
@@ -36,11 +36,11 @@ const qkCase = (): [string, RMSNormOptions, Tensor] => {
   const qk = qkv.view([1, 40, 128], { strides: [48 * 128, 128, 1] });
   return ["qk", { weight: qw, weight2: kw, split: 32, out: qk }, qk];
 };
-const cases: [string, RMSNormOptions, Tensor?][] = decode ? [qkCase(), ...fused] : [
+const plain: [string, RMSNormOptions][] = [
   ["tuned", { weight, out: y }],
   ["invariant", { weight, out: y, batchInvariant: true }],
-  ...fused,
 ];
+const cases: [string, RMSNormOptions, Tensor?][] = decode ? [...plain, qkCase(), ...fused] : [...plain, ...fused];
 for (const [name, o, input] of cases) {
   for (let i = 0; i < REPEAT; i++) norm(input ?? x, o);
   dev.synchronize();

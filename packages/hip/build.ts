@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "d1028c4694cfa15d89656852d6371e9c77319655ec64af0cd24465485b9223cd";
+export const fusedSourceSha256: string = "80b4fe00f210a317cfc074b83815455d41e7b97aa6bad880e0d30037fa78e426";

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "d1028c4694cfa15d89656852d6371e9c77319655ec64af0cd24465485b9223cd";
+export const fusedSourceSha256: string = "80b4fe00f210a317cfc074b83815455d41e7b97aa6bad880e0d30037fa78e426";

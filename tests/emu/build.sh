@@ -11,10 +11,10 @@ mkdir -p "$out"
 sed -n '/^#ifndef NK_HAS_CP_ASYNC/,/^#endif  \/\/ NORMKIT_PORTABLE_H/p' "$root/kernels/portable.h" | sed '$d' \
   >"$out/portable_tail.h"
 grep -q 'nk_block_sum' "$out/portable_tail.h" || { echo "build.sh: portable.h's tail not found" >&2; exit 1; }
-# The kernel table from fused.cu's NK_FUSED_KERNEL(kind, isln, ti, to, tw) lines: each kernel and its _nv2.
-sed -n 's/^NK_FUSED_KERNEL(\([a-z]*\), *[a-z]*, *\([a-z0-9]*\), *\([a-z0-9]*\), *\([a-z0-9]*\)).*/{"nk_fused_\1_\2_\3_\4", nk_fused_\1_\2_\3_\4},\n{"nk_fused_\1_\2_\3_\4_nv2", nk_fused_\1_\2_\3_\4_nv2},/p' \
+# The kernel table from fused.cu's NK_FUSED_KERNEL(kind, isln, ti, to, tw) lines: each kernel, its _nv2 and _nv4.
+sed -n 's/^NK_FUSED_KERNEL(\([a-z]*\), *[a-z]*, *\([a-z0-9]*\), *\([a-z0-9]*\), *\([a-z0-9]*\)).*/{"nk_fused_\1_\2_\3_\4", nk_fused_\1_\2_\3_\4},\n{"nk_fused_\1_\2_\3_\4_nv2", nk_fused_\1_\2_\3_\4_nv2},\n{"nk_fused_\1_\2_\3_\4_nv4", nk_fused_\1_\2_\3_\4_nv4},/p' \
   "$root/kernels/fused.cu" >"$out/kernel_table.inc"
-[ "$(wc -l <"$out/kernel_table.inc")" -eq 80 ] || { echo "build.sh: expected 80 kernels (40 NK_FUSED_KERNEL lines)" >&2; exit 1; }
+[ "$(wc -l <"$out/kernel_table.inc")" -eq 120 ] || { echo "build.sh: expected 120 kernels (40 NK_FUSED_KERNEL lines)" >&2; exit 1; }
 ${CXX:-g++} -std=c++20 -O2 -ffp-contract=off -fno-fast-math -pthread -Wall -Wno-unknown-pragmas -Wno-unused-function \
   -I"$out" -I"$root/kernels" -include "$here/emu_prelude.h" "$@" \
   -o "$out/fused_emu" "$here/emu_main.cpp"

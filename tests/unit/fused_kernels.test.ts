@@ -14,10 +14,10 @@ import {
 import { FUSED_ADD_ARGS, FUSED_ARGS, FUSED_PARAMS, FUSED_QUANT } from "../../ops/fused_abi.ts";
 import { dependentLaunchByDefault } from "../../ops/kernels.ts";
 import {
-  FUSED_FEW_MAXV,
   FUSED_FEW_THREADS,
   FUSED_KERNELS as PLANNED_KERNELS,
   FUSED_MAXV,
+  FUSED_VARIANTS,
   fusedKernelFor,
 } from "../../ops/plan_fused.ts";
 import type { ArgType } from "../../runtime/module.ts";
@@ -29,51 +29,56 @@ const root = new URL("../../", import.meta.url);
 const NORMS = FUSED_KERNELS.filter((k) => !k.startsWith("nk_fused_add_"));
 const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
 const text = (rel: string): string => readFileSync(new URL(rel, root), "utf8");
-/** fused.cu's NK_FUSED_KERNEL body and the CUDA body of NK_FUSED_FEW_KERNEL (the _nv2 kernel; empty under HIP). */
+/** fused.cu's NK_FUSED_KERNEL body and the CUDA body of NK_FUSED_FEW_KERNEL (the _nv2 and _nv4 kernels; empty under
+ * HIP). */
 function kernelMacros(): { main: string; few: string } {
   const src = text("kernels/fused.cu");
   const main = src.match(/^#define NK_FUSED_KERNEL\(kind, isln, ti, to, tw\)([\s\S]*?)\n\n/m);
   const few = src.match(
-    /^#if defined\(__HIP__\)\n#define NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw\)\n#else\n#define NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw\)([\s\S]*?)\n#endif$/m,
+    /^#if defined\(__HIP__\)\n#define NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw, maxv\)\n#else\n#define NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw, maxv\)([\s\S]*?)\n#endif$/m,
   );
   assert.ok(main && few, "NK_FUSED_KERNEL and NK_FUSED_FEW_KERNEL (empty under __HIP__) in fused.cu");
   return { main: main[1].trim(), few: few[1] };
 }
 
-test("fused_cuda.ts lists the 80 kernels nk_fused_{ln|rms}_{ti}_{to}_{tw} and _nv2, from fused.cu's NK_FUSED_KERNEL lines", () => {
-  assert.equal(NORMS.length, 80);
+test("fused_cuda.ts lists the 120 kernels nk_fused_{ln|rms}_{ti}_{to}_{tw}, _nv2 and _nv4, from fused.cu's lines", () => {
+  assert.equal(NORMS.length, 120);
   assert.deepEqual([...NORMS], [...PLANNED_KERNELS], "the plan's kernels are the built kernels, in the same order");
-  assert.deepEqual(FUSED_KERNELS.slice(80), ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"]);
+  assert.deepEqual(FUSED_KERNELS.slice(120), ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"]);
   const lines = [
     ...text("kernels/fused.cu").matchAll(/^NK_FUSED_KERNEL\((\w+), (true|false), (\w+), (\w+), (\w+)\)$/gm),
   ];
   assert.equal(lines.length, 40);
   assert.deepEqual(
-    lines.flatMap((m) => [`nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}`, `nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}_nv2`]),
+    lines.flatMap((m) => ["", "_nv2", "_nv4"].map((v) => `nk_fused_${m[1]}_${m[3]}_${m[4]}_${m[5]}${v}`)),
     [...NORMS],
   );
   for (const m of lines) assert.equal(m[2], m[1] === "ln" ? "true" : "false", m[0]);
   for (const ti of ["f32", "f16", "bf16"]) {
     const mine = FUSED_KERNELS.filter((k) => k.startsWith(`nk_fused_ln_${ti}_`));
-    assert.equal(mine.length, ti === "f32" ? 8 : 16, ti);
+    assert.equal(mine.length, ti === "f32" ? 12 : 24, ti);
   }
   assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16"));
   assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16_nv2"));
+  assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16_nv4"));
   assert.ok(!FUSED_KERNELS.includes("nk_fused_rms_f32_f32_f16"));
 });
 
-test("the few-chunk kernels' bounds in fused.cuh are the plan's, and both kernels of a triple share one body", () => {
+test("the few-chunk kernels' bounds in fused.cu(h) are the plan's, and the kernels of a triple share one body", () => {
   const src = text("kernels/fused.cuh");
   const define = (name: string) => Number(src.match(new RegExp(`^#define ${name} (\\d+)$`, "m"))?.[1]);
-  assert.equal(define("NK_FUSED_FEW_MAXV"), FUSED_FEW_MAXV);
   assert.equal(define("NK_FUSED_FEW_THREADS"), FUSED_FEW_THREADS);
   const { main, few } = kernelMacros();
   assert.match(main, /NK_LAUNCH_BOUNDS\(NK_FUSED_MAX_THREADS\)[\s\S]*NK_FUSED_MAXV, NK_FUSED_MAX_THREADS>/);
-  assert.match(main, /NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw\)$/);
-  assert.match(
-    few,
-    /NK_LAUNCH_BOUNDS\(NK_FUSED_FEW_THREADS\)[\s\S]*_nv2\([\s\S]*NK_FUSED_FEW_MAXV, NK_FUSED_FEW_THREADS>/,
-  );
+  // One NK_FUSED_FEW_KERNEL line per few-chunk variant, its chunk bound the variant's maxv and name suffix.
+  const fewLines = [...main.matchAll(/NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw, (\d+)\)/g)].map((m) => Number(m[1]));
+  const fewVariants = FUSED_VARIANTS.filter((v) => v.maxThreads === FUSED_FEW_THREADS);
+  assert.deepEqual(fewLines, fewVariants.map((v) => v.maxv));
+  for (const v of fewVariants) assert.equal(v.suffix, `_nv${v.maxv}`, v.id);
+  assert.deepEqual(FUSED_VARIANTS.filter((v) => v.maxThreads !== FUSED_FEW_THREADS).map((v) => [v.maxv, v.suffix]), [
+    [FUSED_MAXV, ""],
+  ]);
+  assert.match(few, /NK_LAUNCH_BOUNDS\(NK_FUSED_FEW_THREADS\)[\s\S]*_nv##maxv\([\s\S]*maxv, NK_FUSED_FEW_THREADS>/);
 });
 
 test("fused_cuda.ts was generated from the current sources (run bash scripts/build-fused.sh otherwise)", () => {
@@ -110,10 +115,10 @@ for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
 test("the images stay small (SASS and PTX, compressed)", () => {
   for (const f of ["precompiled/fused_sm80.fatbin", "precompiled/fused_sm90.fatbin"]) {
     const n = read(f).byteLength;
-    assert.ok(n < 520_000, `${f} is ${n} bytes`);
+    assert.ok(n < 740_000, `${f} is ${n} bytes`);
   }
   const ptx = read("packages/ptx/fused_compute90.fatbin").byteLength;
-  assert.ok(ptx < 1_050_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
+  assert.ok(ptx < 1_500_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
 });
 
 test("the compute_90 PTX (@normkit/ptx's `fused`) targets sm_90, has every kernel with FUSED_ARGS' types, same sources", () => {
@@ -198,7 +203,7 @@ test("fusedKernelFor: y of x's dtype or quantized, weights f32 or x's dtype; any
   }
 });
 
-test("fusedKernelFor: the _nv2 kernel for at most 2 chunks a thread in blocks of at most 256, else the other", () => {
+test("fusedKernelFor: _nv2 to 2 chunks a thread, _nv4 to 4, in blocks of at most 256, else the 8-chunk kernel", () => {
   const name = (g: { nv: number; block: number }) => {
     const r = fusedKernelFor("rms", "bf16", "fp8e4m3", "bf16", g, "cuda");
     assert.ok("kernel" in r);
@@ -206,12 +211,14 @@ test("fusedKernelFor: the _nv2 kernel for at most 2 chunks a thread in blocks of
   };
   assert.equal(name({ nv: 1, block: 256 }), "nk_fused_rms_bf16_fp8e4m3_bf16_nv2");
   assert.equal(name({ nv: 2, block: 128 }), "nk_fused_rms_bf16_fp8e4m3_bf16_nv2");
-  assert.equal(name({ nv: 4, block: 256 }), "nk_fused_rms_bf16_fp8e4m3_bf16");
+  assert.equal(name({ nv: 4, block: 256 }), "nk_fused_rms_bf16_fp8e4m3_bf16_nv4");
+  assert.equal(name({ nv: 4, block: 32 }), "nk_fused_rms_bf16_fp8e4m3_bf16_nv4");
+  assert.equal(name({ nv: 8, block: 256 }), "nk_fused_rms_bf16_fp8e4m3_bf16");
   assert.equal(name({ nv: 1, block: 512 }), "nk_fused_rms_bf16_fp8e4m3_bf16");
   assert.equal(name({ nv: 2, block: 1024 }), "nk_fused_rms_bf16_fp8e4m3_bf16");
 });
 
-test("dependent launch: the 80 fused norm kernels by default, each waiting first (nk_pdl_enter); not nk_fused_add_*", () => {
+test("dependent launch: the 120 fused norm kernels by default, each waiting first (nk_pdl_enter); not nk_fused_add_*", () => {
   const { main, few } = kernelMacros();
   for (const body of [main, few]) {
     assert.match(body, /\)\s*\{\s*\\\s*nk_pdl_enter\(\);/, "each kernel's body begins with nk_pdl_enter()");

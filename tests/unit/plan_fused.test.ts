@@ -2,7 +2,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  FUSED_FEW_MAXV,
   FUSED_FEW_THREADS,
   FUSED_KERNELS,
   FUSED_LATENCY_THREADS,
@@ -255,11 +254,14 @@ test("unsupported rows, dtypes and limits give a sentence naming what is wrong",
   assert.match(why(fusedGeometry("other" as "rms", 128, "f16", H200, 1)), /kind must be/);
 });
 
-test("kernel names: 20 built triples per kind, each in both variants, named as kernels/fused.cu names them", () => {
-  assert.equal(FUSED_KERNELS.length, 80);
-  assert.equal(new Set(FUSED_KERNELS).size, 80);
+test("kernel names: 20 built triples per kind, each in the 3 CUDA variants, named as kernels/fused.cu names them", () => {
+  assert.equal(FUSED_KERNELS.length, 120);
+  assert.equal(new Set(FUSED_KERNELS).size, 120);
   for (const k of FUSED_KERNELS) {
-    assert.match(k, /^nk_fused_(ln|rms)_(f32|f16|bf16)_(f32|f16|bf16|fp8e4m3|fp8e5m2|int8)_(f32|f16|bf16)(_nv2)?$/);
+    assert.match(
+      k,
+      /^nk_fused_(ln|rms)_(f32|f16|bf16)_(f32|f16|bf16|fp8e4m3|fp8e5m2|int8)_(f32|f16|bf16)(_nv2|_nv4)?$/,
+    );
   }
   assert.equal(fusedKernelName("layer", "bf16", "fp8e4m3", "f32"), "nk_fused_ln_bf16_fp8e4m3_f32");
   assert.equal(fusedKernelName("layer", "bf16", "fp8e4m3", "f32", "_nv2"), "nk_fused_ln_bf16_fp8e4m3_f32_nv2");
@@ -279,7 +281,7 @@ test("kernel names: 20 built triples per kind, each in both variants, named as k
   }
 });
 
-test("the kernel variant: _nv2 on CUDA exactly where the plan gives at most 2 chunks a thread; never on HIP", () => {
+test("the kernel variant on CUDA: _nv2 to 2 chunks a thread, _nv4 to 4, where blocks fit 256; never on HIP", () => {
   const seen = new Set<string>();
   for (const kind of KINDS) {
     for (const dtype of ["f32", "f16", "bf16"] as const) {
@@ -289,26 +291,28 @@ test("the kernel variant: _nv2 on CUDA exactly where the plan gives at most 2 ch
           assert.ok(!("unsupported" in g));
           const k = fusedKernelFor(kind, dtype, dtype, "f32", g, "cuda");
           assert.ok("kernel" in k);
-          const few = g.nv <= FUSED_FEW_MAXV;
-          assert.equal(k.kernel.endsWith("_nv2"), few, `${kind} ${dtype} D ${d} rows ${rows}: ${JSON.stringify(g)}`);
-          // Every plan geometry of at most 2 chunks a thread fits the few-chunk kernel's blocks.
-          if (few) assert.ok(g.block <= FUSED_FEW_THREADS, JSON.stringify(g));
+          const at = `${kind} ${dtype} D ${d} rows ${rows}: ${JSON.stringify(g)}`;
+          const suffix = g.nv <= 2 ? "_nv2" : g.nv <= 4 ? "_nv4" : "";
+          assert.equal(k.kernel, fusedKernelName(kind, dtype, dtype, "f32", suffix), at);
+          // Every plan geometry of at most 4 chunks a thread fits the few-chunk kernels' blocks.
+          if (suffix) assert.ok(g.block <= FUSED_FEW_THREADS, at);
           seen.add(k.variant);
         }
       }
     }
   }
   assert.deepEqual([...seen].sort(), FUSED_VARIANTS.map((v) => v.id).sort());
-  // HIP: the one kernel per triple for every geometry (the AMD code objects have no _nv2).
-  for (const rows of [1, 8, 132]) {
-    const g = fusedGeometry("rms", 2048, "bf16", H200, rows);
-    assert.ok(!("unsupported" in g) && g.nv === 1);
+  // HIP: the one kernel per triple for every geometry (the AMD code objects have no few-chunk kernels).
+  for (const [d, rows] of [[2048, 1], [2048, 8], [2048, 132], [8192, 1]]) {
+    const g = fusedGeometry("rms", d, "bf16", H200, rows);
+    assert.ok(!("unsupported" in g) && g.nv === d / 2048);
     assert.deepEqual(fusedKernelFor("rms", "bf16", "bf16", "bf16", g, "hip"), {
       kernel: "nk_fused_rms_bf16_bf16_bf16",
       variant: "fused.nv8",
     });
   }
-  // Decode of one bf16 row: D 2048 and 4096 (1 and 2 chunks a thread of 256) take _nv2; D 8192 (4 chunks) does not.
+  // Decode of one bf16 row: D 2048 and 4096 (1 and 2 chunks a thread of 256) take _nv2, D 8192 (4 chunks) _nv4,
+  // D 16384 (8 chunks) the 8-chunk kernel.
   const decode = (d: number) => {
     const g = fusedGeometry("rms", d, "bf16", H200, 1);
     assert.ok(!("unsupported" in g));
@@ -317,7 +321,8 @@ test("the kernel variant: _nv2 on CUDA exactly where the plan gives at most 2 ch
   };
   assert.equal(decode(2048), "nk_fused_rms_bf16_fp8e4m3_bf16_nv2");
   assert.equal(decode(4096), "nk_fused_rms_bf16_fp8e4m3_bf16_nv2");
-  assert.equal(decode(8192), "nk_fused_rms_bf16_fp8e4m3_bf16");
+  assert.equal(decode(8192), "nk_fused_rms_bf16_fp8e4m3_bf16_nv4");
+  assert.equal(decode(16384), "nk_fused_rms_bf16_fp8e4m3_bf16");
 });
 
 test("dtype triples without a fused kernel give a sentence naming the dtype", () => {

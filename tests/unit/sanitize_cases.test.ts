@@ -144,7 +144,7 @@ test("sanitize cases: the result checks pass on the CPU backend and catch a wron
   assert.equal(worst([NaN], [1], "bf16"), Infinity);
 });
 
-test("the fused family's cases reach every nk_fused_* kernel (both variants), each through the op's own choice", () => {
+test("the fused family's cases reach every nk_fused_* kernel (every variant), each through the op's own choice", () => {
   const reached = new Set<string>();
   for (const c of fusedCases()) {
     const to = c.quant === "none" ? c.dtype : c.qdtype!;

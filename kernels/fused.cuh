@@ -92,6 +92,9 @@ NK_INLINE float nk_fused_fold(Leaf leaf) {
 
 // Row reductions in the order above; max: the same shapes with fmaxf semantics (a NaN never wins; inputs are
 // |y| >= 0), any order giving the same result.
+// COLS > 0 (the few-chunk kernels: at most COLS warps a row): the sum across warps folds each lane's column in
+// registers after one barrier.
+template <int COLS = 0>
 struct nk_fused_red {
   int tpr;
   unsigned parity;
@@ -100,16 +103,33 @@ struct nk_fused_red {
     if (tpr > NK_WARP_SIZE) {
       float* b = buf + parity * NK_FUSED_MAX_THREADS;
       parity ^= 1u;
-      // Threads t and t + h added in place for h = tpr/2, ..., NK_WARP_SIZE (warp w and w + nw/2 first), a barrier
-      // after each level; then every warp reads warp 0's lanes.
       const unsigned t = nk_thread_x();
       b[t] = v;
       nk_barrier();
-      for (unsigned h = (unsigned)tpr / 2; h >= NK_WARP_SIZE; h >>= 1) {
-        if (t < h) b[t] = nk_add_rn(b[t], b[t + h]);
-        nk_barrier();
+      if constexpr (COLS > 0) {
+        // Every lane reads its column (lane l of each warp) and adds warp w and w + h for h = nw/2, ..., 1: the
+        // additions, and their operands' order, of the loop below.
+        const unsigned lane = nk_lane(), nw = (unsigned)tpr / NK_WARP_SIZE;
+        float c[COLS];
+#pragma unroll
+        for (int w = 0; w < COLS; ++w) c[w] = (unsigned)w < nw ? b[w * NK_WARP_SIZE + lane] : 0.0f;
+#pragma unroll
+        for (int h = COLS / 2; h >= 1; h >>= 1) {
+          if ((unsigned)h < nw) {
+#pragma unroll
+            for (int w = 0; w < h; ++w) c[w] = nk_add_rn(c[w], c[w + h]);
+          }
+        }
+        v = c[0];
+      } else {
+        // Threads t and t + h added in place for h = tpr/2, ..., NK_WARP_SIZE (warp w and w + nw/2 first), a barrier
+        // after each level; then every warp reads warp 0's lanes.
+        for (unsigned h = (unsigned)tpr / 2; h >= NK_WARP_SIZE; h >>= 1) {
+          if (t < h) b[t] = nk_add_rn(b[t], b[t + h]);
+          nk_barrier();
+        }
+        v = b[nk_lane()];
       }
-      v = b[nk_lane()];
     }
     // The lower lane's sum first in every lane (a + b = b + a except for which NaN comes out, which may differ off
     // NVIDIA: every lane and every split must give the same bits).
@@ -157,6 +177,20 @@ NK_INLINE void nk_after(int& c, float v) { asm volatile("" : "+v"(c) : "v"(v)); 
 NK_INLINE void nk_after(int& c, float v) { asm volatile("" : "+r"(c) : "f"(v)); }
 #endif
 
+// One 16-byte store (p 16-byte aligned). CUDA: the vector store intrinsic, as a 16-byte struct store came out of nvcc
+// as four 4-byte stores in these kernels (a warp's store then writes a quarter of each 16 bytes it covers).
+#if defined(__CUDACC__) && !defined(__HIP__)
+NK_INLINE void nk_store_v4(void* p, unsigned a, unsigned b, unsigned c, unsigned d) {
+  __stwb((uint4*)p, make_uint4(a, b, c, d));
+}
+#else
+NK_INLINE void nk_store_v4(void* p, unsigned a, unsigned b, unsigned c, unsigned d) {
+  nk_v4 v;
+  v.w[0] = a, v.w[1] = b, v.w[2] = c, v.w[3] = d;
+  *(nk_v4*)p = v;
+}
+#endif
+
 // Store N elements of T (1, 2 or 4 bytes) held as packed words (nk_load_words' layout): when `vec` and the chunk is
 // full, one store per 16 bytes (or one of the chunk's 4 or 8 bytes), else the first nvalid elements one by one.
 template <class T, int N>
@@ -172,11 +206,7 @@ NK_INLINE void nk_store_words(typename T::S* p, bool vec, int nvalid, const unsi
       *(nk_v2*)p = v;
     } else {
 #pragma unroll
-      for (int k = 0; k < W; k += 4) {
-        nk_v4 v;
-        v.w[0] = w[k], v.w[1] = w[k + 1], v.w[2] = w[k + 2], v.w[3] = w[k + 3];
-        *(nk_v4*)((unsigned char*)p + 4 * k) = v;
-      }
+      for (int k = 0; k < W; k += 4) nk_store_v4((unsigned char*)p + 4 * k, w[k], w[k + 1], w[k + 2], w[k + 3]);
     }
   } else {
 #pragma unroll
@@ -351,7 +381,7 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
   const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
-  nk_fused_red red{tpr, 0u, red_buf};
+  nk_fused_red<NEAR ? NK_FUSED_FEW_THREADS / NK_WARP_SIZE : 0> red{tpr, 0u, red_buf};
   // Valid elements of this thread's i-th chunk of row r (<= 0: none).
 #define NK_NVAL(i) \
   ((active && (i) < nv && lr + (i) * tpr < nchunks) ? VEC : 0)
@@ -490,7 +520,7 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
               nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
 #pragma unroll
               for (int e = 0; e < PE; ++e) {
-                if (p + e < nvalid) am = nk_fused_red::max2(am, nk_absf(f[e]));
+                if (p + e < nvalid) am = nk_fused_red<>::max2(am, nk_absf(f[e]));
                 if constexpr (NEAR) yk[i * VEC + p + e] = f[e];
               }
             }
@@ -562,7 +592,7 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
   const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
-  nk_fused_red red{tpr, 0u, red_buf};
+  nk_fused_red<> red{tpr, 0u, red_buf};
   const long long rows = (long long)n0 * n1;
   const long long step = (long long)nk_grid_dim_x() * rpb;
   const long long step0 = step / n1;
@@ -651,7 +681,7 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
             if (out == 0) {
 #pragma unroll
               for (int e = 0; e < PE; ++e)
-                if (p + e < nvalid) am = nk_fused_red::max2(am, nk_absf(f[e]));
+                if (p + e < nvalid) am = nk_fused_red<>::max2(am, nk_absf(f[e]));
             } else {
               nk_fused_store<TO, PE>(yr + off, false, nvalid - p, f, s);
             }

@@ -53,7 +53,7 @@ export type FusedGeometryResult = FusedGeometry | { unsupported: string };
 export const FUSED_LATENCY_THREADS = 256;
 
 /** The `fused.wave` rule's measure of one wave, in threads an SM: the 8-chunk kernels hold 1024 (64 registers a thread
- * under their launch bound of 1024); the `_nv2` kernels that CUDA launches for those rows hold 768 to 1280 (48 to 80
+ * under their launch bound of 1024); the `_nv2` kernels that CUDA launches for those rows hold 512 to 1280 (48 to 101
  * registers, blocks of 256). */
 export const FUSED_SM_THREADS = 1024;
 
@@ -189,8 +189,8 @@ export const FUSED_VARIANTS: readonly {
   backends: readonly FusedBackend[];
   why: string;
 }[] = [
-  { id: "fused.nv2", suffix: "_nv2", maxv: 2, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "at most 2 chunks a thread in blocks of at most 256 (decode to D 4096 in 16-bit; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256: 3.58 µs against 5.66 for the 8-chunk kernel at D 2048, 4.16 against 6.48 at D 4096; the 4-chunk kernel took 4.02 and 4.63" },
-  { id: "fused.nv4", suffix: "_nv4", maxv: 4, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "3 to 4 chunks a thread in blocks of at most 256 (decode at D 8192 in 16-bit; rows of D 128 at prefill, 4 chunks a lane): as _nv2 with room for 4 chunks (63 to 122 registers, spills of at most 4 bytes on sm_90, 16 on sm_80): at D 8192 5.70 µs against 7.91 for the 8-chunk kernel (add + RMSNorm 4.10 against 5.47, add + LayerNorm 5.98 against 7.18); at D 128 and 524,288 rows, add + RMSNorm → fp8 75 % of copy against 65, add + RMSNorm 72 against 81, QK-norm of 16,384 tokens 2592 GB/s (the 8-chunk kernel: 2584 GB/s in an earlier run)" },
+  { id: "fused.nv2", suffix: "_nv2", maxv: 2, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "at most 2 chunks a thread in blocks of at most 256 (decode to D 4096 in 16-bit; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256 (48 to 101 registers): 3.58 µs against 5.66 for the 8-chunk kernel at D 2048, 4.16 against 6.48 at D 4096; the 4-chunk kernel took 4.02 and 4.63" },
+  { id: "fused.nv4", suffix: "_nv4", maxv: 4, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "3 to 4 chunks a thread in blocks of at most 256 (decode at D 8192 in 16-bit; rows of D 128 at prefill, 4 chunks a lane): as _nv2 with room for 4 chunks (58 to 124 registers, spill stores of at most 12 bytes on sm_90, 32 on sm_80): at D 8192 5.70 µs against 7.91 for the 8-chunk kernel (add + RMSNorm 4.10 against 5.47, add + LayerNorm 5.98 against 7.18); at D 128 and 524,288 rows, add + RMSNorm → fp8 75 % of copy against 65, add + RMSNorm 72 against 81, QK-norm of 16,384 tokens 2592 GB/s (the 8-chunk kernel: 2584 GB/s in an earlier run)" },
   { id: "fused.nv8", suffix: "", maxv: FUSED_MAXV, maxThreads: FUSED_MAX_THREADS, backends: ["cuda", "hip"], why: "up to 8 chunks a thread in blocks of up to 1024: the row in 32 registers a thread, weights loaded where they are used (64 registers a thread)" },
 ];
 

@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "80b4fe00f210a317cfc074b83815455d41e7b97aa6bad880e0d30037fa78e426";
+export const fusedSourceSha256: string = "77b1d54f0c9a64ff544609b85242485b5d4d989208bdb7ea150aef468d2215e3";

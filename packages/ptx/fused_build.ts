@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "80b4fe00f210a317cfc074b83815455d41e7b97aa6bad880e0d30037fa78e426";
+export const fusedSourceSha256: string = "77b1d54f0c9a64ff544609b85242485b5d4d989208bdb7ea150aef468d2215e3";

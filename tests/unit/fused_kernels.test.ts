@@ -121,17 +121,22 @@ test("the images stay small (SASS and PTX, compressed)", () => {
   assert.ok(ptx < 1_500_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
 });
 
+/** The text of packages/ptx/fused_compute90.fatbin: one zstd-compressed PTX entry for compute_90. */
+function fusedPtx(): string {
+  const bytes = read("packages/ptx/fused_compute90.fatbin");
+  const entries = parseFatbin(bytes);
+  assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [[1, 90]], "one PTX entry for compute_90");
+  return new TextDecoder().decode(
+    zstdDecompressSync(bytes.subarray(entries[0].offset, entries[0].offset + entries[0].size)),
+  );
+}
+
 test("the compute_90 PTX (@normkit/ptx's `fused`) targets sm_90, has every kernel with FUSED_ARGS' types, same sources", () => {
   const file = "packages/ptx/fused_compute90.fatbin";
   assert.deepEqual(Object.keys(ptxPackage.fused.images), ["compute_90"]);
   assert.ok(ptxPackage.fused.images.compute_90.href.endsWith(`/${file}`));
   assert.equal(ptxPackage.fused.sourceSha256, FUSED_SOURCE_SHA256, "packages/ptx/fused_build.ts: the same sources");
-  const bytes = read(file);
-  const entries = parseFatbin(bytes);
-  assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [[1, 90]], "one PTX entry for compute_90");
-  const ptx = new TextDecoder().decode(
-    zstdDecompressSync(bytes.subarray(entries[0].offset, entries[0].offset + entries[0].size)),
-  );
+  const ptx = fusedPtx();
   assert.match(ptx, /^\.target sm_90$/m);
   const params = new Map(
     [...ptx.matchAll(/^\.visible \.entry (\w+)\(([^)]*)\)/gm)].map((m) => [
@@ -224,4 +229,26 @@ test("dependent launch: the 120 fused norm kernels by default, each waiting firs
     assert.match(body, /\)\s*\{\s*\\\s*nk_pdl_enter\(\);/, "each kernel's body begins with nk_pdl_enter()");
   }
   assert.deepEqual(FUSED_KERNELS.filter(dependentLaunchByDefault), [...NORMS]);
+});
+
+test("every fused norm kernel stores 16-byte chunks of h and y as one vector store, never as four 4-byte stores", () => {
+  // In these kernels nvcc compiles a 16-byte struct store as four st.global.u32 at +0, +4, +8, +12 (a quarter of each 16
+  // bytes per warp store); kernels/fused.cuh's nk_store_v4 issues st.global.wb.v4.u32. The SASS images are compiled from
+  // the same source by the same nvcc run.
+  const ptx = fusedPtx();
+  const starts = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)];
+  assert.equal(starts.length, FUSED_KERNELS.length);
+  for (const [i, m] of starts.entries()) {
+    if (m[1].startsWith("nk_fused_add_")) continue;
+    const body = ptx.slice(m.index, starts[i + 1]?.index ?? ptx.length);
+    assert.ok(/st\.global\.wb\.v4\.u32/.test(body), `${m[1]}: a 16-byte vector store`);
+    const offsets = new Map<string, Set<number>>();
+    for (const st of body.matchAll(/st\.global\.u32\s+\[(%rd\d+)(?:\+(\d+))?\]/g)) {
+      const seen = offsets.get(st[1]) ?? new Set<number>();
+      offsets.set(st[1], seen.add(Number(st[2] ?? 0)));
+    }
+    for (const [base, seen] of offsets) {
+      assert.ok(![0, 4, 8, 12].every((o) => seen.has(o)), `${m[1]}: four 4-byte stores at ${base} + 0, 4, 8, 12`);
+    }
+  }
 });

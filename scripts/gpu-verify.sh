@@ -19,7 +19,8 @@
 #               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick;
 #               FUSED_ONLY=decode,qk (or add, invariance): those parts alone, torch without invariance)
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
-#               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json
+#               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json, rewritten after each case
+#               (SPLITS_ONLY=decode or prefill: that part alone; SPLITS_DS=4096,8192: the prefill row lengths)
 #   fused-ab    lab/fused_geometry/ab.ts over sm_90 builds made here: main and one per patch named in FUSED_AB_PATCHES
 #               (lab/fused_geometry/<name>.diff; default: one-kernel): raw JSON as
 #               $OUT/fused-ab-<runtime>.json, rewritten after each case (FUSED_AB_ONLY=decode or prefill: those alone)
@@ -83,7 +84,9 @@ for s in "${steps[@]}"; do
         step fused-torch env PYTHONUNBUFFERED=1 python3 bench/compare_torch_fused.py ${q[@]+"${q[@]}"} ${t[@]+"${t[@]}"} \
           --json "$OUT/fused-torch.json"
       fi ;;
-    splits) step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ;;
+    splits)
+      o=(); [ -n "${SPLITS_ONLY:-}" ] && o+=(--only "$SPLITS_ONLY"); [ -n "${SPLITS_DS:-}" ] && o+=(--ds "$SPLITS_DS")
+      step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ${o[@]+"${o[@]}"} ;;
     fused-ab)
       w=lab/fused_geometry/.wg; rm -rf "$w"  # built here, from this tree's kernels, every time
       read -ra patches <<<"${FUSED_AB_PATCHES:-one-kernel}"

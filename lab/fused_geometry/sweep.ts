@@ -13,7 +13,10 @@
  * Each split's h, y and dynamic scales must equal the op's bit for bit (every split adds in the row's one tree): a
  * broken split shows as a mismatch, not a fast number.
  *
- *   deno run -A lab/fused_geometry/sweep.ts [--json out.json]
+ *   deno run -A lab/fused_geometry/sweep.ts [--json out.json] [--only decode|prefill] [--ds 4096,8192]
+ *
+ * `--only`: that part alone; `--ds`: the prefill row lengths (default 128 … 8192). The JSON is rewritten after each case,
+ * so a run cut short keeps what it measured.
  */
 import process from "node:process";
 import { writeFileSync } from "node:fs";
@@ -39,7 +42,14 @@ import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
 import { openCuda } from "../../bench/open_cuda.ts";
 
 const args = process.argv.slice(2);
-const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
+const opt = (name: string): string | undefined => args.includes(name) ? args[args.indexOf(name) + 1] : undefined;
+const jsonPath = opt("--json");
+const only = opt("--only");
+if (only !== undefined && only !== "decode" && only !== "prefill") {
+  throw new Error(`--only takes decode or prefill, not ${only}`);
+}
+const prefillDs = (opt("--ds") ?? "128,256,512,1024,2048,4096,8192").split(",").map(Number);
+if (prefillDs.some((d) => !Number.isInteger(d) || d < 1)) throw new Error(`--ds takes row lengths ≥ 1: ${opt("--ds")}`);
 using dev = openCuda("lab/fused_geometry/sweep.ts");
 await loadKernels(dev, { fused: true });
 using timer = deviceTimer(dev, 10);
@@ -102,15 +112,19 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
     line.push(`  tpr ${String(g.tpr).padStart(4)} nv ${g.nv} ${variant}: ${check === "ok" ? value.toFixed(2) : check}`);
   }
   console.log(line.join("\n"));
+  if (jsonPath) writeFileSync(jsonPath, JSON.stringify({ device: dev.info.name, copyGBs, results }, null, 1));
 }
 
-for (const d of [2048, 4096, 8192]) {
-  for (const rows of [1, 8]) for (const v of VARIANTS.slice(0, 3)) run("decode", rows, d, v);
+if (only !== "prefill") {
+  for (const d of [2048, 4096, 8192]) {
+    for (const rows of [1, 8]) for (const v of VARIANTS.slice(0, 3)) run("decode", rows, d, v);
+  }
+  // Heads of 128 at the row counts of 1 and 8 tokens of 32 + 8 heads (fused.latency, fused.wave).
+  for (const rows of [40, 320]) for (const v of VARIANTS.slice(0, 3)) run("decode", rows, 128, v);
 }
-// Heads of 128 at the row counts of 1 and 8 tokens of 32 + 8 heads (fused.latency, fused.wave).
-for (const rows of [40, 320]) for (const v of VARIANTS.slice(0, 3)) run("decode", rows, 128, v);
-for (const d of [128, 256, 512, 1024, 2048, 4096, 8192]) {
-  const rows = Math.ceil(2 ** 29 / (d * 8));
-  for (const v of VARIANTS) run("prefill", rows, d, v);
+if (only !== "decode") {
+  for (const d of prefillDs) {
+    const rows = Math.ceil(2 ** 29 / (d * 8));
+    for (const v of VARIANTS) run("prefill", rows, d, v);
+  }
 }
-if (jsonPath) writeFileSync(jsonPath, JSON.stringify({ device: dev.info.name, copyGBs, results }, null, 1));

@@ -63,13 +63,18 @@ FATBIN_FLAGS=(-fatbin
   -Xptxas -v
   -Xfatbin -compress-all --compress-mode=size)
 
-# kernel_names: from the NK_FUSED_KERNEL(...) lines of fused.cu (three kernels each: the name, name_nv2 and
-# name_nv4), then its NK_FUSED_ADD_KERNEL(...) lines, in order.
+# kernel_names: from the NK_FUSED_KERNEL(...) lines of fused.cu, each giving its name and the name with each suffix of
+# the NK_FUSED_FEW_KERNEL(..., maxv) lines in NK_FUSED_KERNEL's body (_nv<maxv>), then its NK_FUSED_ADD_KERNEL(...)
+# lines, in order.
 kernel_names() {
-  local names
-  names="$(sed -nE 's/^NK_FUSED_KERNEL\(([a-z]+),[[:space:]]*(true|false),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+)\)[[:space:]]*$/nk_fused_\1_\3_\4_\5\nnk_fused_\1_\3_\4_\5_nv2\nnk_fused_\1_\3_\4_\5_nv4/p' "$ROOT/$SRC_REL")"
-  [[ -n "$names" ]] || { echo "build-fused: no NK_FUSED_KERNEL(...) lines in $SRC_REL" >&2; exit 1; }
-  echo "$names"
+  local bases suffixes b s
+  bases="$(sed -nE 's/^NK_FUSED_KERNEL\(([a-z]+),[[:space:]]*(true|false),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+)\)[[:space:]]*$/nk_fused_\1_\3_\4_\5/p' "$ROOT/$SRC_REL")"
+  [[ -n "$bases" ]] || { echo "build-fused: no NK_FUSED_KERNEL(...) lines in $SRC_REL" >&2; exit 1; }
+  suffixes="$(sed -nE 's/^[[:space:]]+NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw, ([0-9]+)\).*$/_nv\1/p' "$ROOT/$SRC_REL")"
+  for b in $bases; do
+    echo "$b"
+    for s in $suffixes; do echo "$b$s"; done
+  done
   sed -nE 's/^NK_FUSED_ADD_KERNEL\(([a-z0-9]+)\)[[:space:]]*$/nk_fused_add_\1/p' "$ROOT/$SRC_REL"
 }
 

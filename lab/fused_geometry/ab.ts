@@ -27,6 +27,7 @@ import {
   agrees,
   bitsOf,
   caseBytes,
+  caseKey,
   caseTensors,
   measureCase,
   poison,
@@ -102,12 +103,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
     }`,
   );
   results.push({
-    mode,
-    variant: v.name,
-    d,
-    rows,
-    tpr: g.tpr,
-    nv: g.nv,
+    ...caseKey(mode, v, d, rows, g),
     kernels: kernels.map((k) => k.name),
     unit,
     values: sums,

@@ -118,6 +118,15 @@ export function agrees(t: CaseTensors, v: Variant, want: Bits): string {
 export const caseBytes = (rows: number, d: number, v: Variant): number =>
   rows * d * (3 * 2 + (v.to === "bf16" ? 2 : 1)) + (v.to === "bf16" ? 0 : 4 * rows);
 
+/** The fields that name a case and its split in the raw JSON of ab.ts and sweep.ts. */
+export const caseKey = (
+  mode: "decode" | "prefill",
+  v: Variant,
+  d: number,
+  rows: number,
+  g: { tpr: number; nv: number },
+) => ({ mode, variant: v.name, d, rows, tpr: g.tpr, nv: g.nv });
+
 /** One call's figure: decode, device µs per op in a CUDA graph; prefill, % of the run's copy ceiling for `bytes`. */
 export function measureCase(
   dev: Device,

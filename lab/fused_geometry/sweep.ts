@@ -30,6 +30,7 @@ import {
   agrees,
   bitsOf,
   caseBytes,
+  caseKey,
   caseTensors,
   measureCase,
   poison,
@@ -97,12 +98,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
     const check = agrees(t, v, want);
     const value = check === "ok" ? measure((s) => direct(kernel, g, s)) : NaN;
     results.push({
-      mode,
-      variant: v.name,
-      d,
-      rows,
-      tpr: g.tpr,
-      nv: g.nv,
+      ...caseKey(mode, v, d, rows, g),
       kernel: variant,
       value,
       unit,

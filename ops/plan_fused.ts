@@ -8,8 +8,8 @@
  * (both powers of two, tpr × nv = N, or more threads, of zeros, where a block's whole warps exceed N); every split
  * adds in that same tree, so every output bit of a row is the same in every call, whatever the batch. That leaves the
  * split free to follow the row count: few rows take 256 threads a row (short per-thread chains: latency), as do short
- * rows while a chunk a lane fits one wave, many rows take 8 chunks a thread (bytes in flight per thread: bandwidth), 4
- * for rows of at most a warp's chunks.
+ * rows while a chunk a lane fits one wave; many rows take 4 chunks a thread up to 256 threads a row (the few-chunk
+ * kernels' block, where they run without spilling: bandwidth), 8 past it.
  * The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each table row has a stable `fused.*` id.
  */
 import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
@@ -47,6 +47,10 @@ export interface FusedGeometry {
 }
 export type FusedGeometryResult = FusedGeometry | { unsupported: string };
 
+/** The few-chunk kernels' block bound (NK_FUSED_FEW_THREADS in kernels/fused.cuh); their chunk bounds are the
+ * FUSED_VARIANTS rows' `maxv`. */
+export const FUSED_FEW_THREADS = 256;
+
 /** Threads a row in the latency split (more where a row has more than 8 chunks a thread for them: FUSED_MAXV). In the
  * H200 split sweep 256 was the fastest split or within 0.2 µs of it at 1 and 8 rows, D 2048 to 8192; 1024 was up to
  * 3.6 µs slower (each level of the cross-warp tree past 256 threads costs a barrier). */
@@ -61,9 +65,10 @@ export const FUSED_SM_THREADS = 1024;
  * How the N leaves are split, the first row whose `when` holds: `nv` chunks a thread for this kind and N (at least
  * N / the most threads a row may have). Set from the split sweeps (lab/fused_geometry/sweep.ts, figures in
  * docs/fused.md): at 1 and 8 rows, 256 threads a row was the fastest split or within 0.2 µs of it at D 2048 to 8192
- * (H200); at thousands of rows, 8 chunks a thread was the fastest or within 2 points of copy of it at D 512 to 8192
- * (H200). Rows of at most 32 chunks (H100, D 128 and 256 bf16): a chunk a lane was the fastest at 40 and 320 rows
- * (`fused.wave`), 4 chunks a lane the fastest or within 0.6 points of copy at 262,144 and 524,288 rows (`fused.short`).
+ * (H200); at thousands of rows, 4 chunks a thread on the `_nv4` kernels was faster than 8 at D 512 to 8192 in 18 of
+ * 20 cases, by up to 12 points of copy (H100; `fused.few`; add + RMSNorm at D 1024 and 8192: 0.6 and 1.5 points slower). Rows of at most 32 chunks (H100, D 128 and 256 bf16): a chunk a lane was
+ * the fastest at 40 and 320 rows (`fused.wave`), 4 chunks a lane the fastest or within 0.6 points of copy at 262,144 and
+ * 524,288 rows (`fused.short`).
  */
 // deno-fmt-ignore
 export const FUSED_SPLITS: readonly {
@@ -75,7 +80,7 @@ export const FUSED_SPLITS: readonly {
   { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: FUSED_LATENCY_THREADS threads a row (more for rows past 8 chunks a thread): a short chain of loads, reductions and stores per thread, 4 barriers per sum" },
   { id: "fused.wave", when: (rows, n, l) => n <= FUSED_LANES_MAX && rows * n <= l.multiprocessors * FUSED_SM_THREADS, nv: () => 1, why: "short rows (a warp or less at a chunk a lane: QK-norm's heads) whose lanes at one chunk each fit one wave of the GPU: the latency split's one load, shuffles and one store per lane, on more SMs than one row per SM allows (8 tokens of 40 heads took 8.3 µs at 8 chunks a lane, 1 token 2.6 µs at one: H100)" },
   { id: "fused.short", when: (_r, n) => n <= FUSED_LANES_MAX, nv: () => 4, why: "rows of at most 32 chunks past one wave (QK-norm's heads at prefill): 4 chunks a lane, 32 to 256 rows a block (H100, D 128 and 256 bf16: 53-91 % of copy, against 28-62 % at 8 chunks a lane and 26-54 % at one)" },
-  { id: "fused.lanes", when: (_r, n) => n <= FUSED_LANES_MAX * FUSED_MAXV, nv: () => 8, why: "rows to 256 chunks at many rows: a power-of-two group of lanes per row (256 / tpr rows a block, no barrier) at 8 chunks a lane (the most bytes in flight per lane)" },
+  { id: "fused.few", when: (_r, n) => n <= FUSED_FEW_THREADS * 4, nv: () => 4, why: "rows of 33 to 1024 chunks at many rows (D 264 to 8192 in 16-bit): 4 chunks a thread, a group of lanes per row to 32 (256 / tpr rows a block, no barrier), a block per row past it, which CUDA runs on the _nv4 kernels (launch bound 256, no spills). H100, bf16, % of copy at 4 / 8 chunks a thread (add + RMSNorm, → fp8, add + LayerNorm, → fp8): D 512 93.3 / 88.3, 78.4 / 69.7, 89.9 / 81.3, 67.2 / 54.9; D 4096 95.1 / 93.2, 79.0 / 72.2, 93.2 / 85.9, 65.7 / 60.5; D 8192 91.2 / 92.7, 77.0 / 73.6, 89.7 / 85.9, 63.8 / 61.9 (bench/results/h100-fused-splits-prefill-deno.txt)" },
   { id: "fused.block", when: () => true, nv: () => 8, why: "longer rows at many rows: a block of whole warps per row at 8 chunks a thread (fewest threads, most bytes in flight per thread)" },
 ];
 
@@ -164,10 +169,6 @@ export function fusedLaunch(
   return { grid: [gridX, 1, 1], block: [g.block, 1, 1] };
 }
 
-/** The few-chunk kernels' block bound (NK_FUSED_FEW_THREADS in kernels/fused.cuh); their chunk bounds are the
- * FUSED_VARIANTS rows' `maxv`. */
-export const FUSED_FEW_THREADS = 256;
-
 /** The GPU backends the fused kernels are built for. */
 export type FusedBackend = "cuda" | "hip";
 
@@ -190,7 +191,7 @@ export const FUSED_VARIANTS: readonly {
   why: string;
 }[] = [
   { id: "fused.nv2", suffix: "_nv2", maxv: 2, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "at most 2 chunks a thread in blocks of at most 256 (decode to D 4096 in 16-bit; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256 (48 to 101 registers): 3.58 µs against 5.66 for the 8-chunk kernel at D 2048, 4.16 against 6.48 at D 4096; the 4-chunk kernel took 4.02 and 4.63" },
-  { id: "fused.nv4", suffix: "_nv4", maxv: 4, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "3 to 4 chunks a thread in blocks of at most 256 (decode at D 8192 in 16-bit; rows of D 128 at prefill, 4 chunks a lane): as _nv2 with room for 4 chunks (58 to 124 registers, spill stores of at most 12 bytes on sm_90, 32 on sm_80): at D 8192 5.70 µs against 7.91 for the 8-chunk kernel (add + RMSNorm 4.10 against 5.47, add + LayerNorm 5.98 against 7.18); at D 128 and 524,288 rows, add + RMSNorm → fp8 75 % of copy against 65, add + RMSNorm 72 against 81, QK-norm of 16,384 tokens 2592 GB/s (the 8-chunk kernel: 2584 GB/s in an earlier run)" },
+  { id: "fused.nv4", suffix: "_nv4", maxv: 4, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "3 to 4 chunks a thread in blocks of at most 256 (decode at D 8192 in 16-bit; prefill rows of up to 1024 chunks, 4 chunks a thread: fused.short, fused.few): as _nv2 with room for 4 chunks (58 to 124 registers, spill stores of at most 12 bytes on sm_90, 32 on sm_80): at D 8192 5.70 µs against 7.91 for the 8-chunk kernel (add + RMSNorm 4.10 against 5.47, add + LayerNorm 5.98 against 7.18); at D 128 and 524,288 rows, add + RMSNorm → fp8 75 % of copy against 65, add + RMSNorm 72 against 81, QK-norm of 16,384 tokens 2592 GB/s (the 8-chunk kernel: 2584 GB/s in an earlier run)" },
   { id: "fused.nv8", suffix: "", maxv: FUSED_MAXV, maxThreads: FUSED_MAX_THREADS, backends: ["cuda", "hip"], why: "up to 8 chunks a thread in blocks of up to 1024: the row in 32 registers a thread, weights loaded where they are used (64 registers a thread)" },
 ];
 

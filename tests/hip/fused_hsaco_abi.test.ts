@@ -144,7 +144,7 @@ for (const wave of [64, 32]) {
           const why = kernelRejects(wave, g, d, vec);
           assert.equal(why, undefined, `${at}: the kernel traps: ${why}`);
           assert.ok(g.block <= FUSED_MAX_THREADS, `${at}: more threads than the launch bound`);
-          if (g.rule === "fused.lanes" || g.rule === "fused.short") {
+          if (g.rule === "fused.short" || (g.rule === "fused.few" && g.leaves <= FUSED_LANES_MAX * 4)) {
             assert.ok(g.tpr <= FUSED_LANES_MAX && g.block === FUSED_ROWS_BLOCK, at);
           }
           rules.set(g.rule, (rules.get(g.rule) ?? 0) + 1);
@@ -155,7 +155,7 @@ for (const wave of [64, 32]) {
     }
     assert.deepEqual(
       [...rules.keys()].sort(),
-      ["fused.block", "fused.lanes", "fused.latency", "fused.short"],
+      ["fused.block", "fused.few", "fused.latency", "fused.short"],
       "every split reached",
     );
     // Sub-wave rows and a row per block of one wave (tpr = wave: the butterfly, no LDS) and of several.

@@ -139,7 +139,7 @@ test("batchInvariant: the fused kernel; 1 row and 1000 split the same tree diffe
   rmsNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan
   const [a, b] = launches.map((l) => l.args as Record<string, number>);
   assert.equal(launches[0].kernel, "nk_fused_rms_bf16_bf16_f32_nv2", "one row: a chunk a thread");
-  assert.equal(launches[1].kernel, "nk_fused_rms_bf16_bf16_f32", "1000 rows: 8 chunks a thread");
+  assert.equal(launches[1].kernel, "nk_fused_rms_bf16_bf16_f32_nv4", "1000 rows: 4 chunks a thread");
   const tree = fusedTree("rms", d, "bf16", planLimits(dev));
   assert.ok("leaves" in tree);
   const many = m.many.rows;

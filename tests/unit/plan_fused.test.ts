@@ -84,15 +84,15 @@ test("small blocks: no sub-warp rows below 256 threads; a block of whole warps h
 });
 
 test("the grid covers the rows, rowsPerBlock at a time, and stops at the device's grid limit", () => {
-  const g = geometry("rms", 768, "bf16", 1000); // 96 chunks, 128 leaves: 16 lanes × 8, 16 rows per block
-  assert.deepEqual([g.tpr, g.nv, g.leaves, g.block, g.rowsPerBlock, g.rule], [16, 8, 128, 256, 16, "fused.lanes"]);
-  for (const [rows, grid] of [[1, 1], [16, 1], [17, 2], [32, 2], [33, 3], [1_000_000, 62_500]]) {
+  const g = geometry("rms", 768, "bf16", 1000); // 96 chunks, 128 leaves: 32 lanes × 4, 8 rows per block
+  assert.deepEqual([g.tpr, g.nv, g.leaves, g.block, g.rowsPerBlock, g.rule], [32, 4, 128, 256, 8, "fused.few"]);
+  for (const [rows, grid] of [[1, 1], [8, 1], [9, 2], [16, 2], [17, 3], [1_000_000, 125_000]]) {
     assert.equal(fusedLaunch(g, rows, H200).grid[0], grid, `rows=${rows}`);
   }
   assert.equal(fusedLaunch(g, 1_000_000, { maxGridX: 1000 }).grid[0], 1000);
   assert.equal(fusedLaunch(g, 0, H200).grid[0], 0, "no rows: nothing to launch");
-  const b = geometry("layer", 8192, "bf16", 300); // 1024 chunks: a block of 128 threads per row
-  assert.deepEqual([b.tpr, b.nv, b.block, b.rowsPerBlock, b.rule], [128, 8, 128, 1, "fused.block"]);
+  const b = geometry("layer", 8192, "bf16", 300); // 1024 chunks: a block of 256 threads per row, 4 chunks each
+  assert.deepEqual([b.tpr, b.nv, b.block, b.rowsPerBlock, b.rule], [256, 4, 256, 1, "fused.few"]);
   assert.equal(fusedLaunch(b, 300, H200).grid[0], 300);
   const one = geometry("layer", 8192, "bf16", 1); // one row: 256 threads of 4 chunks
   assert.deepEqual([one.tpr, one.nv, one.block, one.rowsPerBlock, one.rule], [256, 4, 256, 1, "fused.latency"]);
@@ -120,6 +120,7 @@ test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, a
             assert.equal(g.nv, nv, `${at}: latency split`);
           } else if (g.rule === "fused.wave") assert.equal(g.nv, 1, `${at}: a chunk a lane`);
           else if (g.rule === "fused.short") assert.equal(g.nv, Math.min(4, leaves), `${at}: 4 chunks a lane`);
+          else if (g.rule === "fused.few") assert.equal(g.nv, 4, `${at}: 4 chunks a thread`);
           else assert.equal(g.nv, Math.min(8, leaves), `${at}: bandwidth split`);
         }
       }
@@ -209,13 +210,25 @@ test("the split table: ids in order, each with its reason", () => {
     "fused.latency",
     "fused.wave",
     "fused.short",
-    "fused.lanes",
+    "fused.few",
     "fused.block",
   ]);
   for (const r of FUSED_SPLITS) assert.ok(r.why.length > 20);
-  assert.equal(geometry("rms", 2048, "bf16", 1000).rule, "fused.lanes"); // 256 chunks: 32 lanes × 8
-  assert.equal(geometry("rms", 2056, "bf16", 1000).rule, "fused.block");
-  assert.equal(geometry("layer", 1024, "f32", 1000).tpr, 32);
+  const lanes = geometry("rms", 512, "bf16", 1000); // 64 chunks: 16 lanes × 4, 16 rows a block
+  assert.deepEqual([lanes.tpr, lanes.nv, lanes.block, lanes.rowsPerBlock, lanes.rule], [16, 4, 256, 16, "fused.few"]);
+  const d2048 = geometry("rms", 2048, "bf16", 1000); // 256 chunks: a block of 64 threads × 4
+  assert.deepEqual([d2048.tpr, d2048.nv, d2048.block, d2048.rowsPerBlock, d2048.rule], [64, 4, 64, 1, "fused.few"]);
+  const few = geometry("rms", 2056, "bf16", 1000); // 257 chunks, 512 leaves: 128 threads × 4
+  assert.deepEqual([few.tpr, few.nv, few.block, few.rule], [128, 4, 128, "fused.few"]);
+  const most = geometry("rms", 8192, "bf16", 1000); // 1024 chunks: 256 threads × 4, the _nv4 kernels' block
+  assert.deepEqual([most.tpr, most.nv, most.rule], [256, 4, "fused.few"]);
+  const block = geometry("rms", 8200, "bf16", 1000); // 1025 chunks, 2048 leaves: 256 threads × 8
+  assert.deepEqual([block.tpr, block.nv, block.block, block.rule], [256, 8, 256, "fused.block"]);
+  assert.deepEqual([geometry("rms", 4096, "f32", 1000).tpr, geometry("rms", 4096, "f32", 1000).rule], [
+    256,
+    "fused.few",
+  ]);
+  assert.equal(geometry("layer", 1024, "f32", 1000).tpr, 64); // 256 chunks × 4
   assert.deepEqual([geometry("rms", 2048, "bf16", 1).tpr, geometry("rms", 2048, "bf16", 1).nv], [256, 1]);
 });
 
@@ -235,8 +248,8 @@ test("short rows take a chunk a lane while all their lanes fit one wave (fused.w
   assert.deepEqual(split(16, 1_000_000), [1, 2, "fused.short"]); // 2 chunks: both in one lane
   assert.deepEqual(split(256, 2000), [32, 1, "fused.wave"]); // 32 chunks: a warp a row
   assert.deepEqual(split(128, 2000, "f32"), [32, 1, "fused.wave"]);
-  assert.deepEqual(split(264, 200), [8, 8, "fused.lanes"]); // 33 chunks, 64 leaves: past a warp at a chunk a lane
-  assert.deepEqual(split(1024, 200), [16, 8, "fused.lanes"]);
+  assert.deepEqual(split(264, 200), [16, 4, "fused.few"]); // 33 chunks, 64 leaves: past a warp at a chunk a lane
+  assert.deepEqual(split(1024, 200), [32, 4, "fused.few"]);
 });
 
 test("unsupported rows, dtypes and limits give a sentence naming what is wrong", () => {

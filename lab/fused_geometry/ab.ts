@@ -6,10 +6,11 @@
  *
  * - decode: 1 row, D 2048 / 4096 / 8192 (1, 2 and 4 chunks a thread), device µs per op in a CUDA graph (add +
  *   RMSNorm, → fp8e4m3 dynamic, add + LayerNorm);
- * - prefill: rows moving ≥ 512 MiB, D 4096 / 8192, % of a device-to-device copy of the same run (the four calls of
- *   the split sweep), and D 128 (a head's length: the sub-warp split QK-norm takes) for add + RMSNorm, → fp8e4m3.
+ * - prefill: rows moving ≥ 512 MiB, D 4096 / 8192 (or `--ds`), % of a device-to-device copy of the same run (the four
+ *   calls of the split sweep), and D 128 (a head's length: the sub-warp split QK-norm takes) for add + RMSNorm,
+ *   → fp8e4m3.
  *
- *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--json out.json]
+ *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--ds 4096,5120] [--json out.json]
  *
  * The JSON is rewritten after every case, so a run stopped by a time limit keeps the cases it finished.
  */
@@ -41,9 +42,15 @@ const args = process.argv.slice(2);
 const option = (name: string) => args.includes(name) ? args[args.indexOf(name) + 1] : undefined;
 const jsonPath = option("--json");
 const only = option("--only");
+const prefillDs = (option("--ds") ?? "4096,8192").split(",").map(Number);
+if (prefillDs.some((d) => !Number.isInteger(d) || d < 1)) {
+  throw new Error(`--ds takes row lengths ≥ 1: ${option("--ds")}`);
+}
 const paths = args.filter((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"));
 if (paths.length < 2 || (only !== undefined && only !== "decode" && only !== "prefill")) {
-  console.error("usage: lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--json out.json]");
+  console.error(
+    "usage: lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--ds 4096,8192] [--json out.json]",
+  );
   process.exit(2);
 }
 using dev = openCuda("lab/fused_geometry/ab.ts");
@@ -118,6 +125,6 @@ if (only !== "prefill") {
   for (const d of [2048, 4096, 8192]) for (const v of VARIANTS.slice(0, 3)) run("decode", 1, d, v);
 }
 if (only !== "decode") {
-  for (const d of [4096, 8192]) for (const v of VARIANTS) run("prefill", Math.ceil(2 ** 29 / (d * 8)), d, v);
+  for (const d of prefillDs) for (const v of VARIANTS) run("prefill", Math.ceil(2 ** 29 / (d * 8)), d, v);
   for (const v of VARIANTS.slice(0, 2)) run("prefill", 2 ** 29 / (128 * 8), 128, v);
 }

@@ -7,9 +7,10 @@
 // nk_fused_{kind}_{ti}_{to}_{tw}: to is ti itself or a quantized dtype (fp8e4m3, fp8e5m2, int8); tw is f32 or ti.
 // Blocks of up to 1024 threads (64 registers per thread), up to NK_FUSED_MAXV chunks a thread.
 // nk_fused_{kind}_{ti}_{to}_{tw}_nv2 and _nv4 (CUDA only): the same kernel for launches of at most 2 or 4 chunks a
-// thread in blocks of at most NK_FUSED_FEW_THREADS (decode; short rows in one wave), each with registers of its own, so
-// that the many-chunk kernel's code stays as it is; the same bits for the same launch arguments. Not in the AMD code
-// objects (not measured there; they would take @normkit/hip past its size budget): the plan gives HIP the one kernel.
+// thread in blocks of at most NK_FUSED_FEW_THREADS (decode; short rows in one wave; prefill rows of up to 1024 chunks),
+// each with registers of its own, so that the many-chunk kernel's code stays as it is; the same bits for the same
+// launch arguments. Not in the AMD code objects (not measured there; they would take @normkit/hip past its size
+// budget): the plan gives HIP the one kernel.
 // Every nk_fused_{ln|rms}_* kernel begins with nk_pdl_enter(), so it may be launched as a programmatic dependent
 // launch on sm_90 (nk_fused_add_* below does not).
 // scripts/build-fused.sh lists the kernels from the NK_FUSED_KERNEL(...) lines below: keep one per line.

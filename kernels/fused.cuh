@@ -31,7 +31,8 @@
 // Largest threads per row (a block per row).
 #define NK_FUSED_MAX_THREADS 1024
 // The few-chunk kernels (nk_fused_*_nv2 and _nv4): at most 2 or 4 chunks a thread in blocks of at most
-// NK_FUSED_FEW_THREADS, the geometries of decode and of short rows that fit one wave (ops/plan_fused.ts).
+// NK_FUSED_FEW_THREADS: the geometries of decode, of short rows that fit one wave and of prefill rows of up to 1024
+// chunks (ops/plan_fused.ts).
 #define NK_FUSED_FEW_THREADS 256
 
 // A row's sums, in one order per row length. With N a power of two fixed by the row's length alone (the plan's

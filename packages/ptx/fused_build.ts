@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "77b1d54f0c9a64ff544609b85242485b5d4d989208bdb7ea150aef468d2215e3";
+export const fusedSourceSha256: string = "2e7cdb1398b3588851523d7f4fa06f074a991b51ad223b5c52674f15f6ef0f15";

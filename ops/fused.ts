@@ -370,7 +370,7 @@ export function runFused(
   const [hs0, hs1] = h ? stridesOn(h, grid.n1, "residualOut") : [0, 0];
   if (out) stridesOn(out, grid.n1, "out");
   const limits = gpu ? planLimits(device) : FUSED_CPU_LIMITS;
-  const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits, x.rows);
+  const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits, x.rows, device.backend);
   if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused): ${geometry.unsupported}`);
   let launch: (() => void) | undefined;
   const wDtype = (weight ?? bias)?.dtype;

@@ -8,8 +8,8 @@
  * (both powers of two, tpr × nv = N, or more threads, of zeros, where a block's whole warps exceed N); every split
  * adds in that same tree, so every output bit of a row is the same in every call, whatever the batch. That leaves the
  * split free to follow the row count: few rows take 256 threads a row (short per-thread chains: latency), as do short
- * rows while a chunk a lane fits one wave; many rows take 4 chunks a thread up to 256 threads a row (the few-chunk
- * kernels' block, where they run without spilling: bandwidth), 8 past it.
+ * rows while a chunk a lane fits one wave; many rows take 4 chunks a thread up to 256 threads a row on CUDA (the `_nv4`
+ * kernels' block: bandwidth), 8 past it and on HIP.
  * The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each table row has a stable `fused.*` id.
  */
 import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
@@ -31,6 +31,11 @@ export const FUSED_MAX_THREADS = 1024;
 
 /** The device limits the plan reads. */
 export type FusedLimits = Pick<PlanLimits, "maxThreadsPerBlock" | "warpSize" | "multiprocessors">;
+
+/** The GPU backends the fused kernels are built for. */
+export type FusedBackend = "cuda" | "hip";
+/** Where a geometry runs: a GPU backend, or the CPU backend (the float64 reference: the geometry only validates). */
+export type FusedPlace = FusedBackend | "cpu";
 
 /** A row's geometry: the kernel's `tpr` and `nv`, its block, and the rows one block holds. */
 export interface FusedGeometry {
@@ -66,23 +71,28 @@ export const FUSED_SM_THREADS = 1024;
  * N / the most threads a row may have). Set from the split sweeps (lab/fused_geometry/sweep.ts, figures in
  * docs/fused.md): at 1 and 8 rows, 256 threads a row was the fastest split or within 0.2 µs of it at D 2048 to 8192
  * (H200); at thousands of rows, 4 chunks a thread on the `_nv4` kernels was faster than 8 at D 512 to 8192 in 18 of
- * 20 cases, by up to 12 points of copy (H100; `fused.few`; add + RMSNorm at D 1024 and 8192: 0.6 and 1.5 points slower). Rows of at most 32 chunks (H100, D 128 and 256 bf16): a chunk a lane was
- * the fastest at 40 and 320 rows (`fused.wave`), 4 chunks a lane the fastest or within 0.6 points of copy at 262,144 and
- * 524,288 rows (`fused.short`).
+ * 20 cases, by up to 12 points of copy (H100; `fused.few`; add + RMSNorm at D 1024 and 8192: 0.6 and 1.5 points
+ * slower). Rows of at most 32 chunks (H100, D 128 and 256 bf16): a chunk a lane was the fastest at 40 and 320 rows
+ * (`fused.wave`), 4 chunks a lane the fastest or within 0.6 points of copy at 262,144 and 524,288 rows (`fused.short`).
  */
 // deno-fmt-ignore
 export const FUSED_SPLITS: readonly {
   id: string;
-  when: (rows: number, leaves: number, limits: FusedLimits) => boolean;
+  when: (rows: number, leaves: number, limits: FusedLimits, place: FusedPlace) => boolean;
   nv: (kind: NormKind, leaves: number) => number;
   why: string;
 }[] = [
   { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: FUSED_LATENCY_THREADS threads a row (more for rows past 8 chunks a thread): a short chain of loads, reductions and stores per thread, 4 barriers per sum" },
   { id: "fused.wave", when: (rows, n, l) => n <= FUSED_LANES_MAX && rows * n <= l.multiprocessors * FUSED_SM_THREADS, nv: () => 1, why: "short rows (a warp or less at a chunk a lane: QK-norm's heads) whose lanes at one chunk each fit one wave of the GPU: the latency split's one load, shuffles and one store per lane, on more SMs than one row per SM allows (8 tokens of 40 heads took 8.3 µs at 8 chunks a lane, 1 token 2.6 µs at one: H100)" },
   { id: "fused.short", when: (_r, n) => n <= FUSED_LANES_MAX, nv: () => 4, why: "rows of at most 32 chunks past one wave (QK-norm's heads at prefill): 4 chunks a lane, 32 to 256 rows a block (H100, D 128 and 256 bf16: 53-91 % of copy, against 28-62 % at 8 chunks a lane and 26-54 % at one)" },
-  { id: "fused.few", when: (_r, n) => n <= FUSED_FEW_THREADS * 4, nv: () => 4, why: "rows of 33 to 1024 chunks at many rows (D 264 to 8192 in 16-bit): 4 chunks a thread, a group of lanes per row to 32 (256 / tpr rows a block, no barrier), a block per row past it, which CUDA runs on the _nv4 kernels (launch bound 256, no spills). H100, bf16, % of copy at 4 / 8 chunks a thread (add + RMSNorm, → fp8, add + LayerNorm, → fp8): D 512 93.3 / 88.3, 78.4 / 69.7, 89.9 / 81.3, 67.2 / 54.9; D 4096 95.1 / 93.2, 79.0 / 72.2, 93.2 / 85.9, 65.7 / 60.5; D 8192 91.2 / 92.7, 77.0 / 73.6, 89.7 / 85.9, 63.8 / 61.9 (bench/results/h100-fused-splits-prefill-deno.txt)" },
-  { id: "fused.block", when: () => true, nv: () => 8, why: "longer rows at many rows: a block of whole warps per row at 8 chunks a thread (fewest threads, most bytes in flight per thread)" },
+  { id: "fused.few", when: (_r, n, _l, place) => n <= FUSED_FEW_THREADS * 4 && hasFewKernels(place, 4), nv: () => 4, why: "rows of 33 to 1024 chunks at many rows (D 257 to 8192 in 16-bit) where the backend has the _nv4 kernels (CUDA): 4 chunks a thread, a group of lanes per row to 32 (256 / tpr rows a block, no barrier), a block per row past it, on the _nv4 kernels (launch bound 256; spill stores of at most 12 bytes on sm_90, none in the bf16-weight kernels the sweep timed). H100, bf16, % of copy at 4 / 8 chunks a thread (add + RMSNorm, → fp8, add + LayerNorm, → fp8): D 512 93.3 / 88.3, 78.4 / 69.7, 89.9 / 81.3, 67.2 / 54.9; D 4096 95.1 / 93.2, 79.0 / 72.2, 93.2 / 85.9, 65.7 / 60.5; D 8192 91.2 / 92.7, 77.0 / 73.6, 89.7 / 85.9, 63.8 / 61.9 (bench/results/h100-fused-splits-prefill-deno.txt). Without them (HIP) such rows stay at 8 chunks on the one kernel: in the H200 sweep of one kernel for every split, 4 chunks ran below 8 (bench/results/h200-fused-splits-deno.txt)" },
+  { id: "fused.block", when: () => true, nv: () => 8, why: "the other rows at many rows (past 1024 chunks; past 32 where the backend has no _nv4 kernels): 8 chunks a thread (fewest threads, most bytes in flight per thread), a group of lanes per row to 32, a block of whole warps per row past it" },
 ];
+
+/** Whether `place` has few-chunk kernels of `maxv` chunks (FUSED_VARIANTS). */
+function hasFewKernels(place: FusedPlace, maxv: number): boolean {
+  return place !== "cpu" && FUSED_VARIANTS.some((v) => v.maxv === maxv && v.backends.includes(place));
+}
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
 const inputBytes = (t: FusedInput): number => (t === "f32" ? 4 : 2);
@@ -124,7 +134,8 @@ export function fusedTree(
 
 /**
  * The row geometry of the fused kernels for `rows` rows of `d` elements of `inputDtype`, or a sentence saying why there
- * is none. The tree (fusedTree) does not depend on `rows`; the split of its leaves over threads does.
+ * is none. The tree (fusedTree) does not depend on `rows`; the split of its leaves over threads does, and on `place`
+ * (which kernels its backend has: FUSED_VARIANTS).
  */
 export function fusedGeometry(
   kind: NormKind,
@@ -132,11 +143,12 @@ export function fusedGeometry(
   inputDtype: string,
   limits: FusedLimits,
   rows: number,
+  place: FusedPlace,
 ): FusedGeometryResult {
   const tree = fusedTree(kind, d, inputDtype, limits);
   if ("unsupported" in tree) return tree;
   const n = tree.leaves, threads = maxRowThreads(limits);
-  const rule = FUSED_SPLITS.find((r) => r.when(rows, n, limits))!;
+  const rule = FUSED_SPLITS.find((r) => r.when(rows, n, limits, place))!;
   // nv: the rule's, within [n / threads, MAXV] and ≤ n; a power of two, as n is.
   const nv = Math.min(n, Math.max(rule.nv(kind, n), n / threads, 1), FUSED_MAXV);
   return { ...fusedSplit(n, nv, limits), rule: rule.id };
@@ -168,9 +180,6 @@ export function fusedLaunch(
   const gridX = rows < 1 ? 0 : Math.min(Math.ceil(rows / g.rowsPerBlock), limits.maxGridX);
   return { grid: [gridX, 1, 1], block: [g.block, 1, 1] };
 }
-
-/** The GPU backends the fused kernels are built for. */
-export type FusedBackend = "cuda" | "hip";
 
 /**
  * Which of a dtype triple's kernels a geometry launches: the first row that holds at most `maxv` chunks a thread in

@@ -10,7 +10,7 @@
  *   calls of the split sweep), and D 128 (a head's length: the sub-warp split QK-norm takes) for add + RMSNorm,
  *   → fp8e4m3.
  *
- *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--ds 4096,5120] [--json out.json]
+ *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--ds 4096,8192] [--json out.json]
  *
  * The JSON is rewritten after every case, so a run stopped by a time limit keeps the cases it finished.
  */
@@ -67,7 +67,7 @@ const results: Record<string, unknown>[] = [];
 function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   using cs = new DisposableStack();
   const t = caseTensors(dev, cs, tile, rows, d);
-  const g = fusedGeometry(v.kind, d, "bf16", limits, rows);
+  const g = fusedGeometry(v.kind, d, "bf16", limits, rows, "cuda");
   if ("unsupported" in g) throw new Error(g.unsupported);
   const choice = fusedKernelFor(v.kind, "bf16", v.to, "bf16", g, "cuda");
   if ("unsupported" in choice) throw new Error(choice.unsupported);

@@ -83,7 +83,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const direct = (k: Kernel, g: FusedGeometry, s: Stream) => viaKernel(k, t, v, rows, d, g, limits.maxGridX, s);
   const measure = (op: (s: Stream) => void) => measureCase(dev, timer, copyGBs, mode, bytes, op);
   const unit = mode === "decode" ? "µs/op" : "%copy";
-  const table = fusedGeometry(v.kind, d, "bf16", limits, rows);
+  const table = fusedGeometry(v.kind, d, "bf16", limits, rows, "cuda");
   const tableNote = "tpr" in table ? `tpr ${table.tpr} nv ${table.nv}` : table.unsupported;
   const opValue = measure((s) => viaOp(t, v, s));
   viaOp(t, v);

@@ -240,7 +240,7 @@ for (const device of FAKE_DEVICES) {
     );
     const launches = logged(log, "launch").map((l) => l.split(" "));
     assert.equal(launches.length, 1, log.join("\n"));
-    const g = fusedGeometry("rms", D, "f32", planLimits({ backend: "hip", info: deviceInfo(arch, wave) }), rows);
+    const g = fusedGeometry("rms", D, "f32", planLimits({ backend: "hip", info: deviceInfo(arch, wave) }), rows, "hip");
     assert.ok(!("unsupported" in g));
     const l = fusedLaunch(g, rows, { maxGridX: 2147483647 });
     const [kernel, gx, gy, gz, bx, by, bz, shared, ...params] = launches[0];

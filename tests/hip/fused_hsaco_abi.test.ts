@@ -133,7 +133,7 @@ for (const wave of [64, 32]) {
       ds.add(most - 1).add(most);
       for (const kind of ["layer", "rms"] as const) {
         for (const [d, rows] of [...ds].flatMap((d) => [[d, 1], [d, 1_000_000]])) {
-          const g = fusedGeometry(kind, d, dtype, limits, rows);
+          const g = fusedGeometry(kind, d, dtype, limits, rows, "hip");
           if ("unsupported" in g) {
             assert.ok(d > most, `${kind} ${dtype} d=${d}: ${g.unsupported}`);
             continue;
@@ -144,18 +144,22 @@ for (const wave of [64, 32]) {
           const why = kernelRejects(wave, g, d, vec);
           assert.equal(why, undefined, `${at}: the kernel traps: ${why}`);
           assert.ok(g.block <= FUSED_MAX_THREADS, `${at}: more threads than the launch bound`);
-          if (g.rule === "fused.short" || (g.rule === "fused.few" && g.leaves <= FUSED_LANES_MAX * 4)) {
+          assert.notEqual(g.rule, "fused.few", `${at}: no _nv4 kernels on HIP`);
+          if (g.rule === "fused.short" || (g.rule === "fused.block" && g.leaves <= FUSED_LANES_MAX * 8)) {
             assert.ok(g.tpr <= FUSED_LANES_MAX && g.block === FUSED_ROWS_BLOCK, at);
           }
           rules.set(g.rule, (rules.get(g.rule) ?? 0) + 1);
           tprs.add(g.tpr);
         }
-        assert.ok("unsupported" in fusedGeometry(kind, most + 1, dtype, limits, 1), `${kind} ${dtype}: past ${most}`);
+        assert.ok(
+          "unsupported" in fusedGeometry(kind, most + 1, dtype, limits, 1, "hip"),
+          `${kind} ${dtype}: past ${most}`,
+        );
       }
     }
     assert.deepEqual(
       [...rules.keys()].sort(),
-      ["fused.block", "fused.few", "fused.latency", "fused.short"],
+      ["fused.block", "fused.latency", "fused.short"],
       "every split reached",
     );
     // Sub-wave rows and a row per block of one wave (tpr = wave: the butterfly, no LDS) and of several.

@@ -70,7 +70,7 @@ test("QK-norm over a head view: one launch, the heads on the inner level, split 
   rmsNorm(qk, { weight: m.qw, weight2: m.kw, split: hq, out: qk, eps: 1e-6 });
   assert.equal(launches.length, 1);
   const l = launches[0], a = l.args as Record<string, bigint | number>;
-  const g = fusedGeometry("rms", hd, "bf16", planLimits(dev), tokens * (hq + hkv));
+  const g = fusedGeometry("rms", hd, "bf16", planLimits(dev), tokens * (hq + hkv), "cuda");
   assert.ok(!("unsupported" in g));
   assert.equal(l.kernel, "nk_fused_rms_bf16_bf16_bf16_nv2", "a chunk a lane (fused.wave): the few-chunk kernel");
   const launch = fusedLaunch(g, tokens * (hq + hkv), planLimits(dev));
@@ -144,7 +144,7 @@ test("batchInvariant: the fused kernel; 1 row and 1000 split the same tree diffe
   assert.ok("leaves" in tree);
   const many = m.many.rows;
   for (const [args, l, rows] of [[a, launches[0], 1], [b, launches[1], many]] as const) {
-    const g = fusedGeometry("rms", d, "bf16", planLimits(dev), rows);
+    const g = fusedGeometry("rms", d, "bf16", planLimits(dev), rows, "cuda");
     assert.ok(!("unsupported" in g));
     assert.deepEqual([args.tpr, args.nv, l.block[0]], [g.tpr, g.nv, g.block], `rows=${rows}`);
     assert.equal(g.tpr * g.nv, tree.leaves, `rows=${rows}: the same tree`);

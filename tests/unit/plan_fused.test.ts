@@ -17,6 +17,7 @@ import {
   fusedKernelFor,
   fusedKernelName,
   fusedLaunch,
+  type FusedPlace,
   fusedTree,
 } from "../../ops/plan_fused.ts";
 import type { PlanLimits } from "../../ops/plan.ts";
@@ -32,8 +33,15 @@ const H200: PlanLimits = {
 };
 const KINDS = ["layer", "rms"] as const;
 
-function geometry(kind: "layer" | "rms", d: number, dtype: string, rows: number, limits = H200): FusedGeometry {
-  const g = fusedGeometry(kind, d, dtype, limits, rows);
+function geometry(
+  kind: "layer" | "rms",
+  d: number,
+  dtype: string,
+  rows: number,
+  limits = H200,
+  place: FusedPlace = "cuda",
+): FusedGeometry {
+  const g = fusedGeometry(kind, d, dtype, limits, rows, place);
   assert.ok(!("unsupported" in g), `D=${d} ${dtype}: ${JSON.stringify(g)}`);
   return g;
 }
@@ -79,7 +87,10 @@ test("small blocks: no sub-warp rows below 256 threads; a block of whole warps h
         assert.ok(g.block <= limits.maxThreadsPerBlock && g.block % limits.warpSize === 0, at);
       }
     }
-    assert.ok("unsupported" in fusedGeometry("rms", 16384, "bf16", limits, 1), "past the block's threads × 8 chunks");
+    assert.ok(
+      "unsupported" in fusedGeometry("rms", 16384, "bf16", limits, 1, "cuda"),
+      "past the block's threads × 8 chunks",
+    );
   }
 });
 
@@ -104,8 +115,8 @@ test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, a
       const vec = 16 / dtypeBytes(dtype), maxD = FUSED_MAX_THREADS * FUSED_MAXV * vec;
       for (const d of SWEEP_DS.filter((d) => d <= maxD)) {
         const chunks = Math.ceil(d / vec), leaves = 2 ** Math.ceil(Math.log2(chunks));
-        for (const rows of [1, 132, 133, 100_000]) {
-          const g = geometry(kind, d, dtype, rows), at = `${kind} ${dtype} D=${d} rows=${rows}`;
+        for (const [rows, place] of [1, 132, 133, 100_000].flatMap((r) => [[r, "cuda"], [r, "hip"]] as const)) {
+          const g = geometry(kind, d, dtype, rows, H200, place), at = `${kind} ${dtype} D=${d} rows=${rows} ${place}`;
           assert.equal(g.leaves, leaves, at);
           assert.ok(g.nv >= 1 && g.nv <= FUSED_MAXV, at);
           assert.equal(g.tpr & (g.tpr - 1), 0, `${at}: tpr a power of two`);
@@ -120,8 +131,11 @@ test("every geometry fits the kernel: powers of two holding the row, nv ≤ 8, a
             assert.equal(g.nv, nv, `${at}: latency split`);
           } else if (g.rule === "fused.wave") assert.equal(g.nv, 1, `${at}: a chunk a lane`);
           else if (g.rule === "fused.short") assert.equal(g.nv, Math.min(4, leaves), `${at}: 4 chunks a lane`);
-          else if (g.rule === "fused.few") assert.equal(g.nv, 4, `${at}: 4 chunks a thread`);
-          else assert.equal(g.nv, Math.min(8, leaves), `${at}: bandwidth split`);
+          else if (g.rule === "fused.few") {
+            assert.equal(g.nv, 4, `${at}: 4 chunks a thread`);
+            assert.equal(place, "cuda", `${at}: only where the _nv4 kernels are`);
+            assert.ok(leaves > 32 && leaves <= FUSED_FEW_THREADS * 4, at);
+          } else assert.equal(g.nv, Math.min(8, leaves), `${at}: bandwidth split`);
         }
       }
     }
@@ -228,8 +242,27 @@ test("the split table: ids in order, each with its reason", () => {
     256,
     "fused.few",
   ]);
-  assert.equal(geometry("layer", 1024, "f32", 1000).tpr, 64); // 256 chunks × 4
+  assert.equal(geometry("layer", 1024, "f32", 1000).tpr, 64); // 256 chunks: 64 threads × 4
   assert.deepEqual([geometry("rms", 2048, "bf16", 1).tpr, geometry("rms", 2048, "bf16", 1).nv], [256, 1]);
+});
+
+test("4 chunks a thread at many rows only where the _nv4 kernels are (CUDA); 8 on HIP and the CPU", () => {
+  for (
+    const [d, cuda, other] of [[512, [16, 4], [8, 8]], [2048, [64, 4], [32, 8]], [8192, [256, 4], [128, 8]]] as const
+  ) {
+    const g = geometry("rms", d, "bf16", 100_000, H200, "cuda");
+    assert.deepEqual([g.tpr, g.nv, g.rule], [...cuda, "fused.few"], `D ${d} cuda`);
+    for (const place of ["hip", "cpu"] as const) {
+      const h = geometry("rms", d, "bf16", 100_000, H200, place);
+      assert.deepEqual([h.tpr, h.nv, h.rule], [...other, "fused.block"], `D ${d} ${place}`);
+      assert.equal(h.leaves, g.leaves, "the same tree");
+    }
+  }
+  // Decode and short rows take the same split everywhere.
+  for (const [d, rows] of [[4096, 1], [128, 320], [128, 1_000_000]] as const) {
+    const [c, h] = (["cuda", "hip"] as const).map((p) => geometry("rms", d, "bf16", rows, H200, p));
+    assert.deepEqual([c.tpr, c.nv, c.rule], [h.tpr, h.nv, h.rule], `D ${d} rows ${rows}`);
+  }
 });
 
 test("short rows take a chunk a lane while all their lanes fit one wave (fused.wave), then 4 chunks a lane", () => {
@@ -257,14 +290,20 @@ test("unsupported rows, dtypes and limits give a sentence naming what is wrong",
     assert.ok("unsupported" in r, JSON.stringify(r));
     return r.unsupported;
   };
-  assert.match(why(fusedGeometry("rms", 65537, "bf16", H200, 1)), /at most 65536 bf16 elements .*not d = 65537/);
-  assert.match(why(fusedGeometry("layer", 32769, "f32", H200, 1)), /at most 32768 f32 elements/);
-  assert.equal("unsupported" in fusedGeometry("layer", 65536, "f16", H200, 1), false);
-  assert.match(why(fusedGeometry("rms", 0, "f16", H200, 1)), /d must be a whole number ≥ 1, not 0/);
-  assert.match(why(fusedGeometry("rms", 2.5, "f16", H200, 1)), /not 2\.5/);
-  assert.match(why(fusedGeometry("rms", 128, "fp8e4m3", H200, 1)), /x in f32, f16 or bf16, not fp8e4m3/);
-  assert.match(why(fusedGeometry("rms", 65536, "bf16", { ...H200, maxThreadsPerBlock: 512 }, 1)), /512 threads/);
-  assert.match(why(fusedGeometry("other" as "rms", 128, "f16", H200, 1)), /kind must be/);
+  assert.match(
+    why(fusedGeometry("rms", 65537, "bf16", H200, 1, "cuda")),
+    /at most 65536 bf16 elements .*not d = 65537/,
+  );
+  assert.match(why(fusedGeometry("layer", 32769, "f32", H200, 1, "cuda")), /at most 32768 f32 elements/);
+  assert.equal("unsupported" in fusedGeometry("layer", 65536, "f16", H200, 1, "cuda"), false);
+  assert.match(why(fusedGeometry("rms", 0, "f16", H200, 1, "cuda")), /d must be a whole number ≥ 1, not 0/);
+  assert.match(why(fusedGeometry("rms", 2.5, "f16", H200, 1, "cuda")), /not 2\.5/);
+  assert.match(why(fusedGeometry("rms", 128, "fp8e4m3", H200, 1, "cuda")), /x in f32, f16 or bf16, not fp8e4m3/);
+  assert.match(
+    why(fusedGeometry("rms", 65536, "bf16", { ...H200, maxThreadsPerBlock: 512 }, 1, "cuda")),
+    /512 threads/,
+  );
+  assert.match(why(fusedGeometry("other" as "rms", 128, "f16", H200, 1, "cuda")), /kind must be/);
 });
 
 test("kernel names: 20 built triples per kind, each in the 3 CUDA variants, named as kernels/fused.cu names them", () => {
@@ -300,7 +339,7 @@ test("the kernel variant on CUDA: _nv2 to 2 chunks a thread, _nv4 to 4, where bl
     for (const dtype of ["f32", "f16", "bf16"] as const) {
       for (const d of [8, 128, 768, 2048, 4096, 5120, 8192, 16384]) {
         for (const rows of [1, 8, 132, 133, 320, 4096, 524288]) {
-          const g = fusedGeometry(kind, d, dtype, H200, rows);
+          const g = fusedGeometry(kind, d, dtype, H200, rows, "cuda");
           assert.ok(!("unsupported" in g));
           const k = fusedKernelFor(kind, dtype, dtype, "f32", g, "cuda");
           assert.ok("kernel" in k);
@@ -317,7 +356,7 @@ test("the kernel variant on CUDA: _nv2 to 2 chunks a thread, _nv4 to 4, where bl
   assert.deepEqual([...seen].sort(), FUSED_VARIANTS.map((v) => v.id).sort());
   // HIP: the one kernel per triple for every geometry (the AMD code objects have no few-chunk kernels).
   for (const [d, rows] of [[2048, 1], [2048, 8], [2048, 132], [8192, 1]]) {
-    const g = fusedGeometry("rms", d, "bf16", H200, rows);
+    const g = fusedGeometry("rms", d, "bf16", H200, rows, "cuda");
     assert.ok(!("unsupported" in g) && g.nv === d / 2048);
     assert.deepEqual(fusedKernelFor("rms", "bf16", "bf16", "bf16", g, "hip"), {
       kernel: "nk_fused_rms_bf16_bf16_bf16",
@@ -327,7 +366,7 @@ test("the kernel variant on CUDA: _nv2 to 2 chunks a thread, _nv4 to 4, where bl
   // Decode of one bf16 row: D 2048 and 4096 (1 and 2 chunks a thread of 256) take _nv2, D 8192 (4 chunks) _nv4,
   // D 16384 (8 chunks) the 8-chunk kernel.
   const decode = (d: number) => {
-    const g = fusedGeometry("rms", d, "bf16", H200, 1);
+    const g = fusedGeometry("rms", d, "bf16", H200, 1, "cuda");
     assert.ok(!("unsupported" in g));
     const k = fusedKernelFor("rms", "bf16", "fp8e4m3", "bf16", g, "cuda");
     return "kernel" in k ? k.kernel : k.unsupported;

@@ -149,7 +149,7 @@ test("the fused family's cases reach every nk_fused_* kernel (every variant), ea
   for (const c of fusedCases()) {
     const to = c.quant === "none" ? c.dtype : c.qdtype!;
     const tw = c.paramsOfX ? c.dtype : "f32";
-    const g = fusedGeometry(c.kind, c.d, c.dtype, H100, c.rows);
+    const g = fusedGeometry(c.kind, c.d, c.dtype, H100, c.rows, "cuda");
     assert.ok(!("unsupported" in g), JSON.stringify(c));
     const choice = fusedKernelFor(c.kind, c.dtype, to, tw, g, "cuda");
     assert.ok("kernel" in choice, JSON.stringify(c));

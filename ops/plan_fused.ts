@@ -85,13 +85,17 @@ export const FUSED_SPLITS: readonly {
   { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: FUSED_LATENCY_THREADS threads a row (more for rows past 8 chunks a thread): a short chain of loads, reductions and stores per thread, 4 barriers per sum" },
   { id: "fused.wave", when: (rows, n, l) => n <= FUSED_LANES_MAX && rows * n <= l.multiprocessors * FUSED_SM_THREADS, nv: () => 1, why: "short rows (a warp or less at a chunk a lane: QK-norm's heads) whose lanes at one chunk each fit one wave of the GPU: the latency split's one load, shuffles and one store per lane, on more SMs than one row per SM allows (8 tokens of 40 heads took 8.3 µs at 8 chunks a lane, 1 token 2.6 µs at one: H100)" },
   { id: "fused.short", when: (_r, n) => n <= FUSED_LANES_MAX, nv: () => 4, why: "rows of at most 32 chunks past one wave (QK-norm's heads at prefill): 4 chunks a lane, 32 to 256 rows a block (H100, D 128 and 256 bf16: 53-91 % of copy, against 28-62 % at 8 chunks a lane and 26-54 % at one)" },
-  { id: "fused.few", when: (_r, n, _l, place) => n <= FUSED_FEW_THREADS * 4 && hasFewKernels(place, 4), nv: () => 4, why: "rows of 33 to 1024 chunks at many rows (D 257 to 8192 in 16-bit) where the backend has the _nv4 kernels (CUDA): 4 chunks a thread, a group of lanes per row to 32 (256 / tpr rows a block, no barrier), a block per row past it, on the _nv4 kernels (launch bound 256; spill stores of at most 12 bytes on sm_90, none in the bf16-weight kernels the sweep timed). H100, bf16, % of copy at 4 / 8 chunks a thread (add + RMSNorm, → fp8, add + LayerNorm, → fp8): D 512 93.3 / 88.3, 78.4 / 69.7, 89.9 / 81.3, 67.2 / 54.9; D 4096 95.1 / 93.2, 79.0 / 72.2, 93.2 / 85.9, 65.7 / 60.5; D 8192 91.2 / 92.7, 77.0 / 73.6, 89.7 / 85.9, 63.8 / 61.9 (bench/results/h100-fused-splits-prefill-deno.txt). Without them (HIP) such rows stay at 8 chunks on the one kernel: in the H200 sweep of one kernel for every split, 4 chunks ran below 8 (bench/results/h200-fused-splits-deno.txt)" },
+  { id: "fused.few", when: (_r, n, _l, place) => fewKernelHolds(place, n, 4), nv: () => 4, why: "rows of 33 to 1024 chunks at many rows (D 257 to 8192 in 16-bit) where the backend has the _nv4 kernels (CUDA): 4 chunks a thread, a group of lanes per row to 32 (256 / tpr rows a block, no barrier), a block per row past it, on the _nv4 kernels (launch bound 256; spill stores of at most 12 bytes on sm_90, none in the bf16-weight kernels the sweep timed). H100, bf16, % of copy at 4 / 8 chunks a thread (add + RMSNorm, → fp8, add + LayerNorm, → fp8): D 512 93.3 / 88.3, 78.4 / 69.7, 89.9 / 81.3, 67.2 / 54.9; D 4096 95.1 / 93.2, 79.0 / 72.2, 93.2 / 85.9, 65.7 / 60.5; D 8192 91.2 / 92.7, 77.0 / 73.6, 89.7 / 85.9, 63.8 / 61.9 (bench/results/h100-fused-splits-prefill-deno.txt). Without them (HIP) such rows stay at 8 chunks on the one kernel: in the H200 sweep of one kernel for every split, 4 chunks ran below 8 (bench/results/h200-fused-splits-deno.txt)" },
   { id: "fused.block", when: () => true, nv: () => 8, why: "the other rows at many rows (past 1024 chunks; past 32 where the backend has no _nv4 kernels): 8 chunks a thread (fewest threads, most bytes in flight per thread), a group of lanes per row to 32, a block of whole warps per row past it" },
 ];
 
-/** Whether `place` has few-chunk kernels of `maxv` chunks (FUSED_VARIANTS). */
-function hasFewKernels(place: FusedPlace, maxv: number): boolean {
-  return place !== "cpu" && FUSED_VARIANTS.some((v) => v.maxv === maxv && v.backends.includes(place));
+/** Whether `place` has a few-chunk kernel (a FUSED_VARIANTS row below FUSED_MAXV) that holds `leaves` at `nv` chunks a
+ * thread. */
+function fewKernelHolds(place: FusedPlace, leaves: number, nv: number): boolean {
+  return place !== "cpu" &&
+    FUSED_VARIANTS.some((v) =>
+      v.maxv < FUSED_MAXV && v.backends.includes(place) && nv <= v.maxv && leaves / nv <= v.maxThreads
+    );
 }
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));

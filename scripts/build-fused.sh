@@ -63,18 +63,10 @@ FATBIN_FLAGS=(-fatbin
   -Xptxas -v
   -Xfatbin -compress-all --compress-mode=size)
 
-# kernel_names: from the NK_FUSED_KERNEL(...) lines of fused.cu, each giving its name and the name with each suffix of
-# the NK_FUSED_FEW_KERNEL(..., maxv) lines in NK_FUSED_KERNEL's body (_nv<maxv>), then its NK_FUSED_ADD_KERNEL(...)
-# lines, in order.
+# kernel_names: the norm kernels of fused.cu (scripts/fused_kernel_names.sh), then its NK_FUSED_ADD_KERNEL(...) lines, in
+# order.
 kernel_names() {
-  local bases suffixes b s
-  bases="$(sed -nE 's/^NK_FUSED_KERNEL\(([a-z]+),[[:space:]]*(true|false),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+),[[:space:]]*([a-z0-9]+)\)[[:space:]]*$/nk_fused_\1_\3_\4_\5/p' "$ROOT/$SRC_REL")"
-  [[ -n "$bases" ]] || { echo "build-fused: no NK_FUSED_KERNEL(...) lines in $SRC_REL" >&2; exit 1; }
-  suffixes="$(sed -nE 's/^[[:space:]]+NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw, ([0-9]+)\).*$/_nv\1/p' "$ROOT/$SRC_REL")"
-  for b in $bases; do
-    echo "$b"
-    for s in $suffixes; do echo "$b$s"; done
-  done
+  bash "$ROOT/scripts/fused_kernel_names.sh" "$ROOT/$SRC_REL"
   sed -nE 's/^NK_FUSED_ADD_KERNEL\(([a-z0-9]+)\)[[:space:]]*$/nk_fused_add_\1/p' "$ROOT/$SRC_REL"
 }
 

@@ -32,6 +32,7 @@ import {
   caseTensors,
   measureCase,
   poison,
+  rowLengths,
   type Variant,
   VARIANTS,
   viaKernel,
@@ -42,10 +43,7 @@ const args = process.argv.slice(2);
 const option = (name: string) => args.includes(name) ? args[args.indexOf(name) + 1] : undefined;
 const jsonPath = option("--json");
 const only = option("--only");
-const prefillDs = (option("--ds") ?? "4096,8192").split(",").map(Number);
-if (prefillDs.some((d) => !Number.isInteger(d) || d < 1)) {
-  throw new Error(`--ds takes row lengths ≥ 1: ${option("--ds")}`);
-}
+const prefillDs = rowLengths(option("--ds"), [4096, 8192]);
 const paths = args.filter((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"));
 if (paths.length < 2 || (only !== undefined && only !== "decode" && only !== "prefill")) {
   console.error(

@@ -118,6 +118,14 @@ export function agrees(t: CaseTensors, v: Variant, want: Bits): string {
 export const caseBytes = (rows: number, d: number, v: Variant): number =>
   rows * d * (3 * 2 + (v.to === "bf16" ? 2 : 1)) + (v.to === "bf16" ? 0 : 4 * rows);
 
+/** The prefill row lengths of a `--ds` option (comma-separated, each a whole number ≥ 1), or `fallback`. */
+export function rowLengths(arg: string | undefined, fallback: readonly number[]): number[] {
+  if (arg === undefined) return [...fallback];
+  const ds = arg.split(",").map(Number);
+  if (ds.some((d) => !Number.isInteger(d) || d < 1)) throw new Error(`--ds takes row lengths ≥ 1: ${arg}`);
+  return ds;
+}
+
 /** The fields that name a case and its split in the raw JSON of ab.ts and sweep.ts. */
 export const caseKey = (
   mode: "decode" | "prefill",

@@ -34,6 +34,7 @@ import {
   caseTensors,
   measureCase,
   poison,
+  rowLengths,
   type Variant,
   VARIANTS,
   viaKernel,
@@ -49,8 +50,7 @@ const only = opt("--only");
 if (only !== undefined && only !== "decode" && only !== "prefill") {
   throw new Error(`--only takes decode or prefill, not ${only}`);
 }
-const prefillDs = (opt("--ds") ?? "128,256,512,1024,2048,4096,8192").split(",").map(Number);
-if (prefillDs.some((d) => !Number.isInteger(d) || d < 1)) throw new Error(`--ds takes row lengths ≥ 1: ${opt("--ds")}`);
+const prefillDs = rowLengths(opt("--ds"), [128, 256, 512, 1024, 2048, 4096, 8192]);
 using dev = openCuda("lab/fused_geometry/sweep.ts");
 await loadKernels(dev, { fused: true });
 using timer = deviceTimer(dev, 10);

@@ -11,14 +11,9 @@ mkdir -p "$out"
 sed -n '/^#ifndef NK_HAS_CP_ASYNC/,/^#endif  \/\/ NORMKIT_PORTABLE_H/p' "$root/kernels/portable.h" | sed '$d' \
   >"$out/portable_tail.h"
 grep -q 'nk_block_sum' "$out/portable_tail.h" || { echo "build.sh: portable.h's tail not found" >&2; exit 1; }
-# The kernel table from fused.cu's NK_FUSED_KERNEL(kind, isln, ti, to, tw) lines: each kernel, and the same name with
-# each suffix of the NK_FUSED_FEW_KERNEL(..., maxv) lines in NK_FUSED_KERNEL's body (_nv<maxv>).
-suffixes=$(sed -n 's/^ *NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, \([0-9]*\)).*/_nv\1/p' "$root/kernels/fused.cu")
-sed -n 's/^NK_FUSED_KERNEL(\([a-z]*\), *[a-z]*, *\([a-z0-9]*\), *\([a-z0-9]*\), *\([a-z0-9]*\)).*/nk_fused_\1_\2_\3_\4/p' \
-  "$root/kernels/fused.cu" | while read -r k; do
-  echo "{\"$k\", $k},"
-  for s in $suffixes; do echo "{\"$k$s\", $k$s},"; done
-done >"$out/kernel_table.inc"
+# The kernel table: every norm kernel of fused.cu (scripts/fused_kernel_names.sh).
+bash "$root/scripts/fused_kernel_names.sh" "$root/kernels/fused.cu" | while read -r k; do echo "{\"$k\", $k},"; done \
+  >"$out/kernel_table.inc"
 [ "$(wc -l <"$out/kernel_table.inc")" -eq 120 ] || { echo "build.sh: expected 120 kernels (40 NK_FUSED_KERNEL lines)" >&2; exit 1; }
 ${CXX:-g++} -std=c++20 -O2 -ffp-contract=off -fno-fast-math -pthread -Wall -Wno-unknown-pragmas -Wno-unused-function \
   -I"$out" -I"$root/kernels" -include "$here/emu_prelude.h" "$@" \

@@ -24,7 +24,8 @@
 #   fused-ab    lab/fused_geometry/ab.ts over sm_90 builds made here: main and one per patch named in FUSED_AB_PATCHES
 #               (lab/fused_geometry/<name>.diff; default: one-kernel): raw JSON as
 #               $OUT/fused-ab-<runtime>.json, rewritten after each case (FUSED_AB_ONLY=decode or prefill: those alone;
-#               FUSED_AB_DS=4096,5120: the prefill row lengths)
+#               FUSED_AB_DS=4096,5120: the prefill row lengths; FUSED_AB_NEAR=1: patches that change the arithmetic,
+#               y within a step of the op's: ab.ts --near)
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 #   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned, batch-invariant and fused RMSNorm kernels
 #   profile-decode  the same over one decode row (add + RMSNorm, → fp8, QK-norm of a token), caches warm
@@ -101,6 +102,7 @@ for s in "${steps[@]}"; do
       step fused-ab-builds builds
       if [ -f "${cubins[-1]}" ]; then
         o=(); [ -n "${FUSED_AB_ONLY:-}" ] && o+=(--only "$FUSED_AB_ONLY"); [ -n "${FUSED_AB_DS:-}" ] && o+=(--ds "$FUSED_AB_DS")
+        [ "${FUSED_AB_NEAR:-}" = 1 ] && o+=(--near)
         step fused-ab run lab/fused_geometry/ab.ts "${cubins[@]}" ${o[@]+"${o[@]}"} --json "$OUT/fused-ab-$rt.json"
       fi ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;

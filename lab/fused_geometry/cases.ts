@@ -114,6 +114,39 @@ export function agrees(t: CaseTensors, v: Variant, want: Bits): string {
   return "ok";
 }
 
+/** A sign-magnitude element's bits of `width` bits as an ordered integer (+0 and -0 both 0). */
+const ordered = (bits: number, width: number): number => {
+  const sign = 2 ** (width - 1);
+  return bits >= sign ? -(bits - sign) : bits;
+};
+const bf16Value = (bits: number): number => new Float32Array(new Uint32Array([bits << 16]).buffer)[0];
+/**
+ * For a build whose arithmetic differs from the op's (ab.ts --near): h bit for bit, y within one step of its dtype
+ * (neighbouring encodings; bf16 also within 2^-7, its step at 1, where LayerNorm's bias cancels most of y), the scales
+ * within 1e-5 relative: "ok" and how many y differ, or the first that is further.
+ */
+export function agreesNear(t: CaseTensors, v: Variant, want: Bits): string {
+  const got = bitsOf(t, v);
+  for (let i = 0; i < want.h.length; i++) if (got.h[i] !== want.h[i]) return `h[${i}] differs`;
+  const width = v.to === "bf16" ? 16 : 8;
+  let moved = 0;
+  for (let i = 0; i < want.y.length; i++) {
+    if (got.y[i] === want.y[i]) continue;
+    const steps = Math.abs(ordered(got.y[i], width) - ordered(want.y[i], width));
+    const near1 = width === 16 && Math.abs(bf16Value(got.y[i]) - bf16Value(want.y[i])) <= 2 ** -7;
+    if (steps > 1 && !near1) return `y[${i}] more than a step off`;
+    moved++;
+  }
+  if (v.to !== "bf16") {
+    const f = (b: number) => new Float32Array(new Uint32Array([b]).buffer)[0];
+    for (let i = 0; i < want.scale.length; i++) {
+      const a = f(got.scale[i]), b = f(want.scale[i]);
+      if (!(Math.abs(a - b) <= 1e-5 * Math.abs(b))) return `scale[${i}] off by more than 1e-5`;
+    }
+  }
+  return moved ? `ok (${moved} y a step off)` : "ok";
+}
+
 /** Bytes a call moves: x and residual read, h and y written, the scales. */
 export const caseBytes = (rows: number, d: number, v: Variant): number =>
   rows * d * (3 * 2 + (v.to === "bf16" ? 2 : 1)) + (v.to === "bf16" ? 0 : 4 * rows);

@@ -74,6 +74,7 @@ interface Case {
   paramsOfX?: boolean;
   strided?: boolean; // x's rows d + 3 apart
   special?: boolean; // row 1 zeros, row 2 one NaN
+  outlier?: boolean; // odd rows: x's first element 64, LayerNorm's shift far from the row's mean (the centred pass)
   noWeight?: boolean;
   noBias?: boolean;
   ub?: number; // dynamic: scale upper bound
@@ -88,7 +89,7 @@ const name = (c: Case): string =>
   (c.corrupt ? ` corrupt ${c.corrupt}` : "") + (c.strided ? " strided" : "") +
   (c.residual !== "none" ? ` +res(${c.residual})` : "") + (c.quant !== "none" ? ` ${c.quant} ${c.qdtype}` : "") +
   (c.ub ? ` ub=${c.ub}` : "") + (c.paramsOfX ? " params-of-x" : "") + (c.noWeight ? " no-weight" : "") +
-  (c.noBias ? " no-bias" : "") + (c.special ? " zero/NaN rows" : "");
+  (c.noBias ? " no-bias" : "") + (c.special ? " zero/NaN rows" : "") + (c.outlier ? " outlier rows" : "");
 
 function seedOf(c: Case): number {
   let h = 17;
@@ -146,6 +147,7 @@ function build(dev: Device, c: Case): Built {
       for (let i = 0; i < d; i++) xv[d + i] = 0;
       xv[2 * d + (d >> 1)] = NaN;
     }
+    if (c.outlier) { for (let r = 1; r < total; r += 2) xv[r * d] = 64; }
     xBase = keep(dev.tensor(xv, [total, d], { dtype, rowStride: stride }));
     const rv = randoms(total * d, seed + 1, -2, 2);
     if (c.special && total > 2) { for (let i = 0; i < d; i++) rv[d + i] = 0; }
@@ -590,6 +592,13 @@ function cases(): Case[] {
           out.push(caseOf(kind, dtype, d, 7, { quant: "dynamic", qdtype, special: true }));
         }
       }
+      // LayerNorm's rows whose first element (the shift) lies far from the mean, beside rows whose statistics need no
+      // centred pass: a warp of several rows (d 128), the scalar path (770), a block per row (5120).
+      if (kind === "layer") {
+        for (const d of [128, 770, 5120]) {
+          out.push(caseOf(kind, dtype, d, 33, { outlier: true, residual: d === 770 ? "out" : "none" }));
+        }
+      }
       // No weight / no bias.
       out.push(caseOf(kind, dtype, 768, 7, { noWeight: true, noBias: true }));
       if (kind === "layer") out.push(caseOf(kind, dtype, 769, 7, { quant: "dynamic", qdtype: "int8", noBias: true }));
@@ -627,6 +636,9 @@ function invarianceSets(): Case[] {
       caseOf("rms", "f32", 20000, 5, { strided: true }),
       caseOf("rms", "bf16", 4096, 33, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3" }),
     ];
+  // LayerNorm with the centred pass on odd rows alone: sub-warp rows sharing a warp, and a block per row.
+  list.push(caseOf("layer", "bf16", 128, 33, { outlier: true, quant: "dynamic", qdtype: "fp8e4m3" }));
+  if (!quick) list.push(caseOf("layer", "f16", 5120, 33, { outlier: true, residual: "out" }));
   // Short rows past one wave of the emulated device (300 × 16 chunks > 4 SMs × 1024 lanes): the full launch takes 4
   // chunks a lane (fused.short), its sub-launches a chunk a lane (fused.wave, fused.latency).
   list.push(caseOf("rms", "bf16", 128, 300, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3" }));

@@ -9,8 +9,11 @@
 // nk_fused_{kind}_{ti}_{to}_{tw}_nv2 and _nv4 (CUDA only): the same kernel for launches of at most 2 or 4 chunks a
 // thread in blocks of at most NK_FUSED_FEW_THREADS (decode; short rows in one wave; prefill rows of up to 1024 chunks),
 // each with registers of its own, so that the many-chunk kernel's code stays as it is; the same bits for the same
-// launch arguments. Not in the AMD code objects (not measured there; they would take @normkit/hip past its size
-// budget): the plan gives HIP the one kernel.
+// launch arguments but LayerNorm's statistics, which they take in one pass (nk_ln_stats; the plan keeps every split of
+// a LayerNorm row length on one family). The _nv4 kernels of a float y ask for 4 blocks an SM (64 registers: more rows
+// in flight at prefill); the others take what ptxas gives (4 blocks an SM for all of them spilled more and made decode
+// up to 0.6 µs slower: lab/fused_geometry). Not in the AMD code objects (not measured there; they would take
+// @normkit/hip past its size budget): the plan gives HIP the one kernel.
 // Every nk_fused_{ln|rms}_* kernel begins with nk_pdl_enter(), so it may be launched as a programmatic dependent
 // launch on sm_90 (nk_fused_add_* below does not).
 // scripts/build-fused.sh lists the kernels from the NK_FUSED_KERNEL(...) lines below: keep one per line.
@@ -18,7 +21,7 @@
 #define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)
 #else
 #define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)                                                             \
-  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(NK_FUSED_FEW_THREADS)                                                    \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(NK_FUSED_FEW_THREADS, (maxv) == 4 && !nk_is_quant<nk_##to>::V ? 4 : 0) \
       nk_fused_##kind##_##ti##_##to##_##tw##_nv##maxv(NK_FUSED_PARAMS) {                                              \
     nk_pdl_enter();                                                                                                   \
     nk_fused<nk_##ti, nk_##to, nk_##tw, isln, maxv, NK_FUSED_FEW_THREADS>(NK_FUSED_ARGS);                             \

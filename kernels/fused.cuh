@@ -144,6 +144,59 @@ struct nk_fused_red {
     }
     return v;
   }
+  // Two sums at once, each in sum()'s tree (the same bits as sum(a) and sum(b)), with one exchange across warps for
+  // both: the halves of one buffer, where a block of at most NK_FUSED_MAX_THREADS / 2 threads holds both.
+  NK_INLINE void pair(float& a, float& b) {
+    if (tpr > NK_WARP_SIZE) {
+      if (2 * tpr > NK_FUSED_MAX_THREADS) {
+        a = sum(a);
+        b = sum(b);
+        return;
+      }
+      float* ba = buf + parity * NK_FUSED_MAX_THREADS;
+      float* bb = ba + tpr;
+      parity ^= 1u;
+      const unsigned t = nk_thread_x();
+      ba[t] = a;
+      bb[t] = b;
+      nk_barrier();
+      if constexpr (COLS > 0) {
+        const unsigned lane = nk_lane(), nw = (unsigned)tpr / NK_WARP_SIZE;
+        float ca[COLS], cb[COLS];
+#pragma unroll
+        for (int w = 0; w < COLS; ++w) {
+          ca[w] = (unsigned)w < nw ? ba[w * NK_WARP_SIZE + lane] : 0.0f;
+          cb[w] = (unsigned)w < nw ? bb[w * NK_WARP_SIZE + lane] : 0.0f;
+        }
+#pragma unroll
+        for (int h = COLS / 2; h >= 1; h >>= 1) {
+          if ((unsigned)h < nw) {
+#pragma unroll
+            for (int w = 0; w < h; ++w) ca[w] = nk_add_rn(ca[w], ca[w + h]), cb[w] = nk_add_rn(cb[w], cb[w + h]);
+          }
+        }
+        a = ca[0];
+        b = cb[0];
+      } else {
+        for (unsigned h = (unsigned)tpr / 2; h >= NK_WARP_SIZE; h >>= 1) {
+          if (t < h) ba[t] = nk_add_rn(ba[t], ba[t + h]), bb[t] = nk_add_rn(bb[t], bb[t + h]);
+          nk_barrier();
+        }
+        a = ba[nk_lane()];
+        b = bb[nk_lane()];
+      }
+    }
+    const unsigned lane = nk_lane();
+#pragma unroll
+    for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1) {
+      if (m < tpr) {
+        const float oa = nk_shfl_xor(a, m), ob = nk_shfl_xor(b, m);
+        const bool hi = (lane & (unsigned)m) != 0;
+        a = hi ? nk_add_rn(oa, a) : nk_add_rn(a, oa);
+        b = hi ? nk_add_rn(ob, b) : nk_add_rn(b, ob);
+      }
+    }
+  }
   static NK_INLINE float max2(float a, float b) { return b > a ? b : a; }
   static NK_INLINE float warp_max(float v, int width) {
 #pragma unroll
@@ -253,11 +306,18 @@ NK_INLINE void nk_fused_y(const unsigned* hw, int p, bool has_w, const unsigned*
 }
 
 // PE elements of y as TO's packed words (PE * TO::SIZE / 4 of them, nk_load_words' layout): a float dtype rounded to
-// nearest even, or PE bytes of a quantized dtype from y / s (f32 division).
-template <class TO, int PE>
-NK_INLINE void nk_fused_pack(const float (&f)[PE], float s, unsigned* w) {
+// nearest even, or PE bytes of a quantized dtype from y / s: f32 division, or with FAST the same quotients from qt.
+template <class TO, int PE, bool FAST = false>
+NK_INLINE void nk_fused_pack(const float (&f)[PE], float s, unsigned* w, const nk_quot* qt = nullptr) {
   static_assert(PE % 4 == 0, "whole words of bytes");
-  if constexpr (nk_is_quant<TO>::V) {
+  if constexpr (nk_is_quant<TO>::V && FAST) {
+    float q[PE];
+#pragma unroll
+    for (int e = 0; e < PE; ++e) q[e] = (*qt)(f[e]);
+#pragma unroll
+    for (int k = 0; k < PE / 4; ++k)
+      w[k] = nk_quant2<TO>(q[4 * k], q[4 * k + 1]) | (nk_quant2<TO>(q[4 * k + 2], q[4 * k + 3]) << 16);
+  } else if constexpr (nk_is_quant<TO>::V) {
 #pragma unroll
     for (int k = 0; k < PE / 4; ++k)
       w[k] = nk_quant2<TO>(f[4 * k] / s, f[4 * k + 1] / s) | (nk_quant2<TO>(f[4 * k + 2] / s, f[4 * k + 3] / s) << 16);
@@ -340,6 +400,20 @@ NK_INLINE float nk_fused_shift(const typename TI::S* xr, const typename TI::S* r
   }
   return nk_get<TI>(kw, 0);
 }
+// LayerNorm's statistics from the row's sums about the shift k: s of h - k and q1 of (h - k)^2. dm = s / d and
+// rs = 1 / sqrt(q1 / d - dm^2 + eps), unless the row is ill-conditioned for that difference (dm^2 > 9 times the
+// variance: more than a digit of q1 / d cancels) or q1 is not finite (overflow, NaN); then the caller takes the centred
+// sum of (h - k - dm)^2 for rs. Rounded operations only (no contraction): the same bits in every few-chunk kernel, on
+// both paths. The NK_FUSED_MAXV kernels keep two passes (the one-pass sums spilled up to 200 bytes a thread under their
+// 64 registers), so a row's LayerNorm bits depend on the kernel family: the plan runs every split of a row length on
+// one family (ops/plan_fused.ts, fusedKernelFor).
+NK_INLINE bool nk_ln_stats(float s, float q1, float fd, float eps, float& dm, float& rs) {
+  dm = s / fd;
+  const float m2 = nk_mul_rn(dm, dm), v1 = nk_add_rn(q1 / fd, -m2);
+  rs = nk_rsqrt(v1 + eps);
+  return !(m2 <= nk_mul_rn(9.0f, v1) && q1 <= 3.4028235e38f);
+}
+
 // The dynamic scale from the row's amax.
 template <class TO>
 NK_INLINE float nk_dynamic_scale(float am, float ub) {
@@ -353,8 +427,9 @@ NK_INLINE float nk_dynamic_scale(float am, float ub) {
 // chunks cached in registers (raw), the loops over them unrolled.
 //
 // MAXV: the chunks a thread holds at most. With fewer than NK_FUSED_MAXV (NEAR: the few-chunk kernels, a row spread
-// over many threads) the chunks' weights and bias are loaded with x and residual, in one round trip, and the dynamic
-// scale's y is kept in registers, not computed twice.
+// over many threads) the chunks' weights and bias are loaded with x and residual, in one round trip, the dynamic
+// scale's y is kept in registers, not computed twice, LayerNorm's statistics take one pass (nk_ln_stats) and a
+// quantized y / s no division (nk_quot).
 template <class TI, class TO, class TW, bool LN, int MAXV>
 NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   constexpr bool VP = true;
@@ -437,23 +512,39 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
     // The row's first element (LN's shift k), as the thread holding it computes it: every thread reads it itself.
     const float k = (LN && active) ? nk_fused_shift<TI>(xr, R ? rr : nullptr) : 0.0f;
 
-    // Statistics, each chunk's partial sum in element order, then the tree (nk_fused_red). LN: about the shift k, then
-    // the centred sum of squares in a second pass over the registers; RMS: the sum of squares.
+    // Statistics, each chunk's partial sum in element order, then the tree (nk_fused_red). LN: about the shift k; in
+    // the few-chunk kernels the sums of h - k and of (h - k)^2 reduced together (nk_ln_stats) and the centred sum of
+    // squares only for an ill-conditioned row, in the others the centred sum of squares in a second pass over the
+    // registers. RMS: the sum of squares.
     float dm = 0.0f, rs;
     if (LN) {
-      const float s = nk_fused_fold<MAXV>([&](int i) {
+      float s = nk_fused_fold<MAXV>([&](int i) {
         const int nvalid = NK_NVAL(i);
         const float si = nk_chunk_shifted_sum<TI, VEC>(raw[i].w, nvalid, k);
         return nvalid > 0 ? si : 0.0f;
       });
-      dm = red.sum(s) / fd;
-      nk_row_opaque<MAXV>(raw);
-      const float q = nk_fused_fold<MAXV>([&](int i) {
-        const int nvalid = NK_NVAL(i);
-        const float qi = nk_chunk_centred_sq<TI, VEC>(raw[i].w, nvalid, k, dm);
-        return nvalid > 0 ? qi : 0.0f;
-      });
-      rs = nk_rsqrt(red.sum(q) / fd + eps);
+      bool centred = true;
+      if constexpr (NEAR) {
+        float q1 = nk_fused_fold<MAXV>([&](int i) {
+          const int nvalid = NK_NVAL(i);
+          const float qi = nk_chunk_centred_sq<TI, VEC>(raw[i].w, nvalid, k, 0.0f);
+          return nvalid > 0 ? qi : 0.0f;
+        });
+        red.pair(s, q1);
+        centred = nk_ln_stats(s, q1, fd, eps, dm, rs);
+      } else {
+        dm = red.sum(s) / fd;
+      }
+      if (!NEAR || nk_any(centred)) {  // a warp of sub-warp rows: every lane shuffles, each row keeps its statistics
+        nk_row_opaque<MAXV>(raw);
+        const float q = nk_fused_fold<MAXV>([&](int i) {
+          const int nvalid = NK_NVAL(i);
+          const float qi = nk_chunk_centred_sq<TI, VEC>(raw[i].w, nvalid, k, dm);
+          return nvalid > 0 ? qi : 0.0f;
+        });
+        const float qs = red.sum(q);
+        if (centred) rs = nk_rsqrt(qs / fd + eps);
+      }
     } else {
       const float q = nk_fused_fold<MAXV>([&](int i) {
         float qi = 0.0f;
@@ -542,6 +633,11 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
       }
     }
     SO* yr = Y + i0 * y_s0 + i1 * y_s1;
+    // The quotients y / s of a quantized y without a division; LayerNorm on f32 x keeps the division, which spills
+    // less there (its weights, bias and x take the registers nk_quot's corrections need).
+    constexpr bool QUOT = NEAR && Q && !(LN && TI::SIZE == 4);
+    nk_quot qt;  // read only with QUOT
+    if constexpr (QUOT) qt = nk_quot(s);
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int nvalid = NK_NVAL(i);  // VEC or 0: d is a multiple of VEC here
@@ -559,7 +655,7 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
             weights(i, p, off, nvalid, gw, bw);
             nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
           }
-          nk_fused_pack<TO, PE>(f, s, yw + p * TO::SIZE / 4);
+          nk_fused_pack<TO, PE, QUOT>(f, s, yw + p * TO::SIZE / 4, &qt);
         }
         nk_store_words<TO, VEC>(yr + (long long)(c0 + i * tpr) * VEC, VP, nvalid, yw);
       }
@@ -574,7 +670,7 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
 // assignment and the same arithmetic in the same order as nk_fused_rows_vec, with nothing cached: each pass loads the
 // thread's chunks element by element again (h from h when it is written, so that an h written over the residual is
 // read back rather than recomputed), in loops that are not unrolled. A fallback: small code, few registers.
-template <class TI, class TO, class TW, bool LN>
+template <class TI, class TO, class TW, bool LN, bool ONEPASS>
 NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
   constexpr int VEC = 16 / TI::SIZE, PE = 4, PW = PE * TW::SIZE / 4;
   constexpr bool Q = nk_is_quant<TO>::V;
@@ -613,12 +709,13 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
     // The first pass stores h, which may replace x[0] or residual[0]: every thread reads k before any store. (The loop
     // over rows is block-uniform, so the barrier is reached by every thread.)
     if (LN && H) nk_barrier();
-    // Each chunk's partial sum (LN: of h - k; RMS: of squares), folded as it comes (slots in nk_fused_slot's order).
-    nk_fused_fold8 acc;
+    // Each chunk's partial sums (LN: of h - k, and of (h - k)^2 with ONEPASS; RMS: of squares), folded as they come
+    // (slots in nk_fused_slot's order).
+    nk_fused_fold8 acc, acc2;
 #pragma unroll 1
     for (int q = 0; q < NK_FUSED_MAXV; ++q) {
       const int i = nk_fused_slot(q), c = lr + i * tpr, nvalid = NK_NVALC(i, c);
-      float part = 0.0f;
+      float part = 0.0f, part2 = 0.0f;
       if (nvalid > 0) {
         unsigned w[4];
         nk_load_words<TI, VEC>(xr + (long long)c * VEC, false, nvalid, w);
@@ -628,27 +725,42 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
           nk_residual_add<TI, VEC>(w, rw);
         }
         if (H) nk_store_words<TI, VEC>(hr + (long long)c * VEC, false, nvalid, w);
-        if (LN) part = nk_chunk_shifted_sum<TI, VEC>(w, nvalid, k);
-        else nk_chunk_sq<TI, VEC>(w, nvalid, part);
+        if (LN) {
+          part = nk_chunk_shifted_sum<TI, VEC>(w, nvalid, k);
+          if (ONEPASS) part2 = nk_chunk_centred_sq<TI, VEC>(w, nvalid, k, 0.0f);
+        } else {
+          nk_chunk_sq<TI, VEC>(w, nvalid, part);
+        }
       }
       acc.add(q, part);
+      if (LN && ONEPASS) acc2.add(q, part2);
     }
     float dm = 0.0f, rs;
     if (LN) {
-      dm = red.sum(acc.sum) / fd;
-      nk_fused_fold8 sq;
-#pragma unroll 1
-      for (int q = 0; q < NK_FUSED_MAXV; ++q) {
-        const int i = nk_fused_slot(q), c = lr + i * tpr, nvalid = NK_NVALC(i, c);
-        float part = 0.0f;
-        if (nvalid > 0) {
-          unsigned w[4];
-          nk_load_words<TI, VEC>(src + (long long)c * VEC, false, nvalid, w);
-          part = nk_chunk_centred_sq<TI, VEC>(w, nvalid, k, dm);
-        }
-        sq.add(q, part);
+      bool centred = true;
+      if constexpr (ONEPASS) {
+        float s = acc.sum, q1 = acc2.sum;
+        red.pair(s, q1);
+        centred = nk_ln_stats(s, q1, fd, eps, dm, rs);
+      } else {
+        dm = red.sum(acc.sum) / fd;
       }
-      rs = nk_rsqrt(red.sum(sq.sum) / fd + eps);
+      if (!ONEPASS || nk_any(centred)) {
+        nk_fused_fold8 sq;
+#pragma unroll 1
+        for (int q = 0; q < NK_FUSED_MAXV; ++q) {
+          const int i = nk_fused_slot(q), c = lr + i * tpr, nvalid = NK_NVALC(i, c);
+          float part = 0.0f;
+          if (nvalid > 0) {
+            unsigned w[4];
+            nk_load_words<TI, VEC>(src + (long long)c * VEC, false, nvalid, w);
+            part = nk_chunk_centred_sq<TI, VEC>(w, nvalid, k, dm);
+          }
+          sq.add(q, part);
+        }
+        const float qs = red.sum(sq.sum);
+        if (centred) rs = nk_rsqrt(qs / fd + eps);
+      }
     } else {
       rs = nk_rsqrt(red.sum(acc.sum) / fd + eps);
     }
@@ -732,7 +844,7 @@ NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
   // The reductions' shared memory, one buffer for whichever path runs (nk_fused_red).
   NK_SHARED float red_buf[2 * NK_FUSED_MAX_THREADS];
   if (vp) nk_fused_rows_vec<TI, TO, TW, LN, MAXV>(NK_FUSED_ARGS, red_buf);
-  else nk_fused_rows_scalar<TI, TO, TW, LN>(NK_FUSED_ARGS, red_buf);
+  else nk_fused_rows_scalar<TI, TO, TW, LN, (MAXV < NK_FUSED_MAXV)>(NK_FUSED_ARGS, red_buf);
 }
 
 #endif  // NORMKIT_FUSED_CUH

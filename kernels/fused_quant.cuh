@@ -73,6 +73,34 @@ struct nk_int8 {
   }
 };
 
+// q = y / s for a row's (or a launch's) scale s, as the f32 division rounds it, without a division per element:
+// r = 1 / s (rounded to nearest), q0 = y * r, then two corrections by the remainder y - s * q. The first leaves q
+// within an ulp of y / s, so its remainder is exact and the second rounds correctly (Markstein's theorem). That needs
+// s in [2^-60, 2^121] (no remainder underflows where |y / s| >= 2^-42, smaller quotients converting to a zero byte
+// either way, with y's sign, and 1 / s is normal): a scale outside is brought in by c = 2^100 or 2^-100, y with it
+// (y * c, exact except where it overflows, y / s then past every format's range, or underflows, y / s then far
+// below it). Where |q0| >= 2^100 (y / s past every format's range, y infinite or NaN) q0 itself, which converts as
+// y / s does. s = +Inf: q0 (y * 0, or NaN), as y / Inf.
+struct nk_quot {
+  float s, r, c, big;
+  nk_quot() = default;
+  NK_INLINE explicit nk_quot(float scale) {
+    c = scale < 0x1p-60f ? 0x1p100f : (scale > 0x1p121f && scale <= 3.4028235e38f ? 0x1p-100f : 1.0f);
+    s = scale * c;
+    r = 1.0f / s;
+    big = r != 0.0f ? 0x1p100f : 0.0f;
+  }
+  NK_INLINE float operator()(float y0) const {
+    const float y = y0 * c;
+    const float q0 = nk_fma(y, r, -0.0f);  // y * r, one rounding, -0 kept
+    const float q1 = nk_fma(nk_fma(-s, q0, y), r, q0);
+    const float q2 = nk_fma(nk_fma(-s, q1, y), r, q1);
+    const float qs = nk_u2f((nk_f2u(q2) & 0x7fffffffu) | (nk_f2u(y) & 0x80000000u));  // y = -0 gives -0
+    return nk_absf(q0) < big ? qs : q0;
+  }
+};
+
+
 // Whether T is one of the 1-byte quantized dtypes (the float dtypes have SIZE 2 or 4).
 template <class T>
 struct nk_is_quant {

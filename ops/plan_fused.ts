@@ -9,7 +9,7 @@
  * adds in that same tree, so every output bit of a row is the same in every call, whatever the batch. That leaves the
  * split free to follow the row count: few rows take 256 threads a row (short per-thread chains: latency), as do short
  * rows while a chunk a lane fits one wave; many rows take 4 chunks a thread up to 256 threads a row on CUDA (the `_nv4`
- * kernels' block: bandwidth), 8 past it and on HIP.
+ * kernels' block: bandwidth), 8 past it, on HIP and for RMSNorm rows that fill at most 5/8 of their tree.
  * The row count also sizes the grid (fusedLaunch); the kernel grid-strides. Each table row has a stable `fused.*` id.
  */
 import { type DType, QUANT_DTYPES } from "../runtime/dtype.ts";
@@ -62,9 +62,19 @@ export const FUSED_FEW_THREADS = 256;
 export const FUSED_LATENCY_THREADS = 256;
 
 /** The `fused.wave` rule's measure of one wave, in threads an SM: the 8-chunk kernels hold 1024 (64 registers a thread
- * under their launch bound of 1024); the `_nv2` kernels that CUDA launches for those rows hold 512 to 1280 (48 to 101
+ * under their launch bound of 1024); the `_nv2` kernels that CUDA launches for those rows hold 768 to 1280 (48 to 80
  * registers, blocks of 256). */
 export const FUSED_SM_THREADS = 1024;
+
+/** What a split rule sees: the norm, the row count, the tree's leaves and the row's chunks (≤ leaves), the device. */
+export interface FusedSplitQuery {
+  kind: NormKind;
+  rows: number;
+  leaves: number;
+  chunks: number;
+  limits: FusedLimits;
+  place: FusedPlace;
+}
 
 /**
  * How the N leaves are split, the first row whose `when` holds: `nv` chunks a thread for this kind and N (at least
@@ -78,14 +88,15 @@ export const FUSED_SM_THREADS = 1024;
 // deno-fmt-ignore
 export const FUSED_SPLITS: readonly {
   id: string;
-  when: (rows: number, leaves: number, limits: FusedLimits, place: FusedPlace) => boolean;
+  when: (q: FusedSplitQuery) => boolean;
   nv: (kind: NormKind, leaves: number) => number;
   why: string;
 }[] = [
-  { id: "fused.latency", when: (rows, _n, l) => rows <= l.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: FUSED_LATENCY_THREADS threads a row (more for rows past 8 chunks a thread): a short chain of loads, reductions and stores per thread, 4 barriers per sum" },
-  { id: "fused.wave", when: (rows, n, l) => n <= FUSED_LANES_MAX && rows * n <= l.multiprocessors * FUSED_SM_THREADS, nv: () => 1, why: "short rows (a warp or less at a chunk a lane: QK-norm's heads) whose lanes at one chunk each fit one wave of the GPU: the latency split's one load, shuffles and one store per lane, on more SMs than one row per SM allows (8 tokens of 40 heads took 8.3 µs at 8 chunks a lane, 1 token 2.6 µs at one: H100)" },
-  { id: "fused.short", when: (_r, n) => n <= FUSED_LANES_MAX, nv: () => 4, why: "rows of at most 32 chunks past one wave (QK-norm's heads at prefill): 4 chunks a lane, 32 to 256 rows a block (H100, D 128 and 256 bf16: 53-91 % of copy, against 28-62 % at 8 chunks a lane and 26-54 % at one)" },
-  { id: "fused.few", when: (_r, n, _l, place) => fewKernelHolds(place, n, 4), nv: () => 4, why: "rows of 33 to 1024 chunks at many rows (D 257 to 8192 in 16-bit) where the backend has the _nv4 kernels (CUDA): 4 chunks a thread, a group of lanes per row to 32 (256 / tpr rows a block, no barrier), a block per row past it, on the _nv4 kernels (launch bound 256; spill stores of at most 12 bytes on sm_90, none in the bf16-weight kernels the sweep timed). H100, bf16, % of copy at 4 / 8 chunks a thread (add + RMSNorm, → fp8, add + LayerNorm, → fp8): D 512 93.3 / 88.3, 78.4 / 69.7, 89.9 / 81.3, 67.2 / 54.9; D 4096 95.1 / 93.2, 79.0 / 72.2, 93.2 / 85.9, 65.7 / 60.5; D 8192 91.2 / 92.7, 77.0 / 73.6, 89.7 / 85.9, 63.8 / 61.9 (bench/results/h100-fused-splits-prefill-deno.txt). Without them (HIP) such rows stay at 8 chunks on the one kernel: in the H200 sweep of one kernel for every split, 4 chunks ran below 8 (bench/results/h200-fused-splits-deno.txt)" },
+  { id: "fused.latency", when: (q) => q.rows <= q.limits.multiprocessors, nv: (_k, n) => Math.max(1, n / FUSED_LATENCY_THREADS), why: "a row or fewer per SM: FUSED_LATENCY_THREADS threads a row (more for rows past 8 chunks a thread): a short chain of loads, reductions and stores per thread, 4 barriers per sum" },
+  { id: "fused.wave", when: (q) => q.leaves <= FUSED_LANES_MAX && q.rows * q.leaves <= q.limits.multiprocessors * FUSED_SM_THREADS, nv: () => 1, why: "short rows (a warp or less at a chunk a lane: QK-norm's heads) whose lanes at one chunk each fit one wave of the GPU: the latency split's one load, shuffles and one store per lane, on more SMs than one row per SM allows (8 tokens of 40 heads took 8.3 µs at 8 chunks a lane, 1 token 2.6 µs at one: H100)" },
+  { id: "fused.short", when: (q) => q.leaves <= FUSED_LANES_MAX, nv: () => 4, why: "rows of at most 32 chunks past one wave (QK-norm's heads at prefill): 4 chunks a lane, 32 to 256 rows a block (H100, D 128 and 256 bf16: 53-91 % of copy, against 28-62 % at 8 chunks a lane and 26-54 % at one)" },
+  { id: "fused.padded", when: (q) => q.kind === "rms" && q.leaves > 4 * FUSED_LANES_MAX && q.chunks * 8 <= q.leaves * 5 && fewKernelHolds(q.place, q.leaves, 4), nv: () => 8, why: "RMSNorm rows of a block each at 4 chunks a thread (past 128 leaves) that fill at most 5/8 of their tree (D 5120 in 16-bit: 640 chunks, 1024 leaves) at many rows: 8 chunks a thread, 5 of them data, on the 8-chunk kernel (64 registers: 8 blocks of 128 threads an SM), against 2 or 3 of 4 in blocks of 256 on the _nv4 kernel. H100, D 5120 bf16, % of copy at 8 / 4 chunks a thread: add + RMSNorm 94.1 / 88.5, → fp8 72.4 / 60.8 (bench/results/h100-fused-splits-5120-deno.txt and h100-fused-ab-min4-onepass-quot-deno.txt, one run). LayerNorm keeps 4 chunks: add + LayerNorm 85.7 at 8 against 96.1 at 4, where its statistics take one pass (fused.nv4)" },
+  { id: "fused.few", when: (q) => fewKernelHolds(q.place, q.leaves, 4), nv: () => 4, why: "rows of 33 to 1024 chunks at many rows (D 257 to 8192 in 16-bit) where the backend has the _nv4 kernels (CUDA): 4 chunks a thread, a group of lanes per row to 32 (256 / tpr rows a block, no barrier), a block per row past it, on the _nv4 kernels (launch bound 256; spill stores of at most 28 bytes on sm_90). H100, bf16, % of copy at 4 / 8 chunks a thread, the _nv4 kernels as they were before their bound of 4 blocks an SM, one-pass LayerNorm and the division-free quotient (which add up to 8 points: fused.nv4) (add + RMSNorm, → fp8, add + LayerNorm, → fp8): D 512 93.3 / 88.3, 78.4 / 69.7, 89.9 / 81.3, 67.2 / 54.9; D 4096 95.1 / 93.2, 79.0 / 72.2, 93.2 / 85.9, 65.7 / 60.5; D 8192 91.2 / 92.7, 77.0 / 73.6, 89.7 / 85.9, 63.8 / 61.9 (bench/results/h100-fused-splits-prefill-deno.txt). Without them (HIP) such rows stay at 8 chunks on the one kernel: in the H200 sweep of one kernel for every split, 4 chunks ran below 8 (bench/results/h200-fused-splits-deno.txt)" },
   { id: "fused.block", when: () => true, nv: () => 8, why: "the other rows at many rows (past 1024 chunks; past 32 where the backend has no _nv4 kernels): 8 chunks a thread (fewest threads, most bytes in flight per thread), a group of lanes per row to 32, a block of whole warps per row past it" },
 ];
 
@@ -151,8 +162,10 @@ export function fusedGeometry(
 ): FusedGeometryResult {
   const tree = fusedTree(kind, d, inputDtype, limits);
   if ("unsupported" in tree) return tree;
-  const n = tree.leaves, threads = maxRowThreads(limits);
-  const rule = FUSED_SPLITS.find((r) => r.when(rows, n, limits, place))!;
+  const n = tree.leaves,
+    threads = maxRowThreads(limits),
+    chunks = Math.ceil(d / (16 / inputBytes(inputDtype as FusedInput)));
+  const rule = FUSED_SPLITS.find((r) => r.when({ kind, rows, leaves: n, chunks, limits, place }))!;
   // nv: the rule's, within [n / threads, MAXV] and ≤ n; a power of two, as n is.
   const nv = Math.min(n, Math.max(rule.nv(kind, n), n / threads, 1), FUSED_MAXV);
   return { ...fusedSplit(n, nv, limits), rule: rule.id };
@@ -203,8 +216,8 @@ export const FUSED_VARIANTS: readonly {
   backends: readonly FusedBackend[];
   why: string;
 }[] = [
-  { id: "fused.nv2", suffix: "_nv2", maxv: 2, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "at most 2 chunks a thread in blocks of at most 256 (decode to D 4096 in 16-bit; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256 (48 to 101 registers): 3.58 µs against 5.66 for the 8-chunk kernel at D 2048, 4.16 against 6.48 at D 4096; the 4-chunk kernel took 4.02 and 4.63" },
-  { id: "fused.nv4", suffix: "_nv4", maxv: 4, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "3 to 4 chunks a thread in blocks of at most 256 (decode at D 8192 in 16-bit; prefill rows of up to 1024 chunks, 4 chunks a thread: fused.short, fused.few): as _nv2 with room for 4 chunks (58 to 124 registers, spill stores of at most 12 bytes on sm_90, 32 on sm_80): at D 8192 5.70 µs against 7.91 for the 8-chunk kernel (add + RMSNorm 4.10 against 5.47, add + LayerNorm 5.98 against 7.18); at D 128 and 524,288 rows, add + RMSNorm → fp8 75 % of copy against 65, add + RMSNorm 72 against 81, QK-norm of 16,384 tokens 2592 GB/s (the 8-chunk kernel: 2584 GB/s in an earlier run)" },
+  { id: "fused.nv2", suffix: "_nv2", maxv: 2, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "at most 2 chunks a thread in blocks of at most 256 (decode to D 4096 in 16-bit; short rows in one wave): weights and bias loaded with x and residual, the dynamic scale's y kept in registers, under a launch bound of 256 (48 to 80 registers): 3.58 µs against 5.66 for the 8-chunk kernel at D 2048, 4.16 against 6.48 at D 4096; the 4-chunk kernel took 4.02 and 4.63" },
+  { id: "fused.nv4", suffix: "_nv4", maxv: 4, maxThreads: FUSED_FEW_THREADS, backends: ["cuda"], why: "3 to 4 chunks a thread in blocks of at most 256 (decode at D 8192 in 16-bit; prefill rows of up to 1024 chunks, 4 chunks a thread: fused.short, fused.few): as _nv2 with room for 4 chunks (64 to 124 registers: 64 with at least 4 blocks an SM for a float y; spill stores of at most 28 bytes on sm_90, 48 on sm_80; at 64 registers add + RMSNorm at D 8192 ran 95.9 % of copy against 91.3, add + LayerNorm 94.6 against 89.5, bench/results/h100-fused-ab-min4-onepass-quot-deno.txt): at D 8192 5.70 µs against 7.91 for the 8-chunk kernel (add + RMSNorm 4.10 against 5.47, add + LayerNorm 5.98 against 7.18); at D 128 and 524,288 rows, add + RMSNorm → fp8 75 % of copy against 65, add + RMSNorm 72 against 81, QK-norm of 16,384 tokens 2592 GB/s (the 8-chunk kernel: 2584 GB/s in an earlier run)" },
   { id: "fused.nv8", suffix: "", maxv: FUSED_MAXV, maxThreads: FUSED_MAX_THREADS, backends: ["cuda", "hip"], why: "up to 8 chunks a thread in blocks of up to 1024: the row in 32 registers a thread, weights loaded where they are used (64 registers a thread)" },
 ];
 

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "2e7cdb1398b3588851523d7f4fa06f074a991b51ad223b5c52674f15f6ef0f15";
+export const fusedSourceSha256: string = "097dc60d11f01972f26152da789e7d39c0763cccbceb49edab3340797a947b52";

@@ -49,6 +49,33 @@ gpuTest("fused zero and NaN rows: floor scale and q = 0; NaN rows give NaN (fp8)
   }
 });
 
+gpuTest(
+  "LayerNorm rows whose shift lies far from the mean (the centred pass) beside ordinary rows, against float64",
+  async () => {
+    using dev = await open();
+    // Sub-warp rows sharing a warp (D 128: a chunk a lane at 300 rows, 4 at 4096), the scalar path (770), a block per row
+    // on _nv4 (4096, 5120) and on the 8-chunk kernel (16384).
+    for (const dtype of ["bf16", "f16", "f32"] as const) {
+      for (const d of [128, 770, 4096, 5120, 16384]) {
+        for (const rows of d <= 770 ? [9, 300, 4096] : [9, 300]) {
+          const residual = d === 770;
+          runFusedCase(dev, { kind: "layer", dtype, d, rows, residual, quant: "none", outlier: true });
+          runFusedCase(dev, {
+            kind: "layer",
+            dtype,
+            d,
+            rows,
+            residual,
+            quant: "dynamic",
+            qdtype: "int8",
+            outlier: true,
+          });
+        }
+      }
+    }
+  },
+);
+
 /** Bits of a tensor, for bitwise comparison. */
 const bits = (t: Tensor): number[] => Array.from(t.readBitsSync() as ArrayLike<number>);
 
@@ -62,6 +89,8 @@ gpuTest(
         const batches = [1, 2, 7, 131, 132, 133, 264, 265, 4096, d <= 1024 ? 50_000 : 8192];
         const maxRows = batches[batches.length - 1];
         const xv = randoms(maxRows * d, d + 1), rv = randoms(maxRows * d, d + 2);
+        // Odd rows' first element far from their mean: LayerNorm's centred pass on them, one pass on the even rows.
+        for (let r = 1; r < maxRows; r += 2) xv[r * d] = 64;
         using w = dev.tensor(randoms(d, d + 3, 0.5, 1.5), [d], { dtype });
         const probe = [0, 1, 130, 263, 4095, maxRows - 1];
         const seen = new Map<number, string>();

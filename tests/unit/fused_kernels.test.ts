@@ -78,7 +78,11 @@ test("the few-chunk kernels' bounds in fused.cu(h) are the plan's, and the kerne
   assert.deepEqual(FUSED_VARIANTS.filter((v) => v.maxThreads !== FUSED_FEW_THREADS).map((v) => [v.maxv, v.suffix]), [
     [FUSED_MAXV, ""],
   ]);
-  assert.match(few, /NK_LAUNCH_BOUNDS\(NK_FUSED_FEW_THREADS\)[\s\S]*_nv##maxv\([\s\S]*maxv, NK_FUSED_FEW_THREADS>/);
+  // Their block bound is the plan's; the _nv4 kernels of a float y ask for 4 blocks an SM as well.
+  assert.match(
+    few,
+    /NK_LAUNCH_BOUNDS_MIN\(NK_FUSED_FEW_THREADS, \(maxv\) == 4 && !nk_is_quant<nk_##to>::V \? 4 : 0\)[\s\S]*_nv##maxv\([\s\S]*maxv, NK_FUSED_FEW_THREADS>/,
+  );
 });
 
 test("fused_cuda.ts was generated from the current sources (run bash scripts/build-fused.sh otherwise)", () => {
@@ -115,10 +119,10 @@ for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
 test("the images stay small (SASS and PTX, compressed)", () => {
   for (const f of ["precompiled/fused_sm80.fatbin", "precompiled/fused_sm90.fatbin"]) {
     const n = read(f).byteLength;
-    assert.ok(n < 740_000, `${f} is ${n} bytes`);
+    assert.ok(n < 800_000, `${f} is ${n} bytes`);
   }
   const ptx = read("packages/ptx/fused_compute90.fatbin").byteLength;
-  assert.ok(ptx < 1_500_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
+  assert.ok(ptx < 1_700_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
 });
 
 /** The text of packages/ptx/fused_compute90.fatbin: one zstd-compressed PTX entry for compute_90. */

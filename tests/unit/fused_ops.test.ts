@@ -36,6 +36,25 @@ test(`fused norms on the CPU backend: ${CASES.length} cases (D, dtype, residual,
   }
 });
 
+test("LayerNorm rows whose first element lies far from their mean, beside ordinary rows, against float64", () => {
+  using dev = Device.open({ backend: "cpu" });
+  for (const dtype of ["bf16", "f16", "f32"] as const) {
+    for (const d of [128, 770, 5120]) {
+      runFusedCase(dev, { kind: "layer", dtype, d, rows: 9, residual: d === 770, quant: "none", outlier: true });
+      runFusedCase(dev, {
+        kind: "layer",
+        dtype,
+        d,
+        rows: 9,
+        residual: false,
+        quant: "dynamic",
+        qdtype: "int8",
+        outlier: true,
+      });
+    }
+  }
+});
+
 test("zero rows get the floor scale and q = 0; a NaN row quantizes to NaN (fp8) and 0 (int8) with the floor scale", () => {
   using dev = Device.open({ backend: "cpu" });
   for (const qdtype of ["fp8e4m3", "fp8e5m2", "int8"] as const) {

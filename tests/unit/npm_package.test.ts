@@ -254,7 +254,7 @@ console.log(JSON.stringify({
 `;
 
 /** Budgets of the image packages (packed; the images are already compressed): hip holds three targets' two images. */
-const IMAGE_PACKAGE_BUDGET: Record<string, number> = { ptx: 5_000_000, hip: 10_000_000 };
+const IMAGE_PACKAGE_BUDGET: Record<string, number> = { ptx: 5_500_000, hip: 10_000_000 };
 
 test("@normkit/ptx and @normkit/hip: npm pack → bun add beside normkit, images found, tsc --noEmit", {
   skip,

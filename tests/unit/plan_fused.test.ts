@@ -224,6 +224,7 @@ test("the split table: ids in order, each with its reason", () => {
     "fused.latency",
     "fused.wave",
     "fused.short",
+    "fused.padded",
     "fused.few",
     "fused.block",
   ]);
@@ -232,8 +233,10 @@ test("the split table: ids in order, each with its reason", () => {
   assert.deepEqual([lanes.tpr, lanes.nv, lanes.block, lanes.rowsPerBlock, lanes.rule], [16, 4, 256, 16, "fused.few"]);
   const d2048 = geometry("rms", 2048, "bf16", 1000); // 256 chunks: a block of 64 threads × 4
   assert.deepEqual([d2048.tpr, d2048.nv, d2048.block, d2048.rowsPerBlock, d2048.rule], [64, 4, 64, 1, "fused.few"]);
-  const few = geometry("rms", 2056, "bf16", 1000); // 257 chunks, 512 leaves: 128 threads × 4
+  const few = geometry("layer", 2056, "bf16", 1000); // 257 chunks, 512 leaves: 128 threads × 4
   assert.deepEqual([few.tpr, few.nv, few.block, few.rule], [128, 4, 128, "fused.few"]);
+  const padded = geometry("rms", 2056, "bf16", 1000); // RMSNorm, at most 5/8 of the leaves: 64 threads × 8
+  assert.deepEqual([padded.tpr, padded.nv, padded.block, padded.rule], [64, 8, 64, "fused.padded"]);
   const most = geometry("rms", 8192, "bf16", 1000); // 1024 chunks: 256 threads × 4, the _nv4 kernels' block
   assert.deepEqual([most.tpr, most.nv, most.rule], [256, 4, "fused.few"]);
   const block = geometry("rms", 8200, "bf16", 1000); // 1025 chunks, 2048 leaves: 256 threads × 8
@@ -262,6 +265,44 @@ test("4 chunks a thread at many rows only where the _nv4 kernels are (CUDA); 8 o
   for (const [d, rows] of [[4096, 1], [128, 320], [128, 1_000_000]] as const) {
     const [c, h] = (["cuda", "hip"] as const).map((p) => geometry("rms", d, "bf16", rows, H200, p));
     assert.deepEqual([c.tpr, c.nv, c.rule], [h.tpr, h.nv, h.rule], `D ${d} rows ${rows}`);
+  }
+});
+
+test("RMSNorm rows filling at most 5/8 of their tree take 8 chunks at many rows on CUDA (fused.padded)", () => {
+  const split = (kind: "layer" | "rms", d: number, dtype = "bf16", rows = 100_000, place: FusedPlace = "cuda") => {
+    const g = geometry(kind, d, dtype, rows, H200, place);
+    return [g.tpr, g.nv, g.rule];
+  };
+  assert.deepEqual(split("rms", 5120), [128, 8, "fused.padded"]); // 640 chunks of 1024 leaves
+  assert.deepEqual(split("rms", 2560, "f32"), [128, 8, "fused.padded"]);
+  assert.deepEqual(split("rms", 4104), [128, 8, "fused.padded"]); // 513 chunks of 1024
+  assert.deepEqual(split("rms", 5128), [256, 4, "fused.few"]); // 641 chunks: past 5/8
+  assert.deepEqual(split("rms", 4096), [128, 4, "fused.few"]);
+  assert.deepEqual(split("layer", 5120), [256, 4, "fused.few"]); // LayerNorm keeps 4
+  assert.deepEqual(split("rms", 5120, "bf16", 1), [256, 4, "fused.latency"]); // decode unchanged
+  assert.deepEqual(split("rms", 10240), [256, 8, "fused.block"]); // past 1024 chunks: 8 anyway
+  assert.deepEqual(split("rms", 5120, "bf16", 100_000, "hip"), [128, 8, "fused.block"]);
+  assert.deepEqual(split("rms", 160), [8, 4, "fused.short"]); // 20 chunks of 32: short rows keep their rule
+  assert.deepEqual(split("rms", 264), [16, 4, "fused.few"]); // 33 chunks of 64: sub-warp rows at 4 keep it
+  assert.deepEqual(split("rms", 1032), [32, 8, "fused.padded"]); // 129 chunks of 256: a warp a row at 8
+});
+
+test("LayerNorm: every split of a row runs one kernel family on CUDA (its statistics' arithmetic)", () => {
+  // The few-chunk kernels take LayerNorm's statistics in one pass, the 8-chunk kernels in two (kernels/fused.cuh,
+  // nk_ln_stats): a row's bits are the same in every call only while its row length never moves between them.
+  const rowCounts = [1, 2, 8, 131, 132, 133, 300, 1000, 4096, 65_536, 1_000_000];
+  for (const dtype of ["f32", "f16", "bf16"] as const) {
+    for (const d of SWEEP_DS) {
+      const families = new Set<string>();
+      for (const rows of rowCounts) {
+        const g = fusedGeometry("layer", d, dtype, H200, rows, "cuda");
+        if ("unsupported" in g) continue;
+        const k = fusedKernelFor("layer", dtype, dtype, "f32", g, "cuda");
+        assert.ok("kernel" in k);
+        families.add(k.variant === "fused.nv8" ? "8-chunk" : "few-chunk");
+      }
+      assert.ok(families.size <= 1, `LayerNorm ${dtype} D ${d}: ${[...families].join(" and ")}`);
+    }
   }
 });
 

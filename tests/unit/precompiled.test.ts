@@ -208,7 +208,7 @@ test("images: one compressed fatbin entry each (SASS sm_80, SASS sm_90, PTX comp
 });
 
 test("the images stay within their budgets: normkit's own (JSR main package) and each package's", () => {
-  // The JSR main package is at most 10,000,000 bytes in all: its SASS images, norm and fused, get 5 MB. The PTX and
+  // The JSR main package is at most 10,000,000 bytes in all: its SASS images, norm and fused, get 5.2 MB. The PTX and
   // AMD packages have 10 MB each; their images get 9 MB. Every image file of a folder counts.
   const size = (dir: string, pattern: RegExp) => {
     const files = readdirSync(new URL(dir, root)).filter((f) => pattern.test(f));
@@ -216,7 +216,7 @@ test("the images stay within their budgets: normkit's own (JSR main package) and
     return files.reduce((n, f) => n + read(`${dir}/${f}`).length, 0);
   };
   const own = size("precompiled", /^(norm|fused)_(sm\d+\.fatbin|cuda\.ts)$/);
-  assert.ok(own < 5_000_000, `precompiled/ is ${own} bytes`);
+  assert.ok(own < 5_200_000, `precompiled/ is ${own} bytes`);
   const ptx = size("packages/ptx", /\.fatbin$/);
   assert.ok(ptx < 9_000_000, `packages/ptx is ${ptx} bytes`);
   const hip = size("packages/hip", /\.hsaco\.gz$/);

@@ -1,11 +1,11 @@
-// Host check of nk_quot (fused_quant.cuh as quot.diff leaves it): the quotient y / s without a division per element
+// Host check of nk_quot (kernels/fused_quant.cuh): the quotient y / s without a division per element
 // must give the bytes of the f32 division in every format (fp8e4m3, fp8e5m2, int8, through the kernels' own portable
 // conversions), and the quotient itself bit for bit where nk_quot corrects it and the scale needs no bringing in
 // (2^-42 <= |y / s| < 2^99, s in [2^-60, 2^121]; outside, every format's byte is the same for any nearby value), for
 // every scale the op accepts (positive: subnormal to +Inf). Inputs: structured edge cases (zeros, subnormals,
 // infinities, NaN, the ends of the range nk_quot takes as it is, significands of all ones and all zeros at binade
 // edges) crossed with each other, then random pairs over the whole range of y and of s.
-//   bash lab/fused_geometry/quot_check.sh [random pairs, default 2e9]
+//   bash tests/host/quot_check.sh [random pairs, default 2e9]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

@@ -110,7 +110,8 @@ function fewKernelHolds(place: FusedPlace, leaves: number, nv: number): boolean 
 }
 
 const nextPow2 = (n: number): number => 2 ** Math.ceil(Math.log2(Math.max(1, n)));
-const inputBytes = (t: FusedInput): number => (t === "f32" ? 4 : 2);
+/** Elements of x in one 16-byte chunk. */
+const chunkElems = (t: FusedInput): number => (t === "f32" ? 4 : 8);
 const isInput = (t: string): t is FusedInput => t === "f32" || t === "f16" || t === "bf16";
 
 /** The most threads a row may have on these limits: a power of two of whole warps (and 32-lane groups), ≤ 1024. */
@@ -136,7 +137,7 @@ export function fusedTree(
     return { unsupported: `the fused kernels take x in f32, f16 or bf16, not ${String(inputDtype)}` };
   }
   if (!Number.isInteger(d) || d < 1) return { unsupported: `d must be a whole number ≥ 1, not ${d}` };
-  const vec = 16 / inputBytes(inputDtype), leaves = nextPow2(Math.ceil(d / vec)), threads = maxRowThreads(limits);
+  const vec = chunkElems(inputDtype), leaves = nextPow2(Math.ceil(d / vec)), threads = maxRowThreads(limits);
   if (leaves > threads * FUSED_MAXV) {
     const most = threads * FUSED_MAXV * vec;
     return {
@@ -164,7 +165,7 @@ export function fusedGeometry(
   if ("unsupported" in tree) return tree;
   const n = tree.leaves,
     threads = maxRowThreads(limits),
-    chunks = Math.ceil(d / (16 / inputBytes(inputDtype as FusedInput)));
+    chunks = Math.ceil(d / chunkElems(inputDtype as FusedInput));
   const rule = FUSED_SPLITS.find((r) => r.when({ kind, rows, leaves: n, chunks, limits, place }))!;
   // nv: the rule's, within [n / threads, MAXV] and ≤ n; a power of two, as n is.
   const nv = Math.min(n, Math.max(rule.nv(kind, n), n / threads, 1), FUSED_MAXV);

@@ -8,6 +8,7 @@ import { type Kernel, LaunchConfig, type Stream } from "../../gpu.ts";
 import { fusedArgs } from "../../ops/fused_abi.ts";
 import type { FusedGeometry } from "../../ops/plan_fused.ts";
 import { fillFromTile } from "../../bench/tile.ts";
+import { fromBf16Bits } from "../../runtime/dtype.ts";
 import { graphUs } from "../../bench/device_timer.ts";
 
 export type Variant = { name: string; kind: "rms" | "layer"; to: "bf16" | "fp8e4m3" };
@@ -119,7 +120,6 @@ const ordered = (bits: number, width: number): number => {
   const sign = 2 ** (width - 1);
   return bits >= sign ? -(bits - sign) : bits;
 };
-const bf16Value = (bits: number): number => new Float32Array(new Uint32Array([bits << 16]).buffer)[0];
 /**
  * For a build whose arithmetic differs from the op's (ab.ts --near): h bit for bit, y within one step of its dtype
  * (neighbouring encodings; bf16 also within 2^-7, its step at 1, where LayerNorm's bias cancels most of y), the scales
@@ -133,7 +133,7 @@ export function agreesNear(t: CaseTensors, v: Variant, want: Bits): string {
   for (let i = 0; i < want.y.length; i++) {
     if (got.y[i] === want.y[i]) continue;
     const steps = Math.abs(ordered(got.y[i], width) - ordered(want.y[i], width));
-    const near1 = width === 16 && Math.abs(bf16Value(got.y[i]) - bf16Value(want.y[i])) <= 2 ** -7;
+    const near1 = width === 16 && Math.abs(fromBf16Bits(got.y[i]) - fromBf16Bits(want.y[i])) <= 2 ** -7;
     if (steps > 1 && !near1) return `y[${i}] more than a step off`;
     moved++;
   }

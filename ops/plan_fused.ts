@@ -166,7 +166,8 @@ export function fusedGeometry(
   const n = tree.leaves,
     threads = maxRowThreads(limits),
     chunks = Math.ceil(d / chunkElems(inputDtype as FusedInput));
-  const rule = FUSED_SPLITS.find((r) => r.when({ kind, rows, leaves: n, chunks, limits, place }))!;
+  const query: FusedSplitQuery = { kind, rows, leaves: n, chunks, limits, place };
+  const rule = FUSED_SPLITS.find((r) => r.when(query))!;
   // nv: the rule's, within [n / threads, MAXV] and ≤ n; a power of two, as n is.
   const nv = Math.min(n, Math.max(rule.nv(kind, n), n / threads, 1), FUSED_MAXV);
   return { ...fusedSplit(n, nv, limits), rule: rule.id };

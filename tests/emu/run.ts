@@ -73,7 +73,7 @@ interface Case {
   qdtype?: QuantDType;
   paramsOfX?: boolean;
   strided?: boolean; // x's rows d + 3 apart
-  special?: boolean; // row 1 zeros, row 2 one NaN
+  special?: boolean; // row 1 zeros, row 2 one NaN, row 3 one infinite x
   outlier?: boolean; // odd rows: x's first element 64, LayerNorm's shift far from the row's mean (the centred pass)
   noWeight?: boolean;
   noBias?: boolean;
@@ -89,7 +89,7 @@ const name = (c: Case): string =>
   (c.corrupt ? ` corrupt ${c.corrupt}` : "") + (c.strided ? " strided" : "") +
   (c.residual !== "none" ? ` +res(${c.residual})` : "") + (c.quant !== "none" ? ` ${c.quant} ${c.qdtype}` : "") +
   (c.ub ? ` ub=${c.ub}` : "") + (c.paramsOfX ? " params-of-x" : "") + (c.noWeight ? " no-weight" : "") +
-  (c.noBias ? " no-bias" : "") + (c.special ? " zero/NaN rows" : "") + (c.outlier ? " outlier rows" : "");
+  (c.noBias ? " no-bias" : "") + (c.special ? " zero/NaN/Inf rows" : "") + (c.outlier ? " outlier rows" : "");
 
 function seedOf(c: Case): number {
   let h = 17;
@@ -146,6 +146,7 @@ function build(dev: Device, c: Case): Built {
     if (c.special && total > 2) {
       for (let i = 0; i < d; i++) xv[d + i] = 0;
       xv[2 * d + (d >> 1)] = NaN;
+      if (total > 3) xv[3 * d + (d >> 2)] = Infinity;
     }
     if (c.outlier) { for (let r = 1; r < total; r += 2) xv[r * d] = 64; }
     xBase = keep(dev.tensor(xv, [total, d], { dtype, rowStride: stride }));
@@ -428,7 +429,7 @@ async function runCase(c: Case): Promise<Outcome> {
   const close = (got: Float32Array | undefined, want: Float64Array, what: string) => {
     if (!got) return fail(`${what}: not returned`);
     for (let i = 0; i < rows; i++) {
-      if (Number.isNaN(want[i]) && Number.isNaN(got[i])) continue;
+      if ((Number.isNaN(want[i]) && Number.isNaN(got[i])) || got[i] === want[i]) continue; // NaN, or equal (±Inf)
       if (!(Math.abs(got[i] - want[i]) <= 1e-5 * (1 + Math.abs(want[i])))) {
         fail(`${what}[${i}] = ${got[i]}, reference ${want[i]}`);
       }
@@ -585,8 +586,9 @@ function cases(): Case[] {
       // A long row: the block-per-row layout with many warps (f32: 640 threads for LN).
       out.push(caseOf(kind, dtype, 20000, 3, { residual: "inplace", quant: "dynamic", qdtype: "fp8e4m3" }));
       out.push(caseOf(kind, dtype, 20000, 3, { strided: true }));
-      // Zero row and NaN row with dynamic quantization, lanes and block layouts.
-      for (const d of [770, 5125]) {
+      // Zero row, NaN row and a row with an infinite h, with dynamic quantization: lanes and block layouts on the scalar
+      // path (770, 5125), a block per row on the vector path (5120).
+      for (const d of [770, 5120, 5125]) {
         for (const qdtype of qds) {
           if (quick && qdtype !== "int8") continue;
           out.push(caseOf(kind, dtype, d, 7, { quant: "dynamic", qdtype, special: true }));

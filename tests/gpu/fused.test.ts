@@ -38,7 +38,7 @@ gpuTest(
   },
 );
 
-gpuTest("fused zero and NaN rows: floor scale and q = 0; NaN rows give NaN (fp8) / 0 (int8)", async () => {
+gpuTest("fused zero, NaN and Inf rows: floor scale and q = 0; NaN rows give NaN (fp8) / 0 (int8)", async () => {
   using dev = await open();
   for (const qdtype of ["fp8e4m3", "fp8e5m2", "int8"] as const) {
     for (const kind of ["rms", "layer"] as const) {

@@ -27,7 +27,7 @@
 #               FUSED_AB_DS=4096,5120: the prefill row lengths; FUSED_AB_NEAR=1: patches that change the arithmetic,
 #               y within a step of the op's: ab.ts --near)
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
-#   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned, batch-invariant and fused RMSNorm kernels
+#   profile     lab/fused_geometry/profile.sh: Nsight Compute over tuned, batch-invariant and fused kernels (RMS, LN)
 #   profile-decode  the same over one decode row (add + RMSNorm, → fp8, QK-norm of a token), caches warm
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU host: Nsight Compute over profile.ts's four launches (tuned RMSNorm, batch-invariant, add + RMSNorm,
-# add + RMSNorm → fp8), the sections that say where a memory-bound kernel loses time. --clock-control none: the card's
+# On the GPU host: Nsight Compute over profile.ts's eight launches (RMSNorm and LayerNorm: tuned, batch-invariant, add +
+# norm, add + norm → fp8), the sections that say where a memory-bound kernel loses time. --clock-control none: the card's
 # clocks are left as they are. Report text: $OUT/ncu-fused.txt (decode: $OUT/ncu-fused-decode.txt).
 #   bash lab/fused_geometry/profile.sh deno|bun [decode]
 # decode: profile.ts --decode, every launch (3 of each of 5 cases), caches not flushed between them.
@@ -11,7 +11,7 @@ mode=${2:-prefill}
 OUT=${OUT:-/tmp/fused-profile}; mkdir -p "$OUT"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ "$rt" = deno ]; then cmd=(deno run -A --no-check lab/fused_geometry/profile.ts); else cmd=(bun lab/fused_geometry/profile.ts); fi
-report=$OUT/ncu-fused.txt opts=(-c 4)
+report=$OUT/ncu-fused.txt opts=(-c 8)
 if [ "$mode" = decode ]; then report=$OUT/ncu-fused-decode.txt opts=(-c 15 --cache-control none); cmd+=(--decode); fi
 "$NCU" --clock-control none -k regex:nk_ "${opts[@]}" \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \

@@ -1,15 +1,15 @@
 /**
- * One launch of each kernel that ncu should compare (lab/fused_geometry/profile.sh): RMSNorm bf16, D = 4096, 16384
- * rows, with the tuned plan (nk_rms_block_*), batch-invariant (the fused kernel, no residual), add + RMSNorm, and
- * add + RMSNorm → fp8e4m3 dynamic. Each is run once (ncu flushes the caches before each launch it profiles).
- * `--decode`: one row of D = 4096 instead (the same four, and QK-norm of one token, 32 + 8 heads of 128, for a kernel
+ * One launch of each kernel that ncu should compare (lab/fused_geometry/profile.sh): RMSNorm, then LayerNorm, bf16,
+ * D = 4096, 16384 rows, with the tuned plan, batch-invariant (the fused kernel, no residual), add + norm, and add +
+ * norm → fp8e4m3 dynamic: eight launches, each run once (ncu flushes the caches before each launch it profiles).
+ * `--decode`: one row of D = 4096 instead (RMSNorm's four, and QK-norm of one token, 32 + 8 heads of 128, for a kernel
  * of the same launch with short rows), each run 3 times in a row: profile.sh profiles them with warm caches, as a
  * decode step in a graph finds its residual and weights in L2.
  *
  *   deno run -A lab/fused_geometry/profile.ts [--decode]      # bun lab/fused_geometry/profile.ts [--decode]
  */
 import process from "node:process";
-import { Device, loadKernels, rmsNorm, type RMSNormOptions, type Tensor } from "../../mod.ts";
+import { Device, layerNorm, loadKernels, rmsNorm, type RMSNormOptions, type Tensor } from "../../mod.ts";
 
 const decode = process.argv.slice(2).includes("--decode");
 const D = 4096, ROWS = decode ? 1 : 16384, REPEAT = decode ? 3 : 1;
@@ -25,7 +25,11 @@ const y = make("bf16", [ROWS, D], false), q = make("fp8e4m3", [ROWS, D], false),
 const weight = held.use(
   dev.tensor(Float32Array.from({ length: D }, (_, i) => 1 + (i % 7) / 8), [D], { dtype: "bf16" }),
 );
-const norm = rmsNorm as (x: Tensor, o: RMSNormOptions) => Tensor;
+const bias = held.use(dev.tensor(random(D), [D], { dtype: "bf16" }));
+type Norm = (x: Tensor, o: RMSNormOptions) => Tensor;
+const rms = rmsNorm as Norm;
+const ln: Norm = (x, o) =>
+  (layerNorm as (x: Tensor, o: RMSNormOptions & { bias: Tensor }) => Tensor)(x, { ...o, bias });
 // [name, options, input (default x)]
 const fused: [string, RMSNormOptions, Tensor?][] = [
   ["add", { weight, residual, residualOut: h, out: y }],
@@ -41,8 +45,12 @@ const plain: [string, RMSNormOptions][] = [
   ["invariant", { weight, out: y, batchInvariant: true }],
 ];
 const cases: [string, RMSNormOptions, Tensor?][] = decode ? [...plain, qkCase(), ...fused] : [...plain, ...fused];
-for (const [name, o, input] of cases) {
-  for (let i = 0; i < REPEAT; i++) norm(input ?? x, o);
-  dev.synchronize();
-  console.log(`launched ${name} ×${REPEAT}`);
+const kinds: [string, Norm][] = decode ? [["rms", rms]] : [["rms", rms], ["layer", ln]];
+for (const [kind, norm] of kinds) {
+  for (const [name, o, input] of cases) {
+    if (kind === "layer" && input) continue; // QK-norm: RMSNorm only
+    for (let i = 0; i < REPEAT; i++) norm(input ?? x, o);
+    dev.synchronize();
+    console.log(`launched ${kind} ${name} ×${REPEAT}`);
+  }
 }

@@ -1,7 +1,8 @@
 /**
  * The fused calls the split sweep (sweep.ts) and the kernel A/B (ab.ts) time: bf16 rows with a residual written out of
- * place, through the op or launched directly with a chosen kernel and geometry (arguments packed by fusedArgs as the op
- * packs them), and their outputs' bits.
+ * place, and the plain norms that `batchInvariant: true` runs on the same kernels (no residual, no h), through the op or
+ * launched directly with a chosen kernel and geometry (arguments packed by fusedArgs as the op packs them), and their
+ * outputs' bits.
  */
 import { type Device, type DType, layerNorm, rmsNorm } from "../../mod.ts";
 import { type Kernel, LaunchConfig, type Stream } from "../../gpu.ts";
@@ -11,12 +12,14 @@ import { fillFromTile } from "../../bench/tile.ts";
 import { fromBf16Bits } from "../../runtime/dtype.ts";
 import { graphUs } from "../../bench/device_timer.ts";
 
-export type Variant = { name: string; kind: "rms" | "layer"; to: "bf16" | "fp8e4m3" };
+export type Variant = { name: string; kind: "rms" | "layer"; to: "bf16" | "fp8e4m3"; residual: boolean };
 export const VARIANTS: readonly Variant[] = [
-  { name: "add+rms", kind: "rms", to: "bf16" },
-  { name: "add+rms+fp8", kind: "rms", to: "fp8e4m3" },
-  { name: "add+ln", kind: "layer", to: "bf16" },
-  { name: "add+ln+fp8", kind: "layer", to: "fp8e4m3" },
+  { name: "add+rms", kind: "rms", to: "bf16", residual: true },
+  { name: "add+rms+fp8", kind: "rms", to: "fp8e4m3", residual: true },
+  { name: "add+ln", kind: "layer", to: "bf16", residual: true },
+  { name: "add+ln+fp8", kind: "layer", to: "fp8e4m3", residual: true },
+  { name: "rms-inv", kind: "rms", to: "bf16", residual: false },
+  { name: "ln-inv", kind: "layer", to: "bf16", residual: false },
 ];
 /** eps of the op and of the direct launches alike. */
 export const EPS = 1e-6;
@@ -41,10 +44,11 @@ export function caseTensors(dev: Device, held: DisposableStack, tile: Float32Arr
 }
 export type CaseTensors = ReturnType<typeof caseTensors>;
 
-/** The op itself: residual out of place, dynamic scales for fp8. */
+/** The op itself: residual out of place, dynamic scales for fp8; without a residual, `batchInvariant: true`. */
 export function viaOp(t: CaseTensors, v: Variant, stream?: Stream): void {
   const quant = v.to === "fp8e4m3" ? { quant: { dtype: "fp8e4m3" as const, scaleOut: t.scale } } : {};
-  const o = { weight: t.w, residual: t.r, residualOut: t.h, out: v.to === "bf16" ? t.y16 : t.y8, eps: EPS, ...quant };
+  const add = v.residual ? { residual: t.r, residualOut: t.h } : { batchInvariant: true };
+  const o = { weight: t.w, ...add, out: v.to === "bf16" ? t.y16 : t.y8, eps: EPS, ...quant };
   if (v.kind === "rms") rmsNorm(t.x, { ...o, ...(stream ? { stream } : {}) } as never);
   else layerNorm(t.x, { ...o, bias: t.b, ...(stream ? { stream } : {}) } as never);
 }
@@ -68,8 +72,8 @@ export function viaKernel(
     new LaunchConfig({ grid: [grid], block: [g.block] }),
     fusedArgs({
       x: t.x.ptr,
-      residual: t.r.ptr,
-      h: t.h.ptr,
+      residual: v.residual ? t.r.ptr : 0n,
+      h: v.residual ? t.h.ptr : 0n,
       y: y.ptr,
       weight: t.w.ptr,
       bias: v.kind === "layer" ? t.b.ptr : 0n,
@@ -105,10 +109,14 @@ export const bitsOf = (t: CaseTensors, v: Variant): Bits => ({
 export function poison(t: CaseTensors): void {
   for (const p of [t.h, t.y16, t.y8, t.scale]) p.buffer.fill(0xff);
 }
-/** h, y and (fp8) the scales bit for bit against `want`: "ok", or the first that differs. */
+/** h (with a residual), y and (fp8) the scales bit for bit against `want`: "ok", or the first that differs. */
 export function agrees(t: CaseTensors, v: Variant, want: Bits): string {
   const got = bitsOf(t, v);
-  const keys: (keyof Bits)[] = v.to === "fp8e4m3" ? ["h", "y", "scale"] : ["h", "y"];
+  const keys: (keyof Bits)[] = [
+    ...(v.residual ? ["h" as const] : []),
+    "y",
+    ...(v.to === "fp8e4m3" ? ["scale" as const] : []),
+  ];
   for (const k of keys) {
     for (let i = 0; i < want[k].length; i++) if (got[k][i] !== want[k][i]) return `${k}[${i}] differs`;
   }
@@ -121,13 +129,13 @@ const ordered = (bits: number, width: number): number => {
   return bits >= sign ? -(bits - sign) : bits;
 };
 /**
- * For a build whose arithmetic differs from the op's (ab.ts --near): h bit for bit, y within one step of its dtype
+ * For a build whose arithmetic differs from the op's (ab.ts --near): h (with a residual) bit for bit, y within one step of its dtype
  * (neighbouring encodings; bf16 also within 2^-7, its step at 1, where LayerNorm's bias cancels most of y), the scales
  * within 1e-5 relative: "ok" and how many y differ, or the first that is further.
  */
 export function agreesNear(t: CaseTensors, v: Variant, want: Bits): string {
   const got = bitsOf(t, v);
-  for (let i = 0; i < want.h.length; i++) if (got.h[i] !== want.h[i]) return `h[${i}] differs`;
+  if (v.residual) { for (let i = 0; i < want.h.length; i++) if (got.h[i] !== want.h[i]) return `h[${i}] differs`; }
   const width = v.to === "bf16" ? 16 : 8;
   let moved = 0;
   for (let i = 0; i < want.y.length; i++) {
@@ -147,9 +155,9 @@ export function agreesNear(t: CaseTensors, v: Variant, want: Bits): string {
   return moved ? `ok (${moved} y a step off)` : "ok";
 }
 
-/** Bytes a call moves: x and residual read, h and y written, the scales. */
+/** Bytes a call moves: x (and residual) read, (h and) y written, the scales. */
 export const caseBytes = (rows: number, d: number, v: Variant): number =>
-  rows * d * (3 * 2 + (v.to === "bf16" ? 2 : 1)) + (v.to === "bf16" ? 0 : 4 * rows);
+  rows * d * ((v.residual ? 3 : 1) * 2 + (v.to === "bf16" ? 2 : 1)) + (v.to === "bf16" ? 0 : 4 * rows);
 
 /** The prefill row lengths of a `--ds` option (comma-separated, each a whole number ≥ 1), or `fallback`. */
 export function rowLengths(arg: string | undefined, fallback: readonly number[]): number[] {

@@ -7,8 +7,9 @@
  * - decode: 1 and 8 bf16 rows, D 2048 / 4096 / 8192, and 40 and 320 rows of D 128 (QK-norm's heads of 1 and 8
  *   tokens), captured 100 times in a CUDA graph: device µs per op, for add + RMSNorm → bf16, add + RMSNorm → fp8e4m3
  *   (dynamic per row), add + LayerNorm → bf16;
- * - prefill: rows moving ≥ 512 MiB, D 128 … 8192 (128: a QK-norm head), the same three and add + LayerNorm →
- *   fp8e4m3: % of a device-to-device copy measured in the same run (bytes as bench/fused.ts counts them).
+ * - prefill: rows moving ≥ 512 MiB, D 128 … 8192 (128: a QK-norm head), the same three, add + LayerNorm → fp8e4m3 and
+ *   the plain RMSNorm and LayerNorm of `batchInvariant: true` (lab/fused_geometry/cases.ts VARIANTS): % of a
+ *   device-to-device copy measured in the same run (bytes as bench/fused.ts counts them).
  *
  * Each split's h, y and dynamic scales must equal the op's bit for bit (every split adds in the row's one tree): a
  * broken split shows as a mismatch, not a fast number.

@@ -637,6 +637,8 @@ function invarianceSets(): Case[] {
       caseOf("layer", "bf16", 8199, 33, { residual: "out", paramsOfX: true }),
       caseOf("rms", "f32", 20000, 5, { strided: true }),
       caseOf("rms", "bf16", 4096, 33, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3" }),
+      // Quantized LayerNorm on _nv4 with weights of x's dtype, blocks taking several rows at grids 1 to 3.
+      caseOf("layer", "bf16", 4096, 33, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3", paramsOfX: true }),
     ];
   // LayerNorm with the centred pass on odd rows alone: sub-warp rows sharing a warp, and a block per row.
   list.push(caseOf("layer", "bf16", 128, 33, { outlier: true, quant: "dynamic", qdtype: "fp8e4m3" }));

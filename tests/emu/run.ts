@@ -24,7 +24,7 @@ import { normForward, quantizeRow } from "../../ops/cpu.ts";
 import { normBackward } from "../../ops/cpu_bwd.ts";
 import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 import { randoms } from "../fixtures/random.ts";
-import { quantError } from "../fixtures/fused_cases.ts";
+import { markCaseRows, quantError } from "../fixtures/fused_cases.ts";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 
@@ -142,16 +142,9 @@ function build(dev: Device, c: Case): Built {
     if (hT) hT.write(new Float32Array(hT.numel).fill(NaN));
   } else {
     const total = c.rows, stride = c.strided ? d + 3 : d;
-    const xv = randoms(total * d, seed, -3, 3);
-    if (c.special && total > 2) {
-      for (let i = 0; i < d; i++) xv[d + i] = 0;
-      xv[2 * d + (d >> 1)] = NaN;
-      if (total > 3) xv[3 * d + (d >> 2)] = Infinity;
-    }
-    if (c.outlier) { for (let r = 1; r < total; r += 2) xv[r * d] = 64; }
+    const xv = randoms(total * d, seed, -3, 3), rv = randoms(total * d, seed + 1, -2, 2);
+    markCaseRows(c, xv, rv, total, d);
     xBase = keep(dev.tensor(xv, [total, d], { dtype, rowStride: stride }));
-    const rv = randoms(total * d, seed + 1, -2, 2);
-    if (c.special && total > 2) { for (let i = 0; i < d; i++) rv[d + i] = 0; }
     if (c.residual !== "none") res = keep(dev.tensor(rv, [total, d], { dtype }));
     if (c.residual === "out") hT = keep(dev.empty([total, d], { dtype }));
     const yd: DType = c.quant === "none" ? dtype : c.qdtype!;

@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
 done
 cd "$(dirname "$0")/../.."
 src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
-cp kernels/*.cu kernels/*.cuh kernels/*.h "$src/"
+cp kernels/* "$src/"  # README.md too: a patch may carry the contract's text
 [ -z "$patchf" ] || patch -s -N --batch -d "$src" -p2 < "$patchf"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 if [ "$fused" = 1 ]; then

@@ -123,21 +123,23 @@ function maxRowThreads(limits: Pick<PlanLimits, "maxThreadsPerBlock" | "warpSize
 }
 
 /**
- * The row's reduction tree: its leaves N (16-byte chunks padded to a power of two), or a sentence saying why the fused
- * kernels take no such row. Depends on (kind, d, inputDtype, limits) only: this is what fixes a row's bits.
+ * The row's reduction tree: its 16-byte chunks and its leaves N (the chunks padded to a power of two), or a sentence
+ * saying why the fused kernels take no such row. Depends on (kind, d, inputDtype, limits) only: this is what fixes a
+ * row's bits.
  */
 export function fusedTree(
   kind: NormKind,
   d: number,
   inputDtype: string,
   limits: Pick<PlanLimits, "maxThreadsPerBlock" | "warpSize">,
-): { leaves: number } | { unsupported: string } {
+): { leaves: number; chunks: number } | { unsupported: string } {
   if (kind !== "layer" && kind !== "rms") return { unsupported: `kind must be "layer" or "rms", not ${String(kind)}` };
   if (!isInput(inputDtype)) {
     return { unsupported: `the fused kernels take x in f32, f16 or bf16, not ${String(inputDtype)}` };
   }
   if (!Number.isInteger(d) || d < 1) return { unsupported: `d must be a whole number ≥ 1, not ${d}` };
-  const vec = chunkElems(inputDtype), leaves = nextPow2(Math.ceil(d / vec)), threads = maxRowThreads(limits);
+  const vec = chunkElems(inputDtype), chunks = Math.ceil(d / vec), leaves = nextPow2(chunks);
+  const threads = maxRowThreads(limits);
   if (leaves > threads * FUSED_MAXV) {
     const most = threads * FUSED_MAXV * vec;
     return {
@@ -145,7 +147,7 @@ export function fusedTree(
         `(${threads} threads × ${FUSED_MAXV} chunks of ${vec}), not d = ${d}`,
     };
   }
-  return { leaves };
+  return { leaves, chunks };
 }
 
 /**
@@ -163,9 +165,7 @@ export function fusedGeometry(
 ): FusedGeometryResult {
   const tree = fusedTree(kind, d, inputDtype, limits);
   if ("unsupported" in tree) return tree;
-  const n = tree.leaves,
-    threads = maxRowThreads(limits),
-    chunks = Math.ceil(d / chunkElems(inputDtype as FusedInput));
+  const { leaves: n, chunks } = tree, threads = maxRowThreads(limits);
   const query: FusedSplitQuery = { kind, rows, leaves: n, chunks, limits, place };
   const rule = FUSED_SPLITS.find((r) => r.when(query))!;
   // nv: the rule's, within [n / threads, MAXV] and ≤ n; a power of two, as n is.

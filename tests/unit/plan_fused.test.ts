@@ -59,8 +59,8 @@ test("the tree takes no row count; the split follows it: latency up to one row p
       for (const d of AUDIT_DS) {
         if ("unsupported" in fusedTree(kind, d, dtype, H200)) continue;
         // The leaves from D and the dtype alone: 16-byte chunks padded to a power of two.
-        const leaves = 2 ** Math.ceil(Math.log2(Math.ceil(d / (16 / dtypeBytes(dtype)))));
-        assert.deepEqual(fusedTree(kind, d, dtype, H200), { leaves });
+        const chunks = Math.ceil(d / (16 / dtypeBytes(dtype))), leaves = 2 ** Math.ceil(Math.log2(chunks));
+        assert.deepEqual(fusedTree(kind, d, dtype, H200), { leaves, chunks });
         for (const r of rows) {
           const g = geometry(kind, d, dtype, r), at = `${kind} ${dtype} D=${d} rows=${r}`;
           assert.equal(g.tpr * g.nv, leaves, `${at}: a split of the same tree`);

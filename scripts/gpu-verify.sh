@@ -21,8 +21,9 @@
 #   splits      lab/fused_geometry/sweep.ts: every split of the fused kernels' row tree timed at decode and prefill,
 #               outputs bitwise equal across splits; raw JSON as $OUT/splits-<runtime>.json, rewritten after each case
 #               (SPLITS_ONLY=decode or prefill: that part alone; SPLITS_DS=4096,8192: the prefill row lengths)
-#   fused-ab    lab/fused_geometry/ab.ts over sm_90 builds made here: main and one per patch named in FUSED_AB_PATCHES
-#               (lab/fused_geometry/<name>.diff; default: one-kernel): raw JSON as
+#   fused-ab    lab/fused_geometry/ab.ts over sm_90 builds: main and one per patch named in FUSED_AB_PATCHES
+#               (lab/fused_geometry/<name>.diff; default: one-kernel), by lab/fused_geometry/cubins.sh (built here, or
+#               unpacked from a carried lab/fused_geometry/.wg/xz built from the same tree): raw JSON as
 #               $OUT/fused-ab-<runtime>.json, rewritten after each case (FUSED_AB_ONLY=decode or prefill: those alone;
 #               FUSED_AB_DS=4096,5120: the prefill row lengths; FUSED_AB_NEAR=1: patches that change the arithmetic,
 #               y within a step of the op's: ab.ts --near)
@@ -90,15 +91,10 @@ for s in "${steps[@]}"; do
       o=(); [ -n "${SPLITS_ONLY:-}" ] && o+=(--only "$SPLITS_ONLY"); [ -n "${SPLITS_DS:-}" ] && o+=(--ds "$SPLITS_DS")
       step splits run lab/fused_geometry/sweep.ts --json "$OUT/splits-$rt.json" ${o[@]+"${o[@]}"} ;;
     fused-ab)
-      w=lab/fused_geometry/.wg; rm -rf "$w"  # built here, from this tree's kernels, every time
+      w=lab/fused_geometry/.wg; rm -f "$w"/*.cubin
       read -ra patches <<<"${FUSED_AB_PATCHES:-one-kernel}"
       cubins=("$w/main.cubin"); for p in "${patches[@]}"; do cubins+=("$w/$p.cubin"); done
-      builds() {
-        bash lab/kernel_ab/trimmed_cubin.sh "$w/main.cubin" --fused || return
-        for p in "${patches[@]}"; do
-          bash lab/kernel_ab/trimmed_cubin.sh "$w/$p.cubin" --fused --patch "lab/fused_geometry/$p.diff" || return
-        done
-      }
+      builds() { bash lab/fused_geometry/cubins.sh main "${patches[@]}"; }
       step fused-ab-builds builds
       if [ -f "${cubins[-1]}" ]; then
         o=(); [ -n "${FUSED_AB_ONLY:-}" ] && o+=(--only "$FUSED_AB_ONLY"); [ -n "${FUSED_AB_DS:-}" ] && o+=(--ds "$FUSED_AB_DS")

@@ -62,22 +62,8 @@ case "${1:-}" in
   *) echo "build-kernels: unknown argument '$1' (use --check, --modules-only or nothing)" >&2; exit 2 ;;
 esac
 
-NVCC="${NVCC:-}"
-if [[ -z "$NVCC" ]]; then
-  if command -v nvcc >/dev/null 2>&1; then NVCC="$(command -v nvcc)";
-  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then NVCC=/usr/local/cuda/bin/nvcc;
-  else echo "build-kernels: nvcc not found (set NVCC=/path/to/nvcc)" >&2; exit 2; fi
-fi
-NVCC_VERSION="$("$NVCC" --version | grep -E '^Cuda compilation tools' | head -n1)"
-[[ -n "$NVCC_VERSION" ]] || { echo "build-kernels: cannot read '$NVCC --version'" >&2; exit 2; }
-
-NVCC_FLAGS=(-O3 --std=c++17)
-PTX_FLAGS=(-ptx -arch=compute_80)
-FATBIN_FLAGS=(-fatbin
-  -gencode arch=compute_80,code=sm_80
-  -gencode "arch=compute_90,code=[sm_90,compute_90]"
-  -Xptxas -v
-  -Xfatbin -compress-all --compress-mode=size)  # ~8x smaller (10.5 MB -> 1.3 MB); the driver inflates it at load
+# shellcheck source=scripts/nvcc.sh
+source "$ROOT/scripts/nvcc.sh"
 
 # build OUTDIR [quiet]: compile from the repository root with fixed relative paths into OUTDIR.
 build() {

@@ -11,7 +11,7 @@
 #   bash lab/kernel_ab/trimmed_cubin.sh lab/kernel_ab/.wg/main.cubin
 #   bash lab/kernel_ab/trimmed_cubin.sh lab/kernel_ab/.wg/new.cubin --patch my-change.diff
 #   bun lab/kernel_ab/fwd_ab.ts lab/kernel_ab/.wg/main.cubin lab/kernel_ab/.wg/new.cubin --dtypes bf16
-# The cubins are build outputs (git-ignored); carry them xz-compressed.
+# The cubins are build outputs (git-ignored); carry them xz-compressed (lab/fused_geometry/cubins.sh does so for --fused).
 set -euo pipefail
 usage="usage: lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--fused] [--patch FILE.diff] [nvcc flags]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }

@@ -94,8 +94,7 @@ for s in "${steps[@]}"; do
       w=lab/fused_geometry/.wg; rm -f "$w"/*.cubin
       read -ra patches <<<"${FUSED_AB_PATCHES:-one-kernel}"
       cubins=("$w/main.cubin"); for p in "${patches[@]}"; do cubins+=("$w/$p.cubin"); done
-      builds() { bash lab/fused_geometry/cubins.sh main "${patches[@]}"; }
-      step fused-ab-builds builds
+      step fused-ab-builds bash lab/fused_geometry/cubins.sh main "${patches[@]}"
       if [ -f "${cubins[-1]}" ]; then
         o=(); [ -n "${FUSED_AB_ONLY:-}" ] && o+=(--only "$FUSED_AB_ONLY"); [ -n "${FUSED_AB_DS:-}" ] && o+=(--ds "$FUSED_AB_DS")
         [ "${FUSED_AB_NEAR:-}" = 1 ] && o+=(--near)

@@ -8,8 +8,8 @@
  * - decode: 1 row, D 2048 / 4096 / 8192 (1, 2 and 4 chunks a thread), device µs per op in a CUDA graph (add +
  *   RMSNorm, → fp8e4m3 dynamic, add + LayerNorm);
  * - prefill: rows moving ≥ 512 MiB, D 4096 / 8192 (or `--ds`), % of a device-to-device copy of the same run (the six
- *   calls of the split sweep: four fused, two plain batch-invariant), and D 128 (a head's length: the sub-warp split QK-norm takes) for add + RMSNorm,
- *   → fp8e4m3.
+ *   calls of the split sweep: four fused, two plain batch-invariant), and D 128 (a head's length: the sub-warp split
+ *   QK-norm takes) for add + RMSNorm, → fp8e4m3.
  *
  *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--ds 4096,8192] [--near]
  *     [--json out.json]

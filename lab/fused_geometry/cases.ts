@@ -129,13 +129,13 @@ const ordered = (bits: number, width: number): number => {
   return bits >= sign ? -(bits - sign) : bits;
 };
 /**
- * For a build whose arithmetic differs from the op's (ab.ts --near): h (with a residual) bit for bit, y within one step of its dtype
- * (neighbouring encodings; bf16 also within 2^-7, its step at 1, where LayerNorm's bias cancels most of y), the scales
- * within 1e-5 relative: "ok" and how many y differ, or the first that is further.
+ * For a build whose arithmetic differs from the op's (ab.ts --near): h (with a residual) bit for bit, y within one step
+ * of its dtype (neighbouring encodings; bf16 also within 2^-7, its step at 1, where LayerNorm's bias cancels most of y),
+ * the scales within 1e-5 relative: "ok" and how many y differ, or the first that is further.
  */
 export function agreesNear(t: CaseTensors, v: Variant, want: Bits): string {
   const got = bitsOf(t, v);
-  if (v.residual) { for (let i = 0; i < want.h.length; i++) if (got.h[i] !== want.h[i]) return `h[${i}] differs`; }
+  for (let i = 0; v.residual && i < want.h.length; i++) if (got.h[i] !== want.h[i]) return `h[${i}] differs`;
   const width = v.to === "bf16" ? 16 : 8;
   let moved = 0;
   for (let i = 0; i < want.y.length; i++) {

@@ -2,7 +2,7 @@
 # The sm_90 cubins that lab/fused_geometry/ab.ts compares: `main` (kernels/ as they are) and one per patch
 # (lab/fused_geometry/<name>.diff), each from lab/kernel_ab/trimmed_cubin.sh --fused, into lab/fused_geometry/.wg/.
 # Each is also kept xz-compressed in .wg/xz/ with a stamp of what it was built from (kernels/, the patch, the build
-# script). Built here and carried to the GPU host (carry lab/fused_geometry/.wg/xz), a cubin whose stamp matches that
+# scripts). Built here and carried to the GPU host (carry lab/fused_geometry/.wg/xz), a cubin whose stamp matches that
 # tree is unpacked there instead of built again: the builds' device time (about 40 s each) is spent on this machine.
 #   bash lab/fused_geometry/cubins.sh main [patch...]
 set -euo pipefail
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 w=lab/fused_geometry/.wg
 mkdir -p "$w/xz"
 for name in "$@"; do
-  patch=() src=(kernels/* lab/kernel_ab/trimmed_cubin.sh)
+  patch=() src=(kernels/* lab/kernel_ab/trimmed_cubin.sh scripts/nvcc.sh)
   if [ "$name" != main ]; then
     f=lab/fused_geometry/$name.diff
     [ -f "$f" ] || { echo "cubins: no $f" >&2; exit 2; }

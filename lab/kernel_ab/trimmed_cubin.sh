@@ -29,13 +29,18 @@ cd "$(dirname "$0")/../.."
 src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
 cp kernels/* "$src/"  # README.md too: a patch may carry the contract's text
 [ -z "$patchf" ] || patch -s -N --batch -d "$src" -p2 < "$patchf"
-NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+# shellcheck source=scripts/nvcc.sh
+source scripts/nvcc.sh  # NVCC and the product's NVCC_FLAGS
+# cubin SRC: sm_90 SASS of SRC into $out, ptxas -v's report beside it.
+cubin() {
+  "$NVCC" "${NVCC_FLAGS[@]}" -cubin -arch=sm_90 ${flags[@]+"${flags[@]}"} -Xptxas -v -o "$out" "$1" 2>"$out.ptxas.txt" ||
+    { grep -v "^ptxas info" "$out.ptxas.txt" >&2; echo "nvcc failed (log: $out.ptxas.txt)" >&2; exit 1; }
+  echo "== $out"
+}
 if [ "$fused" = 1 ]; then
   # The bf16 kernels (one NK_FUSED_KERNEL(...) per line) and nk_fused_add_*.
   grep -v -E '^NK_FUSED_KERNEL\((ln|rms), (true|false), (f32|f16),' "$src/fused.cu" > "$src/fused_bf16.cu"
-  "$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 ${flags[@]+"${flags[@]}"} -Xptxas -v -o "$out" "$src/fused_bf16.cu" \
-    2>"$out.ptxas.txt" || { grep -v "^ptxas info" "$out.ptxas.txt" >&2; echo "nvcc failed (log: $out.ptxas.txt)" >&2; exit 1; }
-  echo "== $out"
+  cubin "$src/fused_bf16.cu"
   awk '/Compiling entry function/ { n = $0; sub(/.*function ./, "", n); sub(/. for.*/, "", n) }
        /bytes stack frame/ && n != "" { s = $0; sub(/.*stack frame, /, "", s); sub(/, 0 bytes spill loads/, "", s) }
        /Used [0-9]+ registers/ && n != "" { print "  " n ": " $5 " registers, " s; n = "" }' "$out.ptxas.txt"
@@ -56,9 +61,7 @@ while i < len(lines):
         out += [b + " \\" for b in body[:-1]] + body[-1:]
 open(p, "w").write("\n".join(out))
 EOF
-"$NVCC" -O3 --std=c++17 -cubin -arch=sm_90 ${flags[@]+"${flags[@]}"} -Xptxas -v -o "$out" "$src/norm.cu" 2>"$out.ptxas.txt" ||
-  { grep -v "^ptxas info" "$out.ptxas.txt" >&2; echo "nvcc failed (log: $out.ptxas.txt)" >&2; exit 1; }
-echo "== $out"
+cubin "$src/norm.cu"
 awk '/Compiling entry function .*staged/ { n = $0; sub(/.*function .nk_/, "", n); sub(/. for.*/, "", n) }
      /Used [0-9]+ registers/ && n != "" { print "  " n ": " $5 " registers"; n = "" }' "$out.ptxas.txt"
 echo "  spilling (kernels, and the FULL paths' calls nk_bwd_cached_full / _staged):"

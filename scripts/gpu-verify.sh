@@ -27,6 +27,8 @@
 #               $OUT/fused-ab-<runtime>.json, rewritten after each case (FUSED_AB_ONLY=decode or prefill: those alone;
 #               FUSED_AB_DS=4096,5120: the prefill row lengths; FUSED_AB_NEAR=1: patches that change the arithmetic,
 #               y within a step of the op's: ab.ts --near)
+#   fused-check lab/fused_check/fused_check.cu (nvcc): the shipped fused image's launches against a host reference, and
+#               the hardware conversions to the 1-byte dtypes against the portable ones over every f32 input
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 #   profile     lab/fused_geometry/profile.sh: Nsight Compute over tuned, batch-invariant and fused kernels (RMS, LN)
 #   profile-decode  the same over one decode row (add + RMSNorm, → fp8, QK-norm of a token), caches warm
@@ -100,6 +102,11 @@ for s in "${steps[@]}"; do
         [ "${FUSED_AB_NEAR:-}" = 1 ] && o+=(--near)
         step fused-ab run lab/fused_geometry/ab.ts "${cubins[@]}" ${o[@]+"${o[@]}"} --json "$OUT/fused-ab-$rt.json"
       fi ;;
+    fused-check)
+      rm -f /tmp/fused_check
+      step fused-check-build nvcc -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+        -o /tmp/fused_check lab/fused_check/fused_check.cu
+      [ -x /tmp/fused_check ] && step fused-check /tmp/fused_check ;;
     synccheck-repro) step synccheck-repro bash lab/synccheck_cluster/run.sh ;;
     profile) step profile bash lab/fused_geometry/profile.sh "$rt" ;;
     profile-decode) step profile-decode bash lab/fused_geometry/profile.sh "$rt" decode ;;

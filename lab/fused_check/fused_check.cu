@@ -102,12 +102,14 @@ struct Call {
   int zero_row = -1, nan_row = -1;
 };
 
-// The plan's shape of a row (a stand-in for ops/plan_fused.ts): tpr threads of nv chunks each.
+// A shape of a row the kernels take (ops/plan_fused.ts picks among them): tpr threads of nv chunks each, both powers
+// of two (the kernels refuse others), at most 8 chunks a thread.
 static void geometry(int d, int vec, int& tpr, int& nv) {
   const int chunks = (d + vec - 1) / vec;
-  if (chunks <= 256) { tpr = 1; while (tpr * 8 < chunks) tpr *= 2; }
-  else tpr = (chunks + 255) / 256 * 32;
-  nv = (chunks + tpr - 1) / tpr;
+  tpr = 1;
+  while (tpr * 8 < chunks) tpr *= 2;
+  nv = 1;
+  while (nv * tpr < chunks) nv *= 2;
 }
 
 struct Result {

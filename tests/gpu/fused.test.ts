@@ -50,6 +50,34 @@ gpuTest("fused zero, NaN and Inf rows: floor scale and q = 0; NaN rows give NaN 
 });
 
 gpuTest(
+  "h to a residualOut apart from the residual, on every kernel family: the separate add, the residual unchanged",
+  async () => {
+    using dev = await open();
+    // [D, rows]: a chunk a lane (128 at 300 rows), 4 chunks a lane (128 at 4096), decode on _nv2 (2048 at 9) and _nv4
+    // (8192 at 9), prefill on _nv4 (4096 at 4096 rows), RMSNorm's padded rows on the 8-chunk kernel (5120 at 4096),
+    // the 8-chunk kernel past 1024 chunks (16384 at 300), the scalar path (770).
+    const shapes = [[128, 300], [128, 4096], [2048, 9], [8192, 9], [4096, 4096], [5120, 4096], [16384, 300], [770, 83]];
+    for (const kind of ["rms", "layer"] as const) {
+      for (const dtype of ["bf16", "f16"] as const) {
+        for (const [d, rows] of shapes) {
+          runFusedCase(dev, { kind, dtype, d, rows, residual: true, quant: "none", hApart: true });
+        }
+        runFusedCase(dev, {
+          kind,
+          dtype,
+          d: 16384,
+          rows: 9,
+          residual: true,
+          quant: "dynamic",
+          qdtype: "fp8e4m3",
+          hApart: true,
+        });
+      }
+    }
+  },
+);
+
+gpuTest(
   "LayerNorm rows whose shift lies far from the mean (the centred pass) beside ordinary rows, against float64",
   async () => {
     using dev = await open();

@@ -55,6 +55,27 @@ test("LayerNorm rows whose first element lies far from their mean, beside ordina
   }
 });
 
+test("h to a residualOut apart from the residual: the separate add, the residual unchanged, y against float64", () => {
+  using dev = Device.open({ backend: "cpu" });
+  for (const kind of ["rms", "layer"] as const) {
+    for (const dtype of ["bf16", "f16", "f32"] as const) {
+      for (const d of [128, 770, 4096]) {
+        runFusedCase(dev, { kind, dtype, d, rows: 9, residual: true, quant: "none", hApart: true });
+        runFusedCase(dev, {
+          kind,
+          dtype,
+          d,
+          rows: 9,
+          residual: true,
+          quant: "dynamic",
+          qdtype: "fp8e4m3",
+          hApart: true,
+        });
+      }
+    }
+  }
+});
+
 test("zero rows get the floor scale and q = 0; a NaN row quantizes to NaN (fp8) and 0 (int8) with the floor scale", () => {
   using dev = Device.open({ backend: "cpu" });
   for (const qdtype of ["fp8e4m3", "fp8e5m2", "int8"] as const) {

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Whether a patch to the fused kernels keeps their bytes, on the host emulator (tests/emu): every launch of a full
 # tests/emu/run.ts made by an emulator built with the patch is replayed through one built from HEAD, and each output
-# buffer is compared byte for byte. Both are the committed tree (git archive HEAD), one with the patch applied.
-#   bash lab/fused_geometry/emu_same_bytes.sh PATCH.diff      exit 0: every launch gave HEAD's bytes
+# buffer is compared byte for byte. Both are the committed tree (git archive HEAD), one with the patches applied in order.
+#   bash lab/fused_geometry/emu_same_bytes.sh PATCH.diff...   exit 0: every launch gave HEAD's bytes
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-root=$PWD patchf=$(realpath "${1:?usage: emu_same_bytes.sh PATCH.diff}")
+[ $# -ge 1 ] || { echo "usage: emu_same_bytes.sh PATCH.diff..." >&2; exit 2; }
+root=$PWD patches=(); for f in "$@"; do patches+=("$(realpath "$f")"); done
 deno=$root/node_modules/.bin/deno
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/patched" "$tmp/head"
 git archive HEAD | tar -x -C "$tmp/patched"
 git archive HEAD | tar -x -C "$tmp/head"
-patch -s -N --batch -d "$tmp/patched" -p1 < "$patchf"
+for f in "${patches[@]}"; do patch -s -N --batch -d "$tmp/patched" -p1 < "$f"; done
 # The patched build runs every case and keeps each launch (manifest and buffers) under /tmp/fused_emu/case*/.
 "$deno" run -A "$tmp/patched/tests/emu/run.ts" --keep > "$tmp/run.txt" 2>&1 || { tail -5 "$tmp/run.txt"; exit 1; }
 tail -3 "$tmp/run.txt"

@@ -2,33 +2,34 @@
 # A kernel experiment's A/B needs two builds of the same kernels that differ in one thing. This builds one of them: an
 # sm_90 cubin of kernels/ with only the 16-bit triples (bf16 or f16 x and dy, weights of that dtype or f32; the forward's
 # kernels for the statistics), ~1 min here (nvcc, no GPU) instead of the whole fatbin's ~15. The change under test comes
-# as a patch to kernels/ (git diff's a/kernels/... paths) and/or nvcc flags; without either it is main's code.
+# as patches to kernels/ (git diff's a/kernels/... paths, applied in order) and/or nvcc flags; without either it is main's
+# code.
 # Prints the staged kernels' registers, and the kernels and FULL-path functions that spill (ptxas -v, kept as OUT.ptxas.txt).
 # With --fused: kernels/fused.cu instead, its bf16 kernels only (~15 s), each kernel's registers and spills printed
 # (lab/fused_geometry/ab.ts takes these).
-#   bash lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--fused] [--patch FILE.diff] [nvcc flags, e.g. -DNAME=0]
+#   bash lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--fused] [--patch FILE.diff]... [nvcc flags, e.g. -DNAME=0]
 # e.g. main against a patch, then on the GPU host, in one call (lab/kernel_ab/README.md):
 #   bash lab/kernel_ab/trimmed_cubin.sh lab/kernel_ab/.wg/main.cubin
 #   bash lab/kernel_ab/trimmed_cubin.sh lab/kernel_ab/.wg/new.cubin --patch my-change.diff
 #   bun lab/kernel_ab/fwd_ab.ts lab/kernel_ab/.wg/main.cubin lab/kernel_ab/.wg/new.cubin --dtypes bf16
 # The cubins are build outputs (git-ignored); carry them xz-compressed (lab/fused_geometry/cubins.sh does so for --fused).
 set -euo pipefail
-usage="usage: lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--fused] [--patch FILE.diff] [nvcc flags]"
+usage="usage: lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--fused] [--patch FILE.diff]... [nvcc flags]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 # Paths as the caller gave them (relative to the caller's directory), before the cd to the project root.
 mkdir -p "$(dirname "$1")"; out=$(realpath "$1"); shift
-patchf=""; flags=(); fused=0
+patches=(); flags=(); fused=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --fused) fused=1; shift ;;
-    --patch) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; patchf=$(realpath "$2"); shift 2 ;;
+    --patch) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; patches+=("$(realpath "$2")"); shift 2 ;;
     *) flags+=("$1"); shift ;;
   esac
 done
 cd "$(dirname "$0")/../.."
 src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
 cp kernels/* "$src/"  # README.md too: a patch may carry the contract's text
-[ -z "$patchf" ] || patch -s -N --batch -d "$src" -p2 < "$patchf"
+for f in ${patches[@]+"${patches[@]}"}; do patch -s -N --batch -d "$src" -p2 < "$f"; done
 # shellcheck source=scripts/nvcc.sh
 source scripts/nvcc.sh  # NVCC and the product's NVCC_FLAGS
 # cubin SRC: sm_90 SASS of SRC into $out, ptxas -v's report beside it.

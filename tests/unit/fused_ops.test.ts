@@ -57,20 +57,11 @@ test("LayerNorm rows whose first element lies far from their mean, beside ordina
 
 test("h to a residualOut apart from the residual: the separate add, the residual unchanged, y against float64", () => {
   using dev = Device.open({ backend: "cpu" });
+  const quants = [{ quant: "none" }, { quant: "dynamic", qdtype: "fp8e4m3" }] as const;
   for (const kind of ["rms", "layer"] as const) {
     for (const dtype of ["bf16", "f16", "f32"] as const) {
       for (const d of [128, 770, 4096]) {
-        runFusedCase(dev, { kind, dtype, d, rows: 9, residual: true, quant: "none", hApart: true });
-        runFusedCase(dev, {
-          kind,
-          dtype,
-          d,
-          rows: 9,
-          residual: true,
-          quant: "dynamic",
-          qdtype: "fp8e4m3",
-          hApart: true,
-        });
+        for (const q of quants) runFusedCase(dev, { kind, dtype, d, rows: 9, residual: true, ...q, hApart: true });
       }
     }
   }

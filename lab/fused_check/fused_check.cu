@@ -370,7 +370,8 @@ int main(int argc, char** argv) {
 
   {  // LayerNorm bf16 with f32 weight and bias, residual to a separate h, many rows of 4096.
     Call c; c.ln = true, c.ti = BF16, c.to = BF16, c.tw = F32, c.n0 = 512, c.d = 4096, c.residual = true;
-    check("LN bf16 residual, f32 w/b, d=4096", c, make(c), run(c, make(c)));
+    const Fixture f = make(c);
+    check("LN bf16 residual, f32 w/b, d=4096", c, f, run(c, f));
   }
   {  // RMSNorm f16 -> fp8e4m3, f16 weight, static scale from a pointer, residual in place.
     Call c; c.ln = false, c.ti = F16, c.to = E4M3, c.tw = F16, c.n0 = 300, c.d = 2048, c.residual = true;

@@ -7,8 +7,8 @@
  *   bytes = x and residual read, h and y written (+ parameters). With `quant` fp8e4m3 / int8 (dynamic, per row): y of
  *   1 byte and a 4-byte scale per row.
  * - `invariance`: the plain norm (no residual, y in x's dtype) with the tuned plan (which varies with the row count) and
- *   with `batchInvariant: true` (the fused kernels' row-count-free geometry), same tensors, rows moving ≥ 1 GiB: the cost
- *   of invariance in points of copy (bytes = x read, y written + parameters).
+ *   with `batchInvariant: true` (a row-count-free geometry: planNormInvariant, or the fused kernels'), same tensors, rows
+ *   moving ≥ 1 GiB: the cost of invariance in points of copy (bytes = x read, y written + parameters).
  * - `decode`: 1–8 rows, D 2048–8192, add + RMSNorm + fp8e4m3 (dynamic) captured 100 times in a CUDA graph: device µs per
  *   op of a replay.
  * - `qk`: Qwen3's q_norm / k_norm over a fused QKV buffer [tokens, (Hq + 2·Hkv) · 128] (Hq 32, Hkv 8), the Q and K

@@ -14,6 +14,8 @@ import { fusedKernel } from "./fused_module.ts";
 import { fusedArgs } from "./fused_abi.ts";
 import { fusedGeometry, fusedKernelFor, fusedLaunch } from "./plan_fused.ts";
 import { planLimits } from "./kernels.ts";
+import { lookupNormPlan, PlannedLaunch } from "./plan_cache.ts";
+import { launchNorm } from "./norm_launch.ts";
 import type { NormKind } from "./plan.ts";
 import {
   checkEps,
@@ -67,8 +69,9 @@ export interface FusedOptions {
   /** The first head that takes weight2. */
   split?: number;
   /**
-   * Run on the fused kernels even without a fused option: a row's result is then bitwise the same whatever the
-   * number of rows in the call (docs/batch-invariance.md). Default false.
+   * A row's result bitwise the same whatever the number of rows in the call and the row's place in it
+   * (docs/batch-invariance.md): the fused kernels, or for a plain RMSNorm the tuned kernels' prefill plan where that
+   * plan sums every row in one order (planNormInvariant). Default false.
    */
   batchInvariant?: boolean;
 }
@@ -277,7 +280,7 @@ export function runFused(
   const { weight, bias } = checkParams(kind, o.weight, o.bias, x);
   const weight2 = checkParam("weight2", o.weight2, x);
   const split = checkSplit(x, weight, weight2, o.split);
-  checkFlag("batchInvariant", o.batchInvariant);
+  const invariant = checkFlag("batchInvariant", o.batchInvariant) === true;
   const stats = checkFlag("stats", o.stats) === true;
   const params = { weight, bias, weight2 };
 
@@ -372,6 +375,10 @@ export function runFused(
   const limits = gpu ? planLimits(device) : FUSED_CPU_LIMITS;
   const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits, x.rows, device.backend);
   if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused): ${geometry.unsupported}`);
+  // batchInvariant alone on RMSNorm rows of one stride: the tuned kernels where their plan keeps a row's sums fixed
+  // at every row count (planNormInvariant: the plain norm's own prefill launch), else the fused kernels.
+  const invariantPlain = invariant && !layer && !residual && !quant && !weight2 && x.uniformRows &&
+    (!out || out.uniformRows);
   let launch: (() => void) | undefined;
   const wDtype = (weight ?? bias)?.dtype;
   const backend = device.backend;
@@ -379,41 +386,43 @@ export function runFused(
     const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype, geometry, backend);
     if ("unsupported" in choice) throw new UnsupportedError(`${kind}Norm (fused): ${choice.unsupported}`);
     const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels(dev, { fused: true })
-    launch = () => {
-      const l = fusedLaunch(geometry, x.rows, planLimits(device));
-      const config = new LaunchConfig({ grid: l.grid, block: l.block });
-      kernel.checkLaunch(stream, config);
-      kernel.launch(
-        stream,
-        config,
-        fusedArgs({
-          x: x.ptr,
-          residual: residual?.ptr ?? 0n,
-          h: h?.ptr ?? 0n,
-          y: y!.ptr,
-          weight: weight?.ptr ?? 0n,
-          bias: bias?.ptr ?? 0n,
-          weight2: weight2?.ptr ?? 0n,
-          mean: mean?.ptr ?? 0n,
-          rstd: rstd?.ptr ?? 0n,
-          scale: (quant?.mode === 2 ? scale?.ptr : quant?.scaleTensor?.ptr) ?? 0n,
-          n0: grid.n0,
-          n1: grid.n1,
-          d: x.d,
-          xStrides: [xs0, xs1],
-          rStrides: [rs0, rs1],
-          hStrides: [hs0, hs1],
-          yStrides: stridesOn(y!, grid.n1, "out"),
-          eps,
-          scaleValue: quant?.scaleValue ?? 1,
-          scaleUpperBound: quant?.upperBound ?? Infinity,
-          quant: quant?.mode ?? 0,
-          split: weight2 ? split : grid.n1,
-          tpr: geometry.tpr,
-          nv: geometry.nv,
-        }),
-      );
-    };
+    const tuned = invariantPlain ? invariantPlan(x, yDtype, wDtype) : undefined;
+    if (tuned) launch = () => void launchNorm(tuned, device, stream, x, y!, weight, undefined, mean, rstd, eps);
+    else {launch = () => {
+        const l = fusedLaunch(geometry, x.rows, planLimits(device));
+        const config = new LaunchConfig({ grid: l.grid, block: l.block });
+        kernel.checkLaunch(stream, config);
+        kernel.launch(
+          stream,
+          config,
+          fusedArgs({
+            x: x.ptr,
+            residual: residual?.ptr ?? 0n,
+            h: h?.ptr ?? 0n,
+            y: y!.ptr,
+            weight: weight?.ptr ?? 0n,
+            bias: bias?.ptr ?? 0n,
+            weight2: weight2?.ptr ?? 0n,
+            mean: mean?.ptr ?? 0n,
+            rstd: rstd?.ptr ?? 0n,
+            scale: (quant?.mode === 2 ? scale?.ptr : quant?.scaleTensor?.ptr) ?? 0n,
+            n0: grid.n0,
+            n1: grid.n1,
+            d: x.d,
+            xStrides: [xs0, xs1],
+            rStrides: [rs0, rs1],
+            hStrides: [hs0, hs1],
+            yStrides: stridesOn(y!, grid.n1, "out"),
+            eps,
+            scaleValue: quant?.scaleValue ?? 1,
+            scaleUpperBound: quant?.upperBound ?? Infinity,
+            quant: quant?.mode ?? 0,
+            split: weight2 ? split : grid.n1,
+            tpr: geometry.tpr,
+            nv: geometry.nv,
+          }),
+        );
+      };}
   }
 
   // Everything is checked: allocate, then queue.
@@ -488,4 +497,21 @@ function cpuFused(
   if (mean) mean.write(r.mean);
   if (rstd) rstd.write(r.rstd);
   if (scale && r.quant) scale.write(r.quant.scale);
+}
+
+/** planNormInvariant's launch of a plain RMSNorm over x (cached with the device's plans), or undefined where it has none. */
+function invariantPlan(x: Tensor, yDtype: DType, wDtype: DType | undefined): PlannedLaunch | undefined {
+  const p = lookupNormPlan(
+    x.device.cache,
+    "rms",
+    Math.max(x.rows, 1),
+    x.d,
+    x.dtype,
+    yDtype,
+    wDtype,
+    undefined,
+    x.device,
+    true,
+  );
+  return p instanceof PlannedLaunch ? p : undefined;
 }

@@ -10,8 +10,9 @@ import { releaseCount } from "../runtime/resource.ts";
 import { type OptionKeys, optionKeys, refuseUnknownKeys } from "../runtime/options.ts";
 import { emptyTensor, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normForward } from "./cpu.ts";
-import { fwdFull, type LaunchPlan, type NormKind } from "./plan.ts";
+import type { NormKind } from "./plan.ts";
 import { lookupNormPlan } from "./plan_cache.ts";
+import { type KernelGeometry, launchNorm, writeNormArgs } from "./norm_launch.ts";
 import {
   checkEps,
   checkFlag,
@@ -40,8 +41,8 @@ import {
 
 /**
  * Options of rmsNorm (and the shared part of layerNorm's). All optional. The fused options (residual,
- * residualOut, quant, weight2/split, batchInvariant; FusedOptions) run on the fused kernels:
- * `await loadKernels(dev, { fused: true })` first on a GPU.
+ * residualOut, quant, weight2/split, batchInvariant; FusedOptions) run on the fused kernels (batchInvariant on a plain
+ * RMSNorm: on the tuned ones where their plan allows it): `await loadKernels(dev, { fused: true })` first on a GPU.
  */
 export interface RMSNormOptions extends FusedOptions {
   /** Per-feature scale, shape [D], f32 or x's dtype. */
@@ -492,37 +493,6 @@ const layerCalls = new KindCalls();
 /** The key of a call in KindCalls.byKey (RMSNorm passes no bias). */
 const callKey = (weight: unknown, bias: unknown, x: unknown): unknown => weight ?? bias ?? x;
 
-/** The plan's values the kernel takes as arguments (tpr, nv, prefetch: LaunchPlan). */
-type KernelGeometry = Pick<LaunchPlan, "tpr" | "nv" | "prefetch">;
-
-/** Writes the forward kernel's arguments (NORM_FWD_ARGS) into an argument block of it: all validated by runNorm. */
-function writeNormArgs(
-  k: ArgBlock,
-  x: Tensor,
-  y: Tensor,
-  w: Tensor | undefined,
-  b: Tensor | undefined,
-  mean: Tensor | undefined,
-  rstd: Tensor | undefined,
-  eps: number,
-  g: KernelGeometry,
-): void {
-  k.setPtr(0, x.ptr);
-  k.setPtr(1, y.ptr);
-  k.setPtr(2, w === undefined ? 0n : w.ptr);
-  k.setPtr(3, b === undefined ? 0n : b.ptr);
-  k.setPtr(4, mean === undefined ? 0n : mean.ptr);
-  k.setPtr(5, rstd === undefined ? 0n : rstd.ptr);
-  k.setI32(6, x.rows);
-  k.setI32(7, x.d);
-  k.setI64(8, x.rowStride);
-  k.setI64(9, y.rowStride);
-  k.setF32(10, eps);
-  k.setI32(11, g.tpr);
-  k.setI32(12, g.nv);
-  k.setI32(13, g.prefetch);
-}
-
 /** Launches `c` again when `x` and the options `o` are exactly its call and everything is still open; else false. */
 function repeatCall(c: ValidatedCall | undefined, x: Tensor, o: CallOptions, layer: boolean): boolean {
   if (
@@ -619,23 +589,7 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
     }
     if (x.rows > 0) {
       if (plan) {
-        // The vector-only kernel where every row qualifies (fewer registers spilled; the `rows` tile: its own thread
-        // mapping and grid, plan.configFor(true)).
-        const full = plan.plan.fullKernel !== null && fwdFull(
-          x.d,
-          x.dtype,
-          y.dtype,
-          x.ptr,
-          x.rowStride,
-          y.ptr,
-          y.rowStride,
-          weight?.ptr ?? 0n,
-          bias?.ptr ?? 0n,
-        );
-        const k = plan.kernel(device, full), config = plan.configFor(full), geometry = plan.plan;
-        k.checkLaunch(stream, config);
-        writeNormArgs(k.args, x, y, weight, bias, mean, rstd, eps, geometry);
-        k.launchWritten(stream, config, k.args);
+        const { kernel: k, config } = launchNorm(plan, device, stream, x, y, weight, bias, mean, rstd, eps);
         if (outGiven && !stats && !checking) {
           // Remembered for repeatCall(): the very same call next time skips the checks above.
           const c = new ValidatedCall(
@@ -651,7 +605,7 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
             stream,
             k,
             config,
-            geometry,
+            plan.plan,
             releaseCount(),
           );
           calls.last = c;

@@ -159,6 +159,8 @@ interface Shape {
   /** Threads of a register-cached block at most: MAX_BLOCK_THREADS ("cta") or BIG_BLOCK_THREADS ("big"), within the device's. */
   cta: number;
   big: number;
+  /** The row count the rules' thresholds read: p.rows, or INVARIANT_RULE_ROWS (planNormInvariant). */
+  ruleRows: number;
 }
 
 interface MappingRule {
@@ -284,8 +286,8 @@ const GEOMETRY: Readonly<Record<Mapping, (s: Shape, rule: MappingRule) => Geomet
 function applies(r: MappingRule, s: Shape): boolean {
   const { ccMajor, multiprocessors: sms } = s.limits, minRows = r.minRowsPerSM?.[s.p.kind];
   return (r.cc === undefined || (r.cc === "9" ? ccMajor === 9 : ccMajor >= 9)) &&
-    (r.maxRowsPerSM === undefined || s.p.rows <= r.maxRowsPerSM * sms) &&
-    (minRows === undefined || s.p.rows >= minRows * sms) &&
+    (r.maxRowsPerSM === undefined || s.ruleRows <= r.maxRowsPerSM * sms) &&
+    (minRows === undefined || s.ruleRows >= minRows * sms) &&
     (r.maxChunks === undefined || s.chunks <= threadCap(s, r.maxChunks[0]) * r.maxChunks[1]) &&
     (r.maxRowBytes === undefined || s.rowBytes <= r.maxRowBytes);
 }
@@ -412,6 +414,34 @@ function variantHolds(v: Variant, s: Shape, mapping: Mapping, g: Geometry): bool
 }
 
 export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
+  return planAt(p, limits, p.rows);
+}
+
+/**
+ * Rows the mapping rules see in planNormInvariant: past every row-count threshold of MAPPING_RULES on any device (they
+ * are at most a few rows per SM), so the rules pick the prefill mapping at every row count.
+ */
+export const INVARIANT_RULE_ROWS = 2 ** 31 - 1;
+
+/**
+ * The tuned plan of `batchInvariant: true` on a plain RMSNorm: the mapping the rules pick for prefill (their row-count
+ * thresholds read at INVARIANT_RULE_ROWS), the grid sized for p.rows. Its `rows` and `block` kernels give every row the
+ * same chunks per thread and threads per row whatever the row count (the grid only strides over rows), and sum them in
+ * the same order on the vector and the masked path (scripts/reduction_geometry.ts, tests/unit/plan_invariant.test.ts):
+ * a row's y and rstd are the same bits in every call. Null where that does not hold: LayerNorm (its vector path takes
+ * one-pass statistics, the masked path centred ones; `rows` warps decide the pass for several rows together), the
+ * `rows` tile, `stash`, `cluster` and `wide` (their own orders per path or per CTA count). The op then runs the fused
+ * kernels (ops/plan_fused.ts), invariant by construction.
+ */
+export function planNormInvariant(p: PlanInput, limits: PlanLimits): PlanResult | null {
+  if (p.kind !== "rms") return null;
+  const r = planAt(p, limits, INVARIANT_RULE_ROWS);
+  if (!("plan" in r)) return r;
+  const { mapping, fullKernel } = r.plan;
+  return (mapping === "rows" || mapping === "block") && fullKernel === null ? r : null;
+}
+
+function planAt(p: PlanInput, limits: PlanLimits, ruleRows: number): PlanResult {
   const tin = p.inputDtype, tw = p.paramDtype ?? "f32";
   // The norm kernels compute in float dtypes; 1-byte dtypes are outputs of the fused quantizing kernels only.
   if (!isDType(tin) || !isDType(p.outputDtype) || !isDType(tw)) {
@@ -429,6 +459,7 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
     rowBytes: p.d * dtypeBytes(tin),
     cta: Math.min(MAX_BLOCK_THREADS, limits.maxThreadsPerBlock),
     big: Math.min(BIG_BLOCK_THREADS, limits.maxThreadsPerBlock),
+    ruleRows,
   };
   for (const rule of MAPPING_RULES) {
     const g = applies(rule, s) ? GEOMETRY[rule.mapping](s, rule) : null;

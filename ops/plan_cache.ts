@@ -7,7 +7,14 @@ import type { Device } from "../runtime/device.ts";
 import { type Kernel, LaunchConfig } from "../runtime/module.ts";
 import type { DType } from "../runtime/dtype.ts";
 import { NORM_FWD_ARGS, normKernel, planLimits } from "./kernels.ts";
-import { type LaunchPlan, type NormKind, type PlanInput, type PlanLimits, planNorm } from "./plan.ts";
+import {
+  type LaunchPlan,
+  type NormKind,
+  type PlanInput,
+  type PlanLimits,
+  planNorm,
+  planNormInvariant,
+} from "./plan.ts";
 
 /** Cached plans per device, at most; past it the cache starts over (many distinct row counts, e.g. prefill). */
 export const MAX_CACHED_PLANS = 1024;
@@ -94,6 +101,10 @@ export class PlannedLaunch {
 }
 
 export type CachedPlan = PlannedLaunch | { readonly unsupported: string };
+/** What lookupNormPlan gives for an invariant plan that the tuned kernels do not have (planNormInvariant's null). */
+export const NO_INVARIANT_PLAN: { readonly unsupported: string } = Object.freeze({
+  unsupported: "no tuned plan keeps this row length's sums fixed across row counts and paths (the fused kernels do)",
+});
 
 // Every tensor dtype has a code, so a plan asked for a 1-byte dtype is refused by planNorm (and cached), not mixed
 // up with another problem's.
@@ -121,7 +132,8 @@ export function cachedNormPlan(cache: Map<string, unknown>, p: PlanInput, limits
 
 /**
  * cachedNormPlan without the PlanInput object (the ops' hot path: nothing allocated on a hit). On a miss the
- * limits come from `limits()` or, when it is undefined, from planLimits(device).
+ * limits come from `limits()` or, when it is undefined, from planLimits(device). `invariant`: planNormInvariant's plan
+ * (NO_INVARIANT_PLAN where it has none), cached apart from planNorm's.
  */
 export function lookupNormPlan(
   cache: Map<string, unknown>,
@@ -133,18 +145,20 @@ export function lookupNormPlan(
   paramDtype: DType | undefined,
   limits: (() => PlanLimits) | undefined,
   device: Device | undefined,
+  invariant = false,
 ): CachedPlan {
   const table = planTable(cache);
-  // ((d·2 + kind)·8 + input)·8 + output)·8 + param (7 = none): exact below 2^53 for any D the ops accept.
-  const problem =
-    (((d * 2 + (kind === "layer" ? 1 : 0)) * 8 + DTYPE_CODE[inputDtype]) * 8 + DTYPE_CODE[outputDtype]) * 8 +
-    (paramDtype === undefined ? 7 : DTYPE_CODE[paramDtype]);
+  // (((d·2 + kind)·8 + input)·8 + output)·8 + param (7 = none))·2 + invariant: exact below 2^53 for any D the ops accept.
+  const problem = ((((d * 2 + (kind === "layer" ? 1 : 0)) * 8 + DTYPE_CODE[inputDtype]) * 8 +
+            DTYPE_CODE[outputDtype]) * 8 + (paramDtype === undefined ? 7 : DTYPE_CODE[paramDtype])) * 2 +
+    (invariant ? 1 : 0);
   let byRows = table.byProblem.get(problem);
   let hit = byRows?.get(rows);
   if (hit === undefined) {
     const p: PlanInput = { kind, rows, d, inputDtype, outputDtype, paramDtype };
-    const r = planNorm(p, limits ? limits() : planLimits(device!));
-    hit = "plan" in r ? new PlannedLaunch(r.plan) : { unsupported: r.unsupported };
+    const l = limits ? limits() : planLimits(device!);
+    const r = invariant ? planNormInvariant(p, l) : planNorm(p, l);
+    hit = r === null ? NO_INVARIANT_PLAN : "plan" in r ? new PlannedLaunch(r.plan) : { unsupported: r.unsupported };
     if (table.size >= MAX_CACHED_PLANS) {
       table.byProblem.clear();
       table.size = 0;

@@ -9,12 +9,20 @@ import { ffi } from "../../ffi/runtime.ts";
 import { FUSED_ADD_THREADS, FUSED_PARAMS, fusedArgs } from "../../ops/fused_abi.ts";
 import { fusedGeometry, fusedLaunch, fusedTree } from "../../ops/plan_fused.ts";
 import { planLimits, setDependentLaunch } from "../../ops/kernels.ts";
+import { planNormInvariant } from "../../ops/plan.ts";
 import { fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 
 /** The fused kernel's arguments by name, read back from a parameter array at launch time. */
 function readFused(params: bigint, kernel: string): Record<string, bigint | number> | undefined {
   // Other kernels' parameter arrays are shorter: reading 28 slots of one would follow garbage addresses.
-  return /^nk_fused_(ln|rms)_/.test(kernel) ? readParams(params) : undefined;
+  if (/^nk_fused_(ln|rms)_/.test(kernel)) return readParams(params);
+  return /^nk_(ln|rms)_/.test(kernel) ? readNormGeometry(params) : undefined;
+}
+/** tpr and nv of a tuned forward kernel's arguments (NORM_FWD_ARGS: slots 11 and 12, i32). */
+function readNormGeometry(params: bigint): Record<string, number> {
+  const slots = new BigUint64Array(ffi!.viewMemory(params, 14 * 8).slice(0));
+  const i32 = (i: number) => new DataView(ffi!.viewMemory(slots[i], 4).slice(0)).getInt32(0, true);
+  return { tpr: i32(11), nv: i32(12) };
 }
 function readParams(params: bigint): Record<string, bigint | number> {
   const n = FUSED_PARAMS.length;
@@ -129,22 +137,22 @@ test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the 
   assert.equal(launches[3].kernel, "nk_fused_ln_bf16_fp8e4m3_f32_nv2");
 });
 
-test("batchInvariant: the fused kernel; 1 row and 1000 split the same tree differently (plan_fused.ts)", async () => {
+test("batchInvariant on LayerNorm: the fused kernel; 1 row and 1000 split the same tree differently (plan_fused.ts)", async () => {
   const { dev, made: m, launches } = await setup();
   using _dev = dev;
   await loadKernels(dev, { fused: true });
   const one = m.many.view([1, d]), oneOut = m.manyOut.view([1, d]);
-  rmsNorm(one, { weight: m.w, out: oneOut, batchInvariant: true });
-  rmsNorm(m.many, { weight: m.w, out: m.manyOut, batchInvariant: true });
-  rmsNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan
+  layerNorm(one, { weight: m.w, out: oneOut, batchInvariant: true });
+  layerNorm(m.many, { weight: m.w, out: m.manyOut, batchInvariant: true });
+  layerNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan
   const [a, b] = launches.map((l) => l.args as Record<string, number>);
-  assert.equal(launches[0].kernel, "nk_fused_rms_bf16_bf16_f32_nv2", "one row: a chunk a thread");
-  assert.equal(launches[1].kernel, "nk_fused_rms_bf16_bf16_f32_nv4", "1000 rows: 4 chunks a thread");
-  const tree = fusedTree("rms", d, "bf16", planLimits(dev));
+  assert.equal(launches[0].kernel, "nk_fused_ln_bf16_bf16_f32_nv2", "one row: a chunk a thread");
+  assert.equal(launches[1].kernel, "nk_fused_ln_bf16_bf16_f32_nv4", "1000 rows: 4 chunks a thread");
+  const tree = fusedTree("layer", d, "bf16", planLimits(dev));
   assert.ok("leaves" in tree);
   const many = m.many.rows;
   for (const [args, l, rows] of [[a, launches[0], 1], [b, launches[1], many]] as const) {
-    const g = fusedGeometry("rms", d, "bf16", planLimits(dev), rows, "cuda");
+    const g = fusedGeometry("layer", d, "bf16", planLimits(dev), rows, "cuda");
     assert.ok(!("unsupported" in g));
     assert.deepEqual([args.tpr, args.nv, l.block[0]], [g.tpr, g.nv, g.block], `rows=${rows}`);
     assert.equal(g.tpr * g.nv, tree.leaves, `rows=${rows}: the same tree`);
@@ -152,6 +160,30 @@ test("batchInvariant: the fused kernel; 1 row and 1000 split the same tree diffe
   assert.deepEqual([a.tpr, a.nv], [256, 1], "one row: 256 threads, here a chunk each (D 2048 bf16: 256 chunks)");
   assert.ok(launches[1].grid[0] > launches[0].grid[0]);
   assert.ok(!launches[2].kernel.startsWith("nk_fused_"), launches[2].kernel);
+});
+
+test("batchInvariant on RMSNorm: the tuned kernel of the prefill plan, the same geometry at 1 and 1000 rows", async () => {
+  const { dev, made: m, launches } = await setup();
+  using _dev = dev;
+  await loadKernels(dev, { fused: true });
+  const one = m.many.view([1, d]), oneOut = m.manyOut.view([1, d]);
+  rmsNorm(one, { weight: m.w, out: oneOut, batchInvariant: true });
+  rmsNorm(m.many, { weight: m.w, out: m.manyOut, batchInvariant: true });
+  rmsNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan at 1000 rows
+  rmsNorm(one, { weight: m.w, out: oneOut }); // the tuned plan at 1 row
+  const p = { kind: "rms", d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "f32" } as const;
+  const inv = planNormInvariant({ ...p, rows: 1000 }, planLimits(dev));
+  assert.ok(inv !== null && "plan" in inv);
+  assert.equal(inv.plan.mapping, "rows", "D 2048 bf16: a sub-warp a row");
+  const [a, b, tuned, tunedOne] = launches.map((l) => l.args as Record<string, number>);
+  for (const [i, args] of [a, b, tuned].entries()) {
+    assert.equal(launches[i].kernel, inv.plan.kernel, `launch ${i}`);
+    assert.deepEqual([args.tpr, args.nv, launches[i].block[0]], [inv.plan.tpr, inv.plan.nv, inv.plan.block[0]]);
+  }
+  assert.equal(launches[0].grid[0], 1, "one row: one block");
+  assert.equal(launches[1].grid[0], launches[2].grid[0], "1000 rows: the plain norm's own launch");
+  assert.notEqual(launches[3].kernel, inv.plan.kernel, "the plain norm of one row takes another mapping");
+  assert.notDeepEqual([tunedOne.tpr, tunedOne.nv], [a.tpr, a.nv]);
 });
 
 test("backward with dResidual: the backward kernels, then nk_fused_add_* over dx", async () => {

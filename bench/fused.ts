@@ -8,7 +8,8 @@
  *   1 byte and a 4-byte scale per row.
  * - `invariance`: the plain norm (no residual, y in x's dtype) with the tuned plan (which varies with the row count) and
  *   with `batchInvariant: true` (a row-count-free geometry: planNormInvariant, or the fused kernels'), same tensors, rows
- *   moving ≥ 1 GiB: the cost of invariance in points of copy (bytes = x read, y written + parameters).
+ *   moving ≥ 1 GiB: the cost of invariance in points of copy (bytes = x read, y written + parameters); then both on 1 and
+ *   8 rows of D 2048–8192 (bf16) in a CUDA graph, µs per op.
  * - `decode`: 1–8 rows, D 2048–8192, add + RMSNorm + fp8e4m3 (dynamic) captured 100 times in a CUDA graph: device µs per
  *   op of a replay.
  * - `qk`: Qwen3's q_norm / k_norm over a fused QKV buffer [tokens, (Hq + 2·Hkv) · 128] (Hq 32, Hkv 8), the Q and K
@@ -159,6 +160,31 @@ if (part("invariance")) {
         }
       } catch (e) {
         console.log(`invariance ${dtype} D=${d}: ${e instanceof Error ? e.message : e}`);
+      }
+    }
+  }
+  // Decode: the same two calls on 1 and 8 rows in a CUDA graph (the tuned plan's latency mapping against the invariant
+  // geometry), device µs per op.
+  for (const d of DECODE_DS) {
+    for (const rows of [1, 8]) {
+      using held = new DisposableStack();
+      try {
+        const x = make(held, [rows, d], "bf16"), y = make(held, [rows, d], "bf16", false);
+        const { w, b: bias } = params(held, d, "bf16");
+        for (const kind of ["rms", "layer"] as const) {
+          const norm = kind === "rms" ? fusedRms : fusedLn;
+          const opts = { weight: w, out: y, ...(kind === "layer" ? { bias } : {}) };
+          const us = (invariant: boolean) =>
+            graphUs(dev, (stream) => void norm(x, { ...opts, stream, batchInvariant: invariant }), GRAPH_OPS, REPLAYS);
+          const tunedUs = us(false), invariantUs = us(true);
+          results.push({ case: "invariance-decode", kind, dtype: "bf16", d, rows, tunedUs, invariantUs });
+          console.log(
+            `inv decode ${kind} bf16 D=${d} rows=${rows}: tuned ${tunedUs.toFixed(2)} µs/op, invariant ` +
+              `${invariantUs.toFixed(2)} (graph)`,
+          );
+        }
+      } catch (e) {
+        console.log(`invariance decode D=${d} rows=${rows}: ${e instanceof Error ? e.message : e}`);
       }
     }
   }

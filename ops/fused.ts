@@ -387,42 +387,41 @@ export function runFused(
     if ("unsupported" in choice) throw new UnsupportedError(`${kind}Norm (fused): ${choice.unsupported}`);
     const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels(dev, { fused: true })
     const tuned = invariantPlain ? invariantPlan(x, yDtype, wDtype) : undefined;
-    if (tuned) launch = () => void launchNorm(tuned, device, stream, x, y!, weight, undefined, mean, rstd, eps);
-    else {launch = () => {
-        const l = fusedLaunch(geometry, x.rows, planLimits(device));
-        const config = new LaunchConfig({ grid: l.grid, block: l.block });
-        kernel.checkLaunch(stream, config);
-        kernel.launch(
-          stream,
-          config,
-          fusedArgs({
-            x: x.ptr,
-            residual: residual?.ptr ?? 0n,
-            h: h?.ptr ?? 0n,
-            y: y!.ptr,
-            weight: weight?.ptr ?? 0n,
-            bias: bias?.ptr ?? 0n,
-            weight2: weight2?.ptr ?? 0n,
-            mean: mean?.ptr ?? 0n,
-            rstd: rstd?.ptr ?? 0n,
-            scale: (quant?.mode === 2 ? scale?.ptr : quant?.scaleTensor?.ptr) ?? 0n,
-            n0: grid.n0,
-            n1: grid.n1,
-            d: x.d,
-            xStrides: [xs0, xs1],
-            rStrides: [rs0, rs1],
-            hStrides: [hs0, hs1],
-            yStrides: stridesOn(y!, grid.n1, "out"),
-            eps,
-            scaleValue: quant?.scaleValue ?? 1,
-            scaleUpperBound: quant?.upperBound ?? Infinity,
-            quant: quant?.mode ?? 0,
-            split: weight2 ? split : grid.n1,
-            tpr: geometry.tpr,
-            nv: geometry.nv,
-          }),
-        );
-      };}
+    launch = tuned ? () => void launchNorm(tuned, device, stream, x, y!, weight, undefined, mean, rstd, eps) : () => {
+      const l = fusedLaunch(geometry, x.rows, planLimits(device));
+      const config = new LaunchConfig({ grid: l.grid, block: l.block });
+      kernel.checkLaunch(stream, config);
+      kernel.launch(
+        stream,
+        config,
+        fusedArgs({
+          x: x.ptr,
+          residual: residual?.ptr ?? 0n,
+          h: h?.ptr ?? 0n,
+          y: y!.ptr,
+          weight: weight?.ptr ?? 0n,
+          bias: bias?.ptr ?? 0n,
+          weight2: weight2?.ptr ?? 0n,
+          mean: mean?.ptr ?? 0n,
+          rstd: rstd?.ptr ?? 0n,
+          scale: (quant?.mode === 2 ? scale?.ptr : quant?.scaleTensor?.ptr) ?? 0n,
+          n0: grid.n0,
+          n1: grid.n1,
+          d: x.d,
+          xStrides: [xs0, xs1],
+          rStrides: [rs0, rs1],
+          hStrides: [hs0, hs1],
+          yStrides: stridesOn(y!, grid.n1, "out"),
+          eps,
+          scaleValue: quant?.scaleValue ?? 1,
+          scaleUpperBound: quant?.upperBound ?? Infinity,
+          quant: quant?.mode ?? 0,
+          split: weight2 ? split : grid.n1,
+          tpr: geometry.tpr,
+          nv: geometry.nv,
+        }),
+      );
+    };
   }
 
   // Everything is checked: allocate, then queue.

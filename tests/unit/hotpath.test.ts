@@ -9,7 +9,14 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ArgumentError, Device, DisposedError, layerNorm, rmsNorm, Tensor } from "../../mod.ts";
 import { Kernel, LaunchConfig, type Stream } from "../../gpu.ts";
-import { cachedNormPlan, cachedPlanCount, MAX_CACHED_PLANS, PlannedLaunch } from "../../ops/plan_cache.ts";
+import {
+  cachedNormPlan,
+  cachedPlanCount,
+  lookupNormPlan,
+  MAX_CACHED_PLANS,
+  NO_INVARIANT_PLAN,
+  PlannedLaunch,
+} from "../../ops/plan_cache.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { ffi } from "../../ffi/runtime.ts";
 import { fakeCudaDevice, type FakeLaunch } from "../fixtures/fake_cuda.ts";
@@ -672,4 +679,33 @@ gpuTest("hot path: replaying a captured graph calls the driver once per replay a
     g.launch = launch0;
     s.restore();
   }
+});
+
+test("plan cache: the invariant plan of a problem is cached apart from its tuned plan (planNormInvariant)", () => {
+  const cache = new Map<string, unknown>();
+  const rms: PlanInput = { kind: "rms", rows: 3, d: 4096, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "bf16" };
+  const look = (p: PlanInput, invariant: boolean) =>
+    lookupNormPlan(
+      cache,
+      p.kind,
+      p.rows,
+      p.d,
+      p.inputDtype,
+      p.outputDtype,
+      p.paramDtype,
+      () => H200,
+      undefined,
+      invariant,
+    );
+  const tuned = look(rms, false), inv = look(rms, true);
+  assert.ok(tuned instanceof PlannedLaunch && inv instanceof PlannedLaunch);
+  assert.notEqual(tuned, inv);
+  assert.equal(tuned.plan.mapping, "latency", "3 rows: the latency mapping");
+  assert.equal(inv.plan.mapping, "block", "the prefill mapping at 3 rows");
+  assert.equal(look(rms, true), inv, "a hit");
+  assert.equal(look(rms, false), tuned, "a hit");
+  // Where there is none (LayerNorm), one refusal, cached: the op then takes the fused kernels.
+  const ln = look({ ...rms, kind: "layer" }, true);
+  assert.equal(ln, NO_INVARIANT_PLAN);
+  assert.equal(cachedPlanCount(cache), 3);
 });

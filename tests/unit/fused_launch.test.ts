@@ -18,11 +18,19 @@ function readFused(params: bigint, kernel: string): Record<string, bigint | numb
   if (/^nk_fused_(ln|rms)_/.test(kernel)) return readParams(params);
   return /^nk_(ln|rms)_/.test(kernel) ? readNormGeometry(params) : undefined;
 }
-/** tpr and nv of a tuned forward kernel's arguments (NORM_FWD_ARGS: slots 11 and 12, i32). */
-function readNormGeometry(params: bigint): Record<string, number> {
+/** Some of a tuned forward kernel's arguments (NORM_FWD_ARGS: rstd 5, rows 6, x and y strides 8 and 9, tpr 11, nv 12). */
+function readNormGeometry(params: bigint): Record<string, bigint | number> {
   const slots = new BigUint64Array(ffi!.viewMemory(params, 14 * 8).slice(0));
-  const i32 = (i: number) => new DataView(ffi!.viewMemory(slots[i], 4).slice(0)).getInt32(0, true);
-  return { tpr: i32(11), nv: i32(12) };
+  const view = (i: number) => new DataView(ffi!.viewMemory(slots[i], 8).slice(0));
+  const i32 = (i: number) => view(i).getInt32(0, true), i64 = (i: number) => Number(view(i).getBigInt64(0, true));
+  return {
+    rstd: view(5).getBigUint64(0, true),
+    rows: i32(6),
+    x_stride: i64(8),
+    y_stride: i64(9),
+    tpr: i32(11),
+    nv: i32(12),
+  };
 }
 function readParams(params: bigint): Record<string, bigint | number> {
   const n = FUSED_PARAMS.length;
@@ -184,6 +192,17 @@ test("batchInvariant on RMSNorm: the tuned kernel of the prefill plan, the same 
   assert.equal(launches[1].grid[0], launches[2].grid[0], "1000 rows: the plain norm's own launch");
   assert.notEqual(launches[3].kernel, inv.plan.kernel, "the plain norm of one row takes another mapping");
   assert.notDeepEqual([tunedOne.tpr, tunedOne.nv], [a.tpr, a.nv]);
+
+  // Rows of one stride (every other row of `many`) into packed rows: the tuned kernel, each tensor's stride passed.
+  const every2 = m.many.view([500, d], { strides: [2 * d, 1] }), packed = m.manyOut.view([500, d]);
+  rmsNorm(every2, { weight: m.w, out: packed, batchInvariant: true });
+  const s = launches[4].args as Record<string, bigint | number>;
+  assert.equal(launches[4].kernel, inv.plan.kernel);
+  assert.deepEqual([s.rows, s.x_stride, s.y_stride, s.rstd], [500, 2 * d, d, 0n]);
+  // Rows on two levels (a head view): the fused kernel, which takes them.
+  const heads = m.many.view([500, 2, d / 2], { strides: [2 * d, d / 2, 1] });
+  rmsNorm(heads, { weight: m.w.view([d / 2]), out: heads, batchInvariant: true });
+  assert.match(launches[5].kernel, /^nk_fused_rms_/);
 });
 
 test("backward with dResidual: the backward kernels, then nk_fused_add_* over dx", async () => {

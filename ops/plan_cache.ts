@@ -148,10 +148,11 @@ export function lookupNormPlan(
   invariant = false,
 ): CachedPlan {
   const table = planTable(cache);
-  // (((d·2 + kind)·8 + input)·8 + output)·8 + param (7 = none))·2 + invariant: exact below 2^53 for any D the ops accept.
-  const problem = ((((d * 2 + (kind === "layer" ? 1 : 0)) * 8 + DTYPE_CODE[inputDtype]) * 8 +
-            DTYPE_CODE[outputDtype]) * 8 + (paramDtype === undefined ? 7 : DTYPE_CODE[paramDtype])) * 2 +
-    (invariant ? 1 : 0);
+  // ((d·2 + kind)·8 + input)·8 + output)·8 + param (7 = none), then ·2 + invariant: exact below 2^53 for any D the ops
+  // accept.
+  const code = (((d * 2 + (kind === "layer" ? 1 : 0)) * 8 + DTYPE_CODE[inputDtype]) * 8 + DTYPE_CODE[outputDtype]) * 8 +
+    (paramDtype === undefined ? 7 : DTYPE_CODE[paramDtype]);
+  const problem = code * 2 + (invariant ? 1 : 0);
   let byRows = table.byProblem.get(problem);
   let hit = byRows?.get(rows);
   if (hit === undefined) {

@@ -100,7 +100,6 @@ struct nk_quot {
   }
 };
 
-
 // Whether T is one of the 1-byte quantized dtypes (the float dtypes have SIZE 2 or 4).
 template <class T>
 struct nk_is_quant {

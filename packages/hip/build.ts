@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "097dc60d11f01972f26152da789e7d39c0763cccbceb49edab3340797a947b52";
+export const fusedSourceSha256: string = "dae23df4ca0846c00378686bc3af85a440b3ea1eddc458845deb6d411d495e06";

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "097dc60d11f01972f26152da789e7d39c0763cccbceb49edab3340797a947b52";
+export const fusedSourceSha256: string = "dae23df4ca0846c00378686bc3af85a440b3ea1eddc458845deb6d411d495e06";

@@ -1,7 +1,8 @@
 /**
  * The fused forward: residual add, quantized output, head views (rows on two levels) and the QK split, on the fused
- * kernels (kernels/fused.cu) or the CPU reference. Every call here is batch-invariant: the fused plan's per-row
- * geometry depends on (kind, D, dtypes) only (ops/plan_fused.ts).
+ * kernels (kernels/fused.cu) or the CPU reference, and batchInvariant on plain rows (planNormInvariant's tuned plan
+ * where it has one). Every call here is batch-invariant: the fused plan's per-row geometry depends on (kind, D, dtypes)
+ * only (ops/plan_fused.ts).
  */
 import { type DType, type FloatDType, isDType, isQuantDType, type QuantDType } from "../runtime/dtype.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
@@ -70,8 +71,9 @@ export interface FusedOptions {
   split?: number;
   /**
    * A row's result bitwise the same whatever the number of rows in the call and the row's place in it
-   * (docs/batch-invariance.md): the fused kernels, or for a plain RMSNorm the tuned kernels' prefill plan where that
-   * plan sums every row in one order (planNormInvariant). Default false.
+   * (docs/batch-invariance.md): the fused kernels, or for a plain norm the tuned kernels' prefill plan where that plan
+   * sums every row in one order (planNormInvariant; a LayerNorm row there agrees with itself among the calls of its
+   * path: rows 16-byte aligned, or not). Default false.
    */
   batchInvariant?: boolean;
 }
@@ -375,10 +377,9 @@ export function runFused(
   const limits = gpu ? planLimits(device) : FUSED_CPU_LIMITS;
   const geometry = fusedGeometry(kind, x.d, x.dtype as FloatDType, limits, x.rows, device.backend);
   if ("unsupported" in geometry) throw new UnsupportedError(`${kind}Norm (fused): ${geometry.unsupported}`);
-  // batchInvariant alone on RMSNorm rows of one stride: the tuned kernels where their plan keeps a row's sums fixed
-  // at every row count (planNormInvariant: the plain norm's own prefill launch), else the fused kernels.
-  const invariantPlain = invariant && !layer && !residual && !quant && !weight2 && x.uniformRows &&
-    (!out || out.uniformRows);
+  // batchInvariant alone on rows of one stride: the tuned kernels where their plan keeps a row's sums fixed at every
+  // row count (planNormInvariant: the plain norm's own prefill launch), else the fused kernels.
+  const invariantPlain = invariant && !residual && !quant && !weight2 && x.uniformRows && (!out || out.uniformRows);
   let launch: (() => void) | undefined;
   const wDtype = (weight ?? bias)?.dtype;
   const backend = device.backend;
@@ -386,8 +387,8 @@ export function runFused(
     const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype, geometry, backend);
     if ("unsupported" in choice) throw new UnsupportedError(`${kind}Norm (fused): ${choice.unsupported}`);
     const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels(dev, { fused: true })
-    const tuned = invariantPlain ? invariantPlan(x, yDtype, wDtype) : undefined;
-    launch = tuned ? () => void launchNorm(tuned, device, stream, x, y!, weight, undefined, mean, rstd, eps) : () => {
+    const tuned = invariantPlain ? invariantPlan(kind, x, yDtype, wDtype) : undefined;
+    launch = tuned ? () => void launchNorm(tuned, device, stream, x, y!, weight, bias, mean, rstd, eps) : () => {
       const l = fusedLaunch(geometry, x.rows, planLimits(device));
       const config = new LaunchConfig({ grid: l.grid, block: l.block });
       kernel.checkLaunch(stream, config);
@@ -498,11 +499,11 @@ function cpuFused(
   if (scale && r.quant) scale.write(r.quant.scale);
 }
 
-/** planNormInvariant's launch of a plain RMSNorm over x (cached with the device's plans), or undefined where it has none. */
-function invariantPlan(x: Tensor, yDtype: DType, wDtype: DType | undefined): PlannedLaunch | undefined {
+/** planNormInvariant's launch of a plain norm over x (cached with the device's plans), or undefined where it has none. */
+function invariantPlan(kind: NormKind, x: Tensor, yDtype: DType, wDtype: DType | undefined): PlannedLaunch | undefined {
   const p = lookupNormPlan(
     x.device.cache,
-    "rms",
+    kind,
     Math.max(x.rows, 1),
     x.d,
     x.dtype,

@@ -42,7 +42,7 @@ import {
 /**
  * Options of rmsNorm (and the shared part of layerNorm's). All optional. The fused options (residual,
  * residualOut, quant, weight2/split, batchInvariant; FusedOptions) run on the fused kernels (batchInvariant on a plain
- * RMSNorm: on the tuned ones where their plan allows it): `await loadKernels(dev, { fused: true })` first on a GPU.
+ * norm: on the tuned ones where their plan allows it): `await loadKernels(dev, { fused: true })` first on a GPU.
  */
 export interface RMSNormOptions extends FusedOptions {
   /** Per-feature scale, shape [D], f32 or x's dtype. */

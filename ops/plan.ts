@@ -424,21 +424,27 @@ export function planNorm(p: PlanInput, limits: PlanLimits): PlanResult {
 export const INVARIANT_RULE_ROWS = 2 ** 31 - 1;
 
 /**
- * The tuned plan of `batchInvariant: true` on a plain RMSNorm: the mapping the rules pick for prefill (their row-count
+ * The tuned plan of `batchInvariant: true` on a plain norm: the mapping the rules pick for prefill (their row-count
  * thresholds read at INVARIANT_RULE_ROWS), the grid sized for p.rows. Its `rows` and `block` kernels give every row the
- * same chunks per thread and threads per row whatever the row count (the grid only strides over rows), and sum them in
- * the same order on the vector and the masked path (scripts/reduction_geometry.ts, tests/unit/plan_invariant.test.ts):
- * a row's y and rstd are the same bits in every call. Null where that does not hold: LayerNorm (its vector path takes
- * one-pass statistics, the masked path centred ones; `rows` warps decide the pass for several rows together), the
- * `rows` tile, `stash`, `cluster` and `wide` (their own orders per path or per CTA count). The op then runs the fused
- * kernels (ops/plan_fused.ts), invariant by construction.
+ * same chunks per thread and threads per row whatever the row count (the grid only strides over rows), so a row's y,
+ * mean and rstd are the same bits in every call on the same path (scripts/reduction_geometry.ts,
+ * tests/unit/plan_invariant.test.ts). RMSNorm sums alike on the vector and the masked path; LayerNorm takes one-pass
+ * statistics on the vector path and centred ones on the masked path, so a LayerNorm row is invariant among the calls
+ * of its path (for a contiguous tensor the path is fixed by D: fwdFull). LayerNorm rows of fewer lanes than a warp take
+ * the two-pass `rows` kernel (nk_ln_rowstwopass_*) in the prefill geometry. Null where a row's order still depends on
+ * the batch: the `rows` tile (vector-only, its own order), `stash`, `cluster` and `wide` (their own orders per path or
+ * per CTA count). The op then runs the fused kernels (ops/plan_fused.ts), invariant by construction.
  */
 export function planNormInvariant(p: PlanInput, limits: PlanLimits): PlanResult | null {
-  if (p.kind !== "rms") return null;
   const r = planAt(p, limits, INVARIANT_RULE_ROWS);
   if (!("plan" in r)) return r;
-  const { mapping, fullKernel } = r.plan;
-  return (mapping === "rows" || mapping === "block") && fullKernel === null ? r : null;
+  const { mapping, fullKernel, kernel, tpr } = r.plan;
+  if (mapping === "block") return r;
+  if (mapping !== "rows" || fullKernel !== null) return null;
+  if (p.kind === "rms" || tpr >= limits.warpSize) return r;
+  // LayerNorm rows of fewer lanes than a warp: the one-pass kernel decides the pass for the warp's rows together; the
+  // two-pass kernel, in the same geometry, decides nothing.
+  return { plan: { ...r.plan, kernel: kernel.replace(/^nk_ln_rows_/, "nk_ln_rowstwopass_") } };
 }
 
 function planAt(p: PlanInput, limits: PlanLimits, ruleRows: number): PlanResult {

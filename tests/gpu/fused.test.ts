@@ -112,7 +112,17 @@ gpuTest(
   async () => {
     using dev = await open();
     for (const kind of ["rms", "layer"] as const) {
-      for (const [d, dtype] of [[128, "bf16"], [770, "f16"], [4096, "bf16"], [8199, "f32"]] as const) {
+      // The fused kernels only at 128 (the tile); LayerNorm's invariant tuned plan: two-pass `rows` (512, vector path;
+      // 770, masked), one-pass `rows` of a warp a row (2048), `block` (4096, vector; 8199, masked).
+      const shapes = [
+        [128, "bf16"],
+        [512, "bf16"],
+        [770, "f16"],
+        [2048, "f16"],
+        [4096, "bf16"],
+        [8199, "f32"],
+      ] as const;
+      for (const [d, dtype] of shapes) {
         // The tuned plan's boundaries on an H200 (132 SMs: 131/132, 264/265), then a prefill-sized batch.
         const batches = [1, 2, 7, 131, 132, 133, 264, 265, 4096, d <= 1024 ? 50_000 : 8192];
         const maxRows = batches[batches.length - 1];

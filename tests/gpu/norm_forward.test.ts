@@ -19,6 +19,7 @@ import {
   type LaunchPlan,
   type Mapping,
   planNorm,
+  planNormInvariant,
   stagedShared,
   stagesParams,
   stashBuilt,
@@ -58,6 +59,8 @@ interface Case {
   /** With affine (the default): LayerNorm without its weight, or without its bias. */
   noWeight?: boolean;
   noBias?: boolean;
+  /** The call with `batchInvariant: true` (planNormInvariant's tuned plan, or the fused kernels). */
+  invariant?: boolean;
 }
 
 /**
@@ -88,18 +91,18 @@ function runCase(dev: Device, c: Case, kernels?: Set<string>): number {
       fwdFull(d, tin, tout, x.ptr, x.rowStride, y.ptr, y.rowStride, w?.ptr ?? 0n, b?.ptr ?? 0n);
     kernels.add(full ? p.fullKernel! : p.kernel);
   }
-  const eps = kind === "layer" ? 1e-5 : 1e-6;
+  const eps = kind === "layer" ? 1e-5 : 1e-6, batchInvariant = c.invariant ?? false;
   const r = kind === "layer"
-    ? layerNorm(x, { weight: w, bias: b, eps, out: y, stats: true })
-    : rmsNorm(x, { weight: w, eps, out: y, stats: true });
+    ? layerNorm(x, { weight: w, bias: b, eps, out: y, stats: true, batchInvariant })
+    : rmsNorm(x, { weight: w, eps, out: y, stats: true, batchInvariant });
   const got = y.readSync(), rstd = r.rstd.readSync(), mean = r.mean.readSync();
   r.mean.close();
   r.rstd.close();
   // Without stats the kernels run their store-free loop (the tile compiles it apart: STATS in kernels/norm_fwd.cuh) and
   // the op its prepared hot path: y must be the same values, element for element (checked against float64 below).
   y.buffer.fill(0xff);
-  if (kind === "layer") layerNorm(x, { weight: w, bias: b, eps, out: y });
-  else rmsNorm(x, { weight: w, eps, out: y });
+  if (kind === "layer") layerNorm(x, { weight: w, bias: b, eps, out: y, batchInvariant });
+  else rmsNorm(x, { weight: w, eps, out: y, batchInvariant });
   const gotNoStats = y.readSync();
   for (let i = 0; i < rows * d; i++) {
     if (!Object.is(gotNoStats[i], got[i])) {
@@ -356,7 +359,7 @@ gpuTest(
     const sms = dev.info.multiprocessors, cc9 = dev.info.computeCapability[0] === 9;
     const reached = new Set<Mapping>();
     for (const [tin, tout] of [["f32", "f32"], ["bf16", "bf16"], ["f16", "f32"]] as [DType, DType][]) {
-      // 1, 7 and 64 rows: the `latency` mapping (one pass there too since 2026-12-01); 270-300: rows and block; then clusters.
+      // 1, 7 and 64 rows: the `latency` mapping (one pass there too); 270-300: rows and block; then clusters.
       for (const [rows, d] of [[1, 4096], [7, 8192], [64, 2048], ...shiftShapes(sms)]) {
         reached.add(mappingOf(dev, "layer", rows, d, tin, tout, "f32"));
         // 300: far (the centred pass); 5.02 and 6.06 (x[0] at 2.9 and 3.5 std of the rest, std sqrt(3)): the one-pass
@@ -378,6 +381,52 @@ gpuTest(
       [...reached].sort(),
       cc9 ? ["block", "cluster", "latency", "rows", "stash"] : ["block", "latency", "rows", "wide"],
     );
+  },
+);
+
+gpuTest(
+  "batchInvariant: true on plain norms (the invariant tuned plan or the fused kernels): within tolerance of float64",
+  async () => {
+    // Every kernel the invariant plan takes (`rows`, LayerNorm's two-pass `rows` for rows of fewer lanes than a warp,
+    // `block` and LayerNorm's vector-only `blockfull`) and the fused kernels where it has none (the tile's D 128, rows
+    // past a block's registers), at decode and prefill row counts; LayerNorm also with its shifted rows (outlier).
+    using dev = Device.open({ backend: "cuda" });
+    await loadKernels(dev, { fused: true });
+    const limits = planLimits(dev), launched = new Set<string>();
+    const combos: [DType, DType, DType][] = [
+      ["f32", "f32", "f32"],
+      ["bf16", "bf16", "f32"],
+      ["f16", "f16", "f16"],
+      ["bf16", "f32", "bf16"],
+    ];
+    const shapes = [
+      [1, 512],
+      [300, 512],
+      [7, 768],
+      [300, 1024],
+      [11, 1000],
+      [270, 2048],
+      [5, 4096],
+      [270, 4097],
+      [
+        270,
+        5120,
+      ],
+      [3, 8192],
+      [300, 128],
+      [2, 40001],
+    ];
+    for (const [tin, tout, tw] of combos) {
+      for (const kind of ["layer", "rms"] as Kind[]) {
+        for (const [rows, d] of shapes) {
+          const inv = planNormInvariant({ kind, rows, d, inputDtype: tin, outputDtype: tout, paramDtype: tw }, limits);
+          launched.add(inv !== null && "plan" in inv ? inv.plan.kernel.split("_")[2] : "fused");
+          runCase(dev, { kind, rows, d, tin, tout, tw, invariant: true });
+          if (kind === "layer") runCase(dev, { kind, rows, d, tin, tout, tw, invariant: true, outlier: 300 });
+        }
+      }
+    }
+    assert.deepEqual([...launched].sort(), ["block", "fused", "rows", "rowstwopass"]);
   },
 );
 

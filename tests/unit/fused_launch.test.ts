@@ -145,65 +145,93 @@ test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the 
   assert.equal(launches[3].kernel, "nk_fused_ln_bf16_fp8e4m3_f32_nv2");
 });
 
-test("batchInvariant on LayerNorm: the fused kernel; 1 row and 1000 split the same tree differently (plan_fused.ts)", async () => {
+test("batchInvariant on LayerNorm rows of the tile: the fused kernel; 1 row and 16000 split one tree", async () => {
   const { dev, made: m, launches } = await setup();
   using _dev = dev;
   await loadKernels(dev, { fused: true });
-  const one = m.many.view([1, d]), oneOut = m.manyOut.view([1, d]);
-  layerNorm(one, { weight: m.w, out: oneOut, batchInvariant: true });
-  layerNorm(m.many, { weight: m.w, out: m.manyOut, batchInvariant: true });
-  layerNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan
+  // D 128 bf16: the tuned prefill plan's vector path is the `rows` tile, which sums in an order of its own.
+  const short = 128, n = 16000, many = m.many.view([n, short]), manyOut = m.manyOut.view([n, short]);
+  const w = m.w.view([short]), limits = planLimits(dev);
+  const p = { kind: "layer", rows: n, d: short, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "f32" } as const;
+  assert.equal(planNormInvariant(p, limits), null);
+  const one = many.view([1, short]), oneOut = manyOut.view([1, short]);
+  layerNorm(one, { weight: w, out: oneOut, batchInvariant: true });
+  layerNorm(many, { weight: w, out: manyOut, batchInvariant: true });
+  layerNorm(many, { weight: w, out: manyOut }); // the tuned plan
   const [a, b] = launches.map((l) => l.args as Record<string, number>);
-  assert.equal(launches[0].kernel, "nk_fused_ln_bf16_bf16_f32_nv2", "one row: a chunk a thread");
-  assert.equal(launches[1].kernel, "nk_fused_ln_bf16_bf16_f32_nv4", "1000 rows: 4 chunks a thread");
-  const tree = fusedTree("layer", d, "bf16", planLimits(dev));
+  const tree = fusedTree("layer", short, "bf16", limits);
   assert.ok("leaves" in tree);
-  const many = m.many.rows;
-  for (const [args, l, rows] of [[a, launches[0], 1], [b, launches[1], many]] as const) {
-    const g = fusedGeometry("layer", d, "bf16", planLimits(dev), rows, "cuda");
+  for (const [args, l, rows] of [[a, launches[0], 1], [b, launches[1], n]] as const) {
+    assert.match(l.kernel, /^nk_fused_ln_bf16_bf16_f32_nv[24]$/, `rows=${rows}`);
+    const g = fusedGeometry("layer", short, "bf16", limits, rows, "cuda");
     assert.ok(!("unsupported" in g));
     assert.deepEqual([args.tpr, args.nv, l.block[0]], [g.tpr, g.nv, g.block], `rows=${rows}`);
     assert.equal(g.tpr * g.nv, tree.leaves, `rows=${rows}: the same tree`);
   }
-  assert.deepEqual([a.tpr, a.nv], [256, 1], "one row: 256 threads, here a chunk each (D 2048 bf16: 256 chunks)");
+  assert.notDeepEqual([a.tpr, a.nv], [b.tpr, b.nv], "one row and 16000 split the tree differently");
   assert.ok(launches[1].grid[0] > launches[0].grid[0]);
-  assert.ok(!launches[2].kernel.startsWith("nk_fused_"), launches[2].kernel);
+  assert.match(launches[2].kernel, /^nk_ln_rowstile_/);
 });
 
-test("batchInvariant on RMSNorm: the tuned kernel of the prefill plan, the same geometry at 1 and 1000 rows", async () => {
+test("batchInvariant on LayerNorm rows of a few lanes: the two-pass kernel in the prefill geometry", async () => {
   const { dev, made: m, launches } = await setup();
   using _dev = dev;
   await loadKernels(dev, { fused: true });
-  const one = m.many.view([1, d]), oneOut = m.manyOut.view([1, d]);
-  rmsNorm(one, { weight: m.w, out: oneOut, batchInvariant: true });
-  rmsNorm(m.many, { weight: m.w, out: m.manyOut, batchInvariant: true });
-  rmsNorm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan at 1000 rows
-  rmsNorm(one, { weight: m.w, out: oneOut }); // the tuned plan at 1 row
-  const p = { kind: "rms", d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "f32" } as const;
-  const inv = planNormInvariant({ ...p, rows: 1000 }, planLimits(dev));
-  assert.ok(inv !== null && "plan" in inv);
-  assert.equal(inv.plan.mapping, "rows", "D 2048 bf16: a sub-warp a row");
-  const [a, b, tuned, tunedOne] = launches.map((l) => l.args as Record<string, number>);
-  for (const [i, args] of [a, b, tuned].entries()) {
-    assert.equal(launches[i].kernel, inv.plan.kernel, `launch ${i}`);
-    assert.deepEqual([args.tpr, args.nv, launches[i].block[0]], [inv.plan.tpr, inv.plan.nv, inv.plan.block[0]]);
-  }
-  assert.equal(launches[0].grid[0], 1, "one row: one block");
-  assert.equal(launches[1].grid[0], launches[2].grid[0], "1000 rows: the plain norm's own launch");
-  assert.notEqual(launches[3].kernel, inv.plan.kernel, "the plain norm of one row takes another mapping");
-  assert.notDeepEqual([tunedOne.tpr, tunedOne.nv], [a.tpr, a.nv]);
-
-  // Rows of one stride (every other row of `many`) into packed rows: the tuned kernel, each tensor's stride passed.
-  const every2 = m.many.view([500, d], { strides: [2 * d, 1] }), packed = m.manyOut.view([500, d]);
-  rmsNorm(every2, { weight: m.w, out: packed, batchInvariant: true });
-  const s = launches[4].args as Record<string, bigint | number>;
-  assert.equal(launches[4].kernel, inv.plan.kernel);
-  assert.deepEqual([s.rows, s.x_stride, s.y_stride, s.rstd], [500, 2 * d, d, 0n]);
-  // Rows on two levels (a head view): the fused kernel, which takes them.
-  const heads = m.many.view([500, 2, d / 2], { strides: [2 * d, d / 2, 1] });
-  rmsNorm(heads, { weight: m.w.view([d / 2]), out: heads, batchInvariant: true });
-  assert.match(launches[5].kernel, /^nk_fused_rms_/);
+  // D 512 bf16: the prefill plan gives a row 8 lanes; its one-pass kernel decides the pass for a warp's 4 rows.
+  const short = 512, n = 4000, many = m.many.view([n, short]), manyOut = m.manyOut.view([n, short]);
+  const w = m.w.view([short]);
+  layerNorm(many.view([1, short]), { weight: w, out: manyOut.view([1, short]), batchInvariant: true });
+  layerNorm(many, { weight: w, out: manyOut, batchInvariant: true });
+  layerNorm(many, { weight: w, out: manyOut }); // the tuned plan
+  const [a, b, tuned] = launches.map((l) => l.args as Record<string, number>);
+  assert.deepEqual(launches.map((l) => l.kernel), [
+    "nk_ln_rowstwopass_bf16_bf16_f32",
+    "nk_ln_rowstwopass_bf16_bf16_f32",
+    "nk_ln_rows_bf16_bf16_f32",
+  ]);
+  for (const args of [a, b]) assert.deepEqual([args.tpr, args.nv], [tuned.tpr, tuned.nv]);
+  assert.deepEqual([launches[0].grid[0], launches[1].grid[0]], [1, launches[2].grid[0]]);
 });
+
+for (const kind of ["rms", "layer"] as const) {
+  const name = kind === "rms" ? "RMSNorm" : "LayerNorm";
+  test(`batchInvariant on ${name}: the tuned kernel of the prefill plan, the same geometry at 1 and 1000 rows`, async () => {
+    const { dev, made: m, launches } = await setup();
+    using _dev = dev;
+    await loadKernels(dev, { fused: true });
+    const norm = kind === "rms" ? rmsNorm : layerNorm;
+    const one = m.many.view([1, d]), oneOut = m.manyOut.view([1, d]);
+    norm(one, { weight: m.w, out: oneOut, batchInvariant: true });
+    norm(m.many, { weight: m.w, out: m.manyOut, batchInvariant: true });
+    norm(m.many, { weight: m.w, out: m.manyOut }); // the tuned plan at 1000 rows
+    norm(one, { weight: m.w, out: oneOut }); // the tuned plan at 1 row
+    const p = { kind, d, inputDtype: "bf16", outputDtype: "bf16", paramDtype: "f32" } as const;
+    const inv = planNormInvariant({ ...p, rows: 1000 }, planLimits(dev));
+    assert.ok(inv !== null && "plan" in inv);
+    assert.equal(inv.plan.mapping, "rows", "D 2048 bf16: lanes a row");
+    assert.equal(inv.plan.tpr, 32, "a warp a row (LayerNorm: so it decides its pass alone)");
+    const [a, b, tuned, tunedOne] = launches.map((l) => l.args as Record<string, number>);
+    for (const [i, args] of [a, b, tuned].entries()) {
+      assert.equal(launches[i].kernel, inv.plan.kernel, `launch ${i}`);
+      assert.deepEqual([args.tpr, args.nv, launches[i].block[0]], [inv.plan.tpr, inv.plan.nv, inv.plan.block[0]]);
+    }
+    assert.equal(launches[0].grid[0], 1, "one row: one block");
+    assert.equal(launches[1].grid[0], launches[2].grid[0], "1000 rows: the plain norm's own launch");
+    assert.notEqual(launches[3].kernel, inv.plan.kernel, "the plain norm of one row takes another mapping");
+    assert.notDeepEqual([tunedOne.tpr, tunedOne.nv], [a.tpr, a.nv]);
+
+    // Rows of one stride (every other row of `many`) into packed rows: the tuned kernel, each tensor's stride passed.
+    const every2 = m.many.view([500, d], { strides: [2 * d, 1] }), packed = m.manyOut.view([500, d]);
+    norm(every2, { weight: m.w, out: packed, batchInvariant: true });
+    const s = launches[4].args as Record<string, bigint | number>;
+    assert.equal(launches[4].kernel, inv.plan.kernel);
+    assert.deepEqual([s.rows, s.x_stride, s.y_stride, s.rstd], [500, 2 * d, d, 0n]);
+    // Rows on two levels (a head view): the fused kernel, which takes them.
+    const heads = m.many.view([500, 2, d / 2], { strides: [2 * d, d / 2, 1] });
+    norm(heads, { weight: m.w.view([d / 2]), out: heads, batchInvariant: true });
+    assert.match(launches[5].kernel, kind === "rms" ? /^nk_fused_rms_/ : /^nk_fused_ln_/);
+  });
+}
 
 test("backward with dResidual: the backward kernels, then nk_fused_add_* over dx", async () => {
   const { dev, made: m, launches, driver } = await setup();

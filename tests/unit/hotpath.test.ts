@@ -704,8 +704,10 @@ test("plan cache: the invariant plan of a problem is cached apart from its tuned
   assert.equal(inv.plan.mapping, "block", "the prefill mapping at 3 rows");
   assert.equal(look(rms, true), inv, "a hit");
   assert.equal(look(rms, false), tuned, "a hit");
-  // Where there is none (LayerNorm), one refusal, cached: the op then takes the fused kernels.
-  const ln = look({ ...rms, kind: "layer" }, true);
-  assert.equal(ln, NO_INVARIANT_PLAN);
+  // Where there is none (the tile's rows: D 64 bf16 is 8 whole chunks), one refusal, cached: the op then takes the
+  // fused kernels.
+  const tile = look({ ...rms, d: 64 }, true);
+  assert.equal(tile, NO_INVARIANT_PLAN);
+  assert.equal(look({ ...rms, d: 64 }, true), tile, "a hit");
   assert.equal(cachedPlanCount(cache), 3);
 });

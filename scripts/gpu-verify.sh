@@ -15,6 +15,8 @@
 #   sanitize    scripts/gpu-sanitize.sh (compute-sanitizer, four tools × three kernel families)
 #   fused-tests tests/gpu/fused.test.ts (the fused kernels against float64, batch invariance bitwise, QK views;
 #               FUSED_TESTS_FILTER=regex: only the tests whose names match it)
+#   invariant   tests/gpu/norm_forward.test.ts's batchInvariant test: plain norms on the invariant tuned plan (and the
+#               fused kernels where it has none) against float64
 #   fused       bench/fused.ts, then bench/compare_torch_fused.py (torch eager and torch.compile, same cases): raw JSON
 #               as $OUT/fused-<runtime>.json and $OUT/fused-torch.json (FUSED_QUICK=1: both with --quick;
 #               FUSED_ONLY=decode,qk (or add, invariance): those parts alone, torch without invariance)
@@ -30,7 +32,7 @@
 #   fused-check lab/fused_check/fused_check.cu (nvcc): the shipped fused image's launches against a host reference, and
 #               the hardware conversions to the 1-byte dtypes against the portable ones over every f32 input
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
-#   profile     lab/fused_geometry/profile.sh: Nsight Compute over tuned, batch-invariant and fused kernels (RMS, LN)
+#   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned and the fused kernels (RMS, LN)
 #   profile-decode  the same over one decode row (add + RMSNorm, → fp8, QK-norm of a token), caches warm
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,6 +78,9 @@ for s in "${steps[@]}"; do
       fi
       if [ "$rt" = deno ]; then step fused-tests deno test -A --no-check ${f[@]+"${f[@]}"} tests/gpu/fused.test.ts
       else step fused-tests bun test --timeout 300000 ${f[@]+"${f[@]}"} tests/gpu/fused.test.ts; fi ;;
+    invariant)
+      if [ "$rt" = deno ]; then step invariant deno test -A --no-check --filter "/batchInvariant/" tests/gpu/norm_forward.test.ts
+      else step invariant bun test --timeout 300000 -t batchInvariant tests/gpu/norm_forward.test.ts; fi ;;
     fused)
       q=(); [ "${FUSED_QUICK:-}" = 1 ] && q=(--quick)
       o=(); t=()

@@ -1,13 +1,15 @@
 /**
  * The fused calls the split sweep (sweep.ts) and the kernel A/B (ab.ts) time: bf16 rows with a residual written out of
- * place, and the plain norms that `batchInvariant: true` runs on the same kernels (no residual, no h), through the op or
- * launched directly with a chosen kernel and geometry (arguments packed by fusedArgs as the op packs them), and their
- * outputs' bits.
+ * place, and plain norms on the same kernels (no residual, no h: what `batchInvariant: true` runs where
+ * planNormInvariant has no tuned plan), through the op (the plain norms: in the op's fused plan) or launched directly
+ * with a chosen kernel and geometry (arguments packed by fusedArgs as the op packs them), and their outputs' bits.
  */
 import { type Device, type DType, layerNorm, rmsNorm } from "../../mod.ts";
 import { type Kernel, LaunchConfig, type Stream } from "../../gpu.ts";
 import { fusedArgs } from "../../ops/fused_abi.ts";
-import type { FusedGeometry } from "../../ops/plan_fused.ts";
+import { type FusedGeometry, fusedGeometry, fusedKernelFor } from "../../ops/plan_fused.ts";
+import { fusedKernel } from "../../ops/fused_module.ts";
+import { planLimits } from "../../ops/kernels.ts";
 import { fillFromTile } from "../../bench/tile.ts";
 import { fromBf16Bits } from "../../runtime/dtype.ts";
 import { graphUs } from "../../bench/device_timer.ts";
@@ -44,13 +46,27 @@ export function caseTensors(dev: Device, held: DisposableStack, tile: Float32Arr
 }
 export type CaseTensors = ReturnType<typeof caseTensors>;
 
-/** The op itself: residual out of place, dynamic scales for fp8; without a residual, `batchInvariant: true`. */
+/**
+ * The op itself: residual out of place, dynamic scales for fp8. Without a residual, the fused kernel and split the op's
+ * fused plan takes for these rows (fusedGeometry, fusedKernelFor), launched directly: `batchInvariant: true` would run
+ * the tuned kernels on most of these rows (planNormInvariant).
+ */
 export function viaOp(t: CaseTensors, v: Variant, stream?: Stream): void {
+  if (!v.residual) return viaFusedPlan(t, v, stream ?? t.x.device.stream);
   const quant = v.to === "fp8e4m3" ? { quant: { dtype: "fp8e4m3" as const, scaleOut: t.scale } } : {};
-  const add = v.residual ? { residual: t.r, residualOut: t.h } : { batchInvariant: true };
-  const o = { weight: t.w, ...add, out: v.to === "bf16" ? t.y16 : t.y8, eps: EPS, ...quant };
+  const o = { weight: t.w, residual: t.r, residualOut: t.h, out: v.to === "bf16" ? t.y16 : t.y8, eps: EPS, ...quant };
   if (v.kind === "rms") rmsNorm(t.x, { ...o, ...(stream ? { stream } : {}) } as never);
   else layerNorm(t.x, { ...o, bias: t.b, ...(stream ? { stream } : {}) } as never);
+}
+
+/** A call on the fused kernels in the op's fused plan: its kernel and split for these rows, launched directly. */
+export function viaFusedPlan(t: CaseTensors, v: Variant, stream: Stream): void {
+  const dev = t.x.device, limits = planLimits(dev), rows = t.x.rows, d = t.x.d;
+  const g = fusedGeometry(v.kind, d, "bf16", limits, rows, "cuda");
+  if ("unsupported" in g) throw new Error(g.unsupported);
+  const c = fusedKernelFor(v.kind, "bf16", v.to, "bf16", g, "cuda");
+  if ("unsupported" in c) throw new Error(c.unsupported);
+  viaKernel(fusedKernel(dev, c.kernel), t, v, rows, d, g, limits.maxGridX, stream);
 }
 
 /** The same call launched directly: kernel `k` (of v's dtypes) with geometry `g`, grid capped at `maxGridX`. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU host: Nsight Compute over profile.ts's eight launches (RMSNorm and LayerNorm: tuned, batch-invariant, add +
-# norm, add + norm → fp8), the sections that say where a memory-bound kernel loses time. --clock-control none: the card's
-# clocks are left as they are. Report text: $OUT/ncu-fused.txt (decode: $OUT/ncu-fused-decode.txt).
+# On the GPU host: Nsight Compute over profile.ts's eight launches (RMSNorm and LayerNorm: tuned, fused without a
+# residual, add + norm, add + norm → fp8), the sections that say where a memory-bound kernel loses time.
+# --clock-control none: the card's clocks are left as they are. Report text: $OUT/ncu-fused.txt (decode:
+# $OUT/ncu-fused-decode.txt).
 #   bash lab/fused_geometry/profile.sh deno|bun [decode]
 # decode: profile.ts --decode, every launch (3 of each of 5 cases), caches not flushed between them.
 set -uo pipefail

@@ -1,7 +1,8 @@
 /**
  * One launch of each kernel that ncu should compare (lab/fused_geometry/profile.sh): RMSNorm, then LayerNorm, bf16,
- * D = 4096, 16384 rows, with the tuned plan, batch-invariant (the fused kernel, no residual), add + norm, and add +
- * norm → fp8e4m3 dynamic: eight launches, each run once (ncu flushes the caches before each launch it profiles).
+ * D = 4096, 16384 rows, with the tuned plan, on the fused kernel without a residual (the op's fused plan, as
+ * `batchInvariant: true` runs it where there is no invariant tuned plan), add + norm, and add + norm → fp8e4m3 dynamic:
+ * eight launches, each run once (ncu flushes the caches before each launch it profiles).
  * `--decode`: one row of D = 4096 instead (RMSNorm's four, and QK-norm of one token, 32 + 8 heads of 128, for a kernel
  * of the same launch with short rows), each run 3 times in a row: profile.sh profiles them with warm caches, as a
  * decode step in a graph finds its residual and weights in L2.
@@ -10,6 +11,7 @@
  */
 import process from "node:process";
 import { Device, layerNorm, loadKernels, rmsNorm, type RMSNormOptions, type Tensor } from "../../mod.ts";
+import { viaFusedPlan } from "./cases.ts";
 
 const decode = process.argv.slice(2).includes("--decode");
 const D = 4096, ROWS = decode ? 1 : 16384, REPEAT = decode ? 3 : 1;
@@ -40,17 +42,25 @@ const qkCase = (): [string, RMSNormOptions, Tensor] => {
   const qk = qkv.view([1, 40, 128], { strides: [48 * 128, 128, 1] });
   return ["qk", { weight: qw, weight2: kw, split: 32, out: qk }, qk];
 };
-const plain: [string, RMSNormOptions][] = [
-  ["tuned", { weight, out: y }],
-  ["invariant", { weight, out: y, batchInvariant: true }],
-];
-const cases: [string, RMSNormOptions, Tensor?][] = decode ? [...plain, qkCase(), ...fused] : [...plain, ...fused];
+const tuned: [string, RMSNormOptions] = ["tuned", { weight, out: y }];
+const cases: [string, RMSNormOptions, Tensor?][] = decode ? [tuned, qkCase(), ...fused] : [tuned, ...fused];
 const kinds: [string, Norm][] = decode ? [["rms", rms]] : [["rms", rms], ["layer", ln]];
+const onFusedPlan = (kind: "rms" | "layer") =>
+  viaFusedPlan({ x, r: residual, h, y16: y, y8: q, scale, w: weight, b: bias }, {
+    name: "fused",
+    kind,
+    to: "bf16",
+    residual: false,
+  }, dev.stream);
 for (const [kind, norm] of kinds) {
   for (const [name, o, input] of cases) {
     if (kind === "layer" && input) continue; // QK-norm: RMSNorm only
     for (let i = 0; i < REPEAT; i++) norm(input ?? x, o);
     dev.synchronize();
     console.log(`launched ${kind} ${name} ×${REPEAT}`);
+    if (name !== "tuned") continue;
+    for (let i = 0; i < REPEAT; i++) onFusedPlan(kind as "rms" | "layer");
+    dev.synchronize();
+    console.log(`launched ${kind} fused ×${REPEAT}`);
   }
 }

@@ -1,5 +1,6 @@
-// The fused kernels (kernels/fused.cu, unmodified) compiled for the host, and a launcher with CUDA semantics:
-// blocks one after another, each block's threads as std::threads (tests/emu/README.md).
+// The fused kernels (kernels/fused.cu) and the tuned forward kernels of the register-caching mappings
+// (kernels/norm.cu), unmodified, compiled for the host, and a launcher with CUDA semantics: blocks one after another,
+// each block's threads as std::threads (tests/emu/README.md).
 //
 // usage: fused_emu MANIFEST
 // MANIFEST (text, whitespace-separated):
@@ -8,7 +9,8 @@
 //   block BX
 //   buffer BASE BYTES INFILE OUTFILE      (BASE: the address the library passed, decimal; INFILE/OUTFILE or -)
 //   arg p ADDRESS | arg i VALUE | arg l VALUE | arg f F32BITS   (28 of them, in NK_FUSED_PARAMS order; 6 for
-//                                                                nk_fused_add_*: dst, src, rows, d, strides)
+//                                                                nk_fused_add_*: dst, src, rows, d, strides; 14 for
+//                                                                a tuned forward kernel, NK_FWD_PARAMS)
 // Each pointer argument is mapped to the buffer holding it (BASE <= ADDRESS <= BASE + BYTES, offset kept); each
 // buffer is host memory aligned to 256 bytes with 256-byte canaries on both sides, checked after the launch.
 #include <atomic>
@@ -21,6 +23,11 @@
 #include <vector>
 
 #include "../../kernels/fused.cu"
+#include "../../kernels/norm.cu"
+
+// The tuned kernels' dynamic shared memory (fwd_common.cuh's extern array): one block runs at a time. 64 KiB, past what
+// the emulated mappings ask for (ops/plan.ts: sharedBytes).
+float nk_fwd_smem[16384];
 
 static std::mutex nk_emu_trap_mu;
 void nk_emu_trap_report() {
@@ -36,6 +43,23 @@ struct KernelEntry {
 static const KernelEntry kKernels[] = {
 #include "kernel_table.inc"
 };
+// The tuned forward kernels whose mappings need no cluster, no cp.async and no more than 1024 threads: every dtype
+// triple of norm.cu (NK_FWD_DTYPES).
+typedef void (*nk_fwd_fn)(NK_FWD_PARAMS);
+struct FwdEntry {
+  const char* name;
+  nk_fwd_fn fn;
+};
+#define NK_EMU_FWD1(kind, map, ti, to, tw) \
+  {"nk_" #kind "_" #map "_" #ti "_" #to "_" #tw, nk_##kind##_##map##_##ti##_##to##_##tw},
+#define NK_EMU_FWD(ti, to, tw)                                                                     \
+  NK_EMU_FWD1(ln, rows, ti, to, tw) NK_EMU_FWD1(ln, rowstwopass, ti, to, tw)                       \
+  NK_EMU_FWD1(ln, block, ti, to, tw) NK_EMU_FWD1(ln, blockfull, ti, to, tw)                        \
+  NK_EMU_FWD1(ln, latency, ti, to, tw) NK_EMU_FWD1(ln, rowstile, ti, to, tw)                       \
+  NK_EMU_FWD1(rms, rows, ti, to, tw) NK_EMU_FWD1(rms, block, ti, to, tw)                           \
+  NK_EMU_FWD1(rms, latency, ti, to, tw) NK_EMU_FWD1(rms, rowstile, ti, to, tw)
+static const FwdEntry kFwdKernels[] = {NK_FWD_DTYPES(NK_EMU_FWD)};
+
 typedef void (*nk_add_fn)(void*, const void*, int, int, long long, long long);
 struct AddEntry {
   const char* name;
@@ -107,12 +131,15 @@ int main(int argc, char** argv) {
   }
   nk_fused_fn fn = nullptr;
   nk_add_fn add_fn = nullptr;
+  nk_fwd_fn fwd_fn = nullptr;
   for (const auto& k : kKernels)
     if (kernel == k.name) fn = k.fn;
   for (const auto& k : kAddKernels)
     if (kernel == k.name) add_fn = k.fn;
-  if (!fn && !add_fn) die("no kernel " + kernel);
-  const size_t nargs = fn ? 28 : 6, nptrs = fn ? 10 : 2;
+  for (const auto& k : kFwdKernels)
+    if (kernel == k.name) fwd_fn = k.fn;
+  if (!fn && !add_fn && !fwd_fn) die("no kernel " + kernel);
+  const size_t nargs = fn ? 28 : fwd_fn ? 14 : 6, nptrs = fn ? 10 : fwd_fn ? 6 : 2;
   if (args.size() != nargs) die("expected " + std::to_string(nargs) + " arguments, got " + std::to_string(args.size()));
   if (bx == 0 || bx > 1024 || bx % 32 != 0) die("bad block " + std::to_string(bx));
 
@@ -158,6 +185,9 @@ int main(int argc, char** argv) {
         nk_emu_tid = t;
         nk_emu_blk = &blk;
         if (add_fn) add_fn(p[0], p[1], I(2), I(3), L(4), L(5));
+        else if (fwd_fn)
+          fwd_fn(p[0], p[1], p[2], p[3], (float*)p[4], (float*)p[5], I(6), I(7), L(8), L(9), F(10), I(11), I(12),
+                 I(13));
         else
           fn(p[0], p[1], p[2], p[3], p[4], p[5], p[6], (float*)p[7], (float*)p[8], (float*)p[9], I(10), I(11), I(12),
              L(13), L(14), L(15), L(16), L(17), L(18), L(19), L(20), F(21), F(22), F(23), I(24), I(25), I(26), I(27));

@@ -1,5 +1,5 @@
-// Host emulation of kernels/portable.h for the fused kernels (tests/emu/README.md).
-// Included before kernels/fused.cu (g++ -include): defines NORMKIT_PORTABLE_H so that portable.h's device halves are
+// Host emulation of kernels/portable.h for the fused kernels and the tuned forward kernels (tests/emu/README.md).
+// Included before kernels/fused.cu and kernels/norm.cu (g++ -include): defines NORMKIT_PORTABLE_H so that portable.h's device halves are
 // skipped, gives the platform primitives on the CPU with CUDA semantics (one std::thread per CUDA thread, one block at a
 // time), then includes the target-independent tail of portable.h (nk_f32_to_bf16, the software packs, nk_warp_sum,
 // nk_block_sum, the NK_HAS_* fallbacks) extracted verbatim by build.sh into $BUILD/portable_tail.h: that code is the
@@ -23,8 +23,8 @@
 #define NK_RESTRICT __restrict__
 #define NK_WARP_SIZE 32
 // NK_SHARED: `static` (one block runs at a time, so a function-local static is the block's shared memory), except for
-// fwd_common.cuh's namespace-scope `extern NK_SHARED float nk_fwd_smem[];` (unused by the fused kernels), included below
-// with NK_SHARED empty.
+// fwd_common.cuh's namespace-scope `extern NK_SHARED float nk_fwd_smem[];` (the tuned kernels' dynamic shared memory,
+// defined in emu_main.cpp), included below with NK_SHARED empty.
 
 // ---------------------------------------------------------------- the emulated block
 struct nk_emu_block {

@@ -83,6 +83,7 @@ interface Case {
   sub?: { first: number; count: number }; // run on rows [first, first + count) of the rows (batch invariance)
   corrupt?: "y" | "h" | "pad" | "scale"; // --self-test: the emulator's output altered, the check must fail
   grid?: number; // the emulator launches this many blocks instead of the library's grid (the kernel grid-strides)
+  tuned?: boolean; // a plain call without batchInvariant: the plain norm's tuned plan (ops/plan.ts)
 }
 const name = (c: Case): string =>
   `${c.kind} ${c.dtype} d=${c.d} rows=${c.qk ? `${c.qk.tokens}x(${c.qk.hq}+${c.qk.hkv}) qk` : c.rows}` +
@@ -90,7 +91,8 @@ const name = (c: Case): string =>
   (c.corrupt ? ` corrupt ${c.corrupt}` : "") + (c.strided ? " strided" : "") +
   (c.residual !== "none" ? ` +res(${c.residual})` : "") + (c.quant !== "none" ? ` ${c.quant} ${c.qdtype}` : "") +
   (c.ub ? ` ub=${c.ub}` : "") + (c.paramsOfX ? " params-of-x" : "") + (c.noWeight ? " no-weight" : "") +
-  (c.noBias ? " no-bias" : "") + (c.special ? " zero/NaN/Inf rows" : "") + (c.outlier ? " outlier rows" : "");
+  (c.noBias ? " no-bias" : "") + (c.special ? " zero/NaN/Inf rows" : "") + (c.outlier ? " outlier rows" : "") +
+  (c.tuned ? " tuned plan" : "");
 
 function seedOf(c: Case): number {
   let h = 17;
@@ -185,7 +187,7 @@ function build(dev: Device, c: Case): Built {
     eps,
     out: y,
     stats: true as const,
-    batchInvariant: true,
+    batchInvariant: !c.tuned,
     ...(res ? { residual: res } : {}),
     ...(hT ? { residualOut: hT } : {}),
     ...(quant ? { quant } : {}),
@@ -629,6 +631,25 @@ function cases(): Case[] {
       const qk = { tokens: 3, hq: 5, hkv: 2 };
       out.push(caseOf(kind, dtype, 128, 0, { residual: "out", quant: "dynamic", qdtype: "fp8e4m3", qk }));
       out.push(caseOf(kind, dtype, 128, 0, { residual: "inplace", quant: "static", qdtype: "int8", qk }));
+    }
+    // Plain calls without batchInvariant: the tuned plan's kernels on the emulated 4-SM device (`latency` up to 8 rows,
+    // then the tile, `rows` and `block`), vector and masked paths; LayerNorm's outlier rows beside ordinary ones.
+    const shapes = quick ? [[64, 33], [770, 7], [4096, 7], [1024, 33], [5125, 33]] : [
+      [8, 300],
+      [64, 33],
+      [128, 300],
+      [770, 7],
+      [4096, 7],
+      [1024, 33],
+      [2048, 33],
+      [5125, 33],
+      [8192, 33],
+    ];
+    for (const dtype of dtypes) {
+      for (const [d, rows] of shapes) {
+        out.push(caseOf(kind, dtype, d, rows, { tuned: true, outlier: kind === "layer" && rows === 33 }));
+        if (!quick && d === 1024) out.push(caseOf(kind, dtype, d, rows, { tuned: true, strided: true }));
+      }
     }
   }
   return filter ? out.filter((c) => name(c).includes(filter)) : out;

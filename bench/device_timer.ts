@@ -12,12 +12,17 @@ export function median(xs: number[]): number {
   return s[s.length >> 1];
 }
 
-/** A timer over `dev.stream`: `time(fn)` is the median ms of `reps` timed calls after 3 warm-ups. */
+/**
+ * A timer over `dev.stream`: `time(fn)` is the median ms of `reps` timed calls after WARM_UPS untimed ones, which let
+ * the runtime compile the call's JavaScript: cold, a path's host code can outlast the memset queued before each timed
+ * call, and its wait then counts as device time.
+ */
+const WARM_UPS = 20;
 export function deviceTimer(dev: Device, reps: number): { time(fn: () => void): number } & Disposable {
   const busy = dev.alloc(256 * 2 ** 20);
   return {
     time(fn: () => void): number {
-      for (let i = 0; i < 3; i++) fn();
+      for (let i = 0; i < WARM_UPS; i++) fn();
       const times: number[] = [];
       using a = dev.createEvent(), b = dev.createEvent();
       for (let i = 0; i < reps; i++) {

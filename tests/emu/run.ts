@@ -300,8 +300,8 @@ async function emulate(c: Case): Promise<EmuOut> {
   const result = built.call();
   if (f.launches.length !== 1) throw new Error(`${name(c)}: ${f.launches.length} launches`);
   const l = f.launches[0];
-  const tuned = EMULATED_TUNED.test(l.kernel);
-  if (!tuned && !/^nk_fused_(ln|rms)_/.test(l.kernel)) throw new TunedLaunch(l.kernel);
+  const onTuned = EMULATED_TUNED.test(l.kernel);
+  if (!onTuned && !/^nk_fused_(ln|rms)_/.test(l.kernel)) throw new TunedLaunch(l.kernel);
   const args = l.args as (bigint | number)[];
   const dir = `${WORK}/case${caseNo++}`;
   mkdirSync(dir, { recursive: true });
@@ -322,7 +322,7 @@ async function emulate(c: Case): Promise<EmuOut> {
     writeFileSync(`${dir}/ain${i}`, init);
     lines.push(`buffer ${a.ptr} ${a.bytes} ${dir}/ain${i} ${dir}/aout${i}`);
   });
-  (tuned ? NORM_FWD_ARGS : FUSED_ARGS).forEach((t, i) => lines.push(manifestArg(t, args[i])));
+  (onTuned ? NORM_FWD_ARGS : FUSED_ARGS).forEach((t, i) => lines.push(manifestArg(t, args[i])));
   writeFileSync(`${dir}/manifest`, lines.join("\n") + "\n");
   execFileSync(BIN, [`${dir}/manifest`], { stdio: ["ignore", "inherit", "inherit"] });
   const bytes = new Map<DeviceBuffer | bigint, Uint8Array>();
@@ -390,9 +390,9 @@ async function runCase(c: Case): Promise<Outcome> {
   // 2-3. The library's launch on the emulator.
   const emu = await emulate(c);
   const { args } = emu.launch;
-  const { kernel } = emu.launch, tuned = EMULATED_TUNED.test(kernel);
+  const { kernel } = emu.launch, onTuned = EMULATED_TUNED.test(kernel);
   const geometry = `grid ${emu.launch.grid[0]} block ${emu.launch.block[0]} ` +
-    (tuned
+    (onTuned
       ? `tpr ${args[11]} nv ${args[12]} ${kernel.split("_")[2]}`
       : `tpr ${args[26]} nv ${args[27]} ${pathOf(args, c)}`);
   // The emulator's bytes, read through the same views on a third device.

@@ -100,36 +100,68 @@ struct nk_fused_red {
   int tpr;
   unsigned parity;
   float* buf;  // 2 x NK_FUSED_MAX_THREADS floats: consecutive reductions alternate halves
-  NK_INLINE float sum(float v) {
+  // N values reduced across the row at once, with one exchange across warps for all of them (N slices of one buffer
+  // half when N * tpr <= NK_FUSED_MAX_THREADS, else one after another): the first N - MAXN summed, each in the same
+  // tree (the same bits as alone), the last MAXN maxed (|y| >= 0 values: max2, any order gives the same result).
+  template <int N, int MAXN = 0>
+  NK_INLINE void reduce(float (&v)[N]) {
+    auto op = [](int k, float a, float b) { return k < N - MAXN ? nk_add_rn(a, b) : max2(a, b); };
     if (tpr > NK_WARP_SIZE) {
+      if constexpr (N > 1) {
+        if (N * tpr > NK_FUSED_MAX_THREADS) {
+#pragma unroll
+          for (int k = 0; k < N; ++k) {
+            float one[1] = {v[k]};
+            if (k < N - MAXN) reduce(one);
+            else reduce<1, 1>(one);
+            v[k] = one[0];
+          }
+          return;
+        }
+      }
       float* b = buf + parity * NK_FUSED_MAX_THREADS;
       parity ^= 1u;
+      float* bk[N];  // sum k's slice
+#pragma unroll
+      for (int k = 0; k < N; ++k) bk[k] = b + k * tpr;
       const unsigned t = nk_thread_x();
-      b[t] = v;
+#pragma unroll
+      for (int k = 0; k < N; ++k) bk[k][t] = v[k];
       nk_barrier();
       if constexpr (COLS > 0) {
         // Every lane reads its column (lane l of each warp) and adds warp w and w + h for h = nw/2, ..., 1: the
         // additions, and their operands' order, of the loop below.
         const unsigned lane = nk_lane(), nw = (unsigned)tpr / NK_WARP_SIZE;
-        float c[COLS];
+        float c[N][COLS];
 #pragma unroll
-        for (int w = 0; w < COLS; ++w) c[w] = (unsigned)w < nw ? b[w * NK_WARP_SIZE + lane] : 0.0f;
+        for (int w = 0; w < COLS; ++w) {
+#pragma unroll
+          for (int k = 0; k < N; ++k) c[k][w] = (unsigned)w < nw ? bk[k][w * NK_WARP_SIZE + lane] : 0.0f;
+        }
 #pragma unroll
         for (int h = COLS / 2; h >= 1; h >>= 1) {
           if ((unsigned)h < nw) {
 #pragma unroll
-            for (int w = 0; w < h; ++w) c[w] = nk_add_rn(c[w], c[w + h]);
+            for (int w = 0; w < h; ++w) {
+#pragma unroll
+              for (int k = 0; k < N; ++k) c[k][w] = op(k, c[k][w], c[k][w + h]);
+            }
           }
         }
-        v = c[0];
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[k] = c[k][0];
       } else {
         // Threads t and t + h added in place for h = tpr/2, ..., NK_WARP_SIZE (warp w and w + nw/2 first), a barrier
         // after each level; then every warp reads warp 0's lanes.
         for (unsigned h = (unsigned)tpr / 2; h >= NK_WARP_SIZE; h >>= 1) {
-          if (t < h) b[t] = nk_add_rn(b[t], b[t + h]);
+          if (t < h) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) bk[k][t] = op(k, bk[k][t], bk[k][t + h]);
+          }
           nk_barrier();
         }
-        v = b[nk_lane()];
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[k] = bk[k][nk_lane()];
       }
     }
     // The lower lane's sum first in every lane (a + b = b + a except for which NaN comes out, which may differ off
@@ -138,64 +170,26 @@ struct nk_fused_red {
 #pragma unroll
     for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1) {
       if (m < tpr) {
-        const float o = nk_shfl_xor(v, m);
-        v = (lane & (unsigned)m) ? nk_add_rn(o, v) : nk_add_rn(v, o);
-      }
-    }
-    return v;
-  }
-  // Two sums at once, each in sum()'s tree (the same bits as sum(a) and sum(b)), with one exchange across warps for
-  // both: the halves of one buffer, where a block of at most NK_FUSED_MAX_THREADS / 2 threads holds both.
-  NK_INLINE void pair(float& a, float& b) {
-    if (tpr > NK_WARP_SIZE) {
-      if (2 * tpr > NK_FUSED_MAX_THREADS) {
-        a = sum(a);
-        b = sum(b);
-        return;
-      }
-      float* ba = buf + parity * NK_FUSED_MAX_THREADS;
-      float* bb = ba + tpr;
-      parity ^= 1u;
-      const unsigned t = nk_thread_x();
-      ba[t] = a;
-      bb[t] = b;
-      nk_barrier();
-      if constexpr (COLS > 0) {
-        const unsigned lane = nk_lane(), nw = (unsigned)tpr / NK_WARP_SIZE;
-        float ca[COLS], cb[COLS];
+        float o[N];
 #pragma unroll
-        for (int w = 0; w < COLS; ++w) {
-          ca[w] = (unsigned)w < nw ? ba[w * NK_WARP_SIZE + lane] : 0.0f;
-          cb[w] = (unsigned)w < nw ? bb[w * NK_WARP_SIZE + lane] : 0.0f;
-        }
-#pragma unroll
-        for (int h = COLS / 2; h >= 1; h >>= 1) {
-          if ((unsigned)h < nw) {
-#pragma unroll
-            for (int w = 0; w < h; ++w) ca[w] = nk_add_rn(ca[w], ca[w + h]), cb[w] = nk_add_rn(cb[w], cb[w + h]);
-          }
-        }
-        a = ca[0];
-        b = cb[0];
-      } else {
-        for (unsigned h = (unsigned)tpr / 2; h >= NK_WARP_SIZE; h >>= 1) {
-          if (t < h) ba[t] = nk_add_rn(ba[t], ba[t + h]), bb[t] = nk_add_rn(bb[t], bb[t + h]);
-          nk_barrier();
-        }
-        a = ba[nk_lane()];
-        b = bb[nk_lane()];
-      }
-    }
-    const unsigned lane = nk_lane();
-#pragma unroll
-    for (int m = NK_WARP_SIZE / 2; m > 0; m >>= 1) {
-      if (m < tpr) {
-        const float oa = nk_shfl_xor(a, m), ob = nk_shfl_xor(b, m);
+        for (int k = 0; k < N; ++k) o[k] = nk_shfl_xor(v[k], m);
         const bool hi = (lane & (unsigned)m) != 0;
-        a = hi ? nk_add_rn(oa, a) : nk_add_rn(a, oa);
-        b = hi ? nk_add_rn(ob, b) : nk_add_rn(b, ob);
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[k] = hi ? op(k, o[k], v[k]) : op(k, v[k], o[k]);
       }
     }
+  }
+  NK_INLINE float sum(float v) {
+    float a[1] = {v};
+    reduce(a);
+    return a[0];
+  }
+  // Two sums with one exchange across warps (LayerNorm's sum and sum of squares).
+  NK_INLINE void pair(float& a, float& b) {
+    float v[2] = {a, b};
+    reduce(v);
+    a = v[0];
+    b = v[1];
   }
   static NK_INLINE float max2(float a, float b) { return b > a ? b : a; }
   static NK_INLINE float warp_max(float v, int width) {
@@ -274,6 +268,37 @@ NK_INLINE void nk_store_words(typename T::S* p, bool vec, int nvalid, const unsi
   }
 }
 
+// Whether T is nk_bf16 (nk_add2's instruction).
+template <class T>
+struct nk_is_bf16 {
+  enum { V = 0 };
+};
+template <>
+struct nk_is_bf16<nk_bf16> {
+  enum { V = 1 };
+};
+// Two 16-bit sums (words of two elements), each rounded once to nearest even. The f32 sum of two 16-bit values rounded
+// to 8 or 11 significant bits is the correctly rounded sum (24 >= 2 * 11 + 2), which CUDA computes in one instruction
+// for both: add.rn.bf16x2 (sm_90; fma.rn.bf16x2 with 1 on sm_80), add.rn.f16x2. Elsewhere the f32 sums, rounded.
+template <class TI>
+NK_INLINE unsigned nk_add2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__)
+  unsigned d;
+  if constexpr (nk_is_bf16<TI>::V) {
+#if __CUDA_ARCH__ >= 900
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0x3f803f80u), "r"(b));
+#endif
+  } else {
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  }
+  return d;
+#else
+  return TI::pack2(nk_add_rn(nk_get<TI>(&a, 0), nk_get<TI>(&b, 0)), nk_add_rn(nk_get<TI>(&a, 1), nk_get<TI>(&b, 1)));
+#endif
+}
+
 // h = round_TI(f32 x + f32 r) for one chunk of words, in place in xw.
 template <class TI, int N>
 NK_INLINE void nk_residual_add(unsigned* xw, const unsigned* rw) {
@@ -282,26 +307,60 @@ NK_INLINE void nk_residual_add(unsigned* xw, const unsigned* rw) {
     for (int e = 0; e < N; ++e) xw[e] = nk_f2u(nk_add_rn(nk_u2f(xw[e]), nk_u2f(rw[e])));
   } else {
 #pragma unroll
-    for (int k = 0; k < N / 2; ++k)
-      xw[k] = TI::pack2(nk_add_rn(nk_get<TI>(xw, 2 * k), nk_get<TI>(rw, 2 * k)),
-                        nk_add_rn(nk_get<TI>(xw, 2 * k + 1), nk_get<TI>(rw, 2 * k + 1)));
+    for (int k = 0; k < N / 2; ++k) xw[k] = nk_add2<TI>(xw[k], rw[k]);
   }
 }
 
-// y in f32 for one chunk: LN ((h - k) - dm) * rs * w + b, RMS h * rs * w, with w, b the chunk's weight/bias words
-// (has_w / has_b: given). One formula for every case, fma(t, w, b) with w = 1 and b = -0 standing in for an absent
+// f32 a * b, one rounding, never contracted into an fma with a later add (HIP: as nk_add_rn).
+#if defined(__CUDACC__) && !defined(__HIP__)
+NK_INLINE float nk_mul_rn(float a, float b) { return __fmul_rn(a, b); }
+#else
+NK_INLINE float nk_mul_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a * b;
+}
+#endif
+
+// RMSNorm's y is (h * w) * rs. The product p = h * w (h * 1 without a weight) does not depend on the row's statistics,
+// and rounding is monotonic, so with rs >= 0 max |y| = max |p| * rs exactly: a dynamic scale's amax comes from the
+// first pass, reduced with the sum of squares (nk_rms_amax), and y is computed once.
+NK_INLINE float nk_rms_prod(float h, bool has_w, float w) { return nk_mul_rn(h, has_w ? w : 1.0f); }
+// The largest |y| of a row that is not NaN, from pm (the largest |p|, NaN never taken) and rs: pm * rs, or 0 where that
+// is NaN (rs NaN: every y is NaN; rs 0 with pm infinite, or rs infinite with pm 0: every y is 0 or NaN).
+NK_INLINE float nk_rms_amax(float pm, float rs) {
+  const float a = nk_mul_rn(pm, rs);
+  return a == a ? a : 0.0f;
+}
+
+// y in f32 for one chunk: LN ((h - k) - dm) * rs * w + b, RMS (h * w) * rs, with w, b the chunk's weight/bias words
+// (has_w / has_b: given). LN: one formula for every case, fma(t, w, b) with w = 1 and b = -0 standing in for an absent
 // weight and bias: t * 1 + b and t * w + (-0) are exactly t + b and t * w (zero signs included), so it gives the
 // bits of the separate forms, and the compiler keeps one code path (four, selected per element, spilled 1.6 KB in LN
-// with f32 weights). Explicit operations, no contraction left to the compiler: the dynamic path computes y twice
-// per element and needs the same bits both times.
+// with f32 weights). Explicit operations, no contraction left to the compiler: LayerNorm's dynamic path computes y
+// twice per element and needs the same bits both times.
 template <class TI, class TW, bool LN, int PE>
 NK_INLINE void nk_fused_y(const unsigned* hw, int p, bool has_w, const unsigned* gw, bool has_b, const unsigned* bw,
                           float k, float dm, float rs, float (&f)[PE]) {
 #pragma unroll
   for (int e = 0; e < PE; ++e) {
-    const float v = nk_get<TI>(hw, p + e);
-    const float t = LN ? nk_add_rn(nk_add_rn(v, -k), -dm) * rs : v * rs;
-    f[e] = nk_fma(t, has_w ? nk_get<TW>(gw, e) : 1.0f, (LN && has_b) ? nk_get<TW>(bw, e) : -0.0f);
+    const float v = nk_get<TI>(hw, p + e), w = has_w ? nk_get<TW>(gw, e) : 1.0f;
+    if constexpr (LN) {
+      const float t = nk_add_rn(nk_add_rn(v, -k), -dm) * rs;
+      f[e] = nk_fma(t, w, has_b ? nk_get<TW>(bw, e) : -0.0f);
+    } else {
+      f[e] = nk_mul_rn(nk_rms_prod(v, has_w, w), rs);
+    }
+  }
+}
+
+// The largest |h * w| of PE elements (RMSNorm's dynamic scale, nk_rms_prod) folded into pm: elements past nvalid and
+// NaN products never taken.
+template <class TI, class TW, int PE>
+NK_INLINE void nk_rms_pmax(const unsigned* hw, int p, int nvalid, bool has_w, const unsigned* gw, float& pm) {
+#pragma unroll
+  for (int e = 0; e < PE; ++e) {
+    const float a = nk_absf(nk_rms_prod(nk_get<TI>(hw, p + e), has_w, has_w ? nk_get<TW>(gw, e) : 1.0f));
+    if (p + e < nvalid) pm = nk_fused_red<>::max2(pm, a);
   }
 }
 
@@ -311,12 +370,29 @@ template <class TO, int PE, bool FAST = false>
 NK_INLINE void nk_fused_pack(const float (&f)[PE], float s, unsigned* w, const nk_quot* qt = nullptr) {
   static_assert(PE % 4 == 0, "whole words of bytes");
   if constexpr (nk_is_quant<TO>::V && FAST) {
+    // The products y * r, and the corrected quotients only for a piece with one near a rounding boundary
+    // (nk_quot::near_boundary): the bytes of the quotients either way. The NaN bytes are set only for a piece with a NaN.
     float q[PE];
+    bool near = false, nan = false;
 #pragma unroll
-    for (int e = 0; e < PE; ++e) q[e] = (*qt)(f[e]);
+    for (int e = 0; e < PE; ++e) {
+      q[e] = qt->product(f[e]);
+      near |= nk_quot::near_boundary<TO>(q[e]);
+    }
+    if (near) {
+#pragma unroll
+      for (int e = 0; e < PE; ++e) q[e] = (*qt)(f[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < PE; ++e) nan |= q[e] != q[e];
 #pragma unroll
     for (int k = 0; k < PE / 4; ++k)
-      w[k] = nk_quant2<TO>(q[4 * k], q[4 * k + 1]) | (nk_quant2<TO>(q[4 * k + 2], q[4 * k + 3]) << 16);
+      w[k] = nk_quant2<TO, true>(q[4 * k], q[4 * k + 1]) | (nk_quant2<TO, true>(q[4 * k + 2], q[4 * k + 3]) << 16);
+    if (nan) {
+#pragma unroll
+      for (int k = 0; k < PE / 4; ++k)
+        w[k] = nk_quant2<TO>(q[4 * k], q[4 * k + 1]) | (nk_quant2<TO>(q[4 * k + 2], q[4 * k + 3]) << 16);
+    }
   } else if constexpr (nk_is_quant<TO>::V) {
 #pragma unroll
     for (int k = 0; k < PE / 4; ++k)
@@ -348,16 +424,6 @@ NK_INLINE void nk_fused_store(typename TO::S* p, bool vec, int nvalid, float (&f
 NK_INLINE bool nk_fused_aligned(const void* p, long long s0, int n0, long long s1, int n1, int size, int a) {
   return !p || (nk_aligned(p, (unsigned)a) && (n0 <= 1 || (s0 * size) % a == 0) && (n1 <= 1 || (s1 * size) % a == 0));
 }
-
-// f32 a * b, one rounding, never contracted into an fma with a later add (HIP: as nk_add_rn).
-#if defined(__CUDACC__) && !defined(__HIP__)
-NK_INLINE float nk_mul_rn(float a, float b) { return __fmul_rn(a, b); }
-#else
-NK_INLINE float nk_mul_rn(float a, float b) {
-#pragma clang fp contract(off)
-  return a * b;
-}
-#endif
 
 // The per-chunk statistics, one definition for both paths (the same operations in the same order: the same bits),
 // each a leaf of nk_fused_red's tree. LN: the chunk's sum of h - k; its centred sum of squares; RMS: the squares fma'd
@@ -423,13 +489,28 @@ NK_INLINE float nk_dynamic_scale(float am, float ub) {
   return ub < s ? ub : s;
 }
 
+// body(i, p, nvalid) for each piece of PE elements (p = 0, PE, ...) of the thread's chunks i < MAXV that holds data
+// (nvalid = nval(i) > p), unrolled.
+template <int MAXV, int VEC, int PE, class NVal, class Body>
+NK_INLINE void nk_for_pieces(NVal nval, Body body) {
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int nvalid = nval(i);
+#pragma unroll
+    for (int p = 0; p < VEC; p += PE) {
+      if (nvalid > p) body(i, p, nvalid);
+    }
+  }
+}
+
 // The vector path's row loop (every chunk whole, every tensor aligned; nk_fused picks it once per launch): the row's
 // chunks cached in registers (raw), the loops over them unrolled.
 //
 // MAXV: the chunks a thread holds at most. With fewer than NK_FUSED_MAXV (NEAR: the few-chunk kernels, a row spread
-// over many threads) the chunks' weights and bias are loaded with x and residual, in one round trip, the dynamic
+// over many threads) the chunks' weights and bias are loaded with x and residual, in one round trip, LayerNorm's dynamic
 // scale's y is kept in registers, not computed twice, LayerNorm's statistics take one pass (nk_ln_stats) and a
-// quantized y / s no division (nk_quot).
+// quantized y / s no division (nk_quot). RMSNorm's dynamic scale comes from the first pass in every kernel
+// (nk_rms_prod).
 template <class TI, class TO, class TW, bool LN, int MAXV>
 NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   constexpr bool VP = true;
@@ -457,6 +538,9 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
   const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
+  // RMSNorm's dynamic amax from the first pass (nk_rms_prod) in the few-chunk kernels. The 8-chunk kernel takes max |y|
+  // in a pass over y as LayerNorm does, the same value: there the first pass's weight loads spill (f16 x: 448 bytes).
+  const bool rms_dynamic = NEAR && !LN && Q && quant == NK_QUANT_DYNAMIC;
   nk_fused_red<NEAR ? NK_FUSED_FEW_THREADS / NK_WARP_SIZE : 0> red{tpr, 0u, red_buf};
   // Valid elements of this thread's i-th chunk of row r (<= 0: none).
 #define NK_NVAL(i) \
@@ -516,7 +600,7 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
     // the few-chunk kernels the sums of h - k and of (h - k)^2 reduced together (nk_ln_stats) and the centred sum of
     // squares only for an ill-conditioned row, in the others the centred sum of squares in a second pass over the
     // registers. RMS: the sum of squares.
-    float dm = 0.0f, rs;
+    float dm = 0.0f, rs, am_rms = 0.0f;
     if (LN) {
       float s = nk_fused_fold<MAXV>([&](int i) {
         const int nvalid = NK_NVAL(i);
@@ -551,7 +635,28 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
         nk_chunk_sq<TI, VEC>(raw[i].w, NK_NVAL(i), qi);
         return qi;
       });
-      rs = nk_rsqrt(red.sum(q) / fd + eps);
+      if (rms_dynamic) {
+        // The dynamic scale's max |h * w| (nk_rms_prod), reduced with the sum of squares: the preloaded weights, else
+        // loaded here (and again by the output loop).
+        const SW* Wp = (const SW*)(i1 < split ? weight : weight2);
+        float pm = 0.0f;
+        nk_for_pieces<MAXV, VEC, PE>([&](int i) { return NK_NVAL(i); }, [&](int i, int p, int nvalid) {
+          unsigned gw[PW];
+          if constexpr (PRE) {
+#pragma unroll
+            for (int k = 0; k < PW; ++k) gw[k] = gwn[i][p / PE][k];
+          } else if (Wp) {
+            nk_load_words<TW, PE>(Wp + (long long)(lr + i * tpr) * VEC + p, VP, nvalid - p, gw);
+          }
+          nk_rms_pmax<TI, TW, PE>(raw[i].w, p, nvalid, Wp != nullptr, gw, pm);
+        });
+        float qm[2] = {q, pm};
+        red.template reduce<2, 1>(qm);
+        rs = nk_rsqrt(qm[0] / fd + eps);
+        am_rms = nk_rms_amax(qm[1], rs);
+      } else {
+        rs = nk_rsqrt(red.sum(q) / fd + eps);
+      }
     }
     // h is stored only now: every thread of the row has read k (from x[0] and residual[0], which h may replace) before
     // the reductions above, which the thread storing h[0] cannot pass before them (a barrier, or a shuffle fed by them).
@@ -590,34 +695,33 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
         if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
       }
     };
-    // NEAR with a dynamic scale: y as the scale's loop computes it, for the output loop.
-    float yk[NEAR && Q ? MAXV * VEC : 1];
+    // LayerNorm, NEAR, with a dynamic scale: y as the scale's loop computes it, for the output loop.
+    float yk[NEAR && Q && LN ? MAXV * VEC : 1];
     bool y_kept = false;
     float s = s_static;
-    if constexpr (Q) {
+    if constexpr (Q && !LN) {
+      if (rms_dynamic) {
+        s = nk_dynamic_scale<TO>(am_rms, scale_ub);
+        if (active && lr == 0) scale[r] = s;
+      }
+    }
+    if constexpr (Q && (LN || !NEAR)) {
       if (quant == NK_QUANT_DYNAMIC) {
-        // Dynamic scale: amax of |y| over the row (NaN ignored); y is computed again below with the same operations
-        // (NEAR: kept in yk instead).
+        // Dynamic scale (LayerNorm; RMSNorm in the 8-chunk kernel): amax of |y| over the row (NaN ignored); y is
+        // computed again below with the same operations (NEAR: kept in yk instead).
         float am = 0.0f;
+        nk_for_pieces<MAXV, VEC, PE>([&](int i) { return NK_NVAL(i); }, [&](int i, int p, int nvalid) {
+          const long long off = (long long)(c0 + i * tpr) * VEC + p;
+          unsigned gw[PW], bw[PW];
+          weights(i, p, off, nvalid, gw, bw);
+          float f[PE];
+          nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
 #pragma unroll
-        for (int i = 0; i < MAXV; ++i) {
-          const int nvalid = NK_NVAL(i);
-#pragma unroll
-          for (int p = 0; p < VEC; p += PE) {
-            if (nvalid > p) {
-              const long long off = (long long)(c0 + i * tpr) * VEC + p;
-              unsigned gw[PW], bw[PW];
-              weights(i, p, off, nvalid, gw, bw);
-              float f[PE];
-              nk_fused_y<TI, TW, LN, PE>(raw[i].w, p, has_w, gw, has_b, bw, k, dm, rs, f);
-#pragma unroll
-              for (int e = 0; e < PE; ++e) {
-                if (p + e < nvalid) am = nk_fused_red<>::max2(am, nk_absf(f[e]));
-                if constexpr (NEAR) yk[i * VEC + p + e] = f[e];
-              }
-            }
+          for (int e = 0; e < PE; ++e) {
+            if (p + e < nvalid) am = nk_fused_red<>::max2(am, nk_absf(f[e]));
+            if constexpr (NEAR) yk[i * VEC + p + e] = f[e];
           }
-        }
+        });
         am = red.max(am);
         s = nk_dynamic_scale<TO>(am, scale_ub);
         if constexpr (!NEAR) {
@@ -647,9 +751,9 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
         for (int p = 0; p < VEC; p += PE) {
           const long long off = (long long)(c0 + i * tpr) * VEC + p;
           float f[PE];
-          if (NEAR && Q && y_kept) {
+          if (NEAR && Q && LN && y_kept) {
 #pragma unroll
-            for (int e = 0; e < PE; ++e) f[e] = yk[NEAR ? i * VEC + p + e : 0];
+            for (int e = 0; e < PE; ++e) f[e] = yk[NEAR && LN ? i * VEC + p + e : 0];
           } else {
             unsigned gw[PW], bw[PW];
             weights(i, p, off, nvalid, gw, bw);
@@ -689,6 +793,7 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
   const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
+  const bool rms_dynamic = !LN && Q && quant == NK_QUANT_DYNAMIC;  // amax from the first pass (nk_rms_prod)
   nk_fused_red<> red{tpr, 0u, red_buf};
   const long long rows = (long long)n0 * n1;
   const long long step = (long long)nk_grid_dim_x() * rpb;
@@ -709,9 +814,12 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
     // The first pass stores h, which may replace x[0] or residual[0]: every thread reads k before any store. (The loop
     // over rows is block-uniform, so the barrier is reached by every thread.)
     if (LN && H) nk_barrier();
+    const SW* W = (const SW*)(i1 < split ? weight : weight2);
+    const bool has_w = W != nullptr, has_b = LN && B != nullptr;
     // Each chunk's partial sums (LN: of h - k, and of (h - k)^2 with ONEPASS; RMS: of squares), folded as they come
     // (slots in nk_fused_slot's order).
     nk_fused_fold8 acc, acc2;
+    float pm = 0.0f;  // rms_dynamic: max |h * w|
 #pragma unroll 1
     for (int q = 0; q < NK_FUSED_MAXV; ++q) {
       const int i = nk_fused_slot(q), c = lr + i * tpr, nvalid = NK_NVALC(i, c);
@@ -730,12 +838,22 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
           if (ONEPASS) part2 = nk_chunk_centred_sq<TI, VEC>(w, nvalid, k, 0.0f);
         } else {
           nk_chunk_sq<TI, VEC>(w, nvalid, part);
+          if (rms_dynamic) {
+#pragma unroll
+            for (int p = 0; p < VEC; p += PE) {
+              if (nvalid > p) {
+                unsigned gw[PW];
+                if (has_w) nk_load_words<TW, PE>(W + (long long)c * VEC + p, false, nvalid - p, gw);
+                nk_rms_pmax<TI, TW, PE>(w, p, nvalid, has_w, gw, pm);
+              }
+            }
+          }
         }
       }
       acc.add(q, part);
       if (LN && ONEPASS) acc2.add(q, part2);
     }
-    float dm = 0.0f, rs;
+    float dm = 0.0f, rs, am_rms = 0.0f;
     if (LN) {
       bool centred = true;
       if constexpr (ONEPASS) {
@@ -761,6 +879,11 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
         const float qs = red.sum(sq.sum);
         if (centred) rs = nk_rsqrt(qs / fd + eps);
       }
+    } else if (rms_dynamic) {
+      float qm[2] = {acc.sum, pm};
+      red.reduce<2, 1>(qm);
+      rs = nk_rsqrt(qm[0] / fd + eps);
+      am_rms = nk_rms_amax(qm[1], rs);
     } else {
       rs = nk_rsqrt(red.sum(acc.sum) / fd + eps);
     }
@@ -768,13 +891,17 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
       if (LN && mean) mean[r] = k + dm;
       if (rstd) rstd[r] = rs;
     }
-    const SW* W = (const SW*)(i1 < split ? weight : weight2);
-    const bool has_w = W != nullptr, has_b = LN && B != nullptr;
     SO* yr = Y + i0 * y_s0 + i1 * y_s1;
     float s = s_static;
-    // Pass `out` 0: the dynamic scale's amax (quantized y only); 1: y.
+    if constexpr (Q && !LN) {
+      if (rms_dynamic) {
+        s = nk_dynamic_scale<TO>(am_rms, scale_ub);
+        if (active && lr == 0) scale[r] = s;
+      }
+    }
+    // Pass `out` 0: LayerNorm's dynamic scale's amax (quantized y only); 1: y.
 #pragma unroll 1
-    for (int out = Q && quant == NK_QUANT_DYNAMIC ? 0 : 1; out < 2; ++out) {
+    for (int out = LN && Q && quant == NK_QUANT_DYNAMIC ? 0 : 1; out < 2; ++out) {
       float am = 0.0f;
 #pragma unroll 1
       for (int i = 0; i < NK_FUSED_MAXV; ++i) {

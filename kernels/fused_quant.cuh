@@ -50,13 +50,13 @@ struct nk_fp8_format {
     return r | sign;
   }
 };
-// HW: which sm_89+ cvt converts it (nk_quant2); 0: none.
+// HW: which sm_89+ cvt converts it (nk_quant2). GRID: nk_quot::near_boundary.
 struct nk_fp8e4m3 : nk_fp8_format<3, 7, 0x7eu, 0x7fu> {
-  enum { HW = 1 };
+  enum { HW = 1, GRID = 1 << 19 };
   static constexpr float QMAX = 448.0f;
 };
 struct nk_fp8e5m2 : nk_fp8_format<2, 15, 0x7bu, 0x7eu> {
-  enum { HW = 2 };
+  enum { HW = 2, GRID = 1 << 19 };
   static constexpr float QMAX = 57344.0f;
 };
 
@@ -64,7 +64,7 @@ struct nk_fp8e5m2 : nk_fp8_format<2, 15, 0x7bu, 0x7eu> {
 // it to an integer (nearest even) held in the low bits.
 struct nk_int8 {
   typedef unsigned char S;
-  enum { SIZE = 1, HW = 0 };
+  enum { SIZE = 1, HW = 3, GRID = 1 << 16 };
   static constexpr float QMAX = 127.0f;
   static NK_INLINE unsigned soft(float v) {
     if (!(v == v)) return 0u;
@@ -98,6 +98,16 @@ struct nk_quot {
     const float qs = nk_u2f((nk_f2u(q2) & 0x7fffffffu) | (nk_f2u(y) & 0x80000000u));  // y = -0 gives -0
     return nk_absf(q0) < big ? qs : q0;
   }
+  // q0 = y * r alone: within 2.5 units in the last place of y / s (r and the product, each rounded to nearest), so
+  // within 6 bit patterns of the quotient operator() returns (units halve below a power of two). Every value at which
+  // T's conversion changes its byte lies on a multiple of T::GRID bit patterns (the f32 pattern of a fp8 midpoint has
+  // its low 19 bits zero; an int8 half-integer below 128 its low 16), so where q0 lies more than 8 patterns from every
+  // multiple, q0 and operator()'s quotient convert to the same byte.
+  NK_INLINE float product(float y0) const { return nk_fma(y0 * c, r, -0.0f); }
+  template <class T>
+  static NK_INLINE bool near_boundary(float q0) {
+    return ((nk_f2u(q0) + 8u) & (T::GRID - 1u)) < 16u;
+  }
 };
 
 // Whether T is one of the 1-byte quantized dtypes (the float dtypes have SIZE 2 or 4).
@@ -106,20 +116,31 @@ struct nk_is_quant {
   enum { V = T::SIZE == 1 };
 };
 
-// Two values to two bytes (lo in bits 0..7): the hardware conversion where the target has it (sm_89+:
-// cvt.rn.satfinite.e4m3x2/e5m2x2.f32 round to nearest even and saturate as `soft` does), with the NaN bytes set
-// as `soft` sets them (nk_fp8_nan: the sign kept); `soft` elsewhere (sm_80, HIP) and for int8.
+// Two values to two bytes (lo in bits 0..7), as `soft` converts them: the hardware conversion where the target has it
+// (sm_89+: cvt.rn.satfinite.e4m3x2/e5m2x2.f32 round to nearest even and saturate as `soft` does, with the NaN bytes
+// set as `soft` sets them: nk_fp8_nan, the sign kept; every CUDA target: cvt.rni.s8.f32 rounds to nearest even, clamps
+// to [-128, 127] and takes NaN to 0, as nk_int8::soft), `soft` elsewhere. RAW (fp8 on sm_89+): the hardware's NaN
+// byte, whatever the sign, for a caller that has checked for NaN (nk_fused_pack).
 NK_INLINE unsigned nk_fp8_nan(unsigned b, float v, unsigned nanb) {
   const unsigned u = nk_f2u(v);
   return (u & 0x7fffffffu) > 0x7f800000u ? (nanb | ((u >> 24) & 0x80u)) : b;
 }
-template <class T>
+template <class T, bool RAW = false>
 NK_INLINE unsigned nk_quant2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && !defined(__HIP__)
+  if constexpr (T::HW == 3) {
+    int a, b;
+    asm("cvt.rni.s8.f32 %0, %1;" : "=r"(a) : "f"(lo));
+    asm("cvt.rni.s8.f32 %0, %1;" : "=r"(b) : "f"(hi));
+    return ((unsigned)a & 0xffu) | (((unsigned)b & 0xffu) << 8);
+  }
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && !defined(__HIP__)
-  if constexpr (T::HW != 0) {
+  if constexpr (T::HW == 1 || T::HW == 2) {
     unsigned short p;
     if constexpr (T::HW == 1) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(p) : "f"(hi), "f"(lo));
     else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(p) : "f"(hi), "f"(lo));
+    if constexpr (RAW) return p;
     return nk_fp8_nan(p & 0xffu, lo, T::NAN_BYTE) | (nk_fp8_nan((unsigned)p >> 8, hi, T::NAN_BYTE) << 8);
   }
 #endif

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "../../kernels/portable.h"
-#include "../../kernels/fused_quant.cuh"
+#include "../../kernels/fused.cuh"
 
 #define CK(x)                                                                                  \
   do {                                                                                         \
@@ -330,7 +330,8 @@ static void path_invariance(Call c) {
   std::printf("%-44s %s\n", (std::string("vector = scalar path ") + dname(c.ti) + "->" + dname(c.to)).c_str(), "done");
 }
 
-// fp8: the conversion the sm_89+ kernels use (cvt, NaN bytes set) against the portable one, every f32 input.
+// The conversions the kernels use on this GPU (fp8 on sm_89+: cvt, NaN bytes set; int8: cvt.rni.s8.f32) against the
+// portable ones, every f32 input.
 template <class T>
 __global__ void fp8_sweep(unsigned long long base, unsigned long long* bad, unsigned* first) {
   const unsigned long long i = base + (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -349,6 +350,38 @@ static void sweep(const char* name) {
     fp8_sweep<T><<<(1u << 30) / 256, 256>>>(base, bad, first);
   CK(cudaDeviceSynchronize());
   expect(*bad == 0, std::string(name) + ": hardware and portable conversions differ, first at " + std::to_string(*first));
+  std::printf("%-44s %llu mismatches\n", name, *bad);
+  cudaFree(bad), cudaFree(first);
+}
+
+// The residual add of 16-bit x (nk_add2: one packed add for two elements) against the f32 sum rounded to the dtype by
+// the kernels' own packing, every pair of 16-bit inputs (each pair in both orders); NaN results compared as NaN.
+template <class T>
+__global__ void add2_sweep(unsigned long long base, unsigned long long* bad, unsigned* first) {
+  const unsigned i = (unsigned)(base + (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x);
+  const unsigned a = i & 0xffffu, b = i >> 16;
+  const unsigned hw = nk_add2<T>(a | (b << 16), b | (a << 16));
+  const float fa = T::to_f(a), fb = T::to_f(b);
+  const unsigned sw = T::pack2(fa + fb, fb + fa);
+  bool same = true;
+  for (int k = 0; k < 2; ++k) {
+    const unsigned h = (hw >> (16 * k)) & 0xffffu, s = (sw >> (16 * k)) & 0xffffu;
+    const bool hn = T::to_f(h) != T::to_f(h), sn = T::to_f(s) != T::to_f(s);
+    same = same && (hn || sn ? hn && sn : h == s);
+  }
+  if (!same && atomicAdd(bad, 1ull) == 0) *first = i;
+}
+template <class T>
+static void add2_sweep_all(const char* name) {
+  unsigned long long* bad;
+  unsigned* first;
+  CK(cudaMallocManaged(&bad, 8));
+  CK(cudaMallocManaged(&first, 4));
+  *bad = 0;
+  for (unsigned long long base = 0; base < (1ull << 32); base += 1ull << 30)
+    add2_sweep<T><<<(1u << 30) / 256, 256>>>(base, bad, first);
+  CK(cudaDeviceSynchronize());
+  expect(*bad == 0, std::string(name) + ": the packed add and the f32 path differ, first at " + std::to_string(*first));
   std::printf("%-44s %llu mismatches\n", name, *bad);
   cudaFree(bad), cudaFree(first);
 }
@@ -432,6 +465,9 @@ int main(int argc, char** argv) {
   }
   sweep<nk_fp8e4m3>("fp8e4m3 conversion, all 2^32 inputs");
   sweep<nk_fp8e5m2>("fp8e5m2 conversion, all 2^32 inputs");
+  sweep<nk_int8>("int8 conversion, all 2^32 inputs");
+  add2_sweep_all<nk_bf16>("bf16 packed add, all 2^32 pairs");
+  add2_sweep_all<nk_f16>("f16 packed add, all 2^32 pairs");
   std::printf(g_fail ? "FAILED: %d checks\n" : "all checks passed\n", g_fail);
   return g_fail ? 1 : 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sm_90 cubins that lab/fused_geometry/ab.ts compares: `main` (kernels/ as they are) and one per build name, each
 # from lab/kernel_ab/trimmed_cubin.sh --fused, into lab/fused_geometry/.wg/. A name is a patch
-# (lab/fused_geometry/<name>.diff) or patches joined by `+`, applied in that order (quant-fast+hadd2).
+# (lab/fused_geometry/<name>.diff) or patches joined by `+`, applied in that order (l2-prefetch+one-kernel).
 # Each is also kept xz-compressed in .wg/xz/ with a stamp of what it was built from (kernels/, the patch, the build
 # scripts). Built here and carried to the GPU host (carry lab/fused_geometry/.wg/xz), a cubin whose stamp matches that
 # tree is unpacked there instead of built again: the builds' device time (about 40 s each) is spent on this machine.

@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "dae23df4ca0846c00378686bc3af85a440b3ea1eddc458845deb6d411d495e06";
+export const fusedSourceSha256: string = "d89f585c56df1ebd9efdc901879fa1145529976461f888dc0feb0996230bc8c2";

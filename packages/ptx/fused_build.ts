@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "dae23df4ca0846c00378686bc3af85a440b3ea1eddc458845deb6d411d495e06";
+export const fusedSourceSha256: string = "d89f585c56df1ebd9efdc901879fa1145529976461f888dc0feb0996230bc8c2";

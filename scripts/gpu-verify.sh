@@ -28,7 +28,7 @@
 #               unpacked from a carried lab/fused_geometry/.wg/xz built from the same tree): raw JSON as
 #               $OUT/fused-ab-<runtime>.json, rewritten after each case (FUSED_AB_ONLY=decode or prefill: those alone;
 #               FUSED_AB_DS=4096,5120: the prefill row lengths; FUSED_AB_NEAR=1: patches that change the arithmetic,
-#               y within a step of the op's: ab.ts --near)
+#               y within a step of the op's: ab.ts --near; FUSED_AB_X=f16: f16 rows, ab.ts --x f16)
 #   fused-check lab/fused_check/fused_check.cu (nvcc): the shipped fused image's launches against a host reference, and
 #               the hardware conversions to the 1-byte dtypes against the portable ones over every f32 input
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
@@ -105,6 +105,7 @@ for s in "${steps[@]}"; do
       if [ -f "${cubins[-1]}" ]; then
         o=(); [ -n "${FUSED_AB_ONLY:-}" ] && o+=(--only "$FUSED_AB_ONLY"); [ -n "${FUSED_AB_DS:-}" ] && o+=(--ds "$FUSED_AB_DS")
         [ "${FUSED_AB_NEAR:-}" = 1 ] && o+=(--near)
+        [ -n "${FUSED_AB_X:-}" ] && o+=(--x "$FUSED_AB_X")
         step fused-ab run lab/fused_geometry/ab.ts "${cubins[@]}" ${o[@]+"${o[@]}"} --json "$OUT/fused-ab-$rt.json"
       fi ;;
     fused-check)

@@ -12,7 +12,9 @@
  *   QK-norm takes) for add + RMSNorm, → fp8e4m3.
  *
  *   deno run -A lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--ds 4096,8192] [--near]
- *     [--json out.json]
+ *     [--x bf16|f16] [--json out.json]
+ *
+ * `--x f16`: x, residual, h, a float y, weight and bias in f16 (default bf16).
  *
  * The JSON is rewritten after every case, so a run stopped by a time limit keeps the cases it finished.
  */
@@ -40,6 +42,7 @@ import {
   VARIANTS,
   viaKernel,
   viaOp,
+  type X16,
 } from "./cases.ts";
 
 const args = process.argv.slice(2);
@@ -48,15 +51,18 @@ const jsonPath = option("--json");
 const only = option("--only");
 const near = args.includes("--near");
 const prefillDs = rowLengths(option("--ds"), [4096, 8192]);
-const valued = ["--json", "--only", "--ds"];
+const isX16 = (x: string): x is X16 => x === "bf16" || x === "f16";
+const xd = option("--x") ?? "bf16";
+const valued = ["--json", "--only", "--ds", "--x"];
 const paths = args.filter((a, i) => !a.startsWith("--") && !valued.includes(args[i - 1]));
-if (paths.length < 2 || (only !== undefined && only !== "decode" && only !== "prefill")) {
+if (paths.length < 2 || (only !== undefined && only !== "decode" && only !== "prefill") || !isX16(xd)) {
   console.error(
     "usage: lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--ds 4096,8192] [--near] " +
-      "[--json out.json]",
+      "[--x bf16|f16] [--json out.json]",
   );
   process.exit(2);
 }
+const x16: X16 = xd as X16;
 using dev = openCuda("lab/fused_geometry/ab.ts");
 await loadKernels(dev, { fused: true });
 using held = new DisposableStack();
@@ -65,19 +71,20 @@ using timer = deviceTimer(dev, 10);
 const copyGBs = copyCeilingGBs(dev, timer);
 const limits = planLimits(dev);
 const tile = randomTile(3);
-console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s; builds: ${paths.join(", ")}`);
+console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s; x ${x16}; builds: ${paths.join(", ")}`);
 const results: Record<string, unknown>[] = [];
 
 function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   using cs = new DisposableStack();
-  const t = caseTensors(dev, cs, tile, rows, d);
-  const g = fusedGeometry(v.kind, d, "bf16", limits, rows, "cuda");
+  const t = caseTensors(dev, cs, tile, rows, d, x16);
+  const g = fusedGeometry(v.kind, d, x16, limits, rows, "cuda");
   if ("unsupported" in g) throw new Error(g.unsupported);
-  const choice = fusedKernelFor(v.kind, "bf16", v.to, "bf16", g, "cuda");
+  const to = v.to === "x" ? x16 : v.to;
+  const choice = fusedKernelFor(v.kind, x16, to, x16, g, "cuda");
   if ("unsupported" in choice) throw new Error(choice.unsupported);
   // Per build, the first of these it has: the op's kernel for this geometry; the triple's one kernel (builds without
   // the few-chunk kernels). Each build's kernel is named in the JSON.
-  const base = fusedKernelName(v.kind, "bf16", v.to, "bf16");
+  const base = fusedKernelName(v.kind, x16, to, x16);
   const names = [choice.kernel, base];
   const kernelOf = (m: Module): Kernel => {
     for (const name of names) {
@@ -122,7 +129,10 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
     checks,
   });
   if (jsonPath) {
-    writeFileSync(jsonPath, JSON.stringify({ device: dev.info.name, copyGBs, builds: paths, results }, null, 1));
+    writeFileSync(
+      jsonPath,
+      JSON.stringify({ device: dev.info.name, copyGBs, x: x16, builds: paths, results }, null, 1),
+    );
   }
 }
 

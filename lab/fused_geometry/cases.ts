@@ -1,5 +1,6 @@
 /**
- * The fused calls the split sweep (sweep.ts) and the kernel A/B (ab.ts) time: bf16 rows with a residual written out of
+ * The fused calls the split sweep (sweep.ts) and the kernel A/B (ab.ts) time: 16-bit rows (bf16 unless the A/B's `--x
+ * f16`; weights and bias of x's dtype) with a residual written out of
  * place, and plain norms on the same kernels (no residual, no h: what `batchInvariant: true` runs where
  * planNormInvariant has no tuned plan), through the op (the plain norms: in the op's fused plan) or launched directly
  * with a chosen kernel and geometry (arguments packed by fusedArgs as the op packs them), and their outputs' bits.
@@ -11,37 +12,47 @@ import { type FusedGeometry, fusedGeometry, fusedKernelFor } from "../../ops/pla
 import { fusedKernel } from "../../ops/fused_module.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { fillFromTile } from "../../bench/tile.ts";
-import { fromBf16Bits } from "../../runtime/dtype.ts";
+import { fromBf16Bits, fromF16Bits } from "../../runtime/dtype.ts";
 import { graphUs } from "../../bench/device_timer.ts";
 
-export type Variant = { name: string; kind: "rms" | "layer"; to: "bf16" | "fp8e4m3"; residual: boolean };
+/** A call: its norm, y in x's dtype ("x") or fp8e4m3 with dynamic scales, a residual or none. */
+export type Variant = { name: string; kind: "rms" | "layer"; to: "x" | "fp8e4m3"; residual: boolean };
 export const VARIANTS: readonly Variant[] = [
-  { name: "add+rms", kind: "rms", to: "bf16", residual: true },
+  { name: "add+rms", kind: "rms", to: "x", residual: true },
   { name: "add+rms+fp8", kind: "rms", to: "fp8e4m3", residual: true },
-  { name: "add+ln", kind: "layer", to: "bf16", residual: true },
+  { name: "add+ln", kind: "layer", to: "x", residual: true },
   { name: "add+ln+fp8", kind: "layer", to: "fp8e4m3", residual: true },
-  { name: "rms-inv", kind: "rms", to: "bf16", residual: false },
-  { name: "ln-inv", kind: "layer", to: "bf16", residual: false },
+  { name: "rms-inv", kind: "rms", to: "x", residual: false },
+  { name: "ln-inv", kind: "layer", to: "x", residual: false },
 ];
 /** eps of the op and of the direct launches alike. */
 export const EPS = 1e-6;
+/** The 16-bit dtypes of x (and residual, h, a float y, weight and bias) the cases take. */
+export type X16 = "bf16" | "f16";
 
-/** x, residual, weight and bias from `tile`; h, y (bf16 and fp8) and the scales left to the call. */
-export function caseTensors(dev: Device, held: DisposableStack, tile: Float32Array, rows: number, d: number) {
+/** x, residual, weight and bias (dtype `xd`) from `tile`; h, y (`xd` and fp8) and the scales left to the call. */
+export function caseTensors(
+  dev: Device,
+  held: DisposableStack,
+  tile: Float32Array,
+  rows: number,
+  d: number,
+  xd: X16 = "bf16",
+) {
   const make = (dtype: DType, fill: boolean, shape = [rows, d]) => {
     const t = held.use(dev.empty(shape, { dtype }));
     if (fill) fillFromTile(t, tile);
     return t;
   };
   return {
-    x: make("bf16", true),
-    r: make("bf16", true),
-    h: make("bf16", false),
-    y16: make("bf16", false),
+    x: make(xd, true),
+    r: make(xd, true),
+    h: make(xd, false),
+    y16: make(xd, false),
     y8: make("fp8e4m3", false),
     scale: make("f32", false, [rows]),
-    w: held.use(dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype: "bf16" })),
-    b: held.use(dev.tensor(tile.subarray(d, 2 * d), [d], { dtype: "bf16" })),
+    w: held.use(dev.tensor(tile.subarray(0, d).map((v) => 1 + v / 8), [d], { dtype: xd })),
+    b: held.use(dev.tensor(tile.subarray(d, 2 * d), [d], { dtype: xd })),
   };
 }
 export type CaseTensors = ReturnType<typeof caseTensors>;
@@ -54,17 +65,17 @@ export type CaseTensors = ReturnType<typeof caseTensors>;
 export function viaOp(t: CaseTensors, v: Variant, stream?: Stream): void {
   if (!v.residual) return viaFusedPlan(t, v, stream ?? t.x.device.stream);
   const quant = v.to === "fp8e4m3" ? { quant: { dtype: "fp8e4m3" as const, scaleOut: t.scale } } : {};
-  const o = { weight: t.w, residual: t.r, residualOut: t.h, out: v.to === "bf16" ? t.y16 : t.y8, eps: EPS, ...quant };
+  const o = { weight: t.w, residual: t.r, residualOut: t.h, out: v.to === "x" ? t.y16 : t.y8, eps: EPS, ...quant };
   if (v.kind === "rms") rmsNorm(t.x, { ...o, ...(stream ? { stream } : {}) } as never);
   else layerNorm(t.x, { ...o, bias: t.b, ...(stream ? { stream } : {}) } as never);
 }
 
 /** A call on the fused kernels in the op's fused plan: its kernel and split for these rows, launched directly. */
 export function viaFusedPlan(t: CaseTensors, v: Variant, stream: Stream): void {
-  const dev = t.x.device, limits = planLimits(dev), rows = t.x.rows, d = t.x.d;
-  const g = fusedGeometry(v.kind, d, "bf16", limits, rows, "cuda");
+  const dev = t.x.device, limits = planLimits(dev), rows = t.x.rows, d = t.x.d, xd = t.x.dtype as X16;
+  const g = fusedGeometry(v.kind, d, xd, limits, rows, "cuda");
   if ("unsupported" in g) throw new Error(g.unsupported);
-  const c = fusedKernelFor(v.kind, "bf16", v.to, "bf16", g, "cuda");
+  const c = fusedKernelFor(v.kind, xd, v.to === "x" ? xd : v.to, xd, g, "cuda");
   if ("unsupported" in c) throw new Error(c.unsupported);
   viaKernel(fusedKernel(dev, c.kernel), t, v, rows, d, g, limits.maxGridX, stream);
 }
@@ -81,7 +92,7 @@ export function viaKernel(
   stream: Stream,
 ): void {
   const grid = Math.min(Math.ceil(rows / g.rowsPerBlock), maxGridX);
-  const y = v.to === "bf16" ? t.y16 : t.y8, q = v.to === "bf16" ? 0 : 2;
+  const y = v.to === "x" ? t.y16 : t.y8, q = v.to === "x" ? 0 : 2;
   const rowsOf = [d, 0] as const; // one level of rows (n0 = rows, n1 = 1), d apart
   k.launch(
     stream,
@@ -118,10 +129,10 @@ export function viaKernel(
 export type Bits = { h: ArrayLike<number>; y: ArrayLike<number>; scale: ArrayLike<number> };
 export const bitsOf = (t: CaseTensors, v: Variant): Bits => ({
   h: t.h.readBitsSync(),
-  y: (v.to === "bf16" ? t.y16 : t.y8).readBitsSync(),
+  y: (v.to === "x" ? t.y16 : t.y8).readBitsSync(),
   scale: t.scale.readBitsSync(),
 });
-/** Poisons the outputs (0xff bytes: NaN in bf16 and f32, NaN in fp8e4m3). */
+/** Poisons the outputs (0xff bytes: NaN in bf16, f16 and f32, NaN in fp8e4m3). */
 export function poison(t: CaseTensors): void {
   for (const p of [t.h, t.y16, t.y8, t.scale]) p.buffer.fill(0xff);
 }
@@ -146,22 +157,24 @@ const ordered = (bits: number, width: number): number => {
 };
 /**
  * For a build whose arithmetic differs from the op's (ab.ts --near): h (with a residual) bit for bit, y within one step
- * of its dtype (neighbouring encodings; bf16 also within 2^-7, its step at 1, where LayerNorm's bias cancels most of y),
+ * of its dtype (neighbouring encodings; a 16-bit y also within its step at 1, 2^-7 in bf16 and 2^-10 in f16, where
+ * LayerNorm's bias cancels most of y),
  * the scales within 1e-5 relative: "ok" and how many y differ, or the first that is further.
  */
 export function agreesNear(t: CaseTensors, v: Variant, want: Bits): string {
   const got = bitsOf(t, v);
   for (let i = 0; v.residual && i < want.h.length; i++) if (got.h[i] !== want.h[i]) return `h[${i}] differs`;
-  const width = v.to === "bf16" ? 16 : 8;
+  const width = v.to === "x" ? 16 : 8;
   let moved = 0;
   for (let i = 0; i < want.y.length; i++) {
     if (got.y[i] === want.y[i]) continue;
     const steps = Math.abs(ordered(got.y[i], width) - ordered(want.y[i], width));
-    const near1 = width === 16 && Math.abs(fromBf16Bits(got.y[i]) - fromBf16Bits(want.y[i])) <= 2 ** -7;
+    const f16 = t.y16.dtype === "f16", value = f16 ? fromF16Bits : fromBf16Bits;
+    const near1 = width === 16 && Math.abs(value(got.y[i]) - value(want.y[i])) <= 2 ** (f16 ? -10 : -7);
     if (steps > 1 && !near1) return `y[${i}] more than a step off`;
     moved++;
   }
-  if (v.to !== "bf16") {
+  if (v.to !== "x") {
     const f = (b: number) => new Float32Array(new Uint32Array([b]).buffer)[0];
     for (let i = 0; i < want.scale.length; i++) {
       const a = f(got.scale[i]), b = f(want.scale[i]);
@@ -173,7 +186,7 @@ export function agreesNear(t: CaseTensors, v: Variant, want: Bits): string {
 
 /** Bytes a call moves: x (and residual) read, (h and) y written, the scales. */
 export const caseBytes = (rows: number, d: number, v: Variant): number =>
-  rows * d * ((v.residual ? 3 : 1) * 2 + (v.to === "bf16" ? 2 : 1)) + (v.to === "bf16" ? 0 : 4 * rows);
+  rows * d * ((v.residual ? 3 : 1) * 2 + (v.to === "x" ? 2 : 1)) + (v.to === "x" ? 0 : 4 * rows);
 
 /** The prefill row lengths of a `--ds` option (comma-separated, each a whole number ≥ 1), or `fallback`. */
 export function rowLengths(arg: string | undefined, fallback: readonly number[]): number[] {

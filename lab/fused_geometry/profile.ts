@@ -49,7 +49,7 @@ const onFusedPlan = (kind: "rms" | "layer") =>
   viaFusedPlan({ x, r: residual, h, y16: y, y8: q, scale, w: weight, b: bias }, {
     name: "fused",
     kind,
-    to: "bf16",
+    to: "x",
     residual: false,
   }, dev.stream);
 for (const [kind, norm] of kinds) {

@@ -5,7 +5,7 @@
 # as patches to kernels/ (git diff's a/kernels/... paths, applied in order) and/or nvcc flags; without either it is main's
 # code.
 # Prints the staged kernels' registers, and the kernels and FULL-path functions that spill (ptxas -v, kept as OUT.ptxas.txt).
-# With --fused: kernels/fused.cu instead, its bf16 kernels only (~15 s), each kernel's registers and spills printed
+# With --fused: kernels/fused.cu instead, its bf16 and f16 kernels only (~30 s), each kernel's registers and spills printed
 # (lab/fused_geometry/ab.ts takes these).
 #   bash lab/kernel_ab/trimmed_cubin.sh OUT.cubin [--fused] [--patch FILE.diff]... [nvcc flags, e.g. -DNAME=0]
 # e.g. main against a patch, then on the GPU host, in one call (lab/kernel_ab/README.md):
@@ -39,9 +39,9 @@ cubin() {
   echo "== $out"
 }
 if [ "$fused" = 1 ]; then
-  # The bf16 kernels (one NK_FUSED_KERNEL(...) per line) and nk_fused_add_*.
-  grep -v -E '^NK_FUSED_KERNEL\((ln|rms), (true|false), (f32|f16),' "$src/fused.cu" > "$src/fused_bf16.cu"
-  cubin "$src/fused_bf16.cu"
+  # The bf16 and f16 kernels (one NK_FUSED_KERNEL(...) per line) and nk_fused_add_*.
+  grep -v -E '^NK_FUSED_KERNEL\((ln|rms), (true|false), f32,' "$src/fused.cu" > "$src/fused_16bit.cu"
+  cubin "$src/fused_16bit.cu"
   awk '/Compiling entry function/ { n = $0; sub(/.*function ./, "", n); sub(/. for.*/, "", n) }
        /bytes stack frame/ && n != "" { s = $0; sub(/.*stack frame, /, "", s); sub(/, 0 bytes spill loads/, "", s) }
        /Used [0-9]+ registers/ && n != "" { print "  " n ": " $5 " registers, " s; n = "" }' "$out.ptxas.txt"

@@ -339,17 +339,20 @@ __global__ void fp8_sweep(unsigned long long base, unsigned long long* bad, unsi
   const unsigned hw = nk_quant2<T>(v, w), sw = T::soft(v) | (T::soft(w) << 8);
   if (hw != sw && atomicAdd(bad, 1ull) == 0) *first = (unsigned)i;
 }
-template <class T>
-static void sweep(const char* name) {
+
+// Every 32-bit index through `kernel` (launches of 2^30 threads), which counts its mismatches in *bad and keeps the
+// index of the first in *first; `differ` says what a mismatch means.
+using sweep_kernel = void (*)(unsigned long long, unsigned long long*, unsigned*);
+static void sweep_all(const char* name, sweep_kernel kernel, const char* differ) {
   unsigned long long* bad;
   unsigned* first;
   CK(cudaMallocManaged(&bad, 8));
   CK(cudaMallocManaged(&first, 4));
   *bad = 0;
   for (unsigned long long base = 0; base < (1ull << 32); base += 1ull << 30)
-    fp8_sweep<T><<<(1u << 30) / 256, 256>>>(base, bad, first);
+    kernel<<<(1u << 30) / 256, 256>>>(base, bad, first);
   CK(cudaDeviceSynchronize());
-  expect(*bad == 0, std::string(name) + ": hardware and portable conversions differ, first at " + std::to_string(*first));
+  expect(*bad == 0, std::string(name) + ": " + differ + ", first at " + std::to_string(*first));
   std::printf("%-44s %llu mismatches\n", name, *bad);
   cudaFree(bad), cudaFree(first);
 }
@@ -370,20 +373,6 @@ __global__ void add2_sweep(unsigned long long base, unsigned long long* bad, uns
     same = same && (hn || sn ? hn && sn : h == s);
   }
   if (!same && atomicAdd(bad, 1ull) == 0) *first = i;
-}
-template <class T>
-static void add2_sweep_all(const char* name) {
-  unsigned long long* bad;
-  unsigned* first;
-  CK(cudaMallocManaged(&bad, 8));
-  CK(cudaMallocManaged(&first, 4));
-  *bad = 0;
-  for (unsigned long long base = 0; base < (1ull << 32); base += 1ull << 30)
-    add2_sweep<T><<<(1u << 30) / 256, 256>>>(base, bad, first);
-  CK(cudaDeviceSynchronize());
-  expect(*bad == 0, std::string(name) + ": the packed add and the f32 path differ, first at " + std::to_string(*first));
-  std::printf("%-44s %llu mismatches\n", name, *bad);
-  cudaFree(bad), cudaFree(first);
 }
 
 int main(int argc, char** argv) {
@@ -463,11 +452,13 @@ int main(int argc, char** argv) {
     c.ln = false, c.ti = F32, c.to = F32, c.quant = 0, c.d = 512;
     path_invariance(c);
   }
-  sweep<nk_fp8e4m3>("fp8e4m3 conversion, all 2^32 inputs");
-  sweep<nk_fp8e5m2>("fp8e5m2 conversion, all 2^32 inputs");
-  sweep<nk_int8>("int8 conversion, all 2^32 inputs");
-  add2_sweep_all<nk_bf16>("bf16 packed add, all 2^32 pairs");
-  add2_sweep_all<nk_f16>("f16 packed add, all 2^32 pairs");
+  const char* convert = "hardware and portable conversions differ";
+  sweep_all("fp8e4m3 conversion, all 2^32 inputs", fp8_sweep<nk_fp8e4m3>, convert);
+  sweep_all("fp8e5m2 conversion, all 2^32 inputs", fp8_sweep<nk_fp8e5m2>, convert);
+  sweep_all("int8 conversion, all 2^32 inputs", fp8_sweep<nk_int8>, convert);
+  const char* add = "the packed add and the f32 path differ";
+  sweep_all("bf16 packed add, all 2^32 pairs", add2_sweep<nk_bf16>, add);
+  sweep_all("f16 packed add, all 2^32 pairs", add2_sweep<nk_f16>, add);
   std::printf(g_fail ? "FAILED: %d checks\n" : "all checks passed\n", g_fail);
   return g_fail ? 1 : 0;
 }

@@ -43,6 +43,7 @@ import {
   viaKernel,
   viaOp,
   type X16,
+  yDtype,
 } from "./cases.ts";
 
 const args = process.argv.slice(2);
@@ -51,18 +52,18 @@ const jsonPath = option("--json");
 const only = option("--only");
 const near = args.includes("--near");
 const prefillDs = rowLengths(option("--ds"), [4096, 8192]);
-const isX16 = (x: string): x is X16 => x === "bf16" || x === "f16";
-const xd = option("--x") ?? "bf16";
 const valued = ["--json", "--only", "--ds", "--x"];
 const paths = args.filter((a, i) => !a.startsWith("--") && !valued.includes(args[i - 1]));
-if (paths.length < 2 || (only !== undefined && only !== "decode" && only !== "prefill") || !isX16(xd)) {
+function usage(): never {
   console.error(
     "usage: lab/fused_geometry/ab.ts A.cubin B.cubin [...] [--only decode|prefill] [--ds 4096,8192] [--near] " +
       "[--x bf16|f16] [--json out.json]",
   );
   process.exit(2);
 }
-const x16: X16 = xd as X16;
+const xArg = option("--x") ?? "bf16";
+const x16: X16 = xArg === "bf16" || xArg === "f16" ? xArg : usage();
+if (paths.length < 2 || (only !== undefined && only !== "decode" && only !== "prefill")) usage();
 using dev = openCuda("lab/fused_geometry/ab.ts");
 await loadKernels(dev, { fused: true });
 using held = new DisposableStack();
@@ -79,7 +80,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const t = caseTensors(dev, cs, tile, rows, d, x16);
   const g = fusedGeometry(v.kind, d, x16, limits, rows, "cuda");
   if ("unsupported" in g) throw new Error(g.unsupported);
-  const to = v.to === "x" ? x16 : v.to;
+  const to = yDtype(v, x16);
   const choice = fusedKernelFor(v.kind, x16, to, x16, g, "cuda");
   if ("unsupported" in choice) throw new Error(choice.unsupported);
   // Per build, the first of these it has: the op's kernel for this geometry; the triple's one kernel (builds without

@@ -56,6 +56,9 @@ export function caseTensors(
   };
 }
 export type CaseTensors = ReturnType<typeof caseTensors>;
+/** The dtype of v's y on x of dtype `x`, and the tensor that receives it. */
+export const yDtype = (v: Variant, x: X16): X16 | "fp8e4m3" => v.to === "x" ? x : v.to;
+const yOf = (t: CaseTensors, v: Variant) => v.to === "x" ? t.y16 : t.y8;
 
 /**
  * The op itself: residual out of place, dynamic scales for fp8. Without a residual, the fused kernel and split the op's
@@ -65,7 +68,7 @@ export type CaseTensors = ReturnType<typeof caseTensors>;
 export function viaOp(t: CaseTensors, v: Variant, stream?: Stream): void {
   if (!v.residual) return viaFusedPlan(t, v, stream ?? t.x.device.stream);
   const quant = v.to === "fp8e4m3" ? { quant: { dtype: "fp8e4m3" as const, scaleOut: t.scale } } : {};
-  const o = { weight: t.w, residual: t.r, residualOut: t.h, out: v.to === "x" ? t.y16 : t.y8, eps: EPS, ...quant };
+  const o = { weight: t.w, residual: t.r, residualOut: t.h, out: yOf(t, v), eps: EPS, ...quant };
   if (v.kind === "rms") rmsNorm(t.x, { ...o, ...(stream ? { stream } : {}) } as never);
   else layerNorm(t.x, { ...o, bias: t.b, ...(stream ? { stream } : {}) } as never);
 }
@@ -75,7 +78,7 @@ export function viaFusedPlan(t: CaseTensors, v: Variant, stream: Stream): void {
   const dev = t.x.device, limits = planLimits(dev), rows = t.x.rows, d = t.x.d, xd = t.x.dtype as X16;
   const g = fusedGeometry(v.kind, d, xd, limits, rows, "cuda");
   if ("unsupported" in g) throw new Error(g.unsupported);
-  const c = fusedKernelFor(v.kind, xd, v.to === "x" ? xd : v.to, xd, g, "cuda");
+  const c = fusedKernelFor(v.kind, xd, yDtype(v, xd), xd, g, "cuda");
   if ("unsupported" in c) throw new Error(c.unsupported);
   viaKernel(fusedKernel(dev, c.kernel), t, v, rows, d, g, limits.maxGridX, stream);
 }
@@ -92,7 +95,7 @@ export function viaKernel(
   stream: Stream,
 ): void {
   const grid = Math.min(Math.ceil(rows / g.rowsPerBlock), maxGridX);
-  const y = v.to === "x" ? t.y16 : t.y8, q = v.to === "x" ? 0 : 2;
+  const y = yOf(t, v), q = v.to === "x" ? 0 : 2;
   const rowsOf = [d, 0] as const; // one level of rows (n0 = rows, n1 = 1), d apart
   k.launch(
     stream,
@@ -129,7 +132,7 @@ export function viaKernel(
 export type Bits = { h: ArrayLike<number>; y: ArrayLike<number>; scale: ArrayLike<number> };
 export const bitsOf = (t: CaseTensors, v: Variant): Bits => ({
   h: t.h.readBitsSync(),
-  y: (v.to === "x" ? t.y16 : t.y8).readBitsSync(),
+  y: yOf(t, v).readBitsSync(),
   scale: t.scale.readBitsSync(),
 });
 /** Poisons the outputs (0xff bytes: NaN in bf16, f16 and f32, NaN in fp8e4m3). */

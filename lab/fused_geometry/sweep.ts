@@ -40,6 +40,7 @@ import {
   VARIANTS,
   viaKernel,
   viaOp,
+  yDtype,
 } from "./cases.ts";
 import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
 import { openCuda } from "../../bench/open_cuda.ts";
@@ -77,7 +78,7 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   // Each split on the kernel the op would launch for it (FUSED_VARIANTS: `_nv2` or `_nv4` for at most 2 or 4 chunks a
   // thread in blocks of at most 256).
   const kernelOf = (g: FusedGeometry) => {
-    const c = fusedKernelFor(v.kind, "bf16", v.to === "x" ? "bf16" : v.to, "bf16", g, "cuda");
+    const c = fusedKernelFor(v.kind, "bf16", yDtype(v, "bf16"), "bf16", g, "cuda");
     if ("unsupported" in c) throw new Error(c.unsupported);
     return { kernel: fusedKernel(dev, c.kernel), variant: c.variant };
   };

@@ -263,6 +263,8 @@ const EMU_DEVICE = { ...FAKE_H200, multiprocessors: 4 };
  * ops/plan.ts); those launches run here like the fused ones.
  */
 const EMULATED_TUNED = /^nk_(ln|rms)_(rows|rowstwopass|block|blockfull|latency|rowstile)_/;
+/** The fused kernels (nk_fused_add_* aside). */
+const FUSED_NORM = /^nk_fused_(ln|rms)_/;
 /** The call launched a tuned kernel the emulator does not run (cluster, stash, wide). */
 class TunedLaunch extends Error {
   constructor(readonly kernel: string) {
@@ -280,7 +282,7 @@ async function emulate(c: Case): Promise<EmuOut> {
     load: false,
     info: EMU_DEVICE,
     snapshot: (p, k) =>
-      /^nk_fused_(ln|rms)_/.test(k) ? readParams(p) : EMULATED_TUNED.test(k) ? readParams(p, NORM_FWD_ARGS) : undefined,
+      FUSED_NORM.test(k) ? readParams(p) : EMULATED_TUNED.test(k) ? readParams(p, NORM_FWD_ARGS) : undefined,
   });
   const drv = f.driver as unknown as Record<string, unknown>;
   let nextAlloc = 1n << 44n;
@@ -301,7 +303,7 @@ async function emulate(c: Case): Promise<EmuOut> {
   if (f.launches.length !== 1) throw new Error(`${name(c)}: ${f.launches.length} launches`);
   const l = f.launches[0];
   const onTuned = EMULATED_TUNED.test(l.kernel);
-  if (!onTuned && !/^nk_fused_(ln|rms)_/.test(l.kernel)) throw new TunedLaunch(l.kernel);
+  if (!onTuned && !FUSED_NORM.test(l.kernel)) throw new TunedLaunch(l.kernel);
   const args = l.args as (bigint | number)[];
   const dir = `${WORK}/case${caseNo++}`;
   mkdirSync(dir, { recursive: true });

@@ -6,7 +6,8 @@
  * timed in the order given and again reversed (A B … B A), and the mean of its two runs is printed:
  *
  * - decode: 1 row, D 2048 / 4096 / 8192 (1, 2 and 4 chunks a thread), device µs per op in a CUDA graph (add +
- *   RMSNorm, → fp8e4m3 dynamic, add + LayerNorm);
+ *   RMSNorm, → fp8e4m3 dynamic, add + LayerNorm), each build's kernel launched as the op launches it (programmatic
+ *   dependent launch where launchesDependent says so);
  * - prefill: rows moving ≥ 512 MiB, D 4096 / 8192 (or `--ds`), % of a device-to-device copy of the same run (the six
  *   calls of the split sweep: four fused, two plain batch-invariant), and D 128 (a head's length: the sub-warp split
  *   QK-norm takes) for add + RMSNorm, → fp8e4m3.
@@ -24,7 +25,7 @@ import { loadKernels } from "../../mod.ts";
 import { GpuError, type Kernel, type Module, type Stream } from "../../gpu.ts";
 import { FUSED_ARGS } from "../../ops/fused_abi.ts";
 import { fusedGeometry, fusedKernelFor, fusedKernelName } from "../../ops/plan_fused.ts";
-import { planLimits } from "../../ops/kernels.ts";
+import { launchesDependent, planLimits } from "../../ops/kernels.ts";
 import { randomTile } from "../../bench/tile.ts";
 import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
 import { openCuda } from "../../bench/open_cuda.ts";
@@ -90,7 +91,9 @@ function run(mode: "decode" | "prefill", rows: number, d: number, v: Variant) {
   const kernelOf = (m: Module): Kernel => {
     for (const name of names) {
       try {
-        return m.kernel(name, FUSED_ARGS);
+        const k = m.kernel(name, FUSED_ARGS);
+        k.dependentLaunch = launchesDependent(dev, name); // as the op launches it (fused_module.ts)
+        return k;
       } catch (e) {
         if (!(e instanceof GpuError) || name === base) throw e;
       }

@@ -13,10 +13,12 @@ import {
   cpuNormForward,
   Device,
   layerNorm,
+  loadKernels,
   rmsNorm,
   setDependentLaunch,
   UnsupportedError,
 } from "../../mod.ts";
+import type { Stream } from "../../gpu.ts";
 import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 import { dependentLaunchByDefault, dependentLaunchSupported, NORM_FWD_ARGS, normKernel } from "../../ops/kernels.ts";
 import { NORM_KERNELS } from "../../precompiled/norm_cuda.ts";
@@ -196,6 +198,106 @@ gpuTest(
           }
         } finally {
           for (const t of w) t.close();
+        }
+      }
+    } finally {
+      setDependentLaunch(dev, true);
+      stream.close();
+    }
+  },
+);
+
+/**
+ * The fused kernels in a chain: each step adds its x to a residual stream in place and normalizes the sum into the
+ * other ping-pong buffer, which is the next step's x (alternating LayerNorm and RMSNorm, a weight per step); the last
+ * step quantizes (int8, dynamic). Every step reads both tensors the step before wrote, so a kernel that touched memory
+ * before the previous one finished would see values from two steps back. The same calls on the CPU backend (float64
+ * maths, f32 rounding of h and y) are the reference. Shapes: decode rows on the `_nv2`, `_nv4` and 8-chunk kernels
+ * (f32 D 2048, 4096, 8192 at 4 rows) and prefill rows (270 × 4096). Tolerance: |GPU − CPU| ≤ 1e-4 · (1 + |CPU|) for
+ * y and the residual (a step's f32 error is ~1e-6 relative; a lost dependency moves values by O(1)), q within one step
+ * and the scales within 1e-4 relative.
+ */
+gpuTest(
+  "GPU: 24 chained fused add + norm steps then int8 match the CPU backend, dependent launch on and off, eager and graph",
+  async () => {
+    using dev = Device.open({ backend: "cuda", sanityCheck: false });
+    await loadKernels(dev, { fused: true });
+    using cpu = Device.open({ backend: "cpu" });
+    const stream = dev.createStream();
+    const steps = 24;
+    try {
+      for (const [rows, d] of [[4, 2048], [4, 4096], [4, 8192], [270, 4096]]) {
+        const x0 = randoms(rows * d, d, -3, 3), r0 = randoms(rows * d, d + 1, -1, 1);
+        const wv = Array.from({ length: steps }, (_, i) => randoms(d, d + 2 + i, 0.5, 1.5));
+        const run = (device: Device, stream?: Stream) => {
+          const a = device.tensor(x0, [rows, d]), b = device.empty([rows, d]), res = device.tensor(r0, [rows, d]);
+          const w = wv.map((v) => device.tensor(v, [d]));
+          const q = device.empty([rows, d], { dtype: "int8" }), scale = device.empty([rows]);
+          const chain = () => {
+            for (let i = 0; i < steps; i++) {
+              const [src, dst] = i % 2 ? [b, a] : [a, b];
+              const o = { weight: w[i], residual: res, out: dst, stream };
+              if (i % 2) rmsNorm(src, o);
+              else layerNorm(src, o);
+            }
+            rmsNorm(a, { weight: w[0], out: q, quant: { dtype: "int8", scaleOut: scale }, stream });
+          };
+          const reset = () => {
+            a.write(x0, { stream });
+            res.write(r0, { stream });
+            b.buffer.fill(0xff, { stream });
+            q.buffer.fill(0x55, { stream });
+            scale.buffer.fill(0xff, { stream });
+          };
+          const read = () => ({
+            y: a.readSync({ stream }),
+            res: res.readSync({ stream }),
+            q: q.readSync({ stream }),
+            scale: scale.readSync({ stream }),
+          });
+          return { chain, reset, read, close: () => [a, b, res, q, scale, ...w].forEach((t) => t.close()) };
+        };
+        const ref = run(cpu);
+        ref.reset();
+        ref.chain();
+        const want = ref.read();
+        ref.close();
+        const gpu = run(dev, stream);
+        try {
+          const check = (what: string) => {
+            const got = gpu.read();
+            for (const k of ["y", "res"] as const) {
+              for (let i = 0; i < got[k].length; i++) {
+                const tol = 1e-4 * (1 + Math.abs(want[k][i]));
+                if (!(Math.abs(got[k][i] - want[k][i]) <= tol)) {
+                  assert.fail(`${rows}×${d} ${what}: ${k}[${i}] = ${got[k][i]}, CPU ${want[k][i]}`);
+                }
+              }
+            }
+            for (let i = 0; i < got.q.length; i++) {
+              if (!(Math.abs(got.q[i] - want.q[i]) <= 1)) {
+                assert.fail(`${rows}×${d} ${what}: q[${i}] = ${got.q[i]}, CPU ${want.q[i]}`);
+              }
+            }
+            for (let i = 0; i < rows; i++) {
+              const rel = Math.abs(got.scale[i] - want.scale[i]) / want.scale[i];
+              assert.ok(rel <= 1e-4, `${rows}×${d} ${what}: scale[${i}] = ${got.scale[i]}, CPU ${want.scale[i]}`);
+            }
+          };
+          for (const on of [true, false]) {
+            const effective = setDependentLaunch(dev, on);
+            assert.equal(effective, on && dependentLaunchSupported(dev));
+            gpu.reset();
+            gpu.chain();
+            check(`eager, dependent launch ${effective}`);
+            using graph = stream.capture(gpu.chain);
+            using exec = graph.instantiate();
+            gpu.reset();
+            exec.launch(stream);
+            check(`graph, dependent launch ${effective}`);
+          }
+        } finally {
+          gpu.close();
         }
       }
     } finally {

@@ -227,12 +227,23 @@ test("fusedKernelFor: _nv2 to 2 chunks a thread, _nv4 to 4, in blocks of at most
   assert.equal(name({ nv: 2, block: 1024 }), "nk_fused_rms_bf16_fp8e4m3_bf16");
 });
 
-test("dependent launch: the 120 fused norm kernels by default, each waiting first (nk_pdl_enter); not nk_fused_add_*", () => {
-  const { main, few } = kernelMacros();
-  for (const body of [main, few]) {
-    assert.match(body, /\)\s*\{\s*\\\s*nk_pdl_enter\(\);/, "each kernel's body begins with nk_pdl_enter()");
-  }
+test("dependent launch: the 120 fused norm kernels by default, each waiting before any memory access; not nk_fused_add_*", () => {
   assert.deepEqual(FUSED_KERNELS.filter(dependentLaunchByDefault), [...NORMS]);
+  // In the compute_90 PTX (the sm_90 SASS comes from the same source by the same nvcc run): before a kernel's first
+  // griddepcontrol.wait, no load or store but of its parameters, shared or local memory, and no return.
+  const ptx = fusedPtx();
+  const starts = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)];
+  const memory = /^\s*(?:@!?%p\d+\s+)?(?:ld|st|atom|red|prefetchu?|cp\.async[\w.]*)\.(?!param|shared|local|const)\S*/m;
+  for (const [i, m] of starts.entries()) {
+    if (!NORMS.includes(m[1])) continue;
+    const body = ptx.slice(m.index, starts[i + 1]?.index ?? ptx.length);
+    const wait = body.indexOf("griddepcontrol.wait;");
+    assert.ok(wait > 0, `${m[1]}: griddepcontrol.wait`);
+    assert.ok(body.indexOf("griddepcontrol.launch_dependents;", wait) > wait, `${m[1]}: launch_dependents after it`);
+    const before = body.slice(0, wait);
+    assert.doesNotMatch(before, memory, `${m[1]}: a memory access before griddepcontrol.wait`);
+    assert.doesNotMatch(before, /^\s*(?:@!?%p\d+\s+)?ret;/m, `${m[1]}: a return before griddepcontrol.wait`);
+  }
 });
 
 test("every fused norm kernel stores 16-byte chunks of h and y as one vector store, never as four 4-byte stores", () => {

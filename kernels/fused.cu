@@ -10,27 +10,32 @@
 // thread in blocks of at most NK_FUSED_FEW_THREADS (decode; short rows in one wave; prefill rows of up to 1024 chunks),
 // each with registers of its own, so that the many-chunk kernel's code stays as it is; the same bits for the same
 // launch arguments but LayerNorm's statistics, which they take in one pass (nk_ln_stats; the plan keeps every split of
-// a LayerNorm row length on one family). The _nv4 kernels of a float y ask for 4 blocks an SM (64 registers: more rows
-// in flight at prefill); the others take what ptxas gives (4 blocks an SM for all of them spilled more and made decode
-// up to 0.6 µs slower: lab/fused_geometry). Not in the AMD code objects (not measured there; they would take
-// @normkit/hip past its size budget): the plan gives HIP the one kernel.
-// Every nk_fused_{ln|rms}_* kernel begins with nk_pdl_enter(), so it may be launched as a programmatic dependent
-// launch on sm_90 (nk_fused_add_* below does not).
+// a LayerNorm row length on one family); the blocks an SM they ask ptxas for: nk_fused_min_blocks below. Not in the
+// AMD code objects (not measured there; they would take @normkit/hip past its size budget): the plan gives HIP the one
+// kernel.
+// Every nk_fused_{ln|rms}_* kernel calls nk_pdl_enter() before its first access to global memory (nk_fused_rows_*,
+// after the launch checks and the row index's divisions), so it may be launched as a programmatic dependent launch on
+// sm_90 (nk_fused_add_* below does not).
 // scripts/build-fused.sh lists the kernels from the NK_FUSED_KERNEL(...) lines below: keep one per line.
+// Blocks an SM the few-chunk kernels ask ptxas for (0: what it gives; lab/fused_geometry has the A/Bs). _nv4 with a
+// float y: 4 (64 registers: more rows in flight at prefill; 4 for every kernel spilled more and made decode up to 0.6 µs
+// slower). RMSNorm's _nv4 with a quantized y: 3 (80 registers; in f16, 12 to 44 bytes of spill, 91.7 to 92.0 % of copy
+// against 84.5 to 87.0 at 96 to 110 registers). LayerNorm's _nv4 with a quantized y: what ptxas gives (78 to 118
+// registers; asked for 3, f16 x spilled 12 to 32 bytes and ran 1.0 to 2.4 points slower).
+constexpr int nk_fused_min_blocks(int maxv, bool ln, bool quant) { return maxv != 4 ? 0 : !quant ? 4 : ln ? 0 : 3; }
 #if defined(__HIP__)
 #define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)
 #else
 #define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)                                                             \
-  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(NK_FUSED_FEW_THREADS, (maxv) == 4 && !nk_is_quant<nk_##to>::V ? 4 : 0) \
+  extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(NK_FUSED_FEW_THREADS,                                               \
+                                                 nk_fused_min_blocks(maxv, isln, nk_is_quant<nk_##to>::V))          \
       nk_fused_##kind##_##ti##_##to##_##tw##_nv##maxv(NK_FUSED_PARAMS) {                                              \
-    nk_pdl_enter();                                                                                                   \
     nk_fused<nk_##ti, nk_##to, nk_##tw, isln, maxv, NK_FUSED_FEW_THREADS>(NK_FUSED_ARGS);                             \
   }
 #endif
 #define NK_FUSED_KERNEL(kind, isln, ti, to, tw)                                                                       \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(NK_FUSED_MAX_THREADS) nk_fused_##kind##_##ti##_##to##_##tw(               \
       NK_FUSED_PARAMS) {                                                                                               \
-    nk_pdl_enter();                                                                                                   \
     nk_fused<nk_##ti, nk_##to, nk_##tw, isln, NK_FUSED_MAXV, NK_FUSED_MAX_THREADS>(NK_FUSED_ARGS);                     \
   }                                                                                                                   \
   NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, 2)                                                                      \

@@ -508,7 +508,7 @@ NK_INLINE void nk_for_pieces(NVal nval, Body body) {
 //
 // MAXV: the chunks a thread holds at most. With fewer than NK_FUSED_MAXV (NEAR: the few-chunk kernels, a row spread
 // over many threads) the chunks' weights and bias are loaded with x and residual, in one round trip, LayerNorm's dynamic
-// scale's y is kept in registers, not computed twice, LayerNorm's statistics take one pass (nk_ln_stats) and a
+// scale's y is kept in registers at 2 chunks a thread (at 4 the output loop computes it again), LayerNorm's statistics take one pass (nk_ln_stats) and a
 // quantized y / s no division (nk_quot). RMSNorm's dynamic scale comes from the first pass in every kernel
 // (nk_rms_prod).
 template <class TI, class TO, class TW, bool LN, int MAXV>
@@ -537,7 +537,6 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   const int g = tpr <= NK_WARP_SIZE ? t / tpr : 0;
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
-  const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
   // RMSNorm's dynamic amax from the first pass (nk_rms_prod) in the few-chunk kernels. The 8-chunk kernel takes max |y|
   // in a pass over y as LayerNorm does, the same value: there the first pass's weight loads spill (f16 x: 448 bytes).
   const bool rms_dynamic = NEAR && !LN && Q && quant == NK_QUANT_DYNAMIC;
@@ -549,10 +548,17 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
   // (i0, i1) of row r, stepped along with r: the 64-bit divisions (calls) happen once, before the loop.
   const long long rows = (long long)n0 * n1;
   const long long step = (long long)nk_grid_dim_x() * rpb;
-  const long long step0 = step / n1;
+  const long long n1d = n1 > 0 ? n1 : 1;  // n1 = 0: nothing to launch (below)
+  const long long step0 = step / n1d;
   const int step1 = (int)(step - step0 * n1);
-  long long i0 = ((long long)nk_block_x() * rpb + g) / n1;
-  int i1 = (int)((long long)nk_block_x() * rpb + g - i0 * n1);
+  long long i0 = ((long long)nk_block_x() * rpb + g) / n1d;
+  int i1 = (int)((long long)nk_block_x() * rpb + g - i0 * n1d);
+  // Global memory from here on: before it, the launch checks and the divisions above overlap the previous kernel
+  // of a programmatic dependent launch. Every kernel waits, even one with nothing to do, so that the kernel after it
+  // never overtakes the one before.
+  nk_pdl_enter();
+  if (d == 0 || rows == 0) return;
+  const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
   for (long long base = (long long)nk_block_x() * rpb; base < rows; base += step) {
     const long long r = base + g;
     const bool active = r < rows;
@@ -695,8 +701,10 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
         if (has_b) nk_load_words<TW, PE>(B + off, VP, nvalid - p, bw);
       }
     };
-    // LayerNorm, NEAR, with a dynamic scale: y as the scale's loop computes it, for the output loop.
-    float yk[NEAR && Q && LN ? MAXV * VEC : 1];
+    // LayerNorm, NEAR, with a dynamic scale, at most 2 chunks a thread: y as the scale's loop computes it, for the output
+    // loop (at 4 the output loop computes y again, as the 8-chunk kernels do).
+    constexpr bool KEEP = NEAR && MAXV <= 2;
+    float yk[KEEP && Q && LN ? MAXV * VEC : 1];
     bool y_kept = false;
     float s = s_static;
     if constexpr (Q && !LN) {
@@ -719,12 +727,12 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
 #pragma unroll
           for (int e = 0; e < PE; ++e) {
             if (p + e < nvalid) am = nk_fused_red<>::max2(am, nk_absf(f[e]));
-            if constexpr (NEAR) yk[i * VEC + p + e] = f[e];
+            if constexpr (KEEP) yk[i * VEC + p + e] = f[e];
           }
         });
         am = red.max(am);
         s = nk_dynamic_scale<TO>(am, scale_ub);
-        if constexpr (!NEAR) {
+        if constexpr (!KEEP) {
           // The output loop below loads the weights and computes y again: kept from reusing this loop's values (64
           // floats per thread at nv = 8) by making the row and the addresses opaque in between.
           nk_row_opaque<MAXV>(raw);
@@ -733,7 +741,7 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
           W = (const SW*)wsel;
         }
         if (active && lr == 0) scale[r] = s;
-        y_kept = NEAR;
+        y_kept = KEEP;
       }
     }
     SO* yr = Y + i0 * y_s0 + i1 * y_s1;
@@ -751,9 +759,9 @@ NK_INLINE void nk_fused_rows_vec(NK_FUSED_PARAMS, float* red_buf) {
         for (int p = 0; p < VEC; p += PE) {
           const long long off = (long long)(c0 + i * tpr) * VEC + p;
           float f[PE];
-          if (NEAR && Q && LN && y_kept) {
+          if (KEEP && Q && LN && y_kept) {
 #pragma unroll
-            for (int e = 0; e < PE; ++e) f[e] = yk[NEAR && LN ? i * VEC + p + e : 0];
+            for (int e = 0; e < PE; ++e) f[e] = yk[KEEP && LN ? i * VEC + p + e : 0];
           } else {
             unsigned gw[PW], bw[PW];
             weights(i, p, off, nvalid, gw, bw);
@@ -792,17 +800,23 @@ NK_INLINE void nk_fused_rows_scalar(NK_FUSED_PARAMS, float* red_buf) {
   const int g = tpr <= NK_WARP_SIZE ? t / tpr : 0;
   const int nchunks = (d - 1) / VEC + 1;
   const float fd = (float)d;
-  const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
   const bool rms_dynamic = !LN && Q && quant == NK_QUANT_DYNAMIC;  // amax from the first pass (nk_rms_prod)
   nk_fused_red<> red{tpr, 0u, red_buf};
   const long long rows = (long long)n0 * n1;
   const long long step = (long long)nk_grid_dim_x() * rpb;
-  const long long step0 = step / n1;
+  const long long n1d = n1 > 0 ? n1 : 1;  // n1 = 0: nothing to launch (below)
+  const long long step0 = step / n1d;
   const int step1 = (int)(step - step0 * n1);
-  long long i0 = ((long long)nk_block_x() * rpb + g) / n1;
-  int i1 = (int)((long long)nk_block_x() * rpb + g - i0 * n1);
+  long long i0 = ((long long)nk_block_x() * rpb + g) / n1d;
+  int i1 = (int)((long long)nk_block_x() * rpb + g - i0 * n1d);
   // Valid elements of chunk c (<= 0: none, also past the thread's nv chunks and for a group past the last row).
 #define NK_NVALC(i, c) ((active && (i) < nv && (c) < nchunks) ? nk_mini(VEC, d - (c) * VEC) : 0)
+  // Global memory from here on: before it, the launch checks and the divisions above overlap the previous kernel
+  // of a programmatic dependent launch. Every kernel waits, even one with nothing to do, so that the kernel after it
+  // never overtakes the one before.
+  nk_pdl_enter();
+  if (d == 0 || rows == 0) return;
+  const float s_static = quant == NK_QUANT_STATIC ? (scale ? *scale : scale_value) : 1.0f;
   for (long long base = (long long)nk_block_x() * rpb; base < rows; base += step) {
     const long long r = base + g;
     const bool active = r < rows;
@@ -962,7 +976,6 @@ NK_INLINE void nk_fused(NK_FUSED_PARAMS) {
   bad = bad || (Q ? (quant != NK_QUANT_STATIC && quant != NK_QUANT_DYNAMIC) : quant != NK_QUANT_NONE);
   bad = bad || (residual && !h) || (Q && quant == NK_QUANT_DYNAMIC && !scale);
   if (bad) nk_trap();
-  if (d == 0 || n0 == 0 || n1 == 0) return;
   const bool vp = d % VEC == 0 && nk_fused_aligned(x, x_s0, n0, x_s1, n1, TI::SIZE, 16) &&
                   nk_fused_aligned(residual, r_s0, n0, r_s1, n1, TI::SIZE, 16) &&
                   nk_fused_aligned(h, h_s0, n0, h_s1, n1, TI::SIZE, 16) &&

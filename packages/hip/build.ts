@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "d89f585c56df1ebd9efdc901879fa1145529976461f888dc0feb0996230bc8c2";
+export const fusedSourceSha256: string = "8e5386e018f6c7dd54db118a07a1642824305eabcca492f599fef5b95272e919";

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "d89f585c56df1ebd9efdc901879fa1145529976461f888dc0feb0996230bc8c2";
+export const fusedSourceSha256: string = "8e5386e018f6c7dd54db118a07a1642824305eabcca492f599fef5b95272e919";

@@ -78,10 +78,14 @@ test("the few-chunk kernels' bounds in fused.cu(h) are the plan's, and the kerne
   assert.deepEqual(FUSED_VARIANTS.filter((v) => v.maxThreads !== FUSED_FEW_THREADS).map((v) => [v.maxv, v.suffix]), [
     [FUSED_MAXV, ""],
   ]);
-  // Their block bound is the plan's; the _nv4 kernels of a float y ask for 4 blocks an SM as well.
+  // Their block bound is the plan's; the _nv4 kernels ask for blocks an SM: 4 of a float y, 3 of RMSNorm's quantized y.
   assert.match(
     few,
-    /NK_LAUNCH_BOUNDS_MIN\(NK_FUSED_FEW_THREADS, \(maxv\) == 4 && !nk_is_quant<nk_##to>::V \? 4 : 0\)[\s\S]*_nv##maxv\([\s\S]*maxv, NK_FUSED_FEW_THREADS>/,
+    /NK_LAUNCH_BOUNDS_MIN\(NK_FUSED_FEW_THREADS,\s*\\\s*nk_fused_min_blocks\(maxv, isln, nk_is_quant<nk_##to>::V\)\)[\s\S]*_nv##maxv\([\s\S]*maxv, NK_FUSED_FEW_THREADS>/,
+  );
+  assert.match(
+    text("kernels/fused.cu"),
+    /^constexpr int nk_fused_min_blocks\(int maxv, bool ln, bool quant\) \{ return maxv != 4 \? 0 : !quant \? 4 : ln \? 0 : 3; \}$/m,
   );
 });
 

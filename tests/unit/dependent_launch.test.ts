@@ -140,8 +140,9 @@ test("kernel source: the kernels that start with nk_pdl_enter() are exactly thos
  */
 gpuTest(
   "GPU: 40 chained norms (each reads the previous output) match the float64 chain, dependent launch on and off, eager and graph",
-  () => {
+  async () => {
     using dev = Device.open({ sanityCheck: false });
+    await loadKernels(dev);
     const stream = dev.createStream();
     try {
       const steps = 40;

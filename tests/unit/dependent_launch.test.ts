@@ -129,6 +129,31 @@ test("kernel source: the kernels that start with nk_pdl_enter() are exactly thos
   assert.ok(!NORM_KERNELS.some((n) => dependentLaunchByDefault(n) && /_bwd_/.test(n)));
 });
 
+/**
+ * `chain` with dependent launch on, then off (as far as the device allows), each eagerly and as a CUDA graph: `reset`
+ * before each run, `check(what)` after it (the stream synchronized by the check's reads).
+ */
+function eachLaunchMode(
+  dev: Device,
+  stream: Stream,
+  reset: () => void,
+  chain: () => void,
+  check: (what: string) => void,
+) {
+  for (const on of [true, false]) {
+    const effective = setDependentLaunch(dev, on);
+    assert.equal(effective, on && dependentLaunchSupported(dev));
+    reset();
+    chain();
+    check(`eager, dependent launch ${effective}`);
+    using graph = stream.capture(chain);
+    using exec = graph.instantiate();
+    reset();
+    exec.launch(stream);
+    check(`graph, dependent launch ${effective}`);
+  }
+}
+
 // ---- on the GPU: order is kept when every launch may overlap the previous one ------------------------------
 
 /**
@@ -183,20 +208,11 @@ gpuTest(
             }
             assert.ok(worst <= 1e-4, `D=${d} ${what}: worst relative error ${worst}`);
           };
-          for (const on of [true, false]) {
-            const effective = setDependentLaunch(dev, on);
-            assert.equal(effective, on && dependentLaunchSupported(dev));
+          const reset = () => {
             a.write(x0, { stream });
             b.buffer.fill(0xff, { stream });
-            chain();
-            check(`eager, dependent launch ${effective}`);
-            using graph = stream.capture(chain);
-            using exec = graph.instantiate();
-            a.write(x0, { stream });
-            b.buffer.fill(0xff, { stream });
-            exec.launch(stream);
-            check(`graph, dependent launch ${effective}`);
-          }
+          };
+          eachLaunchMode(dev, stream, reset, chain, check);
         } finally {
           for (const t of w) t.close();
         }
@@ -285,18 +301,7 @@ gpuTest(
               assert.ok(rel <= 1e-4, `${rows}×${d} ${what}: scale[${i}] = ${got.scale[i]}, CPU ${want.scale[i]}`);
             }
           };
-          for (const on of [true, false]) {
-            const effective = setDependentLaunch(dev, on);
-            assert.equal(effective, on && dependentLaunchSupported(dev));
-            gpu.reset();
-            gpu.chain();
-            check(`eager, dependent launch ${effective}`);
-            using graph = stream.capture(gpu.chain);
-            using exec = graph.instantiate();
-            gpu.reset();
-            exec.launch(stream);
-            check(`graph, dependent launch ${effective}`);
-          }
+          eachLaunchMode(dev, stream, gpu.reset, gpu.chain, check);
         } finally {
           gpu.close();
         }

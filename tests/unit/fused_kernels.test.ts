@@ -129,14 +129,22 @@ test("the images stay small (SASS and PTX, compressed)", () => {
   assert.ok(ptx < 1_700_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
 });
 
-/** The text of packages/ptx/fused_compute90.fatbin: one zstd-compressed PTX entry for compute_90. */
+/** The text of packages/ptx/fused_compute90.fatbin: one zstd-compressed PTX entry for compute_90 (read once). */
+let ptxText: string | undefined;
 function fusedPtx(): string {
+  if (ptxText !== undefined) return ptxText;
   const bytes = read("packages/ptx/fused_compute90.fatbin");
   const entries = parseFatbin(bytes);
   assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [[1, 90]], "one PTX entry for compute_90");
-  return new TextDecoder().decode(
+  return ptxText = new TextDecoder().decode(
     zstdDecompressSync(bytes.subarray(entries[0].offset, entries[0].offset + entries[0].size)),
   );
+}
+/** Each kernel of the fused PTX: its name and its text, from its `.entry` line to the next kernel's. */
+function fusedPtxKernels(): [name: string, body: string][] {
+  const ptx = fusedPtx();
+  const starts = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)];
+  return starts.map((m, i) => [m[1], ptx.slice(m.index, starts[i + 1]?.index ?? ptx.length)]);
 }
 
 test("the compute_90 PTX (@normkit/ptx's `fused`) targets sm_90, has every kernel with FUSED_ARGS' types, same sources", () => {
@@ -235,18 +243,15 @@ test("dependent launch: the 120 fused norm kernels by default, each waiting befo
   assert.deepEqual(FUSED_KERNELS.filter(dependentLaunchByDefault), [...NORMS]);
   // In the compute_90 PTX (the sm_90 SASS comes from the same source by the same nvcc run): before a kernel's first
   // griddepcontrol.wait, no load or store but of its parameters, shared or local memory, and no return.
-  const ptx = fusedPtx();
-  const starts = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)];
   const memory = /^\s*(?:@!?%p\d+\s+)?(?:ld|st|atom|red|prefetchu?|cp\.async[\w.]*)\.(?!param|shared|local|const)\S*/m;
-  for (const [i, m] of starts.entries()) {
-    if (!NORMS.includes(m[1])) continue;
-    const body = ptx.slice(m.index, starts[i + 1]?.index ?? ptx.length);
+  for (const [name, body] of fusedPtxKernels()) {
+    if (!NORMS.includes(name)) continue;
     const wait = body.indexOf("griddepcontrol.wait;");
-    assert.ok(wait > 0, `${m[1]}: griddepcontrol.wait`);
-    assert.ok(body.indexOf("griddepcontrol.launch_dependents;", wait) > wait, `${m[1]}: launch_dependents after it`);
+    assert.ok(wait > 0, `${name}: griddepcontrol.wait`);
+    assert.ok(body.indexOf("griddepcontrol.launch_dependents;", wait) > wait, `${name}: launch_dependents after it`);
     const before = body.slice(0, wait);
-    assert.doesNotMatch(before, memory, `${m[1]}: a memory access before griddepcontrol.wait`);
-    assert.doesNotMatch(before, /^\s*(?:@!?%p\d+\s+)?ret;/m, `${m[1]}: a return before griddepcontrol.wait`);
+    assert.doesNotMatch(before, memory, `${name}: a memory access before griddepcontrol.wait`);
+    assert.doesNotMatch(before, /^\s*(?:@!?%p\d+\s+)?ret;/m, `${name}: a return before griddepcontrol.wait`);
   }
 });
 
@@ -254,20 +259,18 @@ test("every fused norm kernel stores 16-byte chunks of h and y as one vector sto
   // In these kernels nvcc compiles a 16-byte struct store as four st.global.u32 at +0, +4, +8, +12 (a quarter of each 16
   // bytes per warp store); kernels/fused.cuh's nk_store_v4 issues st.global.wb.v4.u32. The SASS images are compiled from
   // the same source by the same nvcc run.
-  const ptx = fusedPtx();
-  const starts = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)];
-  assert.equal(starts.length, FUSED_KERNELS.length);
-  for (const [i, m] of starts.entries()) {
-    if (m[1].startsWith("nk_fused_add_")) continue;
-    const body = ptx.slice(m.index, starts[i + 1]?.index ?? ptx.length);
-    assert.ok(/st\.global\.wb\.v4\.u32/.test(body), `${m[1]}: a 16-byte vector store`);
+  const kernels = fusedPtxKernels();
+  assert.equal(kernels.length, FUSED_KERNELS.length);
+  for (const [name, body] of kernels) {
+    if (name.startsWith("nk_fused_add_")) continue;
+    assert.ok(/st\.global\.wb\.v4\.u32/.test(body), `${name}: a 16-byte vector store`);
     const offsets = new Map<string, Set<number>>();
     for (const st of body.matchAll(/st\.global\.u32\s+\[(%rd\d+)(?:\+(\d+))?\]/g)) {
       const seen = offsets.get(st[1]) ?? new Set<number>();
       offsets.set(st[1], seen.add(Number(st[2] ?? 0)));
     }
     for (const [base, seen] of offsets) {
-      assert.ok(![0, 4, 8, 12].every((o) => seen.has(o)), `${m[1]}: four 4-byte stores at ${base} + 0, 4, 8, 12`);
+      assert.ok(![0, 4, 8, 12].every((o) => seen.has(o)), `${name}: four 4-byte stores at ${base} + 0, 4, 8, 12`);
     }
   }
 });

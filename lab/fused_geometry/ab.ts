@@ -21,14 +21,10 @@
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { loadKernels } from "../../mod.ts";
 import { GpuError, type Kernel, type Module, type Stream } from "../../gpu.ts";
 import { FUSED_ARGS } from "../../ops/fused_abi.ts";
 import { fusedGeometry, fusedKernelFor, fusedKernelName } from "../../ops/plan_fused.ts";
-import { launchesDependent, planLimits } from "../../ops/kernels.ts";
-import { randomTile } from "../../bench/tile.ts";
-import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
-import { openCuda } from "../../bench/open_cuda.ts";
+import { launchesDependent } from "../../ops/kernels.ts";
 import {
   agrees,
   agreesNear,
@@ -37,6 +33,8 @@ import {
   caseKey,
   caseTensors,
   measureCase,
+  openLab,
+  option,
   poison,
   rowLengths,
   type Variant,
@@ -48,7 +46,6 @@ import {
 } from "./cases.ts";
 
 const args = process.argv.slice(2);
-const option = (name: string) => args.includes(name) ? args[args.indexOf(name) + 1] : undefined;
 const jsonPath = option("--json");
 const only = option("--only");
 const near = args.includes("--near");
@@ -65,14 +62,10 @@ function usage(): never {
 const xArg = option("--x") ?? "bf16";
 const x16: X16 = xArg === "bf16" || xArg === "f16" ? xArg : usage();
 if (paths.length < 2 || (only !== undefined && only !== "decode" && only !== "prefill")) usage();
-using dev = openCuda("lab/fused_geometry/ab.ts");
-await loadKernels(dev, { fused: true });
+using lab = await openLab("lab/fused_geometry/ab.ts");
+const { dev, timer, copyGBs, limits, tile } = lab;
 using held = new DisposableStack();
 const modules: Module[] = paths.map((p) => held.use(dev.loadModule(readFileSync(p))));
-using timer = deviceTimer(dev, 10);
-const copyGBs = copyCeilingGBs(dev, timer);
-const limits = planLimits(dev);
-const tile = randomTile(3);
 console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s; x ${x16}; builds: ${paths.join(", ")}`);
 const results: Record<string, unknown>[] = [];
 

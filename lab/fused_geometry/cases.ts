@@ -5,15 +5,40 @@
  * planNormInvariant has no tuned plan), through the op (the plain norms: in the op's fused plan) or launched directly
  * with a chosen kernel and geometry (arguments packed by fusedArgs as the op packs them), and their outputs' bits.
  */
-import { type Device, type DType, layerNorm, rmsNorm } from "../../mod.ts";
+import process from "node:process";
+import { type Device, type DType, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
 import { type Kernel, LaunchConfig, type Stream } from "../../gpu.ts";
 import { fusedArgs } from "../../ops/fused_abi.ts";
 import { type FusedGeometry, fusedGeometry, fusedKernelFor } from "../../ops/plan_fused.ts";
 import { fusedKernel } from "../../ops/fused_module.ts";
 import { planLimits } from "../../ops/kernels.ts";
-import { fillFromTile } from "../../bench/tile.ts";
+import { fillFromTile, randomTile } from "../../bench/tile.ts";
+import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
+import { openCuda } from "../../bench/open_cuda.ts";
 import { fromBf16Bits, fromF16Bits } from "../../runtime/dtype.ts";
 import { graphUs } from "../../bench/device_timer.ts";
+
+/** The value after `--name` on the command line, if given. */
+export function option(name: string): string | undefined {
+  const args = process.argv.slice(2);
+  return args.includes(name) ? args[args.indexOf(name) + 1] : undefined;
+}
+
+/** A lab script's GPU: CUDA with the fused kernels loaded, a device timer, the copy ceiling of this run, the plan's
+ * limits and the random tile the cases draw from. Disposing it releases the timer, then the device. */
+export async function openLab(script: string) {
+  const stack = new DisposableStack();
+  try {
+    const dev = stack.use(openCuda(script));
+    await loadKernels(dev, { fused: true });
+    const timer = stack.use(deviceTimer(dev, 10));
+    const lab = { dev, timer, copyGBs: copyCeilingGBs(dev, timer), limits: planLimits(dev), tile: randomTile(3) };
+    const owned = stack.move();
+    return { ...lab, [Symbol.dispose]: () => owned.dispose() };
+  } finally {
+    stack.dispose();
+  }
+}
 
 /** A call: its norm, y in x's dtype ("x") or fp8e4m3 with dynamic scales, a residual or none. */
 export type Variant = { name: string; kind: "rms" | "layer"; to: "x" | "fp8e4m3"; residual: boolean };

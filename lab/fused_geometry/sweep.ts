@@ -19,14 +19,10 @@
  * `--only`: that part alone; `--ds`: the prefill row lengths (default 128 … 8192). The JSON is rewritten after each case,
  * so a run cut short keeps what it measured.
  */
-import process from "node:process";
 import { writeFileSync } from "node:fs";
-import { loadKernels } from "../../mod.ts";
 import type { Kernel, Stream } from "../../gpu.ts";
 import { fusedKernel } from "../../ops/fused_module.ts";
 import { type FusedGeometry, fusedGeometry, fusedKernelFor, fusedSplit, fusedTree } from "../../ops/plan_fused.ts";
-import { planLimits } from "../../ops/kernels.ts";
-import { randomTile } from "../../bench/tile.ts";
 import {
   agrees,
   bitsOf,
@@ -34,6 +30,8 @@ import {
   caseKey,
   caseTensors,
   measureCase,
+  openLab,
+  option,
   poison,
   rowLengths,
   type Variant,
@@ -42,23 +40,15 @@ import {
   viaOp,
   yDtype,
 } from "./cases.ts";
-import { copyCeilingGBs, deviceTimer } from "../../bench/device_timer.ts";
-import { openCuda } from "../../bench/open_cuda.ts";
 
-const args = process.argv.slice(2);
-const opt = (name: string): string | undefined => args.includes(name) ? args[args.indexOf(name) + 1] : undefined;
-const jsonPath = opt("--json");
-const only = opt("--only");
+const jsonPath = option("--json");
+const only = option("--only");
 if (only !== undefined && only !== "decode" && only !== "prefill") {
   throw new Error(`--only takes decode or prefill, not ${only}`);
 }
-const prefillDs = rowLengths(opt("--ds"), [128, 256, 512, 1024, 2048, 4096, 8192]);
-using dev = openCuda("lab/fused_geometry/sweep.ts");
-await loadKernels(dev, { fused: true });
-using timer = deviceTimer(dev, 10);
-const copyGBs = copyCeilingGBs(dev, timer);
-const limits = planLimits(dev);
-const tile = randomTile(3);
+const prefillDs = rowLengths(option("--ds"), [128, 256, 512, 1024, 2048, 4096, 8192]);
+using lab = await openLab("lab/fused_geometry/sweep.ts");
+const { dev, timer, copyGBs, limits, tile } = lab;
 console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s`);
 const results: Record<string, unknown>[] = [];
 

@@ -36,7 +36,8 @@ COMMITTED=(precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin precompil
   packages/ptx/fused_compute90.fatbin packages/ptx/fused_build.ts bench/results/fused-ptxas.txt)
 
 # Spill stores per kernel, ptxas -v (both paths' spill code summed): with nvcc 13.0 at most 132 bytes on sm_90 and 152
-# on sm_80 (the 8-chunk kernels of quantized y with f32 weights), at most 44 and 48 in the _nv2 and _nv4 kernels.
+# on sm_80 (the 8-chunk kernels of quantized y with f32 weights), at most 44 on sm_90 and 48 on sm_80 in the _nv2 and
+# _nv4 kernels (bench/results/fused-ptxas.txt).
 # More than MAX_SPILL is a build error.
 MAX_SPILL=160
 MODE=build

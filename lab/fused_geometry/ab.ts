@@ -36,11 +36,11 @@ import {
   openLab,
   option,
   poison,
-  rowLengths,
   type Variant,
   VARIANTS,
   viaKernel,
   viaOp,
+  wholeNumbers,
   type X16,
   yDtype,
 } from "./cases.ts";
@@ -49,7 +49,7 @@ const args = process.argv.slice(2);
 const jsonPath = option("--json");
 const only = option("--only");
 const near = args.includes("--near");
-const prefillDs = rowLengths(option("--ds"), [4096, 8192]);
+const prefillDs = wholeNumbers(option("--ds"), [4096, 8192]);
 const valued = ["--json", "--only", "--ds", "--x"];
 const paths = args.filter((a, i) => !a.startsWith("--") && !valued.includes(args[i - 1]));
 function usage(): never {

@@ -216,11 +216,12 @@ export function agreesNear(t: CaseTensors, v: Variant, want: Bits): string {
 export const caseBytes = (rows: number, d: number, v: Variant): number =>
   rows * d * ((v.residual ? 3 : 1) * 2 + (v.to === "x" ? 2 : 1)) + (v.to === "x" ? 0 : 4 * rows);
 
-/** The prefill row lengths of a `--ds` option (comma-separated, each a whole number ≥ 1), or `fallback`. */
-export function rowLengths(arg: string | undefined, fallback: readonly number[]): number[] {
+/** The whole numbers ≥ 1 of a comma-separated option (`flag`, named in the error: `--ds`'s row lengths by default), or
+ * `fallback`. */
+export function wholeNumbers(arg: string | undefined, fallback: readonly number[], flag = "--ds"): number[] {
   if (arg === undefined) return [...fallback];
   const ds = arg.split(",").map(Number);
-  if (ds.some((d) => !Number.isInteger(d) || d < 1)) throw new Error(`--ds takes row lengths ≥ 1: ${arg}`);
+  if (ds.some((d) => !Number.isInteger(d) || d < 1)) throw new Error(`${flag} takes whole numbers ≥ 1: ${arg}`);
   return ds;
 }
 

@@ -23,19 +23,19 @@ import {
   openLab,
   option,
   poison,
-  rowLengths,
   VARIANTS,
   viaKernel,
   viaOp,
+  wholeNumbers,
   yDtype,
 } from "./cases.ts";
 
 const jsonPath = option("--json");
-const ds = rowLengths(option("--ds"), [1024, 4096, 8192]);
+const ds = wholeNumbers(option("--ds"), [1024, 4096, 8192]);
 const names = option("--variants")?.split(",") ?? VARIANTS.slice(0, 4).map((v) => v.name);
 const variants = VARIANTS.filter((v) => names.includes(v.name));
 if (variants.length !== names.length) throw new Error(`--variants takes ${VARIANTS.map((v) => v.name).join(", ")}`);
-const caps = [...rowLengths(option("--caps"), [2, 4, 8, 16, 32]), 0];
+const caps = [...wholeNumbers(option("--caps"), [2, 4, 8, 16, 32], "--caps"), 0];
 using lab = await openLab("lab/fused_geometry/grid.ts");
 const { dev, timer, copyGBs, limits, tile } = lab;
 const sms = limits.multiprocessors;

@@ -33,11 +33,11 @@ import {
   openLab,
   option,
   poison,
-  rowLengths,
   type Variant,
   VARIANTS,
   viaKernel,
   viaOp,
+  wholeNumbers,
   yDtype,
 } from "./cases.ts";
 
@@ -46,7 +46,7 @@ const only = option("--only");
 if (only !== undefined && only !== "decode" && only !== "prefill") {
   throw new Error(`--only takes decode or prefill, not ${only}`);
 }
-const prefillDs = rowLengths(option("--ds"), [128, 256, 512, 1024, 2048, 4096, 8192]);
+const prefillDs = wholeNumbers(option("--ds"), [128, 256, 512, 1024, 2048, 4096, 8192]);
 using lab = await openLab("lab/fused_geometry/sweep.ts");
 const { dev, timer, copyGBs, limits, tile } = lab;
 console.log(`# ${dev.info.name}, copy ${copyGBs.toFixed(0)} GB/s`);

@@ -20,15 +20,28 @@
 // Blocks an SM the few-chunk kernels ask ptxas for (0: what it gives; lab/fused_geometry has the A/Bs). _nv4 with a
 // float y: 4 (64 registers: more rows in flight at prefill; 4 for every kernel spilled more and made decode up to 0.6 µs
 // slower). RMSNorm's _nv4 with a quantized y: 3 (80 registers; in f16, 12 to 44 bytes of spill, 91.7 to 92.0 % of copy
-// against 84.5 to 87.0 at 96 to 110 registers). LayerNorm's _nv4 with a quantized y: what ptxas gives (78 to 118
-// registers; asked for 3, f16 x spilled 12 to 32 bytes and ran 1.0 to 2.4 points slower).
-constexpr int nk_fused_min_blocks(int maxv, bool ln, bool quant) { return maxv != 4 ? 0 : !quant ? 4 : ln ? 0 : 3; }
+// against 84.5 to 87.0 at 96 to 110 registers). LayerNorm's _nv4 with a quantized y: on bf16 x 4 (64 registers, 0 to 8
+// bytes of spill against 78 to 80 registers and 0 to 24; with bf16 weights 3.5 and 4.6 points of copy more on an H200
+// at D 1024 and 4096), on other x what ptxas gives (78 to 118 registers; f16 x asked for 3 spilled 12 to 32 bytes and
+// ran 1.0 to 2.4 points slower, asked for 4 it spills 60 to 80).
+constexpr int nk_fused_min_blocks(int maxv, bool ln, bool quant, bool bf16) {
+  return maxv != 4 ? 0 : !quant ? 4 : !ln ? 3 : bf16 ? 4 : 0;
+}
+template <class T>
+struct nk_fused_is_bf16 {
+  enum { V = 0 };
+};
+template <>
+struct nk_fused_is_bf16<nk_bf16> {
+  enum { V = 1 };
+};
 #if defined(__HIP__)
 #define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)
 #else
 #define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)                                                             \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(NK_FUSED_FEW_THREADS,                                               \
-                                                 nk_fused_min_blocks(maxv, isln, nk_is_quant<nk_##to>::V))          \
+                                                 nk_fused_min_blocks(maxv, isln, nk_is_quant<nk_##to>::V,              \
+                                                                     nk_fused_is_bf16<nk_##ti>::V))                    \
       nk_fused_##kind##_##ti##_##to##_##tw##_nv##maxv(NK_FUSED_PARAMS) {                                              \
     nk_fused<nk_##ti, nk_##to, nk_##tw, isln, maxv, NK_FUSED_FEW_THREADS>(NK_FUSED_ARGS);                             \
   }

@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "8e5386e018f6c7dd54db118a07a1642824305eabcca492f599fef5b95272e919";
+export const fusedSourceSha256: string = "bcb8a21edf32e036e0fb6355d9f9973a1677d6a46e8832daf87e31a64480af9d";

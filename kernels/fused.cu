@@ -27,21 +27,13 @@
 constexpr int nk_fused_min_blocks(int maxv, bool ln, bool quant, bool bf16) {
   return maxv != 4 ? 0 : !quant ? 4 : !ln ? 3 : bf16 ? 4 : 0;
 }
-template <class T>
-struct nk_fused_is_bf16 {
-  enum { V = 0 };
-};
-template <>
-struct nk_fused_is_bf16<nk_bf16> {
-  enum { V = 1 };
-};
 #if defined(__HIP__)
 #define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)
 #else
 #define NK_FUSED_FEW_KERNEL(kind, isln, ti, to, tw, maxv)                                                             \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS_MIN(NK_FUSED_FEW_THREADS,                                               \
                                                  nk_fused_min_blocks(maxv, isln, nk_is_quant<nk_##to>::V,              \
-                                                                     nk_fused_is_bf16<nk_##ti>::V))                    \
+                                                                     nk_is_bf16<nk_##ti>::V))                          \
       nk_fused_##kind##_##ti##_##to##_##tw##_nv##maxv(NK_FUSED_PARAMS) {                                              \
     nk_fused<nk_##ti, nk_##to, nk_##tw, isln, maxv, NK_FUSED_FEW_THREADS>(NK_FUSED_ARGS);                             \
   }

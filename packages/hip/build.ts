@@ -14,4 +14,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
  *  normkit. */
-export const fusedSourceSha256: string = "bcb8a21edf32e036e0fb6355d9f9973a1677d6a46e8832daf87e31a64480af9d";
+export const fusedSourceSha256: string = "814c530d84d3bd4041d10f8ce7729da30bc0083b56f1137a7b3406385b37cafe";

@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin was compiled from: loadKernels() takes it only for a
  *  normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "bcb8a21edf32e036e0fb6355d9f9973a1677d6a46e8832daf87e31a64480af9d";
+export const fusedSourceSha256: string = "814c530d84d3bd4041d10f8ce7729da30bc0083b56f1137a7b3406385b37cafe";

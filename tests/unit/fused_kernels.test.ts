@@ -82,14 +82,14 @@ test("the few-chunk kernels' bounds in fused.cu(h) are the plan's, and the kerne
   // 4 of LayerNorm's quantized y on bf16 x.
   assert.match(
     few,
-    /NK_LAUNCH_BOUNDS_MIN\(NK_FUSED_FEW_THREADS,\s*\\\s*nk_fused_min_blocks\(maxv, isln, nk_is_quant<nk_##to>::V,\s*\\\s*nk_fused_is_bf16<nk_##ti>::V\)\)[\s\S]*_nv##maxv\([\s\S]*maxv, NK_FUSED_FEW_THREADS>/,
+    /NK_LAUNCH_BOUNDS_MIN\(NK_FUSED_FEW_THREADS,\s*\\\s*nk_fused_min_blocks\(maxv, isln, nk_is_quant<nk_##to>::V,\s*\\\s*nk_is_bf16<nk_##ti>::V\)\)[\s\S]*_nv##maxv\([\s\S]*maxv, NK_FUSED_FEW_THREADS>/,
   );
   const fused = text("kernels/fused.cu");
   assert.match(
     fused,
     /^constexpr int nk_fused_min_blocks\(int maxv, bool ln, bool quant, bool bf16\) \{\n {2}return maxv != 4 \? 0 : !quant \? 4 : !ln \? 3 : bf16 \? 4 : 0;\n\}$/m,
   );
-  assert.match(fused, /^struct nk_fused_is_bf16<nk_bf16> \{\n {2}enum \{ V = 1 \};\n\};$/m);
+  assert.match(text("kernels/fused.cuh"), /^struct nk_is_bf16<nk_bf16> \{\n {2}enum \{ V = 1 \};\n\};$/m);
 });
 
 test("fused_cuda.ts was generated from the current sources (run bash scripts/build-fused.sh otherwise)", () => {

@@ -32,24 +32,43 @@ import {
   sameView,
 } from "./validate.ts";
 
-/** Quantized output of a norm: y is computed in f32 after weight/bias, divided by a scale and converted. */
-export interface QuantOptions {
+/**
+ * Quantized output of a norm: y is computed in f32 after weight/bias, divided by a scale and converted. Static (a
+ * `scale`: StaticQuant) or dynamic (per-row scales computed and returned: DynamicQuant).
+ */
+export type QuantOptions = StaticQuant | DynamicQuant;
+
+/** Static quantization: one scale for the tensor (the call returns y alone, or a NormResult with `stats: true`). */
+export interface StaticQuant {
   /** The output dtype: fp8 (e4m3, max 448; e5m2, max 57344) or int8 (127), round to nearest even, saturating. */
   dtype: QuantDType;
   /**
-   * Static quantization: one positive scale for the tensor, a number (as f32) or an f32 tensor of one element.
-   * Absent: dynamic per-row scales, max|y_row| / qmax, at least 1 / (qmax · 512), returned as `scale`.
+   * The scale: q = convert(y / scale). A number, whose f32 must be finite and > 0, or an f32 tensor of one element,
+   * which the kernel reads when it runs (a graph replays with the value the tensor holds then). A tensor's value is
+   * checked on the CPU backend only: reading it on a GPU would synchronize; there q is convert(y / s) as f32 division
+   * gives it, whatever s holds.
    */
-  scale?: number | Tensor;
-  /** Dynamic only: the largest scale (default: none). */
+  scale: number | Tensor;
+  /** Dynamic quantization only. */
+  scaleUpperBound?: undefined;
+  /** Dynamic quantization only. */
+  scaleOut?: undefined;
+}
+
+/** Dynamic quantization: no scale given; the call returns the per-row scales (QuantNormResult). */
+export interface DynamicQuant {
+  /** The output dtype: fp8 (e4m3, max 448; e5m2, max 57344) or int8 (127), round to nearest even, saturating. */
+  dtype: QuantDType;
+  /** Absent: each row's scale is max|y_row| / qmax, at least 1 / (qmax · 512), at most scaleUpperBound. */
+  scale?: undefined;
+  /** The largest scale, a number whose f32 is > 0 (default: Infinity, no bound). */
   scaleUpperBound?: number;
-  /** Dynamic only: where to write the per-row scales (f32, one per row, contiguous). Default: a new tensor. */
+  /**
+   * Where to write the per-row scales: f32, one per row, contiguous (e.g. shaped as x without its last dimension).
+   * Default: a new tensor of x's shape without its last dimension.
+   */
   scaleOut?: Tensor;
 }
-/** Dynamic quantization: no scale given (the call returns the scales: QuantNormResult). */
-export type DynamicQuant = QuantOptions & { scale?: undefined };
-/** Static quantization: a scale given (the call returns y alone, or a NormResult with `stats: true`). */
-export type StaticQuant = QuantOptions & { scale: number | Tensor };
 
 /** The fused options of rmsNorm and layerNorm (see RMSNormOptions). */
 export interface FusedOptions {
@@ -154,8 +173,8 @@ function checkQuant(q: unknown, x: Tensor): Quant | undefined {
     if (t.numel !== 1 || t.dtype !== "f32") {
       throw new ArgumentError("quant.scale", "an f32 tensor of one element (or a number)", `${t}`);
     }
-    // On the CPU its value is at hand: checked as a number is. (On a GPU the kernel reads it: reading it here would
-    // synchronize; a value that is not positive and finite gives inf/NaN outputs there.)
+    // On the CPU its value is at hand: checked as a number is. On a GPU the kernel reads it (reading it here would
+    // synchronize): StaticQuant.scale says what a bad value gives there.
     if (x.device.backend === "cpu") {
       const v = t.readSync()[0];
       if (!(v > 0) || v === Infinity) {
@@ -166,8 +185,8 @@ function checkQuant(q: unknown, x: Tensor): Quant | undefined {
   }
   let ub = Infinity;
   if (scaleUpperBound !== undefined) {
-    ub = Math.fround(scaleUpperBound as number);
-    if (typeof scaleUpperBound !== "number" || !(ub > 0)) {
+    ub = typeof scaleUpperBound === "number" ? Math.fround(scaleUpperBound) : NaN;
+    if (!(ub > 0)) {
       throw new ArgumentError(
         "quant.scaleUpperBound",
         "a number whose f32 is > 0 (Infinity: no bound)",

@@ -2,7 +2,7 @@
  * layerNorm / rmsNorm: validation, then the CPU maths or a GPU launch from the plan. Semantics follow
  * PyTorch's F.layer_norm / F.rms_norm over the last dimension (biased variance, f32 or better accumulation).
  */
-import { decode, type DType, encode } from "../runtime/dtype.ts";
+import { decode, type DType, encode, isQuantDType } from "../runtime/dtype.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
 import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import type { ArgBlock, Kernel, LaunchConfig } from "../runtime/module.ts";
@@ -138,7 +138,7 @@ function normResult(y: Tensor, mean: Tensor, rstd: Tensor, outGiven: boolean): N
  * layerNorm(x, { weight: w, bias: b, out: x });                      // in place
  * ```
  */
-export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true }): NormResult;
+export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true; quant?: StaticQuant }): NormResult;
 /**
  * layerNorm with dynamic quantization (`quant` without a scale): the quantized y and its per-row f32 scales, and with
  * `stats: true` mean and rstd too. See docs/fused.md.
@@ -185,6 +185,24 @@ export function layerNorm(
   x: Tensor,
   opts: LayerNormOptions & { quant: QuantOptions; stats?: false },
 ): Tensor | QuantNormResult;
+/**
+ * layerNorm with quantization whose kind is not known from the type, and `stats: true`: y, mean and rstd (static) or the
+ * quantized y, its scales, mean and rstd (dynamic).
+ *
+ * @example
+ * ```ts
+ * import { Device, layerNorm, type QuantOptions } from "@normkit/normkit";
+ * using dev = Device.open({ backend: "cpu" });
+ * using x = dev.tensor(new Float32Array(64).fill(1), [1, 64]);
+ * const quant: QuantOptions = { dtype: "int8" };
+ * using r = layerNorm(x, { quant, stats: true });
+ * const scale = "scale" in r ? r.scale : undefined;
+ * ```
+ */
+export function layerNorm(
+  x: Tensor,
+  opts: LayerNormOptions & { quant: QuantOptions; stats: true },
+): NormResult | QuantNormResult;
 /**
  * LayerNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
  * `stats: true` form above for the semantics, the options and the errors.
@@ -234,7 +252,7 @@ export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResu
  * using fwd = rmsNorm(x, { weight: w, stats: true });   // y, rstd (and zeros as mean): for rmsNormBackward
  * ```
  */
-export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true }): NormResult;
+export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true; quant?: StaticQuant }): NormResult;
 /**
  * rmsNorm with dynamic quantization (`quant` without a scale): the quantized y and its per-row f32 scales, and with
  * `stats: true` mean and rstd too. See docs/fused.md.
@@ -281,6 +299,24 @@ export function rmsNorm(
   x: Tensor,
   opts: RMSNormOptions & { quant: QuantOptions; stats?: false },
 ): Tensor | QuantNormResult;
+/**
+ * rmsNorm with quantization whose kind is not known from the type, and `stats: true`: y, mean and rstd (static) or the
+ * quantized y, its scales, mean and rstd (dynamic).
+ *
+ * @example
+ * ```ts
+ * import { Device, rmsNorm, type QuantOptions } from "@normkit/normkit";
+ * using dev = Device.open({ backend: "cpu" });
+ * using x = dev.tensor(new Float32Array(64).fill(1), [1, 64]);
+ * const quant: QuantOptions = { dtype: "int8" };
+ * using r = rmsNorm(x, { quant, stats: true });
+ * const scale = "scale" in r ? r.scale : undefined;
+ * ```
+ */
+export function rmsNorm(
+  x: Tensor,
+  opts: RMSNormOptions & { quant: QuantOptions; stats: true },
+): NormResult | QuantNormResult;
 /**
  * RMSNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
  * `stats: true` form above for the semantics, the options and the errors.
@@ -539,6 +575,13 @@ function runNorm(kind: NormKind, xIn: Tensor, o: CallOptions): Tensor | NormResu
   const eps = checkEps(o.eps);
   const { weight, bias } = checkParams(kind, o.weight, o.bias, x);
   const stats = checkFlag("stats", o.stats) === true;
+  if (o.outDtype === undefined && Tensor.isTensor(o.out) && isQuantDType(o.out.dtype)) {
+    throw new ArgumentError(
+      "out.dtype",
+      `"f32", "f16" or "bf16" (a ${o.out.dtype} out takes quant: { dtype: "${o.out.dtype}" })`,
+      o.out.dtype,
+    );
+  }
   const outDtype = checkOutDtype(o.outDtype ?? (Tensor.isTensor(o.out) ? o.out.dtype : undefined), x);
   const outGiven = checkOut(o.out, x, outDtype, { weight, bias });
   const device = x.device;

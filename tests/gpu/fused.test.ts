@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { Device, layerNorm, loadKernels, rmsNorm, rmsNormBackward, type Tensor } from "../../mod.ts";
 import { describeCase, FUSED_ROWS, fusedGrid, runFusedCase } from "../fixtures/fused_cases.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
+import { checkQkViews } from "../fixtures/qk_views.ts";
 
 async function open(): Promise<Device> {
   const dev = Device.open({ backend: "cuda", sanityCheck: false });
@@ -166,35 +167,14 @@ gpuTest(
   },
 );
 
-gpuTest("QK-norm over views of a fused QKV buffer (one launch, in place) equals the norms over copies", async () => {
-  using dev = await open();
-  for (const tokens of [1, 8, 2048]) {
-    const hq = 32, hkv = 8, hd = 128, width = (hq + 2 * hkv) * hd;
-    const values = randoms(tokens * width, tokens);
-    using qkv = dev.tensor(values, [tokens, width], { dtype: "bf16" });
-    const before = bits(qkv);
-    using qw = dev.tensor(randoms(hd, 2, 0.5, 1.5), [hd], { dtype: "bf16" });
-    using kw = dev.tensor(randoms(hd, 3, 0.5, 1.5), [hd], { dtype: "bf16" });
-    const q = qkv.view([tokens, hq, hd], { strides: [width, hd, 1] });
-    const k = qkv.view([tokens, hkv, hd], { strides: [width, hd, 1], offset: hq * hd });
-    using qCopy = dev.tensor(q.readSync(), [tokens, hq, hd], { dtype: "bf16" });
-    using kCopy = dev.tensor(k.readSync(), [tokens, hkv, hd], { dtype: "bf16" });
-    // The fused kernels over the copies (weight2 equal to weight keeps the call on them: batchInvariant alone takes the
-    // tuned kernels for RMSNorm, which sum in another order).
-    using qRef = rmsNorm(qCopy, { weight: qw, weight2: qw, split: 1 });
-    using kRef = rmsNorm(kCopy, { weight: kw, weight2: kw, split: 1 });
-    const qk = qkv.view([tokens, hq + hkv, hd], { strides: [width, hd, 1] });
-    rmsNorm(qk, { weight: qw, weight2: kw, split: hq, out: qk });
-    assert.deepEqual(bits(q), bits(qRef), `Q, ${tokens} tokens`);
-    assert.deepEqual(bits(k), bits(kRef), `K, ${tokens} tokens`);
-    const after = bits(qkv);
-    for (let t = 0; t < tokens; t++) {
-      for (let i = (hq + hkv) * hd; i < width; i++) {
-        if (after[t * width + i] !== before[t * width + i]) assert.fail(`V changed at token ${t}, column ${i}`);
-      }
-    }
-  }
-});
+gpuTest(
+  "QK-norm over views of a fused QKV buffer (one launch; RMSNorm and LayerNorm in place, a residual, fp8 and int8) " +
+    "equals the calls over copies",
+  async () => {
+    using dev = await open();
+    for (const tokens of [1, 8, 2048]) checkQkViews(dev, tokens, 32, 8, 128);
+  },
+);
 
 gpuTest("residual backward on CUDA: bitwise the unfused backward then the add; against the CPU backend", async () => {
   using dev = await open();

@@ -11,6 +11,7 @@ import {
   layerNorm,
   layerNormBackward,
   loadKernels,
+  type QuantOptions,
   RMSNorm,
   rmsNorm,
   rmsNormBackward,
@@ -20,20 +21,37 @@ import {
 import { normForward } from "../../ops/cpu.ts";
 import { normBackward } from "../../ops/cpu_bwd.ts";
 import { describeCase, fusedGrid, quantError, runFusedCase } from "../fixtures/fused_cases.ts";
+import { checkQkViews } from "../fixtures/qk_views.ts";
 import { randoms } from "../fixtures/random.ts";
 
-// The grid at 7 and 83 rows (4096 rows run on the GPU): every D, dtype, residual and quant mode.
+// The grid at 7 and 83 rows (4096 rows below and on the GPU): every D, dtype, residual and quant mode, a test per kind
+// and dtype (each well within a runner's time limit).
 const CASES = fusedGrid([7, 83]);
-
-test(`fused norms on the CPU backend: ${CASES.length} cases (D, dtype, residual, quant, strided x) against float64`, () => {
-  using dev = Device.open({ backend: "cpu" });
-  for (const c of CASES) {
-    try {
-      runFusedCase(dev, c);
-    } catch (e) {
-      throw new Error(`${describeCase(c)}: ${(e as Error).message}`);
-    }
+for (const kind of ["rms", "layer"] as const) {
+  for (const dtype of ["bf16", "f16", "f32"] as const) {
+    const cases = CASES.filter((c) => c.kind === kind && c.dtype === dtype);
+    test(`fused ${kind} ${dtype} on the CPU backend: ${cases.length} cases (D, residual, quant, strided rows) against float64`, () => {
+      using dev = Device.open({ backend: "cpu" });
+      for (const c of cases) {
+        try {
+          runFusedCase(dev, c);
+        } catch (e) {
+          throw new Error(`${describeCase(c)}: ${(e as Error).message}`);
+        }
+      }
+    });
   }
+}
+
+test("4096 rows against float64: both kinds in bf16 at D 768, with a residual, quant none / dynamic fp8e4m3 / static int8", () => {
+  using dev = Device.open({ backend: "cpu" });
+  const cases = fusedGrid([4096], [768]).filter((c) =>
+    c.dtype === "bf16" && c.residual &&
+    (c.quant === "none" || (c.quant === "dynamic" && c.qdtype === "fp8e4m3") ||
+      (c.quant === "static" && c.qdtype === "int8"))
+  );
+  assert.equal(cases.length, 6);
+  for (const c of cases) runFusedCase(dev, c);
 });
 
 test("LayerNorm rows whose first element lies far from their mean, beside ordinary rows, against float64", () => {
@@ -144,6 +162,11 @@ test("QK-norm over views of a fused QKV buffer, in place, equals the norms over 
       assert.equal(after[t * width + i], before[t * width + i], "V untouched");
     }
   }
+});
+
+test("QK-norm over views, LayerNorm with a bias, a residual, quantized outputs: bitwise the calls over copies", () => {
+  using dev = Device.open({ backend: "cpu" });
+  for (const tokens of [1, 5]) checkQkViews(dev, tokens, 4, 2, 16);
 });
 
 test("batchInvariant: a row's result is bitwise the same alone and in any batch (CPU backend)", () => {
@@ -322,7 +345,7 @@ test("fused options refused with a typed error naming the argument; a refused ca
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: NaN } }), arg("quant.scale"));
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: scaleT } }), arg("quant.scale"));
   assert.throws(
-    () => rmsNorm(x, { quant: { dtype: "int8", scale: 1, scaleUpperBound: 2 } }),
+    () => rmsNorm(x, { quant: { dtype: "int8", scale: 1, scaleUpperBound: 2 } as never }),
     arg("quant.scaleUpperBound"),
   );
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scaleUpperBound: -1 } }), arg("quant.scaleUpperBound"));
@@ -380,6 +403,20 @@ test("result types follow the call: dynamic quant → { y, scale }, static → y
   using s = rmsNorm(x, { quant: { dtype: "int8", scale: 0.1 }, stats: true });
   const rstd: Tensor = s.rstd; // typed NormResult
   assert.deepEqual([scale.numel, y.dtype, rstd.numel, s.y.dtype], [2, "fp8e5m2", 2, "int8"]);
+  // Dynamic with stats: the scales and the statistics, typed QuantNormResult.
+  using ds = layerNorm(x, { quant: { dtype: "fp8e4m3" }, stats: true });
+  const dsScale: Tensor = ds.scale;
+  assert.deepEqual([dsScale.numel, ds.mean?.numel, ds.rstd?.numel], [2, 2, 2]);
+  // A QuantOptions value (kind unknown to the type): either result, told apart by `scale`.
+  const quant: QuantOptions = { dtype: "int8" };
+  using u = rmsNorm(x, { quant, stats: true });
+  assert.ok("scale" in u && u.scale.numel === 2 && u.rstd?.numel === 2);
+  // A static scale with a dynamic-only option is a type error, and refused at run time.
+  assert.throws(
+    // @ts-expect-error scaleUpperBound is dynamic-only
+    () => rmsNorm(x, { quant: { dtype: "int8", scale: 0.1, scaleUpperBound: 1 } }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "quant.scaleUpperBound",
+  );
 });
 
 test("quantError: one step of the dtype, plus 8 f32 ulps of y's terms carried into q (the near-cancellation an H100 showed)", () => {

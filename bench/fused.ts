@@ -61,7 +61,7 @@ const HQ = 32, HKV = 8, HEAD = 128, QK_DECODE = [1, 8], QK_PREFILL = 16384;
 const MIN_BYTES = 2 ** 30, REPS = quick ? 10 : 30, GRAPH_OPS = 100, REPLAYS = 200;
 
 using dev = openCuda("bench/fused.ts");
-await loadKernels(dev, { fused: true });
+await loadKernels(dev, { quant: true });
 using timer = deviceTimer(dev, REPS);
 const copyGBs = copyCeilingGBs(dev, timer);
 console.log(`# ${dev.info.name} (${dev.info.arch}, ${dev.info.multiprocessors} SMs), ${runtime}`);

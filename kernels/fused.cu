@@ -38,7 +38,29 @@ constexpr int nk_fused_min_blocks(int maxv, bool ln, bool quant, bool bf16) {
     nk_fused<nk_##ti, nk_##to, nk_##tw, isln, maxv, NK_FUSED_FEW_THREADS>(NK_FUSED_ARGS);                             \
   }
 #endif
-#define NK_FUSED_KERNEL(kind, isln, ti, to, tw)                                                                       \
+// NK_FUSED_IMAGE picks the kernels of one image (scripts/build-fused.sh, scripts/build-hsaco.sh): 1, those of a float y
+// and nk_fused_add_* (fused_<target>); 2, those of a quantized y (fused_quant_<target>), which a program loads only
+// when it quantizes. Undefined: every kernel (the host emulator, the lab's builds).
+#if !defined(NK_FUSED_IMAGE)
+#define NK_FUSED_FLOAT_Y(def) def
+#define NK_FUSED_QUANT_Y(def) def
+#elif NK_FUSED_IMAGE == 1
+#define NK_FUSED_FLOAT_Y(def) def
+#define NK_FUSED_QUANT_Y(def)
+#elif NK_FUSED_IMAGE == 2
+#define NK_FUSED_FLOAT_Y(def)
+#define NK_FUSED_QUANT_Y(def) def
+#else
+#error "NK_FUSED_IMAGE: 1 (float y) or 2 (quantized y)"
+#endif
+#define NK_FUSED_IMAGE_OF_f32 NK_FUSED_FLOAT_Y
+#define NK_FUSED_IMAGE_OF_f16 NK_FUSED_FLOAT_Y
+#define NK_FUSED_IMAGE_OF_bf16 NK_FUSED_FLOAT_Y
+#define NK_FUSED_IMAGE_OF_fp8e4m3 NK_FUSED_QUANT_Y
+#define NK_FUSED_IMAGE_OF_fp8e5m2 NK_FUSED_QUANT_Y
+#define NK_FUSED_IMAGE_OF_int8 NK_FUSED_QUANT_Y
+#define NK_FUSED_KERNEL(kind, isln, ti, to, tw) NK_FUSED_IMAGE_OF_##to(NK_FUSED_KERNELS_OF(kind, isln, ti, to, tw))
+#define NK_FUSED_KERNELS_OF(kind, isln, ti, to, tw)                                                                   \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(NK_FUSED_MAX_THREADS) nk_fused_##kind##_##ti##_##to##_##tw(               \
       NK_FUSED_PARAMS) {                                                                                               \
     nk_fused<nk_##ti, nk_##to, nk_##tw, isln, NK_FUSED_MAXV, NK_FUSED_MAX_THREADS>(NK_FUSED_ARGS);                     \
@@ -99,7 +121,8 @@ NK_INLINE void nk_fused_add(void* dst, const void* src, int rows, int d, long lo
   }
 }
 // scripts/build-fused.sh lists these from the NK_FUSED_ADD_KERNEL(...) lines: keep one per line.
-#define NK_FUSED_ADD_KERNEL(t)                                                                                    \
+#define NK_FUSED_ADD_KERNEL(t) NK_FUSED_FLOAT_Y(NK_FUSED_ADD_KERNEL_OF(t))
+#define NK_FUSED_ADD_KERNEL_OF(t)                                                                                 \
   extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_fused_add_##t(void* dst, const void* src, int rows, int d,   \
                                                                    long long dst_stride, long long src_stride) { \
     nk_fused_add<nk_##t>(dst, src, rows, d, dst_stride, src_stride);                                               \

@@ -405,7 +405,7 @@ export function runFused(
   if (backend !== "cpu") {
     const choice = fusedKernelFor(kind, x.dtype, yDtype, wDtype ?? x.dtype, geometry, backend);
     if ("unsupported" in choice) throw new UnsupportedError(`${kind}Norm (fused): ${choice.unsupported}`);
-    const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels(dev, { fused: true })
+    const kernel = fusedKernel(device, choice.kernel); // UnsupportedError before loadKernels loads its image
     const tuned = invariantPlain ? invariantPlan(kind, x, yDtype, wDtype) : undefined;
     launch = tuned ? () => void launchNorm(tuned, device, stream, x, y!, weight, bias, mean, rstd, eps) : () => {
       const l = fusedLaunch(geometry, x.rows, planLimits(device));

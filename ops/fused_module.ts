@@ -1,7 +1,7 @@
 /**
- * The fused kernels' module (kernels/fused.cu: residual add, quantized output, head views, batch-invariant rows,
- * and the add of the residual gradient): an image of its own, loaded by `loadKernels(dev, { fused: true })`, so
- * that a program that never calls a fused option never reads it.
+ * The fused kernels' modules (kernels/fused.cu): the kernels of a float y (residual add, head views, batch-invariant
+ * rows) with the add of the residual gradient, loaded by `loadKernels(dev, { fused: true })`, and those of a quantized
+ * y, loaded by `loadKernels(dev, { quant: true })`: images of their own, so that a program reads only what it calls.
  */
 import type { Device } from "../runtime/device.ts";
 import { UnsupportedError } from "../runtime/errors.ts";
@@ -15,39 +15,60 @@ import { KERNEL_KEY, launchesDependent } from "./kernels.ts";
 
 const FUSED_MODULE = new ModuleSlot("normkit.fused.module", (device) => {
   throw new UnsupportedError(
-    `the fused kernels (residual, quant, head views, batchInvariant, dResidual) of ${device.info.name} are not ` +
+    `the fused kernels (residual, head views, batchInvariant, dResidual) of ${device.info.name} are not ` +
       "loaded: `await loadKernels(dev, { fused: true })` once after Device.open() (docs/loading.md)",
   );
 });
+const FUSED_QUANT_MODULE = new ModuleSlot("normkit.fusedQuant.module", (device) => {
+  throw new UnsupportedError(
+    `the quantized fused kernels (quant) of ${device.info.name} are not loaded: ` +
+      "`await loadKernels(dev, { quant: true })` once after Device.open() (docs/loading.md)",
+  );
+});
+const SLOTS = { fused: FUSED_MODULE, fusedQuant: FUSED_QUANT_MODULE } as const;
+
+/** The image a fused kernel is in: fusedQuant for a quantized y (nk_fused_{kind}_{ti}_{fp8…|int8}_{tw}…), else fused. */
+export function fusedImageOf(name: string): FusedImage {
+  return /^nk_fused_(ln|rms)_[a-z0-9]+_(fp8e4m3|fp8e5m2|int8)_/.test(name) ? "fusedQuant" : "fused";
+}
+/** The fused images: of a float y (and the residual gradient's add), of a quantized y. */
+export type FusedImage = keyof typeof SLOTS;
 
 /**
- * Reads the fused image of the device's target and loads it (once per device): normkit's own SASS on CUDA sm_80 and
- * sm_90, else the `fused` images of the first of `sets` that has the target (`@normkit/ptx` for newer NVIDIA GPUs,
- * `@normkit/hip` for AMD GPUs).
+ * Reads the `image` of the device's target and loads it (once per device): normkit's own SASS on CUDA sm_80 and
+ * sm_90, else the `fused` or `fusedQuant` images of the first of `sets` that has the target (`@normkit/ptx` for newer
+ * NVIDIA GPUs, `@normkit/hip` for AMD GPUs).
  */
-export async function loadFusedModule(device: Device, sets: readonly KernelImageSet[] = []): Promise<void> {
-  if (device.backend === "cpu" || fusedModuleLoaded(device)) return;
+export async function loadFusedModule(
+  device: Device,
+  sets: readonly KernelImageSet[] = [],
+  image: FusedImage = "fused",
+): Promise<void> {
+  if (device.backend === "cpu" || fusedModuleLoaded(device, image)) return;
   const choice = imageChoice(device);
-  const src = findImage(choice, sets, `${device.info.name} (${choice.target})`, "fused");
-  loadFusedImage(device, await readImage(src)); // nothing if a concurrent call loaded it meanwhile
+  const src = findImage(choice, sets, `${device.info.name} (${choice.target})`, image);
+  loadFusedImage(device, await readImage(src), image); // nothing if a concurrent call loaded it meanwhile
 }
 
-/** Loads the fused module from `image` (loadFusedModule's synchronous last step). */
-export function loadFusedImage(device: Device, image: Uint8Array): void {
-  FUSED_MODULE.load(device, image);
+/** Loads the fused module `image` from `bytes` (loadFusedModule's synchronous last step). */
+export function loadFusedImage(device: Device, bytes: Uint8Array, image: FusedImage = "fused"): void {
+  SLOTS[image].load(device, bytes);
 }
 
-/** Whether the fused module is loaded on `device` (always true on the CPU). */
-export function fusedModuleLoaded(device: Device): boolean {
-  return FUSED_MODULE.loaded(device);
+/** Whether the fused module `image` is loaded on `device` (always true on the CPU). */
+export function fusedModuleLoaded(device: Device, image: FusedImage = "fused"): boolean {
+  return SLOTS[image].loaded(device);
 }
 
-/** The fused kernel `name` with parameters `args` (cached per device); the module comes back after a recovery. */
+/**
+ * The fused kernel `name` with parameters `args` (cached per device), from the module of its image (fusedImageOf); the
+ * module comes back after a recovery.
+ */
 export function fusedKernel(device: Device, name: string, args: readonly ArgType[] = FUSED_ARGS): Kernel {
   const key = KERNEL_KEY + name;
   let k = device.cache.get(key) as Kernel | undefined;
   if (!k || k.module.closed) {
-    k = FUSED_MODULE.module(device).kernel(name, args);
+    k = SLOTS[fusedImageOf(name)].module(device).kernel(name, args);
     k.dependentLaunch = launchesDependent(device, name);
     device.cache.set(key, k);
   }

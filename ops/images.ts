@@ -9,7 +9,7 @@
  * this choice and the permissions of each way of importing.
  */
 import { NORM_CUDA_IMAGES, NORM_SOURCE_SHA256 } from "../precompiled/norm_cuda.ts";
-import { FUSED_CUDA_IMAGES, FUSED_SOURCE_SHA256 } from "../precompiled/fused_cuda.ts";
+import { FUSED_CUDA_IMAGES, FUSED_QUANT_CUDA_IMAGES, FUSED_SOURCE_SHA256 } from "../precompiled/fused_cuda.ts";
 import { ffi } from "../ffi/runtime.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
 import { ArgumentError, UnsupportedError } from "../runtime/errors.ts";
@@ -39,6 +39,8 @@ export interface KernelImageSet extends ImageFiles {
    * which must equal FUSED_SOURCE_SHA256. `@normkit/ptx` and `@normkit/hip` have them.
    */
   readonly fused?: ImageFiles;
+  /** The images of the fused kernels of a quantized y (`loadKernels(dev, { quant: true, images })`), as `fused`. */
+  readonly fusedQuant?: ImageFiles;
 }
 
 /** Images by target and the hash of the sources they were compiled from (one set of kernels: norm or fused). */
@@ -52,8 +54,11 @@ export interface ImageFiles {
   readonly images: Readonly<Record<string, ImageSource>>;
 }
 
-/** Which kernels an image holds: the norm kernels (forward, backward, diagnostics) or the fused ones. */
-export type ImageKind = "norm" | "fused";
+/**
+ * Which kernels an image holds: the norm kernels (forward, backward, diagnostics), the fused ones of a float y (and the
+ * residual gradient's add), or the fused ones of a quantized y.
+ */
+export type ImageKind = "norm" | "fused" | "fusedQuant";
 
 /** Where an image is: a URL (anything with an `href`, such as a URL object, or the href itself), or its bytes. */
 export type ImageSource = { readonly href: string } | string | Uint8Array;
@@ -103,10 +108,21 @@ export const BUILTIN_IMAGES: KernelImageSet = Object.freeze({
   sourceSha256: NORM_SOURCE_SHA256,
   images: NORM_CUDA_IMAGES,
   fused: Object.freeze({ sourceSha256: FUSED_SOURCE_SHA256, images: FUSED_CUDA_IMAGES }),
+  fusedQuant: Object.freeze({ sourceSha256: FUSED_SOURCE_SHA256, images: FUSED_QUANT_CUDA_IMAGES }),
 });
 
-const SOURCE_SHA256: Readonly<Record<ImageKind, string>> = { norm: NORM_SOURCE_SHA256, fused: FUSED_SOURCE_SHA256 };
-const filesOf = (set: KernelImageSet, kind: ImageKind): ImageFiles | undefined => kind === "norm" ? set : set.fused;
+const SOURCE_SHA256: Readonly<Record<ImageKind, string>> = {
+  norm: NORM_SOURCE_SHA256,
+  fused: FUSED_SOURCE_SHA256,
+  fusedQuant: FUSED_SOURCE_SHA256,
+};
+const filesOf = (set: KernelImageSet, kind: ImageKind): ImageFiles | undefined => kind === "norm" ? set : set[kind];
+/** Each kind in messages: the image's name and the loadKernels option that loads it. */
+const KIND_TEXT: Readonly<Record<ImageKind, { image: string; what: string; call: string }>> = {
+  norm: { image: "", what: "normkit's kernels", call: "{ images: " },
+  fused: { image: "fused ", what: "the fused kernels", call: "{ fused: true, images: " },
+  fusedQuant: { image: "fused quant ", what: "the quantized fused kernels", call: "{ quant: true, images: " },
+};
 
 /**
  * Where the `kind` image for `choice` is: the first of `sets` that has its target, then normkit's own; UnsupportedError
@@ -124,15 +140,14 @@ export function findImage(
     if (!files || !Object.hasOwn(files.images, choice.target)) continue;
     if (files.sourceSha256 !== expected) {
       throw new UnsupportedError(
-        `the ${kind === "fused" ? "fused " : ""}${choice.target} image given to loadKernels was built from other ` +
+        `the ${KIND_TEXT[kind].image}${choice.target} image given to loadKernels was built from other ` +
           `kernel sources (sha256 ${String(files.sourceSha256).slice(0, 12)}…) than this normkit ` +
           `(${expected.slice(0, 12)}…): use ${choice.package} of the same version as @normkit/normkit`,
       );
     }
     return files.images[choice.target];
   }
-  const what = kind === "fused" ? "the fused kernels" : "normkit's kernels";
-  const call = kind === "fused" ? "{ fused: true, images: " : "{ images: ";
+  const { what, call } = KIND_TEXT[kind];
   throw new UnsupportedError(
     `${device} runs ${what} from the ${choice.target} image, which is in the package ${choice.package}: ` +
       `\`await loadKernels(dev, ${call}await import("${choice.package}") })\` (docs/loading.md)`,
@@ -146,29 +161,39 @@ export function imageSets(images: unknown): readonly KernelImageSet[] {
     // Each field read once, into the snapshot that is checked and then used.
     const set = snapshot(given);
     const fused = set && set.fused !== undefined ? snapshot(set.fused) : undefined;
-    if (!set || (set.fused !== undefined && !fused)) {
+    const fusedQuant = set && set.fusedQuant !== undefined ? snapshot(set.fusedQuant) : undefined;
+    if (!set || (set.fused !== undefined && !fused) || (set.fusedQuant !== undefined && !fusedQuant)) {
       throw new ArgumentError(
         "images",
-        'a KernelImageSet { sourceSha256, images, fused? } (e.g. await import("@normkit/ptx")) or an array of them',
+        'a KernelImageSet { sourceSha256, images, fused?, fusedQuant? } (e.g. await import("@normkit/ptx")) or an ' +
+          "array of them",
         given,
       );
     }
-    const { sourceSha256, images } = set;
-    if (!fused) return Object.freeze({ sourceSha256, images });
+    const files = (f: ImageFiles) => Object.freeze({ sourceSha256: f.sourceSha256, images: f.images });
     return Object.freeze({
-      sourceSha256,
-      images,
-      fused: Object.freeze({ sourceSha256: fused.sourceSha256, images: fused.images }),
+      sourceSha256: set.sourceSha256,
+      images: set.images,
+      ...(fused ? { fused: files(fused) } : {}),
+      ...(fusedQuant ? { fusedQuant: files(fusedQuant) } : {}),
     });
   });
 }
 
-/** { sourceSha256, images, fused } read once from `v`, or undefined when the first two are not a string and an object. */
-function snapshot(v: unknown): (ImageFiles & { fused: unknown }) | undefined {
+/**
+ * { sourceSha256, images, fused, fusedQuant } read once from `v`, or undefined when the first two are not a string and
+ * an object.
+ */
+function snapshot(v: unknown): (ImageFiles & { fused: unknown; fusedQuant: unknown }) | undefined {
   if (!isObject(v)) return undefined;
-  const { sourceSha256, images, fused } = v as { sourceSha256: unknown; images: unknown; fused: unknown };
+  const { sourceSha256, images, fused, fusedQuant } = v as {
+    sourceSha256: unknown;
+    images: unknown;
+    fused: unknown;
+    fusedQuant: unknown;
+  };
   if (typeof sourceSha256 !== "string" || !isObject(images)) return undefined;
-  return { sourceSha256, images: images as ImageFiles["images"], fused };
+  return { sourceSha256, images: images as ImageFiles["images"], fused, fusedQuant };
 }
 
 const isObject = (v: unknown): v is object => typeof v === "object" && v !== null;

@@ -39,14 +39,19 @@ export interface LoadKernelsOptions {
    */
   images?: KernelImageSet | readonly KernelImageSet[];
   /**
-   * Also load the fused kernels (residual add, quantized output, head views, batchInvariant): an image of their own,
-   * found as the norm kernels' is (`images` as above: their `fused` images). Default false: a program that never
-   * calls them never reads it.
+   * Also load the fused kernels of a float y (residual add, head views, batchInvariant, the backward's dResidual): an
+   * image of their own, found as the norm kernels' is (`images` as above: their `fused` images). Default false: a
+   * program that never calls them never reads it.
    */
   fused?: boolean;
+  /**
+   * Also load the fused kernels of a quantized y (`quant`: fp8 and int8 outputs), with those of `fused`: a second image
+   * (the `fusedQuant` images of `images`), three times the first's size. Default false.
+   */
+  quant?: boolean;
 }
 
-const LOAD_KEYS = optionKeys(...(["images", "fused"] satisfies (keyof LoadKernelsOptions)[]));
+const LOAD_KEYS = optionKeys(...(["images", "fused", "quant"] satisfies (keyof LoadKernelsOptions)[]));
 
 // A sanity check Device.open() could not run before the kernels were loaded (ops/diag_sanity.ts puts it here).
 const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
@@ -65,19 +70,23 @@ const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
  * using dev = Device.open();
  * await loadKernels(dev);                                              // CUDA sm_80/sm_90, or CPU
  * await loadKernels(dev, { images: await import("@normkit/hip") });    // AMD GPUs
+ * await loadKernels(dev, { fused: true });   // the fused kernels (residual add, head views, batchInvariant)
+ * await loadKernels(dev, { quant: true });   // those and the fused kernels of fp8 and int8 outputs
  * ```
  */
 export async function loadKernels(device: Device, options?: LoadKernelsOptions): Promise<void> {
   if (!Device.isDevice(device)) throw new ArgumentError("device", "a Device (Device.open())", device);
   if (device.closed) throw new DisposedError("device");
   if (options !== undefined && (typeof options !== "object" || options === null)) {
-    throw new ArgumentError("options", "an object { images?, fused? }", options);
+    throw new ArgumentError("options", "an object { images?, fused?, quant? }", options);
   }
   if (options !== undefined) refuseUnknownKeys(options, LOAD_KEYS);
   const images = imageSets(options?.images); // refuses a bad option on the CPU too
-  const fused = options?.fused;
+  const fused = options?.fused, quant = options?.quant;
   if (fused !== undefined && typeof fused !== "boolean") throw new ArgumentError("fused", "a boolean", fused);
-  if (fused) await loadFusedModule(device, images);
+  if (quant !== undefined && typeof quant !== "boolean") throw new ArgumentError("quant", "a boolean", quant);
+  if (fused || quant) await loadFusedModule(device, images, "fused");
+  if (quant) await loadFusedModule(device, images, "fusedQuant");
   if (device.backend === "cpu" || normModuleLoaded(device)) return;
   loadNormModule(device, await kernelImage(device, { images })); // nothing if a concurrent call loaded it meanwhile
   const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;

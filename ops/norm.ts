@@ -42,7 +42,8 @@ import {
 /**
  * Options of rmsNorm (and the shared part of layerNorm's). All optional. The fused options (residual,
  * residualOut, quant, weight2/split, batchInvariant; FusedOptions) run on the fused kernels (batchInvariant on a plain
- * norm: on the tuned ones where their plan allows it): `await loadKernels(dev, { fused: true })` first on a GPU.
+ * norm: on the tuned ones where their plan allows it): `await loadKernels(dev, { fused: true })` first on a GPU, or
+ * `{ quant: true }` for `quant`.
  */
 export interface RMSNormOptions extends FusedOptions {
   /** Per-feature scale, shape [D], f32 or x's dtype. */
@@ -147,7 +148,7 @@ export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true; qua
  * ```ts
  * import { Device, loadKernels, layerNorm } from "@normkit/normkit";
  * using dev = Device.open();
- * await loadKernels(dev, { fused: true });
+ * await loadKernels(dev, { quant: true });
  * using x = dev.tensor(new Float32Array(4 * 64).map(() => Math.random() - 0.5), [4, 64], { dtype: "bf16" });
  * using r = layerNorm(x, { quant: { dtype: "fp8e4m3" } }); // r.y: fp8e4m3 [4, 64], r.scale: f32 [4]
  * ```
@@ -161,7 +162,7 @@ export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: DynamicQu
  * ```ts
  * import { Device, loadKernels, layerNorm } from "@normkit/normkit";
  * using dev = Device.open();
- * await loadKernels(dev, { fused: true });
+ * await loadKernels(dev, { quant: true });
  * using x = dev.tensor(new Float32Array(4 * 64).map(() => Math.random() - 0.5), [4, 64]);
  * using q = layerNorm(x, { quant: { dtype: "int8", scale: 0.02 } }); // int8 [4, 64]
  * ```
@@ -261,7 +262,7 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true; quant?:
  * ```ts
  * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open();
- * await loadKernels(dev, { fused: true });
+ * await loadKernels(dev, { quant: true });
  * using x = dev.tensor(new Float32Array(4 * 64).map(() => Math.random() - 0.5), [4, 64], { dtype: "bf16" });
  * using r = rmsNorm(x, { quant: { dtype: "fp8e4m3" } }); // r.y: fp8e4m3 [4, 64], r.scale: f32 [4]
  * ```
@@ -275,7 +276,7 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: DynamicQuant 
  * ```ts
  * import { Device, loadKernels, rmsNorm } from "@normkit/normkit";
  * using dev = Device.open();
- * await loadKernels(dev, { fused: true });
+ * await loadKernels(dev, { quant: true });
  * using x = dev.tensor(new Float32Array(4 * 64).map(() => Math.random() - 0.5), [4, 64]);
  * using q = rmsNorm(x, { quant: { dtype: "int8", scale: 0.02 } }); // int8 [4, 64]
  * ```

@@ -10,7 +10,7 @@ import { openCuda } from "../../bench/open_cuda.ts";
 import { graphUs } from "../../bench/device_timer.ts";
 
 using dev = openCuda("lab/decode_probe/probe.ts");
-await loadKernels(dev, { fused: true });
+await loadKernels(dev, { quant: true });
 const norm = rmsNorm as (x: Tensor, o: RMSNormOptions) => Tensor;
 for (const d of [2048, 8192]) {
   const rows = 1;

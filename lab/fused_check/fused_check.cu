@@ -1,6 +1,7 @@
-// GPU self-test of the fused kernels as shipped: loads precompiled/fused_sm{80|90}.fatbin (cudaLibraryLoadData),
-// launches a few kernels on random inputs and compares with a host double-precision reference. Also checks the fp8
-// conversion over every f32 bit pattern (the sm_89+ cvt path against the portable one). Build and run: README.md.
+// GPU self-test of the fused kernels as shipped: loads precompiled/fused_sm{80|90}.fatbin and
+// fused_quant_sm{80|90}.fatbin (cudaLibraryLoadData), launches a few kernels on random inputs and compares with a host
+// double-precision reference. Also checks the fp8 conversion over every f32 bit pattern (the sm_89+ cvt path against the
+// portable one). Build and run: README.md.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -129,7 +130,8 @@ static std::vector<uint8_t> randoms(Dt t, size_t n, float lo, float hi) {
   return v;
 }
 
-static cudaLibrary_t g_lib;
+// The fused image of a float y and the fused_quant image of a quantized y (scripts/build-fused.sh).
+static cudaLibrary_t g_lib, g_quant_lib;
 
 static Result run(const Call& c, const Fixture& f) {
   const long long xs1 = c.xs1 ? c.xs1 : c.d, xs0 = c.xs0 ? c.xs0 : xs1 * c.n1;
@@ -153,7 +155,7 @@ static Result run(const Call& c, const Fixture& f) {
   if (c.grid_cap > 0 && grid > c.grid_cap) grid = c.grid_cap;
   const std::string name = std::string("nk_fused_") + (c.ln ? "ln_" : "rms_") + dname(c.ti) + "_" + dname(c.to) + "_" + dname(c.tw);
   cudaKernel_t fn;
-  CK(cudaLibraryGetKernel(&fn, g_lib, name.c_str()));
+  CK(cudaLibraryGetKernel(&fn, dsize(c.to) == 1 ? g_quant_lib : g_lib, name.c_str()));
   void *px = X.p + xoff, *pr = c.residual ? R.p + xoff : nullptr;
   void* ph = c.residual ? (c.inplace_h ? pr : H.p + xoff) : nullptr;
   void *py = Y.p, *pw = c.weight ? W.p : nullptr, *pb = (c.ln && c.bias) ? B.p : nullptr;
@@ -380,15 +382,19 @@ int main(int argc, char** argv) {
   int dev, major;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  const std::string image = argc > 1 ? argv[1] : (major >= 9 ? "precompiled/fused_sm90.fatbin" : "precompiled/fused_sm80.fatbin");
-  FILE* fp = std::fopen(image.c_str(), "rb");
-  if (!fp) { std::printf("cannot open %s (run from the repository root or pass the image)\n", image.c_str()); return 2; }
-  std::vector<char> bytes;
-  char buf[1 << 16];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, fp)) > 0;) bytes.insert(bytes.end(), buf, buf + n);
-  std::fclose(fp);
-  CK(cudaLibraryLoadData(&g_lib, bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
-  std::printf("image %s, compute capability %d.x\n", image.c_str(), major);
+  const std::string sm = major >= 9 ? "sm90" : "sm80";
+  const std::string image = argc > 1 ? argv[1] : "precompiled/fused_" + sm + ".fatbin";
+  const std::string quant_image = argc > 2 ? argv[2] : "precompiled/fused_quant_" + sm + ".fatbin";
+  for (const auto& [path, lib] : {std::pair{image, &g_lib}, std::pair{quant_image, &g_quant_lib}}) {
+    FILE* fp = std::fopen(path.c_str(), "rb");
+    if (!fp) { std::printf("cannot open %s (run from the repository root or pass the images)\n", path.c_str()); return 2; }
+    std::vector<char> bytes;
+    char buf[1 << 16];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, fp)) > 0;) bytes.insert(bytes.end(), buf, buf + n);
+    std::fclose(fp);
+    CK(cudaLibraryLoadData(lib, bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  }
+  std::printf("images %s and %s, compute capability %d.x\n", image.c_str(), quant_image.c_str(), major);
 
   {  // LayerNorm bf16 with f32 weight and bias, residual to a separate h, many rows of 4096.
     Call c; c.ln = true, c.ti = BF16, c.to = BF16, c.tw = F32, c.n0 = 512, c.d = 4096, c.residual = true;

@@ -30,7 +30,7 @@ export async function openLab(script: string) {
   const stack = new DisposableStack();
   try {
     const dev = stack.use(openCuda(script));
-    await loadKernels(dev, { fused: true });
+    await loadKernels(dev, { quant: true });
     const timer = stack.use(deviceTimer(dev, 10));
     const lab = { dev, timer, copyGBs: copyCeilingGBs(dev, timer), limits: planLimits(dev), tile: randomTile(3) };
     const owned = stack.move();

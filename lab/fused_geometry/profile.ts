@@ -16,7 +16,7 @@ import { viaFusedPlan } from "./cases.ts";
 const decode = process.argv.slice(2).includes("--decode");
 const D = 4096, ROWS = decode ? 1 : 16384, REPEAT = decode ? 3 : 1;
 using dev = Device.open({ backend: "cuda", sanityCheck: false });
-await loadKernels(dev, { fused: true });
+await loadKernels(dev, { quant: true });
 using held = new DisposableStack();
 const random = (n: number, scale = 1): Float32Array =>
   Float32Array.from({ length: n }, () => (Math.random() - 0.5) * scale);

@@ -2,7 +2,8 @@
 // Source: kernels/norm.cu kernels/portable.h kernels/norm_fwd.cuh kernels/fwd_common.cuh kernels/fwd_row_cache.cuh kernels/fwd_rows.cuh kernels/fwd_block.cuh kernels/fwd_cluster.cuh kernels/fwd_wide.cuh kernels/fwd_stash.cuh kernels/diag.cuh kernels/norm_bwd.cuh kernels/bwd_common.cuh kernels/bwd_cached.cuh kernels/bwd_wide.cuh kernels/bwd_rowsum_tile.cuh kernels/bwd_finalize.cuh
 // Compiler: Debian clang version 19.1.7 (3~deb12u1)
 // Flags: -x hip -nogpulib -nogpuinc --cuda-device-only --no-gpu-bundle-output -O3 -mcode-object-version=5 -fuse-cuid=none --offload-arch=<target>
-// Fused (fused_<target>.hsaco.gz, the same flags): kernels/fused.cu kernels/portable.h kernels/fused.cuh kernels/fwd_common.cuh kernels/fused_quant.cuh
+// Fused (fused_<target>.hsaco.gz and fused_quant_<target>.hsaco.gz, the same flags and -DNK_FUSED_IMAGE=1 and
+// 2): kernels/fused.cu kernels/portable.h kernels/fused.cuh kernels/fwd_common.cuh kernels/fused_quant.cuh
 
 /** sha256 of the kernel sources the code objects were compiled from: loadKernels() takes them only for a
  *  normkit of the same NORM_SOURCE_SHA256. */
@@ -12,6 +13,6 @@ export const sourceSha256: string = "0692f344737a5e3ffe842d09a4d2d4be9c51a6d058f
 export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gfx1100"]);
 
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
- *  order) that fused_<target>.hsaco.gz beside this module were compiled from: FUSED_SOURCE_SHA256 of the same
- *  normkit. */
-export const fusedSourceSha256: string = "814c530d84d3bd4041d10f8ce7729da30bc0083b56f1137a7b3406385b37cafe";
+ *  order) that fused_<target>.hsaco.gz and fused_quant_<target>.hsaco.gz beside this module were compiled from:
+ *  FUSED_SOURCE_SHA256 of the same normkit. */
+export const fusedSourceSha256: string = "770fb8853d259936a3ba8e3d602762bfc9d96d7d0454de8e63a4170faf32839d";

@@ -20,7 +20,7 @@ export const images: Readonly<Record<string, { readonly href: string }>> = Objec
 );
 
 /**
- * The fused kernels (residual add, quantized output, head views: kernels/fused.cu) as a set of their own, shaped as
+ * The fused kernels of a float y (residual add, head views: kernels/fused.cu) as a set of their own, shaped as
  * loadKernels' `images` option: `sourceSha256` is the sha256 of the fused sources they were compiled from
  * (FUSED_SOURCE_SHA256 of the same normkit), `images` the code object (gzip) by target, beside this module, one per
  * target of {@link TARGETS}. Read only when fused kernels are loaded.
@@ -32,5 +32,16 @@ export const fused: {
   sourceSha256: fusedSourceSha256,
   images: Object.freeze(
     Object.fromEntries(TARGETS.map((t) => [t, new URL(`./fused_${t}.hsaco.gz`, import.meta.url)])),
+  ),
+});
+
+/** The fused kernels of a quantized y (fp8 and int8 outputs), as `fused`: read only by `loadKernels(dev, { quant })`. */
+export const fusedQuant: {
+  readonly sourceSha256: string;
+  readonly images: Readonly<Record<string, { readonly href: string }>>;
+} = Object.freeze({
+  sourceSha256: fusedSourceSha256,
+  images: Object.freeze(
+    Object.fromEntries(TARGETS.map((t) => [t, new URL(`./fused_quant_${t}.hsaco.gz`, import.meta.url)])),
   ),
 });

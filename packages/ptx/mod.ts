@@ -8,6 +8,7 @@
  * using dev = Device.open();
  * await loadKernels(dev, { images: await import("@normkit/ptx") });
  * await loadKernels(dev, { fused: true, images: await import("@normkit/ptx") }); // with the fused kernels
+ * await loadKernels(dev, { quant: true, images: await import("@normkit/ptx") }); // and the quantized ones
  * ```
  * The image is read when loadKernels needs it (Deno: --allow-read for a local copy, --allow-net=jsr.io from JSR).
  * Use the version of @normkit/normkit it was published with: loadKernels refuses images built from other sources.
@@ -22,7 +23,7 @@ export const images: Readonly<Record<string, { readonly href: string }>> = Objec
 });
 
 /**
- * The fused kernels' image (residual add, quantized output, head views: `loadKernels(dev, { fused: true, images })`),
+ * The image of the fused kernels of a float y (residual add, head views: `loadKernels(dev, { fused: true, images })`),
  * the compute_90 PTX of kernels/fused.cu, with the hash of its own sources.
  */
 export const fused: {
@@ -31,4 +32,16 @@ export const fused: {
 } = Object.freeze({
   sourceSha256: fusedSourceSha256,
   images: Object.freeze({ compute_90: new URL("./fused_compute90.fatbin", import.meta.url) }),
+});
+
+/**
+ * The image of the fused kernels of a quantized y (fp8 and int8 outputs: `loadKernels(dev, { quant: true, images })`),
+ * as `fused`.
+ */
+export const fusedQuant: {
+  readonly sourceSha256: string;
+  readonly images: Readonly<Record<string, { readonly href: string }>>;
+} = Object.freeze({
+  sourceSha256: fusedSourceSha256,
+  images: Object.freeze({ compute_90: new URL("./fused_quant_compute90.fatbin", import.meta.url) }),
 });

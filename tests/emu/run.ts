@@ -298,7 +298,7 @@ async function emulate(c: Case): Promise<EmuOut> {
   drv.memset32 = (ptr: bigint, value: number, count: number) =>
     memsets.push({ ptr, value, bytes: 4 * count, width: 4 });
   drv.memset8 = (ptr: bigint, value: number, bytes: number) => memsets.push({ ptr, value, bytes, width: 1 });
-  await loadKernels(f.dev, { fused: true });
+  await loadKernels(f.dev, { quant: true });
   const result = built.call();
   if (f.launches.length !== 1) throw new Error(`${name(c)}: ${f.launches.length} launches`);
   const l = f.launches[0];
@@ -766,7 +766,7 @@ async function runAddCase(c: AddCase): Promise<string[]> {
   );
   using _dev = f.dev;
   (f.driver as unknown as Record<string, unknown>).occupancy = () => 4; // one-row blocks size their grid from it
-  await loadKernels(f.dev, { fused: true });
+  await loadKernels(f.dev, { quant: true });
   backward(made, made.rstd, made.mean, made.dRes);
   const adds = f.launches.filter((l) => l.kernel.startsWith("nk_fused_add_"));
   if (adds.length !== 1 || f.launches[f.launches.length - 1] !== adds[0]) {

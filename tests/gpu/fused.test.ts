@@ -12,7 +12,7 @@ import { checkQkViews } from "../fixtures/qk_views.ts";
 
 async function open(): Promise<Device> {
   const dev = Device.open({ backend: "cuda", sanityCheck: false });
-  await loadKernels(dev, { fused: true });
+  await loadKernels(dev, { quant: true });
   return dev;
 }
 

@@ -25,10 +25,12 @@ gpuTest(
   async () => {
     using dev = Device.open({ backend: "cuda", sanityCheck: false });
     await loadKernels(dev); // the norm kernels (SASS); the fused module from the PTX, as a GPU newer than sm_90 loads it
-    const t0 = performance.now();
-    loadFusedImage(dev, await readImage(ptxPackage.fused.images.compute_90));
-    console.log(`# fused PTX loaded (JIT) in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-    if (!fusedModuleLoaded(dev)) throw new Error("the fused module is not loaded");
+    for (const image of ["fused", "fusedQuant"] as const) {
+      const t0 = performance.now();
+      loadFusedImage(dev, await readImage(ptxPackage[image].images.compute_90), image);
+      console.log(`# ${image} PTX loaded (JIT) in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      if (!fusedModuleLoaded(dev, image)) throw new Error(`the ${image} module is not loaded`);
+    }
     let worst = 0;
     for (const c of fusedGrid([7], [8, 770, 5125, 8199])) {
       try {

@@ -1,5 +1,6 @@
 /**
- * ABI check of the fused kernels' AMD code objects (packages/hip/fused_<target>.hsaco.gz, kernels/fused.cu), no GPU
+ * ABI check of the fused kernels' AMD code objects (packages/hip/fused_<target>.hsaco.gz of a float y and
+ * fused_quant_<target>.hsaco.gz of a quantized y, kernels/fused.cu), no GPU
  * needed: the AMDGPU metadata note of each must hold exactly the kernels the ops launch, with their arguments at the
  * offsets and sizes the launcher packs, the target's wave size, the threads and LDS the plan may use and no scratch;
  * and every geometry the fused plan gives a wave-64 or wave-32 device must pass the kernel's own launch check.
@@ -7,10 +8,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { fused, TARGETS } from "../../packages/hip/mod.ts";
+import { fused, fusedQuant, TARGETS } from "../../packages/hip/mod.ts";
 import { fusedSourceSha256 } from "../../packages/hip/build.ts";
 import {
-  FUSED_KERNELS as BUILT_FUSED_KERNELS,
+  FUSED_KERNELS as BUILT_FLOAT_Y,
+  FUSED_QUANT_KERNELS as BUILT_QUANT_Y,
   FUSED_SOURCE_FILES,
   FUSED_SOURCE_SHA256,
 } from "../../precompiled/fused_cuda.ts";
@@ -32,12 +34,14 @@ import { assertAmdgpuElfs, assertKernelAbi, deviceInfo, kernelsOf, LDS_BYTES, re
 const ADD_KERNELS = ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"];
 
 test("packages/hip exports the fused code objects for every target, built from the current fused sources", () => {
-  assert.deepEqual(Object.keys(fused.images).sort(), [...TARGETS].sort());
-  for (const arch of TARGETS) {
-    assert.ok(fused.images[arch].href.endsWith(`/packages/hip/fused_${arch}.hsaco.gz`), fused.images[arch].href);
+  for (const [set, prefix] of [[fused, "fused"], [fusedQuant, "fused_quant"]] as const) {
+    assert.deepEqual(Object.keys(set.images).sort(), [...TARGETS].sort());
+    for (const arch of TARGETS) {
+      assert.ok(set.images[arch].href.endsWith(`/packages/hip/${prefix}_${arch}.hsaco.gz`), set.images[arch].href);
+    }
+    assertAmdgpuElfs(prefix, TARGETS);
+    assert.equal(set.sourceSha256, fusedSourceSha256);
   }
-  assertAmdgpuElfs("fused", TARGETS);
-  assert.equal(fused.sourceSha256, fusedSourceSha256);
   // The same sources, in the same order, as the CUDA images: one hash for both.
   assert.equal(fusedSourceSha256, FUSED_SOURCE_SHA256, "run bash scripts/build-hsaco.sh (and build-fused.sh)");
   const h = createHash("sha256");
@@ -50,15 +54,21 @@ const HIP_KERNELS = FUSED_TRIPLE_KERNELS;
 
 test("the plan's fused kernels and the fused adds are the CUDA build's kernels; HIP's are those without _nv2/_nv4", () => {
   assert.equal(FUSED_KERNELS.length, 120);
-  assert.deepEqual([...FUSED_KERNELS, ...ADD_KERNELS].sort(), [...BUILT_FUSED_KERNELS].sort());
+  assert.deepEqual([...FUSED_KERNELS, ...ADD_KERNELS].sort(), [...BUILT_FLOAT_Y, ...BUILT_QUANT_Y].sort());
   assert.equal(HIP_KERNELS.length, 40);
 });
 
 for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
   const wave = HSACO_WAVE[arch]; // assertKernelAbi checks .wavefront_size
   test(`${arch}: the fused kernels, and nothing else; arguments = the launcher's packing; wave ${wave}; limits fit`, () => {
-    const byName = kernelsOf("fused", arch);
-    assert.deepEqual([...byName.keys()].sort(), [...HIP_KERNELS, ...ADD_KERNELS].sort());
+    // Each image holds the triples of its y (as the CUDA images split them), the adds with a float y.
+    const floatY = kernelsOf("fused", arch), quantY = kernelsOf("fused_quant", arch);
+    assert.deepEqual(
+      [...floatY.keys()].sort(),
+      [...HIP_KERNELS.filter((k) => BUILT_FLOAT_Y.includes(k)), ...ADD_KERNELS].sort(),
+    );
+    assert.deepEqual([...quantY.keys()].sort(), HIP_KERNELS.filter((k) => BUILT_QUANT_Y.includes(k)).sort());
+    const byName = new Map([...floatY, ...quantY]);
     for (const [name, k] of byName) {
       const add = ADD_KERNELS.includes(name);
       const explicit = assertKernelAbi(arch, name, k, add ? FUSED_ADD_ARGS : FUSED_ARGS);

@@ -238,7 +238,7 @@ gpuTest(
   "GPU: 24 chained fused add + norm steps then int8 match the CPU backend, dependent launch on and off, eager and graph",
   async () => {
     using dev = Device.open({ backend: "cuda", sanityCheck: false });
-    await loadKernels(dev, { fused: true });
+    await loadKernels(dev, { quant: true });
     using cpu = Device.open({ backend: "cpu" });
     const stream = dev.createStream();
     const steps = 24;

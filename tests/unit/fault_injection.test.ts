@@ -36,13 +36,14 @@ import { randoms } from "../fixtures/helpers.ts";
 import { loadNormModule } from "../../ops/kernels.ts";
 import { kernelImage, readImage } from "../../ops/images.ts";
 import { loadFusedImage } from "../../ops/fused_module.ts";
-import { FUSED_CUDA_IMAGES } from "../../precompiled/fused_cuda.ts";
+import { FUSED_CUDA_IMAGES, FUSED_QUANT_CUDA_IMAGES } from "../../precompiled/fused_cuda.ts";
 import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
 
 // The image loadKernels would read for the fake (an H200: sm_90), read once here: the workflows are synchronous,
 // so they load it with loadNormModule (loadKernels' synchronous last step), a cuModuleLoadData like any other.
 const SM90 = await kernelImage({ backend: "cuda", info: FAKE_H200 });
 const FUSED_SM90 = await readImage(FUSED_CUDA_IMAGES.sm_90);
+const FUSED_QUANT_SM90 = await readImage(FUSED_QUANT_CUDA_IMAGES.sm_90);
 
 /** A workflow: opens its own Device on the fake, runs, closes everything, returns what it computed. */
 type Workflow = (fake: FaultDriver) => unknown;
@@ -329,6 +330,7 @@ sweepTest("fused: residual + fp8, QK over a head view, batchInvariant, dResidual
   using dev = Device.openWithDriver(fake);
   loadNormModule(dev, SM90);
   loadFusedImage(dev, FUSED_SM90);
+  loadFusedImage(dev, FUSED_QUANT_SM90, "fusedQuant");
   using x = dev.tensor(X, [4, 64], { dtype: "bf16" }), res = dev.tensor(DY, [4, 64], { dtype: "bf16" });
   using w = dev.tensor(W, [64]);
   using scales = dev.empty([4]);

@@ -1,5 +1,6 @@
 // The fused kernels' images and interface, without a GPU: precompiled/fused_cuda.ts against kernels/fused.cu, the SASS
-// images' symbol tables and parameter layout, and ops/fused_abi.ts against the kernel source.
+// images' symbol tables and parameter layout (the fused images of a float y, the fused_quant ones of a quantized y),
+// and ops/fused_abi.ts against the kernel source.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -8,9 +9,12 @@ import { zstdDecompressSync } from "node:zlib";
 import {
   FUSED_CUDA_IMAGES,
   FUSED_KERNELS,
+  FUSED_QUANT_CUDA_IMAGES,
+  FUSED_QUANT_KERNELS,
   FUSED_SOURCE_FILES,
   FUSED_SOURCE_SHA256,
 } from "../../precompiled/fused_cuda.ts";
+import { fusedImageOf } from "../../ops/fused_module.ts";
 import { FUSED_ADD_ARGS, FUSED_ARGS, FUSED_PARAMS, FUSED_QUANT } from "../../ops/fused_abi.ts";
 import { dependentLaunchByDefault } from "../../ops/kernels.ts";
 import {
@@ -25,15 +29,17 @@ import { cLayout, elfFunctions, kernelParams, parseFatbin, sassElf } from "../fi
 import * as ptxPackage from "../../packages/ptx/mod.ts";
 
 const root = new URL("../../", import.meta.url);
-/** The norm kernels of the image (the rest are nk_fused_add_*). */
-const NORMS = FUSED_KERNELS.filter((k) => !k.startsWith("nk_fused_add_"));
+/** The norm kernels of both images, in fused.cu's order (the rest are nk_fused_add_*). */
+const QUANT_NAME = /^nk_fused_(ln|rms)_[a-z0-9]+_(fp8e4m3|fp8e5m2|int8)_/;
+const BUILT = [...FUSED_KERNELS, ...FUSED_QUANT_KERNELS];
+const NORMS = PLANNED_KERNELS.filter((k) => BUILT.includes(k));
 const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
 const text = (rel: string): string => readFileSync(new URL(rel, root), "utf8");
 /** fused.cu's NK_FUSED_KERNEL body and the CUDA body of NK_FUSED_FEW_KERNEL (the _nv2 and _nv4 kernels; empty under
  * HIP). */
 function kernelMacros(): { main: string; few: string } {
   const src = text("kernels/fused.cu");
-  const main = src.match(/^#define NK_FUSED_KERNEL\(kind, isln, ti, to, tw\)([\s\S]*?)\n\n/m);
+  const main = src.match(/^#define NK_FUSED_KERNELS_OF\(kind, isln, ti, to, tw\)([\s\S]*?)\n\n/m);
   const few = src.match(
     /^#if defined\(__HIP__\)\n#define NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw, maxv\)\n#else\n#define NK_FUSED_FEW_KERNEL\(kind, isln, ti, to, tw, maxv\)([\s\S]*?)\n#endif$/m,
   );
@@ -43,8 +49,23 @@ function kernelMacros(): { main: string; few: string } {
 
 test("fused_cuda.ts lists the 120 kernels nk_fused_{ln|rms}_{ti}_{to}_{tw}, _nv2 and _nv4, from fused.cu's lines", () => {
   assert.equal(NORMS.length, 120);
-  assert.deepEqual([...NORMS], [...PLANNED_KERNELS], "the plan's kernels are the built kernels, in the same order");
-  assert.deepEqual(FUSED_KERNELS.slice(120), ["nk_fused_add_f32", "nk_fused_add_f16", "nk_fused_add_bf16"]);
+  assert.deepEqual(
+    BUILT.filter((k) => !k.startsWith("nk_fused_add_")).sort(),
+    [...PLANNED_KERNELS].sort(),
+    "the plan's kernels are the built kernels",
+  );
+  // Split by y's dtype: a float y (30) and the residual gradient's adds in one image, a quantized y (90) in the other;
+  // ops/fused_module.ts looks each up in its image.
+  assert.deepEqual([...FUSED_KERNELS], [
+    ...NORMS.filter((k) => !QUANT_NAME.test(k)),
+    "nk_fused_add_f32",
+    "nk_fused_add_f16",
+    "nk_fused_add_bf16",
+  ]);
+  assert.deepEqual([...FUSED_QUANT_KERNELS], NORMS.filter((k) => QUANT_NAME.test(k)));
+  assert.deepEqual([FUSED_KERNELS.length, FUSED_QUANT_KERNELS.length], [33, 90]);
+  for (const k of FUSED_KERNELS) assert.equal(fusedImageOf(k), "fused", k);
+  for (const k of FUSED_QUANT_KERNELS) assert.equal(fusedImageOf(k), "fusedQuant", k);
   const lines = [
     ...text("kernels/fused.cu").matchAll(/^NK_FUSED_KERNEL\((\w+), (true|false), (\w+), (\w+), (\w+)\)$/gm),
   ];
@@ -55,13 +76,13 @@ test("fused_cuda.ts lists the 120 kernels nk_fused_{ln|rms}_{ti}_{to}_{tw}, _nv2
   );
   for (const m of lines) assert.equal(m[2], m[1] === "ln" ? "true" : "false", m[0]);
   for (const ti of ["f32", "f16", "bf16"]) {
-    const mine = FUSED_KERNELS.filter((k) => k.startsWith(`nk_fused_ln_${ti}_`));
+    const mine = NORMS.filter((k) => k.startsWith(`nk_fused_ln_${ti}_`));
     assert.equal(mine.length, ti === "f32" ? 12 : 24, ti);
   }
-  assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16"));
-  assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16_nv2"));
-  assert.ok(FUSED_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16_nv4"));
-  assert.ok(!FUSED_KERNELS.includes("nk_fused_rms_f32_f32_f16"));
+  assert.ok(FUSED_QUANT_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16"));
+  assert.ok(FUSED_QUANT_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16_nv2"));
+  assert.ok(FUSED_QUANT_KERNELS.includes("nk_fused_rms_bf16_fp8e4m3_bf16_nv4"));
+  assert.ok(!NORMS.includes("nk_fused_rms_f32_f32_f16"));
 });
 
 test("the few-chunk kernels' bounds in fused.cu(h) are the plan's, and the kernels of a triple share one body", () => {
@@ -108,68 +129,86 @@ test("fused_cuda.ts was generated from the current sources (run bash scripts/bui
   assert.deepEqual([...included].filter((f) => !FUSED_SOURCE_FILES.includes(f)), []);
 });
 
-for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
-  test(`the ${target} image defines exactly FUSED_KERNELS, each with FUSED_ARGS' parameter layout`, () => {
-    const file = `precompiled/fused_${target.replace("_", "")}.fatbin`;
-    assert.ok(FUSED_CUDA_IMAGES[target].href.endsWith(`/${file}`), FUSED_CUDA_IMAGES[target].href);
-    const elf = sassElf(read(file));
-    assert.equal(elf[18] | (elf[19] << 8), 190, "e_machine EM_CUDA");
-    assert.equal(new DataView(elf.buffer, elf.byteOffset).getUint32(0x30, true) >> 8 & 0xff, arch, "e_flags: SM");
-    assert.deepEqual([...elfFunctions(elf)].sort(), [...FUSED_KERNELS].sort());
-    const want = cLayout(FUSED_ARGS), wantAdd = cLayout(FUSED_ADD_ARGS);
-    for (const k of FUSED_KERNELS) {
-      assert.deepEqual(kernelParams(elf, k), k.startsWith("nk_fused_add_") ? wantAdd : want, k);
+/** Each image: its file prefix, its kernels, its SASS images by target and its set in @normkit/ptx. */
+const IMAGES = [
+  { prefix: "fused", kernels: FUSED_KERNELS, cuda: FUSED_CUDA_IMAGES, ptx: ptxPackage.fused },
+  { prefix: "fused_quant", kernels: FUSED_QUANT_KERNELS, cuda: FUSED_QUANT_CUDA_IMAGES, ptx: ptxPackage.fusedQuant },
+] as const;
+
+for (const { prefix, kernels, cuda } of IMAGES) {
+  for (const [target, arch] of [["sm_80", 80], ["sm_90", 90]] as const) {
+    test(`the ${prefix} ${target} image defines exactly its kernels, each with FUSED_ARGS' parameter layout`, () => {
+      const file = `precompiled/${prefix}_${target.replace("_", "")}.fatbin`;
+      assert.ok(cuda[target].href.endsWith(`/${file}`), cuda[target].href);
+      const elf = sassElf(read(file));
+      assert.equal(elf[18] | (elf[19] << 8), 190, "e_machine EM_CUDA");
+      assert.equal(new DataView(elf.buffer, elf.byteOffset).getUint32(0x30, true) >> 8 & 0xff, arch, "e_flags: SM");
+      assert.deepEqual([...elfFunctions(elf)].sort(), [...kernels].sort());
+      const want = cLayout(FUSED_ARGS), wantAdd = cLayout(FUSED_ADD_ARGS);
+      for (const k of kernels) {
+        assert.deepEqual(kernelParams(elf, k), k.startsWith("nk_fused_add_") ? wantAdd : want, k);
+      }
+    });
+  }
+}
+
+test("the images stay small (SASS and PTX, compressed); the quantized kernels' apart", () => {
+  const size = (f: string) => read(f).byteLength;
+  for (const arch of ["sm80", "sm90"]) {
+    for (const [f, limit] of [[`fused_${arch}`, 250_000], [`fused_quant_${arch}`, 650_000]] as const) {
+      const n = size(`precompiled/${f}.fatbin`);
+      assert.ok(n < limit, `precompiled/${f}.fatbin is ${n} bytes (limit ${limit})`);
     }
+  }
+  const ptx = size("packages/ptx/fused_compute90.fatbin") + size("packages/ptx/fused_quant_compute90.fatbin");
+  assert.ok(ptx < 1_700_000, `the fused PTX is ${ptx} bytes`);
+});
+
+/** The text of packages/ptx/<prefix>_compute90.fatbin: one zstd-compressed PTX entry for compute_90 (read once). */
+const ptxTexts = new Map<string, string>();
+function fusedPtx(prefix: string): string {
+  const known = ptxTexts.get(prefix);
+  if (known !== undefined) return known;
+  const bytes = read(`packages/ptx/${prefix}_compute90.fatbin`);
+  const entries = parseFatbin(bytes);
+  assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [[1, 90]], "one PTX entry for compute_90");
+  const ptx = new TextDecoder().decode(
+    zstdDecompressSync(bytes.subarray(entries[0].offset, entries[0].offset + entries[0].size)),
+  );
+  ptxTexts.set(prefix, ptx);
+  return ptx;
+}
+/** Each kernel of the fused PTX (both images): its name and its text, from its `.entry` line to the next kernel's. */
+function fusedPtxKernels(): [name: string, body: string][] {
+  return IMAGES.flatMap(({ prefix }) => {
+    const ptx = fusedPtx(prefix);
+    const starts = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)];
+    return starts.map((m, i): [string, string] => [m[1], ptx.slice(m.index, starts[i + 1]?.index ?? ptx.length)]);
   });
 }
 
-test("the images stay small (SASS and PTX, compressed)", () => {
-  for (const f of ["precompiled/fused_sm80.fatbin", "precompiled/fused_sm90.fatbin"]) {
-    const n = read(f).byteLength;
-    assert.ok(n < 800_000, `${f} is ${n} bytes`);
-  }
-  const ptx = read("packages/ptx/fused_compute90.fatbin").byteLength;
-  assert.ok(ptx < 1_700_000, `packages/ptx/fused_compute90.fatbin is ${ptx} bytes`);
-});
-
-/** The text of packages/ptx/fused_compute90.fatbin: one zstd-compressed PTX entry for compute_90 (read once). */
-let ptxText: string | undefined;
-function fusedPtx(): string {
-  if (ptxText !== undefined) return ptxText;
-  const bytes = read("packages/ptx/fused_compute90.fatbin");
-  const entries = parseFatbin(bytes);
-  assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [[1, 90]], "one PTX entry for compute_90");
-  return ptxText = new TextDecoder().decode(
-    zstdDecompressSync(bytes.subarray(entries[0].offset, entries[0].offset + entries[0].size)),
-  );
+for (const { prefix, kernels, ptx: set } of IMAGES) {
+  test(`the compute_90 PTX of ${prefix} (@normkit/ptx) targets sm_90, has its kernels with FUSED_ARGS' types`, () => {
+    const file = `packages/ptx/${prefix}_compute90.fatbin`;
+    assert.deepEqual(Object.keys(set.images), ["compute_90"]);
+    assert.ok(set.images.compute_90.href.endsWith(`/${file}`));
+    assert.equal(set.sourceSha256, FUSED_SOURCE_SHA256, "packages/ptx/fused_build.ts: the same sources");
+    const ptx = fusedPtx(prefix);
+    assert.match(ptx, /^\.target sm_90$/m);
+    const params = new Map(
+      [...ptx.matchAll(/^\.visible \.entry (\w+)\(([^)]*)\)/gm)].map((m) => [
+        m[1],
+        [...m[2].matchAll(/\.param \.(\w+)/g)].map((p) => p[1]),
+      ]),
+    );
+    assert.deepEqual([...params.keys()].sort(), [...kernels].sort());
+    const ptxType: Record<string, string> = { ptr: "u64", i64: "u64", i32: "u32", f32: "f32" };
+    for (const [k, types] of params) {
+      const want = (k.startsWith("nk_fused_add_") ? FUSED_ADD_ARGS : FUSED_ARGS).map((t) => ptxType[t]);
+      assert.deepEqual(types, want, k);
+    }
+  });
 }
-/** Each kernel of the fused PTX: its name and its text, from its `.entry` line to the next kernel's. */
-function fusedPtxKernels(): [name: string, body: string][] {
-  const ptx = fusedPtx();
-  const starts = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)];
-  return starts.map((m, i) => [m[1], ptx.slice(m.index, starts[i + 1]?.index ?? ptx.length)]);
-}
-
-test("the compute_90 PTX (@normkit/ptx's `fused`) targets sm_90, has every kernel with FUSED_ARGS' types, same sources", () => {
-  const file = "packages/ptx/fused_compute90.fatbin";
-  assert.deepEqual(Object.keys(ptxPackage.fused.images), ["compute_90"]);
-  assert.ok(ptxPackage.fused.images.compute_90.href.endsWith(`/${file}`));
-  assert.equal(ptxPackage.fused.sourceSha256, FUSED_SOURCE_SHA256, "packages/ptx/fused_build.ts: the same sources");
-  const ptx = fusedPtx();
-  assert.match(ptx, /^\.target sm_90$/m);
-  const params = new Map(
-    [...ptx.matchAll(/^\.visible \.entry (\w+)\(([^)]*)\)/gm)].map((m) => [
-      m[1],
-      [...m[2].matchAll(/\.param \.(\w+)/g)].map((p) => p[1]),
-    ]),
-  );
-  assert.deepEqual([...params.keys()].sort(), [...FUSED_KERNELS].sort());
-  const ptxType: Record<string, string> = { ptr: "u64", i64: "u64", i32: "u32", f32: "f32" };
-  for (const [k, types] of params) {
-    const want = (k.startsWith("nk_fused_add_") ? FUSED_ADD_ARGS : FUSED_ARGS).map((t) => ptxType[t]);
-    assert.deepEqual(types, want, k);
-  }
-});
 
 /** NK_FUSED_PARAMS / NK_FUSED_ARGS of kernels/fused.cuh: the macro's text, continuation lines joined. */
 function macroBody(src: string, name: string): string {
@@ -243,7 +282,7 @@ test("fusedKernelFor: _nv2 to 2 chunks a thread, _nv4 to 4, in blocks of at most
 });
 
 test("dependent launch: the 120 fused norm kernels by default, each waiting before any memory access; not nk_fused_add_*", () => {
-  assert.deepEqual(FUSED_KERNELS.filter(dependentLaunchByDefault), [...NORMS]);
+  assert.deepEqual(BUILT.filter(dependentLaunchByDefault).sort(), [...NORMS].sort());
   // In the compute_90 PTX (the sm_90 SASS comes from the same source by the same nvcc run): before a kernel's first
   // griddepcontrol.wait, no load or store but of its parameters, shared or local memory, and no return.
   const memory = /^\s*(?:@!?%p\d+\s+)?(?:ld|st|atom|red|prefetchu?|cp\.async[\w.]*)\.(?!param|shared|local|const)\S*/m;
@@ -263,7 +302,7 @@ test("every fused norm kernel stores 16-byte chunks of h and y as one vector sto
   // bytes per warp store); kernels/fused.cuh's nk_store_v4 issues st.global.wb.v4.u32. The SASS images are compiled from
   // the same source by the same nvcc run.
   const kernels = fusedPtxKernels();
-  assert.equal(kernels.length, FUSED_KERNELS.length);
+  assert.equal(kernels.length, BUILT.length);
   for (const [name, body] of kernels) {
     if (name.startsWith("nk_fused_add_")) continue;
     assert.ok(/st\.global\.wb\.v4\.u32/.test(body), `${name}: a 16-byte vector store`);

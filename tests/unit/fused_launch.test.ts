@@ -68,14 +68,31 @@ function setup() {
   }), { record: true, snapshot: readFused, load: false });
 }
 
-test("fused calls before loadKernels(dev, { fused: true }) say which call loads them", async () => {
-  const { dev, made: m } = await setup();
+test("fused calls before loadKernels(dev, { fused: true }), quantized ones before { quant: true }, say which call loads them", async () => {
+  const { dev, made: m, launches } = await setup();
   using _dev = dev;
   await loadKernels(dev); // the norm kernels only
   assert.throws(
     () => rmsNorm(m.x, { weight: m.w, residual: m.res, out: m.x }),
     (e: unknown) => e instanceof UnsupportedError && /loadKernels\(dev, \{ fused: true \}\)/.test(e.message),
   );
+  // The fused image alone: a float y runs, a quantized one is refused before anything is launched.
+  await loadKernels(dev, { fused: true });
+  rmsNorm(m.x, { weight: m.w, residual: m.res, residualOut: m.h, out: m.x });
+  assert.equal(launches.length, 1);
+  const quantized = () =>
+    rmsNorm(m.x, { weight: m.w, residual: m.res, residualOut: m.h, out: m.q8, quant: { dtype: "fp8e4m3", scale: 1 } });
+  assert.throws(
+    quantized,
+    (e: unknown) => e instanceof UnsupportedError && /loadKernels\(dev, \{ quant: true \}\)/.test(e.message),
+  );
+  assert.equal(launches.length, 1);
+  await loadKernels(dev, { quant: true });
+  quantized();
+  assert.deepEqual(launches.map((l) => l.kernel), [
+    "nk_fused_rms_bf16_bf16_f32_nv2",
+    "nk_fused_rms_bf16_fp8e4m3_f32_nv2",
+  ]);
 });
 
 test("QK-norm over a head view: one launch, the heads on the inner level, split and both weights", async () => {
@@ -109,7 +126,7 @@ test("QK-norm over a head view: one launch, the heads on the inner level, split 
 test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the bound as f32; static scales by value or tensor", async () => {
   const { dev, made: m, launches } = await setup();
   using _dev = dev;
-  await loadKernels(dev, { fused: true });
+  await loadKernels(dev, { quant: true });
   const r = rmsNorm(m.x, {
     weight: m.w,
     residual: m.res,

@@ -202,13 +202,13 @@ test("fake A100 gets the sm_80 image; a fake 10.0 GPU needs @normkit/ptx and the
   next.dev.close();
 });
 
-test("loadKernels({ fused: true }) loads the fused image of the device's target: sm_80, sm_90, the PTX package's on 10.0", async () => {
-  const cases: [[number, number], string, KernelImageSet[]][] = [
-    [[8, 0], "precompiled/fused_sm80.fatbin", []],
-    [[9, 0], "precompiled/fused_sm90.fatbin", []],
-    [[10, 0], "packages/ptx/fused_compute90.fatbin", [ptxPackage]],
+test("loadKernels({ fused }) loads the fused image of the device's target, { quant } the quantized one too: sm_80, sm_90, the PTX package's on 10.0", async () => {
+  const cases: [[number, number], string, string, KernelImageSet[]][] = [
+    [[8, 0], "precompiled/fused_sm80.fatbin", "precompiled/fused_quant_sm80.fatbin", []],
+    [[9, 0], "precompiled/fused_sm90.fatbin", "precompiled/fused_quant_sm90.fatbin", []],
+    [[10, 0], "packages/ptx/fused_compute90.fatbin", "packages/ptx/fused_quant_compute90.fatbin", [ptxPackage]],
   ];
-  for (const [cc, file, images] of cases) {
+  for (const [cc, file, quantFile, images] of cases) {
     const { dev, driver } = await fakeCudaDevice(() => null, {
       info: cuda(cc, `fake ${cc.join(".")}`).info,
       load: false,
@@ -222,8 +222,19 @@ test("loadKernels({ fused: true }) loads the fused image of the device's target:
     }
     await loadKernels(dev, { fused: true, images });
     assert.equal(fusedModuleLoaded(dev), true, file);
+    assert.equal(fusedModuleLoaded(dev, "fusedQuant"), false, "the quantized kernels not read");
     assert.deepEqual(loaded[0], read(file), `${cc.join(".")}: the fused module from ${file}`);
     assert.equal(loaded.length, 2, "then the norm module");
+    if (images.length) {
+      await assert.rejects(
+        loadKernels(dev, { quant: true }),
+        /quantized fused kernels from the compute_90 image.*loadKernels\(dev, \{ quant: true, images: await import\("@normkit\/ptx"\) \}\)/,
+      );
+    }
+    await loadKernels(dev, { quant: true, images });
+    assert.equal(fusedModuleLoaded(dev, "fusedQuant"), true, quantFile);
+    assert.equal(loaded.length, 3, "the quantized image alone: the others are loaded");
+    assert.deepEqual(loaded[2], read(quantFile), `${cc.join(".")}: the quantized module from ${quantFile}`);
     dev.close();
   }
 });

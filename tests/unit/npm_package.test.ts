@@ -150,6 +150,8 @@ test("npm pack → bun add in a fresh project: import, run, tsc --noEmit, bun bu
         "dist/precompiled/norm_sm90.fatbin",
         "dist/precompiled/fused_sm80.fatbin",
         "dist/precompiled/fused_sm90.fatbin",
+        "dist/precompiled/fused_quant_sm80.fatbin",
+        "dist/precompiled/fused_quant_sm90.fatbin",
         "package.json",
         "README.md",
         "LICENSE",
@@ -240,16 +242,16 @@ import { statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 const files: Record<string, number> = {};
-for (const set of [ptx.images, ptx.fused.images, hip.images, hip.fused.images]) {
+for (const set of [ptx.images, ptx.fused.images, ptx.fusedQuant.images, hip.images, hip.fused.images, hip.fusedQuant.images]) {
   for (const url of Object.values(set)) files[fileURLToPath(url.href)] = statSync(fileURLToPath(url.href)).size;
 }
 using dev = Device.open({ backend: "cpu" });
-await loadKernels(dev, { fused: true, images: [ptx, hip] }); // a no-op on the CPU, after checking the sets
+await loadKernels(dev, { quant: true, images: [ptx, hip] }); // a no-op on the CPU, after checking the sets
 console.log(JSON.stringify({
   files,
   targets: [...Object.keys(ptx.images), ...hip.TARGETS],
   same: [ptx.sourceSha256, hip.sourceSha256].every((s) => s === NORM_SOURCE_SHA256) &&
-    [ptx.fused.sourceSha256, hip.fused.sourceSha256].every((s) => s === FUSED_SOURCE_SHA256),
+    [ptx.fused, hip.fused, ptx.fusedQuant, hip.fusedQuant].every((s) => s.sourceSha256 === FUSED_SOURCE_SHA256),
 }));
 `;
 
@@ -313,7 +315,7 @@ test("@normkit/ptx and @normkit/hip: npm pack → bun add beside normkit, images
     assert.deepEqual(r.targets, ["compute_90", "gfx90a", "gfx942", "gfx1100"]);
     assert.equal(r.same, true, "the packages were built from the kernel sources of this normkit");
     const installed = Object.entries(r.files);
-    assert.equal(installed.length, 8, direct.out);
+    assert.equal(installed.length, 12, direct.out);
     for (const [path, bytes] of installed) {
       const name = path.split("/").at(-1)!;
       const pkg = name.endsWith(".fatbin") ? "ptx" : "hip";

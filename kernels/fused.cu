@@ -1,6 +1,7 @@
 // normkit fused forward kernels: residual add, LayerNorm / RMSNorm over strided rows, optional quantization of y
 // (kernels/fused.cuh; contract in kernels/README.md, "Fused kernels"). One translation unit of its own, built by
-// scripts/build-fused.sh into precompiled/fused_sm80.fatbin and precompiled/fused_sm90.fatbin.
+// scripts/build-fused.sh twice (NK_FUSED_IMAGE below): into precompiled/fused_sm{80,90}.fatbin (a float y) and
+// precompiled/fused_quant_sm{80,90}.fatbin (a quantized y).
 #include "portable.h"
 #include "fused.cuh"
 

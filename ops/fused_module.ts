@@ -16,13 +16,15 @@ import { KERNEL_KEY, launchesDependent } from "./kernels.ts";
 const FUSED_MODULE = new ModuleSlot("normkit.fused.module", (device) => {
   throw new UnsupportedError(
     `the fused kernels (residual, head views, batchInvariant, dResidual) of ${device.info.name} are not ` +
-      "loaded: `await loadKernels(dev, { fused: true })` once after Device.open() (docs/loading.md)",
+      "loaded: `await loadKernels(dev, { fused: true })` once after Device.open(), with `images` where the device " +
+      "needs @normkit/ptx or @normkit/hip (docs/loading.md)",
   );
 });
 const FUSED_QUANT_MODULE = new ModuleSlot("normkit.fusedQuant.module", (device) => {
   throw new UnsupportedError(
     `the quantized fused kernels (quant) of ${device.info.name} are not loaded: ` +
-      "`await loadKernels(dev, { quant: true })` once after Device.open() (docs/loading.md)",
+      "`await loadKernels(dev, { quant: true })` once after Device.open(), with `images` where the device needs " +
+      "@normkit/ptx or @normkit/hip (docs/loading.md)",
   );
 });
 const SLOTS = { fused: FUSED_MODULE, fusedQuant: FUSED_QUANT_MODULE } as const;

@@ -46,7 +46,7 @@ export interface LoadKernelsOptions {
   fused?: boolean;
   /**
    * Also load the fused kernels of a quantized y (`quant`: fp8 and int8 outputs), with those of `fused`: a second image
-   * (the `fusedQuant` images of `images`), three times the first's size. Default false.
+   * (the `fusedQuant` images of `images`), about three quarters of the fused kernels' bytes. Default false.
    */
   quant?: boolean;
 }
@@ -85,8 +85,9 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
   const fused = options?.fused, quant = options?.quant;
   if (fused !== undefined && typeof fused !== "boolean") throw new ArgumentError("fused", "a boolean", fused);
   if (quant !== undefined && typeof quant !== "boolean") throw new ArgumentError("quant", "a boolean", quant);
-  if (fused || quant) await loadFusedModule(device, images, "fused");
+  // The quantized image first: where it is missing, the error names { quant: true } (the call that needs it).
   if (quant) await loadFusedModule(device, images, "fusedQuant");
+  if (fused || quant) await loadFusedModule(device, images, "fused");
   if (device.backend === "cpu" || normModuleLoaded(device)) return;
   loadNormModule(device, await kernelImage(device, { images })); // nothing if a concurrent call loaded it meanwhile
   const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;

@@ -29,7 +29,7 @@
 #               $OUT/fused-ab-<runtime>.json, rewritten after each case (FUSED_AB_ONLY=decode or prefill: those alone;
 #               FUSED_AB_DS=4096,5120: the prefill row lengths; FUSED_AB_NEAR=1: patches that change the arithmetic,
 #               y within a step of the op's: ab.ts --near; FUSED_AB_X=f16: f16 rows, ab.ts --x f16)
-#   fused-check lab/fused_check/fused_check.cu (nvcc): the shipped fused image's launches against a host reference, and
+#   fused-check lab/fused_check/fused_check.cu (nvcc): the shipped fused images' launches against a host reference, and
 #               the hardware conversions to the 1-byte dtypes against the portable ones over every f32 input
 #   synccheck-repro  lab/synccheck_cluster/run.sh (the backward's cluster-16 kernel plainly and under synccheck)
 #   profile     lab/fused_geometry/profile.sh: Nsight Compute over the tuned and the fused kernels (RMS, LN)

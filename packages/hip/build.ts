@@ -15,4 +15,4 @@ export const TARGETS: readonly string[] = Object.freeze(["gfx90a", "gfx942", "gf
 /** sha256 of the fused kernel sources (FUSED_SOURCE_FILES of precompiled/fused_cuda.ts, concatenated in that
  *  order) that fused_<target>.hsaco.gz and fused_quant_<target>.hsaco.gz beside this module were compiled from:
  *  FUSED_SOURCE_SHA256 of the same normkit. */
-export const fusedSourceSha256: string = "770fb8853d259936a3ba8e3d602762bfc9d96d7d0454de8e63a4170faf32839d";
+export const fusedSourceSha256: string = "8b1e06131766b35b5fb8defd5b2b92eecab84c8065e1dbaea8866893c7fe7f50";

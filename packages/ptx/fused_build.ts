@@ -3,4 +3,4 @@
 
 /** sha256 of the kernel sources fused_compute90.fatbin and fused_quant_compute90.fatbin were compiled from:
  *  loadKernels() takes them only for a normkit of the same FUSED_SOURCE_SHA256. */
-export const fusedSourceSha256: string = "770fb8853d259936a3ba8e3d602762bfc9d96d7d0454de8e63a4170faf32839d";
+export const fusedSourceSha256: string = "8b1e06131766b35b5fb8defd5b2b92eecab84c8065e1dbaea8866893c7fe7f50";

@@ -67,12 +67,21 @@ test("planLimits: the device's wave size; clusters (ccMajor) only on CUDA", () =
   assert.equal(planLimits({ backend: "cuda", info: deviceInfo("sm_90", 32, [9, 0]) }).ccMajor, 9);
 });
 
-test("the fused kernels of a HIP device come from @normkit/hip's `fused` images, found only when handed over", async () => {
+test("the fused kernels of a HIP device come from @normkit/hip's `fused` and `fusedQuant` images, found only when handed over", async () => {
   const hip = { backend: "hip", info: deviceInfo("gfx942", 64), cache: new Map() } as unknown as Device;
   await assert.rejects(() => loadFusedModule(hip), (e: unknown) => {
     assert.ok(e instanceof UnsupportedError);
     assert.match(e.message, /runs the fused kernels from the gfx942 image, which is in the package @normkit\/hip/);
     assert.ok(e.message.includes('loadKernels(dev, { fused: true, images: await import("@normkit/hip") })'));
+    return true;
+  });
+  await assert.rejects(() => loadFusedModule(hip, [], "fusedQuant"), (e: unknown) => {
+    assert.ok(e instanceof UnsupportedError);
+    assert.match(
+      e.message,
+      /runs the quantized fused kernels from the gfx942 image, which is in the package @normkit\/hip/,
+    );
+    assert.ok(e.message.includes('loadKernels(dev, { quant: true, images: await import("@normkit/hip") })'));
     return true;
   });
 });

@@ -258,3 +258,44 @@ for (const device of FAKE_DEVICES) {
     assert.deepEqual(logged(log, "function"), [kernel]);
   });
 }
+
+for (const device of FAKE_DEVICES) {
+  const [arch, , wave] = device;
+  test(
+    name(`${arch} (wave ${wave}): a quantized call loads the ${arch} fused_quant code object and launches from it`),
+    {
+      skip,
+    },
+    () => {
+      const D = 2600, rows = 3;
+      const { out, log } = runOn("fused-quant", device, D);
+      assert.deepEqual(
+        logged(log, "load").sort(),
+        [loaded(codeObject("norm", arch)), loaded(codeObject("fused", arch)), loaded(codeObject("fused_quant", arch))]
+          .sort(),
+        "three modules: this target's norm, fused and fused_quant code objects",
+      );
+      const launches = logged(log, "launch").map((l) => l.split(" "));
+      assert.equal(launches.length, 1, log.join("\n"));
+      const g = fusedGeometry(
+        "rms",
+        D,
+        "f32",
+        planLimits({ backend: "hip", info: deviceInfo(arch, wave) }),
+        rows,
+        "hip",
+      );
+      assert.ok(!("unsupported" in g));
+      const [kernel, ...rest] = launches[0];
+      assert.equal(kernel, "nk_fused_rms_f32_int8_f32");
+      const params = rest.slice(7);
+      const ptrs = out.ptrs as Record<string, string>;
+      // No residual (its strides and h's 0); y int8; static scale 0.5 by value (quant 1).
+      const want: (string | number)[] = [ptrs.x, 0, 0, ptrs.y, ptrs.w, 0, 0, 0, 0, 0, 1, rows, D];
+      want.push(rows * D, D, 0, 0, 0, 0, rows * D, D);
+      want.push(0.125, 0.5, Infinity, 1, rows, g.tpr, g.nv);
+      assertParams(kernel, params, FUSED_ARGS, want);
+      assert.deepEqual(logged(log, "function"), [kernel]);
+    },
+  );
+}

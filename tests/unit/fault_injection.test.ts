@@ -35,7 +35,7 @@ import { CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_OUT_OF_MEMORY, FaultDriver } fro
 import { randoms } from "../fixtures/helpers.ts";
 import { loadNormModule } from "../../ops/kernels.ts";
 import { kernelImage, readImage } from "../../ops/images.ts";
-import { loadFusedImage } from "../../ops/fused_module.ts";
+import { fusedModuleLoaded, loadFusedImage } from "../../ops/fused_module.ts";
 import { FUSED_CUDA_IMAGES, FUSED_QUANT_CUDA_IMAGES } from "../../precompiled/fused_cuda.ts";
 import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
 
@@ -422,6 +422,21 @@ sweepTest("recover() of a healthy device, then use", (fake) => {
   assert.ok(before.closed);
   using x = dev.tensor(X, [4, 64]);
   return bytesOf(x);
+});
+
+test("recover(): both fused modules come back from their images at the next fused call of each kind", () => {
+  using dev = Device.openWithDriver(new FaultDriver());
+  loadNormModule(dev, SM90);
+  loadFusedImage(dev, FUSED_SM90);
+  loadFusedImage(dev, FUSED_QUANT_SM90, "fusedQuant");
+  dev.recover();
+  assert.deepEqual([fusedModuleLoaded(dev), fusedModuleLoaded(dev, "fusedQuant")], [false, false]);
+  using x = dev.tensor(X, [4, 64], { dtype: "bf16" }), res = dev.tensor(DY, [4, 64], { dtype: "bf16" });
+  using w = dev.tensor(W, [64]);
+  rmsNorm(x, { weight: w, residual: res, out: x });
+  assert.deepEqual([fusedModuleLoaded(dev), fusedModuleLoaded(dev, "fusedQuant")], [true, false]);
+  using q = rmsNorm(x, { weight: w, quant: { dtype: "int8", scale: 0.1 } });
+  assert.deepEqual([fusedModuleLoaded(dev), fusedModuleLoaded(dev, "fusedQuant"), q.dtype], [true, true, "int8"]);
 });
 
 test("fault injection: counts", () => {

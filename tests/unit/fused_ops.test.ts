@@ -382,12 +382,17 @@ test("null tensor options are not given: a plain call stays plain (its row limit
   assert.equal(y.d, 40000);
 });
 
-test("loadKernels({ fused }) checks its option; the fused kernels on the CPU need no loading", async () => {
+test("loadKernels({ fused, quant }) checks its options; the fused kernels on the CPU need no loading", async () => {
   using dev = Device.open({ backend: "cpu" });
   await loadKernels(dev, { fused: true });
+  await loadKernels(dev, { quant: true });
   await assert.rejects(
     () => loadKernels(dev, { fused: "yes" as never }),
     (e: unknown) => e instanceof ArgumentError && e.argument === "fused",
+  );
+  await assert.rejects(
+    () => loadKernels(dev, { quant: 1 as never }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "quant",
   );
   void ({} as Tensor);
   void layerNormBackward;

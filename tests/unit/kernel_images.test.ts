@@ -119,10 +119,21 @@ test("findImage of the fused kernels: normkit's SASS on 8.x/9.x; the PTX package
 
 test("imageSets: one set, an array, or nothing, each read once into a frozen snapshot; anything else is an ArgumentError naming images", () => {
   assert.deepEqual(imageSets(undefined), []);
-  const fields = (s: KernelImageSet) => [s.sourceSha256, s.images, s.fused?.sourceSha256, s.fused?.images];
+  const fields = (s: KernelImageSet) => [
+    s.sourceSha256,
+    s.images,
+    s.fused?.sourceSha256,
+    s.fused?.images,
+    s.fusedQuant?.sourceSha256,
+    s.fusedQuant?.images,
+  ];
   assert.deepEqual(imageSets(ptxPackage).map(fields), [fields(ptxPackage)]);
   assert.deepEqual(imageSets([ptxPackage, ptxPackage]).map(fields), [fields(ptxPackage), fields(ptxPackage)]);
-  assert.ok(imageSets(ptxPackage).every((s) => Object.isFrozen(s) && Object.isFrozen(s.fused)));
+  assert.ok(
+    imageSets(ptxPackage).every((s) =>
+      Object.isFrozen(s) && Object.isFrozen(s.fused) && Object.isFrozen(s.fusedQuant) && s.fusedQuant !== undefined
+    ),
+  );
   // Getters run once: a set that answers differently the second time cannot swap what was checked.
   let reads = 0;
   const tricky = {
@@ -138,7 +149,7 @@ test("imageSets: one set, an array, or nothing, each read once into a frozen sna
   const [snap] = imageSets(tricky);
   assert.equal(snap.sourceSha256, NORM_SOURCE_SHA256);
   assert.equal(reads, 2);
-  assert.ok(!("fused" in snap));
+  assert.ok(!("fused" in snap) && !("fusedQuant" in snap));
   const badFused = [null, 3, { images: {} }, { sourceSha256: "x" }, { sourceSha256: "x", images: "y" }];
   [
     null,
@@ -148,6 +159,7 @@ test("imageSets: one set, an array, or nothing, each read once into a frozen sna
     { sourceSha256: "x" },
     [ptxPackage, {}],
     ...badFused.map((fused) => ({ ...ptxPackage, fused })),
+    ...badFused.map((fusedQuant) => ({ ...ptxPackage, fusedQuant })),
   ].forEach((bad, i) => {
     assert.throws(
       () => imageSets(bad),
@@ -219,6 +231,11 @@ test("loadKernels({ fused }) loads the fused image of the device's target, { qua
     if (images.length) {
       await assert.rejects(loadKernels(dev, { fused: true }), /fused kernels from the compute_90 image.*@normkit\/ptx/);
       assert.equal(fusedModuleLoaded(dev), false);
+      // { quant: true } on a fresh device names itself, not { fused: true }.
+      await assert.rejects(
+        loadKernels(dev, { quant: true }),
+        /quantized fused kernels from the compute_90 image.*loadKernels\(dev, \{ quant: true, images: /,
+      );
     }
     await loadKernels(dev, { fused: true, images });
     assert.equal(fusedModuleLoaded(dev), true, file);

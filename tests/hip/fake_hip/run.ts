@@ -58,6 +58,15 @@ if (scenario === "auto") {
   using y = rmsNorm(x, { weight: w, residual: res, eps: 0.125 });
   dev.synchronize();
   report(dev, { ptrs: { x: String(x.ptr), res: String(res.ptr), w: String(w.ptr), y: String(y.ptr) } });
+} else if (scenario === "fused-quant") {
+  // An RMSNorm into int8 with a static scale, after loading the quantized fused kernels (`fusedQuant` images too).
+  using dev = Device.open({ backend: "hip", sanityCheck: false });
+  using x = dev.tensor(Float32Array.from({ length: rows * D }, (_, i) => i % 7), [rows, D]);
+  using w = dev.tensor(new Float32Array(D).fill(1), [D]);
+  await loadKernels(dev, { quant: true, images: hipImages });
+  using y = rmsNorm(x, { weight: w, eps: 0.125, quant: { dtype: "int8", scale: 0.5 } });
+  dev.synchronize();
+  report(dev, { ptrs: { x: String(x.ptr), w: String(w.ptr), y: String(y.ptr) } });
 } else if (scenario === "unsupported") {
   using dev = Device.open({ backend: "hip" });
   using x = dev.tensor([1, 2, 3, 4], [1, 4]);

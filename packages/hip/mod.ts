@@ -19,29 +19,29 @@ export const images: Readonly<Record<string, { readonly href: string }>> = Objec
   Object.fromEntries(TARGETS.map((t) => [t, new URL(`./norm_${t}.hsaco.gz`, import.meta.url)])),
 );
 
+/** A set of fused code objects as loadKernels' `images` option takes it: the fused sources' hash and a file per target. */
+export interface FusedImageSet {
+  /** sha256 of the fused kernel sources the images were compiled from (FUSED_SOURCE_SHA256 of the same normkit). */
+  readonly sourceSha256: string;
+  /** The image by target, a file beside this module. */
+  readonly images: Readonly<Record<string, { readonly href: string }>>;
+}
+/** The set of `<prefix>_<target>.hsaco.gz` beside this module, one per target of {@link TARGETS}. */
+const fusedSet = (prefix: string): FusedImageSet =>
+  Object.freeze({
+    sourceSha256: fusedSourceSha256,
+    images: Object.freeze(
+      Object.fromEntries(TARGETS.map((t) => [t, new URL(`./${prefix}_${t}.hsaco.gz`, import.meta.url)])),
+    ),
+  });
+
 /**
  * The fused kernels of a float y (residual add, head views: kernels/fused.cu) as a set of their own, shaped as
  * loadKernels' `images` option: `sourceSha256` is the sha256 of the fused sources they were compiled from
  * (FUSED_SOURCE_SHA256 of the same normkit), `images` the code object (gzip) by target, beside this module, one per
  * target of {@link TARGETS}. Read only when fused kernels are loaded.
  */
-export const fused: {
-  readonly sourceSha256: string;
-  readonly images: Readonly<Record<string, { readonly href: string }>>;
-} = Object.freeze({
-  sourceSha256: fusedSourceSha256,
-  images: Object.freeze(
-    Object.fromEntries(TARGETS.map((t) => [t, new URL(`./fused_${t}.hsaco.gz`, import.meta.url)])),
-  ),
-});
+export const fused: FusedImageSet = fusedSet("fused");
 
 /** The fused kernels of a quantized y (fp8 and int8 outputs), as `fused`: read only by `loadKernels(dev, { quant })`. */
-export const fusedQuant: {
-  readonly sourceSha256: string;
-  readonly images: Readonly<Record<string, { readonly href: string }>>;
-} = Object.freeze({
-  sourceSha256: fusedSourceSha256,
-  images: Object.freeze(
-    Object.fromEntries(TARGETS.map((t) => [t, new URL(`./fused_quant_${t}.hsaco.gz`, import.meta.url)])),
-  ),
-});
+export const fusedQuant: FusedImageSet = fusedSet("fused_quant");

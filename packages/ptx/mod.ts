@@ -22,26 +22,28 @@ export const images: Readonly<Record<string, { readonly href: string }>> = Objec
   compute_90: new URL("./norm_compute90.fatbin", import.meta.url),
 });
 
+/** A fused image as loadKernels' `images` option takes it: the fused sources' hash and the PTX by target. */
+export interface FusedImageSet {
+  /** sha256 of the fused kernel sources the images were compiled from (FUSED_SOURCE_SHA256 of the same normkit). */
+  readonly sourceSha256: string;
+  /** The image by target, a file beside this module. */
+  readonly images: Readonly<Record<string, { readonly href: string }>>;
+}
+/** The set of `<prefix>_compute90.fatbin` beside this module. */
+const fusedSet = (prefix: string): FusedImageSet =>
+  Object.freeze({
+    sourceSha256: fusedSourceSha256,
+    images: Object.freeze({ compute_90: new URL(`./${prefix}_compute90.fatbin`, import.meta.url) }),
+  });
+
 /**
  * The image of the fused kernels of a float y (residual add, head views: `loadKernels(dev, { fused: true, images })`),
  * the compute_90 PTX of kernels/fused.cu, with the hash of its own sources.
  */
-export const fused: {
-  readonly sourceSha256: string;
-  readonly images: Readonly<Record<string, { readonly href: string }>>;
-} = Object.freeze({
-  sourceSha256: fusedSourceSha256,
-  images: Object.freeze({ compute_90: new URL("./fused_compute90.fatbin", import.meta.url) }),
-});
+export const fused: FusedImageSet = fusedSet("fused");
 
 /**
  * The image of the fused kernels of a quantized y (fp8 and int8 outputs: `loadKernels(dev, { quant: true, images })`),
  * as `fused`.
  */
-export const fusedQuant: {
-  readonly sourceSha256: string;
-  readonly images: Readonly<Record<string, { readonly href: string }>>;
-} = Object.freeze({
-  sourceSha256: fusedSourceSha256,
-  images: Object.freeze({ compute_90: new URL("./fused_quant_compute90.fatbin", import.meta.url) }),
-});
+export const fusedQuant: FusedImageSet = fusedSet("fused_quant");

@@ -139,7 +139,10 @@ function normResult(y: Tensor, mean: Tensor, rstd: Tensor, outGiven: boolean): N
  * layerNorm(x, { weight: w, bias: b, out: x });                      // in place
  * ```
  */
-export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true; quant?: StaticQuant }): NormResult;
+export function layerNorm(
+  x: Tensor,
+  opts: LayerNormOptions & { stats: true } & ({ quant?: undefined } | { quant: StaticQuant; outDtype?: undefined }),
+): NormResult;
 /**
  * layerNorm with dynamic quantization (`quant` without a scale): the quantized y and its per-row f32 scales, and with
  * `stats: true` mean and rstd too. See docs/fused.md.
@@ -153,7 +156,10 @@ export function layerNorm(x: Tensor, opts: LayerNormOptions & { stats: true; qua
  * using r = layerNorm(x, { quant: { dtype: "fp8e4m3" } }); // r.y: fp8e4m3 [4, 64], r.scale: f32 [4]
  * ```
  */
-export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: DynamicQuant }): QuantNormResult;
+export function layerNorm(
+  x: Tensor,
+  opts: LayerNormOptions & { quant: DynamicQuant; outDtype?: undefined },
+): QuantNormResult;
 /**
  * layerNorm with static quantization (`quant.scale` given): y quantized with that scale (a NormResult with `stats: true`).
  * See docs/fused.md.
@@ -167,7 +173,10 @@ export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: DynamicQu
  * using q = layerNorm(x, { quant: { dtype: "int8", scale: 0.02 } }); // int8 [4, 64]
  * ```
  */
-export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: StaticQuant; stats?: false }): Tensor;
+export function layerNorm(
+  x: Tensor,
+  opts: LayerNormOptions & { quant: StaticQuant; stats?: false; outDtype?: undefined },
+): Tensor;
 /**
  * layerNorm with quantization whose kind is not known from the type (a QuantOptions value): y (static) or the quantized
  * y and its scales (dynamic).
@@ -184,7 +193,7 @@ export function layerNorm(x: Tensor, opts: LayerNormOptions & { quant: StaticQua
  */
 export function layerNorm(
   x: Tensor,
-  opts: LayerNormOptions & { quant: QuantOptions; stats?: false },
+  opts: LayerNormOptions & { quant: QuantOptions; stats?: false; outDtype?: undefined },
 ): Tensor | QuantNormResult;
 /**
  * layerNorm with quantization whose kind is not known from the type, and `stats: true`: y, mean and rstd (static) or the
@@ -202,7 +211,7 @@ export function layerNorm(
  */
 export function layerNorm(
   x: Tensor,
-  opts: LayerNormOptions & { quant: QuantOptions; stats: true },
+  opts: LayerNormOptions & { quant: QuantOptions; stats: true; outDtype?: undefined },
 ): NormResult | QuantNormResult;
 /**
  * LayerNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
@@ -218,7 +227,7 @@ export function layerNorm(
  * using z = layerNorm(x, { normalizedShape: [8, 64] });             // over the last two (512 per row)
  * ```
  */
-export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor;
+export function layerNorm(x: Tensor, opts?: LayerNormOptions & { quant?: undefined }): Tensor;
 export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResult | QuantNormResult {
   const o = readOptions("layer", opts);
   if (takesFused(x, o)) return runFusedFlattened("layer", x, o);
@@ -253,7 +262,10 @@ export function layerNorm(x: Tensor, opts?: LayerNormOptions): Tensor | NormResu
  * using fwd = rmsNorm(x, { weight: w, stats: true });   // y, rstd (and zeros as mean): for rmsNormBackward
  * ```
  */
-export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true; quant?: StaticQuant }): NormResult;
+export function rmsNorm(
+  x: Tensor,
+  opts: RMSNormOptions & { stats: true } & ({ quant?: undefined } | { quant: StaticQuant; outDtype?: undefined }),
+): NormResult;
 /**
  * rmsNorm with dynamic quantization (`quant` without a scale): the quantized y and its per-row f32 scales, and with
  * `stats: true` mean and rstd too. See docs/fused.md.
@@ -267,7 +279,10 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { stats: true; quant?:
  * using r = rmsNorm(x, { quant: { dtype: "fp8e4m3" } }); // r.y: fp8e4m3 [4, 64], r.scale: f32 [4]
  * ```
  */
-export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: DynamicQuant }): QuantNormResult;
+export function rmsNorm(
+  x: Tensor,
+  opts: RMSNormOptions & { quant: DynamicQuant; outDtype?: undefined },
+): QuantNormResult;
 /**
  * rmsNorm with static quantization (`quant.scale` given): y quantized with that scale (a NormResult with `stats: true`).
  * See docs/fused.md.
@@ -281,7 +296,10 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: DynamicQuant 
  * using q = rmsNorm(x, { quant: { dtype: "int8", scale: 0.02 } }); // int8 [4, 64]
  * ```
  */
-export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: StaticQuant; stats?: false }): Tensor;
+export function rmsNorm(
+  x: Tensor,
+  opts: RMSNormOptions & { quant: StaticQuant; stats?: false; outDtype?: undefined },
+): Tensor;
 /**
  * rmsNorm with quantization whose kind is not known from the type (a QuantOptions value): y (static) or the quantized
  * y and its scales (dynamic).
@@ -298,7 +316,7 @@ export function rmsNorm(x: Tensor, opts: RMSNormOptions & { quant: StaticQuant; 
  */
 export function rmsNorm(
   x: Tensor,
-  opts: RMSNormOptions & { quant: QuantOptions; stats?: false },
+  opts: RMSNormOptions & { quant: QuantOptions; stats?: false; outDtype?: undefined },
 ): Tensor | QuantNormResult;
 /**
  * rmsNorm with quantization whose kind is not known from the type, and `stats: true`: y, mean and rstd (static) or the
@@ -316,7 +334,7 @@ export function rmsNorm(
  */
 export function rmsNorm(
   x: Tensor,
-  opts: RMSNormOptions & { quant: QuantOptions; stats: true },
+  opts: RMSNormOptions & { quant: QuantOptions; stats: true; outDtype?: undefined },
 ): NormResult | QuantNormResult;
 /**
  * RMSNorm over the last dimension (or `normalizedShape`); returns y (a new tensor, or `out`). See the
@@ -332,7 +350,7 @@ export function rmsNorm(
  * console.log(y.readSync());
  * ```
  */
-export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor;
+export function rmsNorm(x: Tensor, opts?: RMSNormOptions & { quant?: undefined }): Tensor;
 export function rmsNorm(x: Tensor, opts?: RMSNormOptions): Tensor | NormResult | QuantNormResult {
   const o = readOptions("rms", opts);
   if (takesFused(x, o)) return runFusedFlattened("rms", x, o);

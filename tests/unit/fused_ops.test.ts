@@ -350,7 +350,7 @@ test("fused options refused with a typed error naming the argument; a refused ca
   );
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scaleUpperBound: -1 } }), arg("quant.scaleUpperBound"));
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scaleOut: w } }), arg("quant.scaleOut"));
-  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8" }, outDtype: "f32" }), arg("outDtype"));
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8" }, outDtype: "f32" } as never), arg("outDtype"));
   assert.throws(() => rmsNorm(x, { quant: { dtype: "fp8e4m3" }, out: q8 }), arg("out.dtype"));
   assert.throws(() => rmsNorm(x, { quant: { dtype: "int8" }, out: x }), arg("out.dtype"));
   assert.throws(() => rmsNorm(x, { residual: res, batchInvariant: "yes" as never }), arg("batchInvariant"));
@@ -422,6 +422,19 @@ test("result types follow the call: dynamic quant → { y, scale }, static → y
     () => rmsNorm(x, { quant: { dtype: "int8", scale: 0.1, scaleUpperBound: 1 } }),
     (e: unknown) => e instanceof ArgumentError && e.argument === "quant.scaleUpperBound",
   );
+  // quant with outDtype (quant.dtype is y's dtype) is a type error in every form, and refused at run time.
+  const isOutDtype = (e: unknown) => e instanceof ArgumentError && e.argument === "outDtype";
+  // @ts-expect-error outDtype with dynamic quant
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8" }, outDtype: "f32" }), isOutDtype);
+  // @ts-expect-error outDtype with static quant
+  assert.throws(() => layerNorm(x, { quant: { dtype: "int8", scale: 0.1 }, outDtype: "f16" }), isOutDtype);
+  // @ts-expect-error outDtype with static quant and stats
+  assert.throws(() => rmsNorm(x, { quant: { dtype: "int8", scale: 0.1 }, stats: true, outDtype: "f32" }), isOutDtype);
+  // @ts-expect-error outDtype with a QuantOptions value
+  assert.throws(() => layerNorm(x, { quant, outDtype: "f32" }), isOutDtype);
+  // Without quant, outDtype stays a plain option (typed Tensor).
+  using f = rmsNorm(x, { outDtype: "f16" });
+  assert.equal(f.dtype, "f16");
 });
 
 test("quantError: one step of the dtype, plus 8 f32 ulps of y's terms carried into q (the near-cancellation an H100 showed)", () => {

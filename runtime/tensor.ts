@@ -204,7 +204,7 @@ export function levelSpan(l: RowLevels, d: number): number {
 /**
  * The row levels of `shape` with element `strides` (one per dimension, the last 1): leading dimensions of size 1
  * dropped, neighbours merged where the outer stride is the inner extent; refused when more than two levels remain,
- * or when rows would overlap (every level's stride at least the extent of what it steps over).
+ * or when rows may overlap (the levels neither nest nor are transposed: see below).
  */
 export function levelsOf(shape: readonly number[], strides: unknown): RowLevels {
   const n = shape.length, d = shape[n - 1];
@@ -237,19 +237,15 @@ export function levelsOf(shape: readonly number[], strides: unknown): RowLevels 
     throw new ArgumentError("strides", `rows that do not overlap: a row stride ≥ the last dimension (${d})`, strides);
   }
   const innerExtent = (inner[0] - 1) * inner[1] + d;
-  if (outer[0] > 1 && outer[1] < innerExtent) {
-    // The levels transposed (each outer step within one inner row's stride): disjoint rows, in an order the kernels
-    // do not take. Otherwise the levels interleave, and rows may overlap.
-    if (outer[1] >= d && inner[1] >= (outer[0] - 1) * outer[1] + d) {
-      throw new UnsupportedError(
-        `a view of shape [${shape}] with strides [${strides}] has its levels of rows transposed (the outer stride ` +
-          `${outer[1]} is below the inner rows' extent ${innerExtent}); a tensor holds its outer level outermost (as ` +
-          `the kernels walk it): view the dimensions in memory order, or copy`,
-      );
-    }
+  // Disjoint rows either nest (each outer step past all the inner rows) or are transposed (each inner step past all the
+  // outer rows: [tokens, heads, headDim] over a head-major [heads, tokens, headDim] buffer); the kernels take any
+  // (s0, s1). Anything else interleaves, and rows may overlap.
+  const transposed = outer[1] >= d && inner[1] >= (outer[0] - 1) * outer[1] + d;
+  if (outer[0] > 1 && outer[1] < innerExtent && !transposed) {
     throw new ArgumentError(
       "strides",
-      `levels of rows that nest: an outer stride ≥ ${innerExtent} (the inner rows' extent)`,
+      `levels of rows that nest (an outer stride ≥ ${innerExtent}, the inner rows' extent) or are transposed ` +
+        `(an inner stride ≥ ${(outer[0] - 1) * outer[1] + d}, the outer rows' extent, and an outer stride ≥ ${d})`,
       strides,
     );
   }
@@ -478,8 +474,8 @@ export class Tensor implements Disposable {
   /**
    * A view of this tensor's memory (not owned: closing it frees nothing): `shape` with element `strides` (one per
    * dimension, the last 1; default: contiguous), starting `offset` elements after this tensor's first element and
-   * ending where its last row ends, or before. The rows may lie on two levels, e.g. the query heads of a fused QKV
-   * buffer.
+   * ending where its last row ends, or before. The rows may lie on two levels, nested (the query heads of a fused QKV
+   * buffer) or transposed (`[tokens, heads, headDim]` over a head-major `[heads, tokens, headDim]` buffer).
    *
    * @throws {ArgumentError} for a bad shape, strides or offset, or a view past the end of this tensor's last row.
    * @throws {UnsupportedError} for rows on more than two levels.
@@ -492,6 +488,8 @@ export class Tensor implements Disposable {
    * using qkv = dev.tensor(new Float32Array(tokens * width).fill(1), [tokens, width], { dtype: "bf16" });
    * const q = qkv.view([tokens, hq, hd], { strides: [width, hd, 1] });                // the query heads
    * const k = qkv.view([tokens, hkv, hd], { strides: [width, hd, 1], offset: hq * hd }); // the key heads
+   * using cache = dev.empty([hkv, tokens, hd], { dtype: "bf16" });                   // head-major
+   * const byToken = cache.view([tokens, hkv, hd], { strides: [hd, tokens * hd, 1] });  // rows in token order
    * ```
    */
   view(shape: readonly number[], opts?: { strides?: readonly number[]; offset?: number }): Tensor {

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { Device, layerNorm, loadKernels, rmsNorm, rmsNormBackward, type Tensor } from "../../mod.ts";
 import { describeCase, FUSED_ROWS, fusedGrid, runFusedCase } from "../fixtures/fused_cases.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
-import { checkQkViews } from "../fixtures/qk_views.ts";
+import { checkHeadMajorViews, checkQkViews } from "../fixtures/qk_views.ts";
 
 async function open(): Promise<Device> {
   const dev = Device.open({ backend: "cuda", sanityCheck: false });
@@ -173,6 +173,14 @@ gpuTest(
   async () => {
     using dev = await open();
     for (const tokens of [1, 8, 2048]) checkQkViews(dev, tokens, 32, 8, 128);
+  },
+);
+
+gpuTest(
+  "norms over a transposed view ([tokens, heads, hd] over a head-major buffer) equal the calls over copies",
+  async () => {
+    using dev = await open();
+    for (const tokens of [1, 8, 2048]) checkHeadMajorViews(dev, tokens, 8, 128);
   },
 );
 

@@ -123,6 +123,27 @@ test("QK-norm over a head view: one launch, the heads on the inner level, split 
   assert.equal(launches[1].dependent, false);
 });
 
+test("a transposed view (head-major buffer in token order), in place: its strides as they are", async () => {
+  const { dev, made: m, launches } = await setup();
+  using _dev = dev;
+  await loadKernels(dev, { fused: true });
+  const heads = hq + 2 * hkv; // the buffer read as [heads, tokens, hd]
+  const v = m.qkv.view([tokens, heads, hd], { strides: [hd, tokens * hd, 1] });
+  rmsNorm(v, { weight: m.qw, out: v });
+  assert.equal(launches.length, 1);
+  const a = launches[0].args as Record<string, bigint | number>;
+  assert.deepEqual([a.x, a.y], [v.ptr, v.ptr]);
+  assert.deepEqual([a.n0, a.n1, a.d, a.x_s0, a.x_s1, a.y_s0, a.y_s1], [
+    tokens,
+    heads,
+    hd,
+    hd,
+    tokens * hd,
+    hd,
+    tokens * hd,
+  ]);
+});
+
 test("residual + dynamic fp8: h into residualOut, the scales into scaleOut, the bound as f32; static scales by value or tensor", async () => {
   const { dev, made: m, launches } = await setup();
   using _dev = dev;

@@ -21,7 +21,7 @@ import {
 import { normForward } from "../../ops/cpu.ts";
 import { normBackward } from "../../ops/cpu_bwd.ts";
 import { describeCase, fusedGrid, quantError, runFusedCase } from "../fixtures/fused_cases.ts";
-import { checkQkViews } from "../fixtures/qk_views.ts";
+import { checkHeadMajorViews, checkQkViews } from "../fixtures/qk_views.ts";
 import { randoms } from "../fixtures/random.ts";
 
 // The grid at 7 and 83 rows (4096 rows below and on the GPU): every D, dtype, residual and quant mode, a test per kind
@@ -167,6 +167,11 @@ test("QK-norm over views of a fused QKV buffer, in place, equals the norms over 
 test("QK-norm over views, LayerNorm with a bias, a residual, quantized outputs: bitwise the calls over copies", () => {
   using dev = Device.open({ backend: "cpu" });
   for (const tokens of [1, 5]) checkQkViews(dev, tokens, 4, 2, 16);
+});
+
+test("norms over a transposed view (head-major buffer in token order): bitwise the calls over copies", () => {
+  using dev = Device.open({ backend: "cpu" });
+  for (const tokens of [1, 5]) checkHeadMajorViews(dev, tokens, 4, 16);
 });
 
 test("batchInvariant: a row's result is bitwise the same alone and in any batch (CPU backend)", () => {

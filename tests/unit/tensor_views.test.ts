@@ -71,6 +71,40 @@ test("levels: size-1 dimensions dropped, neighbours merged, one level kept as a 
   assert.equal(whole.rows, 1);
 });
 
+test("transposed levels: [tokens, heads, hd] over a head-major buffer reads and writes in token order", () => {
+  const tokens = 3, heads = 4, hd = 8;
+  assert.deepEqual(levelsOf([tokens, heads, hd], [hd, tokens * hd, 1]), { n0: 3, s0: 8, n1: 4, s1: 24 });
+  // Disjoint rows whose outer level steps inside the inner one: interleaved by row, not by element.
+  assert.deepEqual(levelsOf([2, 3, 4], [4, 8, 1]), { n0: 2, s0: 4, n1: 3, s1: 8 });
+  using dev = Device.open({ backend: "cpu" });
+  const values = randoms(heads * tokens * hd, 11);
+  using cache = dev.tensor(values, [heads, tokens, hd]);
+  const v = cache.view([tokens, heads, hd], { strides: [hd, tokens * hd, 1] });
+  assert.equal(v.uniformRows, false);
+  assert.deepEqual(v.strides, [hd, tokens * hd, 1]);
+  const got = v.readSync();
+  for (let t = 0; t < tokens; t++) {
+    for (let h = 0; h < heads; h++) {
+      for (let i = 0; i < hd; i++) {
+        assert.equal(got[(t * heads + h) * hd + i], values[(h * tokens + t) * hd + i], `[${t}, ${h}, ${i}]`);
+      }
+    }
+  }
+  const fresh = randoms(tokens * heads * hd, 12);
+  v.write(fresh);
+  const after = cache.readSync();
+  for (let t = 0; t < tokens; t++) {
+    for (let h = 0; h < heads; h++) {
+      for (let i = 0; i < hd; i++) assert.equal(after[(h * tokens + t) * hd + i], fresh[(t * heads + h) * hd + i]);
+    }
+  }
+  // Rows that neither nest nor transpose (the outer stride inside a row) may overlap: refused.
+  assert.throws(
+    () => cache.view([2, 2, 8], { strides: [4, 24, 1] }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "strides",
+  );
+});
+
 test("views refused: overlapping rows, a strided last dimension, three levels, past the memory, bad options", () => {
   using dev = Device.open({ backend: "cpu" });
   using base = dev.tensor(randoms(240, 2), [240]);

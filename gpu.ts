@@ -38,12 +38,13 @@ export {
 } from "./runtime/module.ts";
 export { ArgumentError, BackendUnavailableError, DisposedError, GpuError, UnsupportedError } from "./runtime/errors.ts";
 export { LibraryLoadError } from "./ffi/library.ts";
-export { NORM_KERNELS, NORM_SOURCE_SHA256 } from "./precompiled/norm_cuda.ts";
+export { NORM_BWD_KERNELS, NORM_KERNELS, NORM_SOURCE_SHA256 } from "./precompiled/norm_cuda.ts";
 export { FUSED_SOURCE_SHA256 } from "./precompiled/fused_cuda.ts";
 export {
   type ImageChoice,
   imageChoice,
   type ImageFiles,
+  type ImageKind,
   type ImageSource,
   kernelImage,
   type KernelImageSet,

@@ -54,7 +54,7 @@ if (!Number.isInteger(PASSES) || PASSES < 1) {
 }
 
 using dev = openCuda("bench/bench.ts");
-await loadKernels(dev);
+await loadKernels(dev, { backward: true });
 // --pdl off: programmatic dependent launch off (on by default on sm_90), to measure what it changes.
 const pdlArg = args.includes("--pdl") ? args[args.indexOf("--pdl") + 1] : "on";
 if (pdlArg !== "on" && pdlArg !== "off") throw new Error(`--pdl on|off, not ${pdlArg}`);

@@ -14,6 +14,20 @@
 #include "diag.cuh"
 #include "norm_bwd.cuh"
 
+// NK_NORM_IMAGE picks the kernels of one image (scripts/build-kernels.sh, scripts/build-hsaco.sh): 1, scale_f32, the
+// diagnostics and the forward kernels (norm_<target>); 2, the backward kernels and their finalize (norm_bwd_<target>),
+// which a program loads only when it computes gradients. Undefined: every kernel (the host emulator, the lab's builds).
+#if !defined(NK_NORM_IMAGE) || NK_NORM_IMAGE == 1
+#define NK_NORM_FORWARD_IMAGE 1
+#endif
+#if !defined(NK_NORM_IMAGE) || NK_NORM_IMAGE == 2
+#define NK_NORM_BACKWARD_IMAGE 1
+#endif
+#if defined(NK_NORM_IMAGE) && NK_NORM_IMAGE != 1 && NK_NORM_IMAGE != 2
+#error "NK_NORM_IMAGE: 1 (forward) or 2 (backward)"
+#endif
+
+#ifdef NK_NORM_FORWARD_IMAGE
 // y[i] = a * x[i] for i in [0, n), grid-stride (any grid, any block size).
 extern "C" NK_GLOBAL void scale_f32(const float* x, float* y, float a, long long n) {
   const long long stride = (long long)nk_grid_dim_x() * nk_block_dim_x();
@@ -125,8 +139,10 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(256) nk_diag_final(const unsigned lon
   NK_FWD_TILE_KERNEL(rms, false, ti, to, tw)
 
 NK_FWD_DTYPES(NK_FWD_TRIPLE)
+#endif  // NK_NORM_FORWARD_IMAGE
 
 // ---------------------------------------------------------------- backward kernels
+#ifdef NK_NORM_BACKWARD_IMAGE
 // Every (x, dy, weight) dtype triple built: B(tx, tdy, tw), one per line (dx has x's dtype; dy has the
 // forward output's, any of the three; weight is f32 or x's dtype). scripts/build-kernels.sh reads these
 // B(...) lines to list nk_{ln|rms}_bwd_{cached|wide|rowsum|tile|cluster}_{tx}_{tdy}_{tw}: keep one per line.
@@ -228,3 +244,4 @@ extern "C" NK_GLOBAL void NK_LAUNCH_BOUNDS(512) nk_bwd_finalize_bf16(const float
   nk_pdl_enter();
   nk_bwd_finalize<nk_bf16>(part, nparts, d, nacc, dweight, dbias, accumulate);
 }
+#endif  // NK_NORM_BACKWARD_IMAGE

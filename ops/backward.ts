@@ -131,8 +131,8 @@ export interface NormBackwardResult {
  * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, outputs that overlap the inputs,
  *   or `accumulate` without the tensors to add into.
  * @throws {DisposedError} when a tensor, the stream or the device is closed.
- * @throws {UnsupportedError} on a GPU before `await loadKernels(dev)`, on HIP (the backward kernels are CUDA
- *   only), for a row length the kernels do not cover, or when it would allocate while a stream captures (pass
+ * @throws {UnsupportedError} on a GPU before `await loadKernels(dev, { backward: true })`, on HIP (the backward kernels
+ *   run on CUDA only), for a row length the kernels do not cover, or when it would allocate while a stream captures (pass
  *   dx, dweight and dbias then).
  * @throws {GpuError} when the driver fails.
  *
@@ -140,7 +140,7 @@ export interface NormBackwardResult {
  * ```ts
  * import { Device, layerNorm, layerNormBackward, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
- * await loadKernels(dev);
+ * await loadKernels(dev, { backward: true });
  * const rows = 8, d = 1024;
  * using x = dev.tensor(new Float32Array(rows * d).map(() => Math.random()), [rows, d]);
  * using w = dev.tensor(new Float32Array(d).fill(1), [d]);
@@ -166,15 +166,15 @@ export function layerNormBackward(dy: Tensor, x: Tensor, opts: LayerNormBackward
  * @returns dx, plus dweight with a weight.
  * @throws {ArgumentError} for a tensor of the wrong shape, dtype or device, or outputs that overlap the inputs.
  * @throws {DisposedError} when a tensor, the stream or the device is closed.
- * @throws {UnsupportedError} on a GPU before `await loadKernels(dev)`, on HIP, for a row length the kernels do
- *   not cover, or when it would allocate while a stream captures.
+ * @throws {UnsupportedError} on a GPU before `await loadKernels(dev, { backward: true })`, on HIP, for a row length
+ *   the kernels do not cover, or when it would allocate while a stream captures.
  * @throws {GpuError} when the driver fails.
  *
  * @example
  * ```ts
  * import { Device, loadKernels, rmsNorm, rmsNormBackward } from "@normkit/normkit";
  * using dev = Device.open();
- * await loadKernels(dev);
+ * await loadKernels(dev, { backward: true });
  * using x = dev.tensor(new Float32Array(8 * 512).map(() => Math.random()), [8, 512]);
  * using w = dev.tensor(new Float32Array(512).fill(1), [512]);
  * using dy = dev.tensor(new Float32Array(8 * 512).fill(0.1), [8, 512]);

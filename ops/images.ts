@@ -1,14 +1,15 @@
 /**
  * The kernel images: which one a device needs (a pure choice, by a table), where it lies, and reading it.
  *
- * normkit ships the SASS for sm_80 and sm_90 (precompiled/norm_sm80.fatbin, norm_sm90.fatbin). The compute_90 PTX
+ * normkit ships the SASS for sm_80 and sm_90 (precompiled/norm_sm80.fatbin, norm_sm90.fatbin; the backward kernels in
+ * norm_bwd_sm80.fatbin and norm_bwd_sm90.fatbin, the fused ones in fused_* and fused_quant_*). The compute_90 PTX
  * (JIT-compiled by the driver on GPUs newer than sm_90) and the AMD code objects are packages of their own,
  * @normkit/ptx and @normkit/hip, that the user hands to loadKernels(): most users never download them. An image is
  * a binary file read when a device needs it, never at import: a file: URL through the runtime's readFile (Deno:
  * --allow-read), an http(s): URL through fetch (Deno: --allow-net). docs/loading.md gives the measurements behind
  * this choice and the permissions of each way of importing.
  */
-import { NORM_CUDA_IMAGES, NORM_SOURCE_SHA256 } from "../precompiled/norm_cuda.ts";
+import { NORM_BWD_CUDA_IMAGES, NORM_CUDA_IMAGES, NORM_SOURCE_SHA256 } from "../precompiled/norm_cuda.ts";
 import { FUSED_CUDA_IMAGES, FUSED_QUANT_CUDA_IMAGES, FUSED_SOURCE_SHA256 } from "../precompiled/fused_cuda.ts";
 import { ffi } from "../ffi/runtime.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
@@ -35,6 +36,11 @@ export interface KernelImageSet extends ImageFiles {
   /** sha256 of the kernel sources the images were compiled from: must equal this normkit's NORM_SOURCE_SHA256. */
   readonly sourceSha256: string;
   /**
+   * The backward kernels' images (`loadKernels(dev, { backward: true, images })`), compiled from the same sources as the
+   * forward ones (`sourceSha256` equal to NORM_SOURCE_SHA256). `@normkit/ptx` and `@normkit/hip` have them.
+   */
+  readonly backward?: ImageFiles;
+  /**
    * The fused kernels' images (`loadKernels(dev, { fused: true, images })`), with the hash of their own sources,
    * which must equal FUSED_SOURCE_SHA256. `@normkit/ptx` and `@normkit/hip` have them.
    */
@@ -55,10 +61,10 @@ export interface ImageFiles {
 }
 
 /**
- * Which kernels an image holds: the norm kernels (forward, backward, diagnostics), the fused ones of a float y (and the
- * residual gradient's add), or the fused ones of a quantized y.
+ * Which kernels an image holds: the norm kernels (forward and diagnostics), their backward, the fused ones of a float y
+ * (and the residual gradient's add), or the fused ones of a quantized y.
  */
-export type ImageKind = "norm" | "fused" | "fusedQuant";
+export type ImageKind = "norm" | "backward" | "fused" | "fusedQuant";
 
 /** Where an image is: a URL (anything with an `href`, such as a URL object, or the href itself), or its bytes. */
 export type ImageSource = { readonly href: string } | string | Uint8Array;
@@ -103,16 +109,18 @@ export function imageChoice(device: { readonly backend: string; readonly info: D
   );
 }
 
-/** The images normkit itself ships (SASS sm_80 and sm_90), of the norm kernels and of the fused ones. */
+/** The images normkit itself ships (SASS sm_80 and sm_90), of the norm kernels, their backward and the fused ones. */
 export const BUILTIN_IMAGES: KernelImageSet = Object.freeze({
   sourceSha256: NORM_SOURCE_SHA256,
   images: NORM_CUDA_IMAGES,
+  backward: Object.freeze({ sourceSha256: NORM_SOURCE_SHA256, images: NORM_BWD_CUDA_IMAGES }),
   fused: Object.freeze({ sourceSha256: FUSED_SOURCE_SHA256, images: FUSED_CUDA_IMAGES }),
   fusedQuant: Object.freeze({ sourceSha256: FUSED_SOURCE_SHA256, images: FUSED_QUANT_CUDA_IMAGES }),
 });
 
 const SOURCE_SHA256: Readonly<Record<ImageKind, string>> = {
   norm: NORM_SOURCE_SHA256,
+  backward: NORM_SOURCE_SHA256,
   fused: FUSED_SOURCE_SHA256,
   fusedQuant: FUSED_SOURCE_SHA256,
 };
@@ -120,6 +128,7 @@ const filesOf = (set: KernelImageSet, kind: ImageKind): ImageFiles | undefined =
 /** Each kind in messages: the image's name and the loadKernels option that loads it. */
 const KIND_TEXT: Readonly<Record<ImageKind, { image: string; what: string; call: string }>> = {
   norm: { image: "", what: "normkit's kernels", call: "{ images: " },
+  backward: { image: "backward ", what: "the backward kernels", call: "{ backward: true, images: " },
   fused: { image: "fused ", what: "the fused kernels", call: "{ fused: true, images: " },
   fusedQuant: { image: "fused quant ", what: "the quantized fused kernels", call: "{ quant: true, images: " },
 };
@@ -160,13 +169,16 @@ export function imageSets(images: unknown): readonly KernelImageSet[] {
   return (Array.isArray(images) ? images : [images]).map((given) => {
     // Each field read once, into the snapshot that is checked and then used.
     const set = snapshot(given);
-    const fused = set && set.fused !== undefined ? snapshot(set.fused) : undefined;
-    const fusedQuant = set && set.fusedQuant !== undefined ? snapshot(set.fusedQuant) : undefined;
-    if (!set || (set.fused !== undefined && !fused) || (set.fusedQuant !== undefined && !fusedQuant)) {
+    const part = (v: unknown) => (set && v !== undefined ? snapshot(v) : undefined);
+    const backward = part(set?.backward), fused = part(set?.fused), fusedQuant = part(set?.fusedQuant);
+    if (
+      !set || (set.backward !== undefined && !backward) || (set.fused !== undefined && !fused) ||
+      (set.fusedQuant !== undefined && !fusedQuant)
+    ) {
       throw new ArgumentError(
         "images",
-        'a KernelImageSet { sourceSha256, images, fused?, fusedQuant? } (e.g. await import("@normkit/ptx")) or an ' +
-          "array of them",
+        'a KernelImageSet { sourceSha256, images, backward?, fused?, fusedQuant? } (e.g. await import("@normkit/ptx")) ' +
+          "or an array of them",
         given,
       );
     }
@@ -174,6 +186,7 @@ export function imageSets(images: unknown): readonly KernelImageSet[] {
     return Object.freeze({
       sourceSha256: set.sourceSha256,
       images: set.images,
+      ...(backward ? { backward: files(backward) } : {}),
       ...(fused ? { fused: files(fused) } : {}),
       ...(fusedQuant ? { fusedQuant: files(fusedQuant) } : {}),
     });
@@ -181,26 +194,30 @@ export function imageSets(images: unknown): readonly KernelImageSet[] {
 }
 
 /**
- * { sourceSha256, images, fused, fusedQuant } read once from `v`, or undefined when the first two are not a string and
- * an object.
+ * { sourceSha256, images, backward, fused, fusedQuant } read once from `v`, or undefined when the first two are not a
+ * string and an object.
  */
-function snapshot(v: unknown): (ImageFiles & { fused: unknown; fusedQuant: unknown }) | undefined {
+function snapshot(
+  v: unknown,
+): (ImageFiles & { backward: unknown; fused: unknown; fusedQuant: unknown }) | undefined {
   if (!isObject(v)) return undefined;
-  const { sourceSha256, images, fused, fusedQuant } = v as {
+  const { sourceSha256, images, backward, fused, fusedQuant } = v as {
     sourceSha256: unknown;
     images: unknown;
+    backward: unknown;
     fused: unknown;
     fusedQuant: unknown;
   };
   if (typeof sourceSha256 !== "string" || !isObject(images)) return undefined;
-  return { sourceSha256, images: images as ImageFiles["images"], fused, fusedQuant };
+  return { sourceSha256, images: images as ImageFiles["images"], backward, fused, fusedQuant };
 }
 
 const isObject = (v: unknown): v is object => typeof v === "object" && v !== null;
 
 /**
- * The bytes of the norm kernels' image for `device` (the one loadKernels loads): for loading it yourself through
- * `device.loadModule`, or for the C side of a benchmark. `images` as in loadKernels.
+ * The bytes of the norm kernels' image for `device` (the one loadKernels loads; `kind: "backward"`, the backward
+ * kernels' one, and so on): for loading it yourself through `device.loadModule`, or for the C side of a benchmark.
+ * `images` as in loadKernels.
  *
  * @example
  * ```ts
@@ -212,11 +229,15 @@ const isObject = (v: unknown): v is object => typeof v === "object" && v !== nul
  */
 export async function kernelImage(
   device: { readonly backend: string; readonly info: DeviceInfo },
-  options?: { images?: KernelImageSet | readonly KernelImageSet[] },
+  options?: { images?: KernelImageSet | readonly KernelImageSet[]; kind?: ImageKind },
 ): Promise<Uint8Array> {
   const sets = imageSets(options?.images);
+  const kind = options?.kind ?? "norm";
+  if (!Object.hasOwn(SOURCE_SHA256, kind)) {
+    throw new ArgumentError("kind", `one of ${Object.keys(SOURCE_SHA256).map((k) => `"${k}"`).join(", ")}`, kind);
+  }
   const choice = imageChoice(device);
-  return await readImage(findImage(choice, sets, `${device.info.name} (${choice.target})`));
+  return await readImage(findImage(choice, sets, `${device.info.name} (${choice.target})`, kind));
 }
 
 // Read once per process per URL: several devices of one architecture share the bytes.

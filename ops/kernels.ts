@@ -1,13 +1,14 @@
 /**
- * The precompiled norm module of a device: loaded by loadKernels() from the image of the device's own architecture
- * (ops/images.ts), with prepared kernels, and the device limits the plan uses. The one place that tells backends apart.
+ * The precompiled norm modules of a device, the forward kernels' and the backward ones': loaded by loadKernels() from
+ * the images of the device's own architecture (ops/images.ts), with prepared kernels, and the device limits the plan
+ * uses. The one place that tells backends apart.
  */
 import { Device } from "../runtime/device.ts";
 import type { DeviceInfo } from "../runtime/driver.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
 import { optionKeys, refuseUnknownKeys } from "../runtime/options.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
-import { imageChoice, imageSets, kernelImage, type KernelImageSet } from "./images.ts";
+import { findImage, imageChoice, imageSets, kernelImage, type KernelImageSet, readImage } from "./images.ts";
 import { loadFusedModule } from "./fused_module.ts";
 import { ModuleSlot } from "./module_slot.ts";
 import type { PlanLimits } from "./plan.ts";
@@ -39,6 +40,12 @@ export interface LoadKernelsOptions {
    */
   images?: KernelImageSet | readonly KernelImageSet[];
   /**
+   * Also load the backward kernels (layerNormBackward, rmsNormBackward, the modules' backward): an image of their own,
+   * found as the forward kernels' is (`images` as above: their `backward` images). Default false: a program that
+   * computes no gradient never reads it.
+   */
+  backward?: boolean;
+  /**
    * Also load the fused kernels of a float y (residual add, head views, batchInvariant, the backward's dResidual): an
    * image of their own, found as the norm kernels' is (`images` as above: their `fused` images). Default false: a
    * program that never calls them never reads it.
@@ -51,7 +58,7 @@ export interface LoadKernelsOptions {
   quant?: boolean;
 }
 
-const LOAD_KEYS = optionKeys(...(["images", "fused", "quant"] satisfies (keyof LoadKernelsOptions)[]));
+const LOAD_KEYS = optionKeys(...(["images", "backward", "fused", "quant"] satisfies (keyof LoadKernelsOptions)[]));
 
 // A sanity check Device.open() could not run before the kernels were loaded (ops/diag_sanity.ts puts it here).
 const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
@@ -70,6 +77,7 @@ const PENDING_SANITY_KEY = "normkit.norm.pendingSanityCheck";
  * using dev = Device.open();
  * await loadKernels(dev);                                              // CUDA sm_80/sm_90, or CPU
  * await loadKernels(dev, { images: await import("@normkit/hip") });    // AMD GPUs
+ * await loadKernels(dev, { backward: true }); // the backward kernels too (layerNormBackward, rmsNormBackward)
  * await loadKernels(dev, { fused: true });   // the fused kernels (residual add, head views, batchInvariant)
  * await loadKernels(dev, { quant: true });   // those and the fused kernels of fp8 and int8 outputs
  * ```
@@ -78,16 +86,18 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
   if (!Device.isDevice(device)) throw new ArgumentError("device", "a Device (Device.open())", device);
   if (device.closed) throw new DisposedError("device");
   if (options !== undefined && (typeof options !== "object" || options === null)) {
-    throw new ArgumentError("options", "an object { images?, fused?, quant? }", options);
+    throw new ArgumentError("options", "an object { images?, backward?, fused?, quant? }", options);
   }
   if (options !== undefined) refuseUnknownKeys(options, LOAD_KEYS);
   const images = imageSets(options?.images); // refuses a bad option on the CPU too
-  const fused = options?.fused, quant = options?.quant;
-  if (fused !== undefined && typeof fused !== "boolean") throw new ArgumentError("fused", "a boolean", fused);
-  if (quant !== undefined && typeof quant !== "boolean") throw new ArgumentError("quant", "a boolean", quant);
+  const backward = options?.backward, fused = options?.fused, quant = options?.quant;
+  for (const [name, v] of [["backward", backward], ["fused", fused], ["quant", quant]] as const) {
+    if (v !== undefined && typeof v !== "boolean") throw new ArgumentError(name, "a boolean", v);
+  }
   // The quantized image first: where it is missing, the error names { quant: true } (the call that needs it).
   if (quant) await loadFusedModule(device, images, "fusedQuant");
   if (fused || quant) await loadFusedModule(device, images, "fused");
+  if (backward) await loadBackwardModule(device, images);
   if (device.backend === "cpu" || normModuleLoaded(device)) return;
   loadNormModule(device, await kernelImage(device, { images })); // nothing if a concurrent call loaded it meanwhile
   const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;
@@ -109,6 +119,22 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
  */
 export function loadNormModule(device: Device, image: Uint8Array): void {
   NORM_MODULE.load(device, image);
+}
+
+/** Reads the backward kernels' image of the device's target and loads it (once per device). */
+async function loadBackwardModule(device: Device, sets: readonly KernelImageSet[]): Promise<void> {
+  if (device.backend === "cpu" || BACKWARD_MODULE.loaded(device)) return;
+  const choice = imageChoice(device);
+  const src = findImage(choice, sets, `${device.info.name} (${choice.target})`, "backward");
+  loadBackwardImage(device, await readImage(src)); // nothing if a concurrent call loaded it meanwhile
+}
+
+/**
+ * @internal Loads `image` (what kernelImage(device, { kind: "backward" }) reads) as `device`'s backward module,
+ * synchronously, unless one is loaded: for tests whose workflows are synchronous (the fault-injection sweep).
+ */
+export function loadBackwardImage(device: Device, image: Uint8Array): void {
+  BACKWARD_MODULE.load(device, image);
 }
 
 /** Whether `device`'s norm module is loaded (on the CPU: there is none to load). */
@@ -165,16 +191,32 @@ const NORM_MODULE = new ModuleSlot(MODULE_KEY, (device) => {
   );
 });
 
+const BACKWARD_MODULE = new ModuleSlot("normkit.normBackward.module", (device) => {
+  imageChoice(device);
+  throw new UnsupportedError(
+    `the backward kernels of ${device.info.name} are not loaded: \`await loadKernels(dev, { backward: true })\` ` +
+      `once after Device.open(), with \`images\` where the device needs @normkit/ptx or @normkit/hip (docs/loading.md)`,
+  );
+});
+
+/** Whether kernel `name` is in the backward image (nk_{ln|rms}_bwd_*, nk_bwd_finalize_*; kernels/norm.cu). */
+export function isBackwardKernel(name: string): boolean {
+  return /^nk_(bwd_finalize_|(ln|rms)_bwd_)/.test(name);
+}
+
 /** device.cache keys of the kernels normkit launches (the norm and the fused ones): setDependentLaunch updates them. */
 export const KERNEL_KEY = "normkit.norm.kernel.";
 const DEPENDENT_KEY = "normkit.norm.dependentLaunch";
 
-/** A prepared kernel of the norm module (one argument block per kernel name and device). */
+/**
+ * A prepared kernel of the norm modules (one argument block per kernel name and device): the backward module's for a
+ * backward kernel (isBackwardKernel), else the forward one's.
+ */
 export function normKernel(device: Device, name: string, args: readonly ArgType[]): Kernel {
   const key = KERNEL_KEY + name;
   let k = device.cache.get(key) as Kernel | undefined;
   if (!k || k.module.closed) {
-    k = normModule(device).kernel(name, args);
+    k = (isBackwardKernel(name) ? BACKWARD_MODULE.module(device) : normModule(device)).kernel(name, args);
     k.dependentLaunch = launchesDependent(device, name);
     device.cache.set(key, k);
   }

@@ -408,7 +408,7 @@ export abstract class NormModule implements Disposable {
  * ```ts
  * import { Device, LayerNorm, loadKernels } from "@normkit/normkit";
  * using dev = Device.open();
- * await loadKernels(dev);
+ * await loadKernels(dev, { backward: true }); // the forward and the backward kernels
  * const batch = 16;
  * using ln = new LayerNorm(dev, 768);
  * using x = dev.tensor(new Float32Array(batch * 768).map(() => Math.random()), [batch, 768]);

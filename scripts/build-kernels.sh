@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
 # Build the precompiled NVIDIA kernels from kernels/ into precompiled/ (and packages/ptx/).
 #
-#   bash scripts/build-kernels.sh          # rebuild the images and norm_cuda.ts (and the combined norm.fatbin)
+#   bash scripts/build-kernels.sh          # rebuild the images and norm_cuda.ts (and the combined fatbins)
 #   bash scripts/build-kernels.sh --check  # rebuild into a temp dir; exit 1 naming any stale file
 #   bash scripts/build-kernels.sh --modules-only  # rewrite the images and modules from the existing
-#                                          # precompiled/norm.fatbin, compiling nothing (after a full build, when only
-#                                          # the modules' layout changed; --check still rebuilds everything)
+#                                          # precompiled/norm.fatbin and norm_bwd.fatbin, compiling nothing (after a
+#                                          # full build, when only the modules' layout changed; --check still rebuilds
+#                                          # everything)
 #
-# Outputs (all generated; never edit them by hand), one image per architecture so that a device reads only its own
-# (docs/loading.md):
-#   precompiled/norm_sm80.fatbin     SASS for sm_80 (serves compute capability 8.x)
-#   precompiled/norm_sm90.fatbin     SASS for sm_90
-#   packages/ptx/norm_compute90.fatbin  PTX for compute_90 (JIT-compiled on GPUs newer than sm_90): the package
-#                                    @normkit/ptx, published on its own
+# Two images per architecture, built from kernels/norm.cu with -DNK_NORM_IMAGE=1 and =2, so that a device reads only its
+# own and a program that computes no gradient never reads the backward kernels (docs/loading.md): norm_* holds scale_f32,
+# the diagnostics and the forward kernels, norm_bwd_* the backward kernels and their finalize. Outputs (all generated;
+# never edit them by hand):
+#   precompiled/norm_sm80.fatbin, norm_bwd_sm80.fatbin   SASS for sm_80 (serves compute capability 8.x)
+#   precompiled/norm_sm90.fatbin, norm_bwd_sm90.fatbin   SASS for sm_90
+#   packages/ptx/norm_compute90.fatbin, norm_bwd_compute90.fatbin  PTX for compute_90 (JIT-compiled on GPUs newer than
+#                                    sm_90): the package @normkit/ptx, published on its own
 #   precompiled/norm_cuda.ts         the source hash, the kernel names, and where the images are (no image bytes)
 #   packages/ptx/build.ts            the source hash the PTX was compiled from
-#   precompiled/norm.fatbin          the three entries in one fatbin, as nvcc wrote it: not committed (.gitignore);
-#                                    the images above are its entries, byte for byte, each behind a fatbin header of
-#                                    its own (split_fatbin), and scripts/fatbin.sh puts them back together
+#   precompiled/norm.fatbin, norm_bwd.fatbin  each image's three entries in one fatbin, as nvcc wrote it: not committed
+#                                    (.gitignore); the images above are their entries, byte for byte, each behind a
+#                                    fatbin header of its own (split_fatbin), and scripts/fatbin.sh puts norm.fatbin back
+#                                    together
 #
 # Kernel names: the extern "C" NK_GLOBAL kernels written out in kernels/norm.cu, then the generated
 # fast forward kernels nk_{ln|rms}_{rows|block|cluster|wide|latency|stash}_{tin}_{tout}_{tw} and nk_ln_{blockfull|clusterfull|rowstwopass}_*, nk_{ln|rms}_rowstile_*, one set per X(tin, tout, tw)
-# line of NK_FWD_DTYPES in kernels/norm.cu; the list must equal the .entry set of a compute_80 PTX compile exactly
-# (an intermediate, not kept: tests/unit/kernel_images.test.ts checks the names in the SASS images' symbol tables).
-# The PTX and fatbin compiles run concurrently (about 8 minutes on 2 cores for the 368 kernels; twice, with the
-# reproducibility check below).
+# line of NK_FWD_DTYPES in kernels/norm.cu, then the backward ones (B(...) and S(...) lines); each image's list must
+# equal the .entry set of its compute_80 PTX compile exactly (an intermediate, not kept:
+# tests/unit/precompiled.test.ts checks the names in the SASS images' symbol tables).
+# Each image's PTX and fatbin compiles run concurrently (about 8 minutes on 2 cores for the 368 kernels of both images;
+# twice, with the reproducibility check below).
 #
 # Reproducibility: with nvcc 13.0 (V13.0.88) the outputs are byte-for-byte identical across runs,
 # working directories, absolute/relative source paths and output paths (checked by building in two
@@ -48,9 +53,12 @@ HASHED_REL=(
 OUT_REL="precompiled"
 # Generated files, by path from the repository root; the build writes each to OUTDIR/<its base name>.
 # What --check compares with the committed files: all but the combined fatbin (its entries are the images).
-COMMITTED=(precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin precompiled/norm_cuda.ts
-  packages/ptx/norm_compute90.fatbin packages/ptx/build.ts)
-GENERATED=(precompiled/norm.fatbin "${COMMITTED[@]}")
+COMMITTED=(precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin precompiled/norm_bwd_sm80.fatbin
+  precompiled/norm_bwd_sm90.fatbin precompiled/norm_cuda.ts packages/ptx/norm_compute90.fatbin
+  packages/ptx/norm_bwd_compute90.fatbin packages/ptx/build.ts)
+GENERATED=(precompiled/norm.fatbin precompiled/norm_bwd.fatbin "${COMMITTED[@]}")
+# The images: NK_NORM_IMAGE=1 builds norm, 2 norm_bwd.
+IMAGES=(norm norm_bwd)
 
 MAX_SPILL=96
 MODE=build
@@ -65,14 +73,21 @@ esac
 # shellcheck source=scripts/nvcc.sh
 source "$ROOT/scripts/nvcc.sh"
 
-# build OUTDIR [quiet]: compile from the repository root with fixed relative paths into OUTDIR.
+# build OUTDIR [quiet]: compile both images from the repository root with fixed relative paths into OUTDIR.
 build() {
-  local out="$1" quiet="${2:-}"
+  local out="$1" quiet="${2:-}" n
+  for n in 1 2; do build_image "$out" "${IMAGES[$((n - 1))]}" "$n" "$quiet"; done
+  write_modules "$out"
+}
+
+# build_image OUTDIR IMAGE N [quiet]: IMAGE (-DNK_NORM_IMAGE=N) into OUTDIR/IMAGE.fatbin and its three entries.
+build_image() {
+  local out="$1" img="$2" n="$3" quiet="${4:-}"
   (
     cd "$ROOT"
-    "$NVCC" "${NVCC_FLAGS[@]}" "${PTX_FLAGS[@]}" -o "$out/norm.ptx" "$SRC_REL" 2>"$out/ptx.log" &
+    "$NVCC" "${NVCC_FLAGS[@]}" "${PTX_FLAGS[@]}" -DNK_NORM_IMAGE="$n" -o "$out/$img.ptx" "$SRC_REL" 2>"$out/ptx.log" &
     local ptx_pid=$!
-    if ! "$NVCC" "${NVCC_FLAGS[@]}" "${FATBIN_FLAGS[@]}" -o "$out/norm.fatbin" "$SRC_REL" \
+    if ! "$NVCC" "${NVCC_FLAGS[@]}" "${FATBIN_FLAGS[@]}" -DNK_NORM_IMAGE="$n" -o "$out/$img.fatbin" "$SRC_REL" \
         2>"$out/ptxas.log"; then
       wait "$ptx_pid" || true
       cat "$out/ptxas.log" >&2; exit 1
@@ -86,17 +101,17 @@ build() {
     local worst
     worst="$(grep -oE '[0-9]+ bytes spill stores' "$out/ptxas.log" | grep -oE '^[0-9]+' | sort -n | tail -1)"
     if (( ${worst:-0} > MAX_SPILL )); then
-      echo "build-kernels: a kernel spills ${worst} bytes (> ${MAX_SPILL}):" >&2
+      echo "build-kernels: a kernel of $img spills ${worst} bytes (> ${MAX_SPILL}):" >&2
       grep -B3 -E "(^|[^0-9])${worst} bytes spill stores" "$out/ptxas.log" >&2
       exit 1
     fi
     # The forward `wide` kernels may not spill at all: spilling, LayerNorm's ran 8-9 points of copy slower on
     # the H200 (kernels/README.md, NK_NOINLINE). Their lines: the kernels and the nk_fwd_wide calls, each a
     # "Function properties" line followed by "N bytes stack frame, N bytes spill stores, ...". No match at all
-    # means the names moved: fail rather than pass without checking.
+    # in the forward image means the names moved: fail rather than pass without checking.
     local wide_lines nonzero='(^|[^0-9])[1-9][0-9]* bytes (stack frame|spill stores)'
     wide_lines="$(grep -A1 -E 'Function properties for (nk_(ln|rms)_wide_|_Z[0-9]+nk_fwd_wide)' "$out/ptxas.log" || true)"
-    if ! grep -qE 'bytes stack frame' <<<"$wide_lines"; then
+    if [[ "$img" == norm ]] && ! grep -qE 'bytes stack frame' <<<"$wide_lines"; then
       echo "build-kernels: found no forward wide kernel in ptxas -v output (renamed? update this check)" >&2
       exit 1
     fi
@@ -108,26 +123,30 @@ build() {
     rm -f "$out/ptxas.log" "$out/ptx.log"
   )
 
-  local names
-  names="$(kernel_names)"
-  local entries
-  entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/norm.ptx")"
+  local names entries
+  names="$(kernel_names "$img")"
+  entries="$(sed -nE 's/^\.visible \.entry ([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' "$out/$img.ptx")"
   if [[ "$(sort <<<"$names")" != "$(sort <<<"$entries")" ]]; then
-    echo "build-kernels: kernels in $SRC_REL ($(echo $names)) differ from .entry in PTX ($(echo $entries))" >&2
+    echo "build-kernels: $img: kernels in $SRC_REL ($(echo $names)) differ from .entry in PTX ($(echo $entries))" >&2
     exit 1
   fi
-  grep -q '^\.target sm_80$' "$out/norm.ptx" || { echo "build-kernels: norm.ptx is not .target sm_80" >&2; exit 1; }
-  check_fatbin "$out" "$quiet"
-  split_norm_fatbin "$out"
-  write_modules "$out" "$names"
-  rm -f "$out/norm.ptx"
+  grep -q '^\.target sm_80$' "$out/$img.ptx" || { echo "build-kernels: $img.ptx is not .target sm_80" >&2; exit 1; }
+  check_fatbin "$out" "$img" "$quiet"
+  split_image "$out" "$img"
+  rm -f "$out/$img.ptx"
 }
 
-# split_norm_fatbin OUTDIR: OUTDIR/norm.fatbin into norm_sm80.fatbin, norm_sm90.fatbin and norm_compute90.fatbin.
-split_norm_fatbin() { split_fatbin "$1/norm.fatbin" "$1" norm "norm_sm80.fatbin norm_sm90.fatbin norm_compute90.fatbin"; }
+# split_image OUTDIR IMAGE: OUTDIR/IMAGE.fatbin into IMAGE_sm80.fatbin, IMAGE_sm90.fatbin and IMAGE_compute90.fatbin.
+split_image() { split_fatbin "$1/$2.fatbin" "$1" "$2" "$2_sm80.fatbin $2_sm90.fatbin $2_compute90.fatbin"; }
 
-# The kernel names, from the source alone: every extern "C" NK_GLOBAL function, in source order, then the generated ones.
+# kernel_names IMAGE: the kernel names of IMAGE (norm or norm_bwd), from the source alone.
 kernel_names() {
+  if [[ "$1" == norm_bwd ]]; then all_kernel_names | grep -E '^nk_(bwd_finalize_|(ln|rms)_bwd_)'
+  else all_kernel_names | grep -vE '^nk_(bwd_finalize_|(ln|rms)_bwd_)'; fi
+}
+
+# Every kernel name: every extern "C" NK_GLOBAL function, in source order, then the generated ones.
+all_kernel_names() {
   local names
   names="$(sed -nE 's/^extern "C"[[:space:]]+NK_GLOBAL[[:space:]]+void[[:space:]]+(NK_LAUNCH_BOUNDS\([0-9]+\)[[:space:]]+)?([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\(.*/\2/p' "$ROOT/$SRC_REL")"
   [[ -n "$names" ]] || { echo "build-kernels: no extern \"C\" NK_GLOBAL kernels found in $SRC_REL" >&2; exit 1; }
@@ -152,9 +171,9 @@ kernel_names() {
   echo "$names"
 }
 
-# check_fatbin OUTDIR [quiet]
+# check_fatbin OUTDIR IMAGE [quiet]
 check_fatbin() {
-  local out="$1" quiet="${2:-}"
+  local out="$1" img="$2" quiet="${3:-}"
   # Fatbin contents: use cuobjdump when the toolkit has it (tests/unit/precompiled.test.ts parses the
   # fatbin headers itself, so the check also runs where cuobjdump is missing).
   local cuobjdump=""
@@ -162,21 +181,21 @@ check_fatbin() {
   elif [[ -x "$(dirname "$NVCC")/cuobjdump" ]]; then cuobjdump="$(dirname "$NVCC")/cuobjdump"; fi
   if [[ -n "$cuobjdump" ]]; then
     local elfs ptxs
-    elfs="$("$cuobjdump" --list-elf "$out/norm.fatbin")"
-    ptxs="$("$cuobjdump" --list-ptx "$out/norm.fatbin")"
+    elfs="$("$cuobjdump" --list-elf "$out/$img.fatbin")"
+    ptxs="$("$cuobjdump" --list-ptx "$out/$img.fatbin")"
     for want in sm_80 sm_90; do
-      grep -q "$want" <<<"$elfs" || { echo "build-kernels: fatbin lacks SASS for $want:"$'\n'"$elfs" >&2; exit 1; }
+      grep -q "$want" <<<"$elfs" || { echo "build-kernels: $img fatbin lacks SASS for $want:"$'\n'"$elfs" >&2; exit 1; }
     done
-    grep -q sm_90 <<<"$ptxs" || { echo "build-kernels: fatbin lacks PTX for compute_90:"$'\n'"$ptxs" >&2; exit 1; }
+    grep -q sm_90 <<<"$ptxs" || { echo "build-kernels: $img fatbin lacks PTX for compute_90:"$'\n'"$ptxs" >&2; exit 1; }
     [[ -n "$quiet" ]] || { echo "$elfs"; echo "$ptxs"; } >&2
   elif [[ -z "$quiet" ]]; then
     echo "build-kernels: cuobjdump not found; fatbin entries are checked by tests/unit/precompiled.test.ts" >&2
   fi
 }
 
-# write_modules OUTDIR NAMES: norm_cuda.ts and the PTX package's build.ts for the images in OUTDIR.
+# write_modules OUTDIR: norm_cuda.ts and the PTX package's build.ts for the images in OUTDIR.
 write_modules() {
-  local out="$1" names="$2"
+  local out="$1"
   local sha
   sha="$(cd "$ROOT" && cat "${HASHED_REL[@]}" | sha256sum | cut -d' ' -f1)"
   {
@@ -185,7 +204,9 @@ write_modules() {
     echo "//   $sha"
     echo "// Compiler: $NVCC_VERSION"
     echo "// Images: nvcc ${NVCC_FLAGS[*]} ${FATBIN_FLAGS[*]},"
-    echo "//   one fatbin per entry: norm_sm80.fatbin (SASS), norm_sm90.fatbin (SASS), packages/ptx/norm_compute90.fatbin (PTX)"
+    echo "//   -DNK_NORM_IMAGE=1 (norm_*) and 2 (norm_bwd_*), one fatbin per entry: norm_sm80.fatbin, norm_sm90.fatbin,"
+    echo "//   norm_bwd_sm80.fatbin, norm_bwd_sm90.fatbin (SASS), and packages/ptx/norm_compute90.fatbin,"
+    echo "//   packages/ptx/norm_bwd_compute90.fatbin (PTX)"
     echo ""
     echo "/** The kernel sources, in the order NORM_SOURCE_SHA256 hashes them (paths from the repository root). */"
     echo "export const NORM_SOURCE_FILES: readonly string[] = Object.freeze(["
@@ -197,12 +218,17 @@ write_modules() {
     echo "export const NORM_SOURCE_SHA256: string ="
     echo "  \"$sha\";"
     echo ""
-    echo "/** The extern \"C\" kernels in every image: the hand-written ones in source order, then"
-    echo " *  nk_{ln|rms}_{rows|block|cluster|wide|latency}_{tin}_{tout}_{tw} per dtype triple, then the backward"
-    echo " *  nk_{ln|rms}_bwd_{cached|wide|rowsum|tile|cluster}_{tx}_{tdy}_{tw} per B(...) triple (kernels/README.md). */"
+    echo "/** The extern \"C\" kernels of the norm images: scale_f32 and the diagnostics, then"
+    echo " *  nk_{ln|rms}_{rows|block|cluster|wide|latency|stash|…}_{tin}_{tout}_{tw} per dtype triple (kernels/README.md). */"
     echo "export const NORM_KERNELS: readonly string[] = Object.freeze(["
     local n
-    for n in $names; do echo "  \"$n\","; done
+    for n in $(kernel_names norm); do echo "  \"$n\","; done
+    echo "]);"
+    echo ""
+    echo "/** The extern \"C\" kernels of the norm_bwd images: the finalize kernels, then"
+    echo " *  nk_{ln|rms}_bwd_{cached|wide|rowsum|tile|cluster}_{tx}_{tdy}_{tw} per B(...) triple and the staged ones per S(...) triple. */"
+    echo "export const NORM_BWD_KERNELS: readonly string[] = Object.freeze(["
+    for n in $(kernel_names norm_bwd); do echo "  \"$n\","; done
     echo "]);"
     echo ""
     echo "/** Where the SASS images this package ships are, by target: files beside this module, read by loadKernels() for"
@@ -211,12 +237,18 @@ write_modules() {
     echo "  sm_80: new URL(\"./norm_sm80.fatbin\", import.meta.url),"
     echo "  sm_90: new URL(\"./norm_sm90.fatbin\", import.meta.url),"
     echo "});"
+    echo ""
+    echo "/** Where the SASS images of the backward kernels are, by target (as NORM_CUDA_IMAGES). */"
+    echo "export const NORM_BWD_CUDA_IMAGES: Readonly<Record<string, { readonly href: string }>> = Object.freeze({"
+    echo "  sm_80: new URL(\"./norm_bwd_sm80.fatbin\", import.meta.url),"
+    echo "  sm_90: new URL(\"./norm_bwd_sm90.fatbin\", import.meta.url),"
+    echo "});"
   } >"$out/norm_cuda.ts"
   {
     echo "// GENERATED by scripts/build-kernels.sh. DO NOT EDIT: run \`bash scripts/build-kernels.sh\`."
     echo "// Compiler: $NVCC_VERSION"
     echo ""
-    echo "/** sha256 of the kernel sources norm_compute90.fatbin was compiled from: loadKernels() takes these images only"
+    echo "/** sha256 of the kernel sources norm_compute90.fatbin and norm_bwd_compute90.fatbin were compiled from: loadKernels() takes these images only"
     echo " *  for a normkit of the same NORM_SOURCE_SHA256. */"
     echo "export const sourceSha256: string = \"$sha\";"
   } >"$out/build.ts"
@@ -229,12 +261,15 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/normkit-kernels.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 
 if [[ "$MODE" == modules ]]; then
-  [[ -f "$ROOT/$OUT_REL/norm.fatbin" ]] || { echo "build-kernels --modules-only: no $OUT_REL/norm.fatbin (run a full build)" >&2; exit 1; }
-  cp "$ROOT/$OUT_REL/norm.fatbin" "$TMP/norm.fatbin"
-  split_norm_fatbin "$TMP"
-  write_modules "$TMP" "$(kernel_names)"
+  for img in "${IMAGES[@]}"; do
+    [[ -f "$ROOT/$OUT_REL/$img.fatbin" ]] ||
+      { echo "build-kernels --modules-only: no $OUT_REL/$img.fatbin (run a full build)" >&2; exit 1; }
+    cp "$ROOT/$OUT_REL/$img.fatbin" "$TMP/$img.fatbin"
+    split_image "$TMP" "$img"
+  done
+  write_modules "$TMP"
   for f in "${COMMITTED[@]}"; do cp "$TMP/$(dest "$f")" "$ROOT/$f"; done
-  echo "build-kernels: wrote ${COMMITTED[*]} from $OUT_REL/norm.fatbin (nothing compiled)" >&2
+  echo "build-kernels: wrote ${COMMITTED[*]} from $OUT_REL/norm.fatbin and norm_bwd.fatbin (nothing compiled)" >&2
   exit 0
 fi
 

@@ -19,7 +19,8 @@ case "${1:-normkit}" in
   normkit)
     rm -rf dist
     tsc -p tsconfig.npm.json
-    cp precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin \
+    cp precompiled/norm_sm80.fatbin precompiled/norm_sm90.fatbin precompiled/norm_bwd_sm80.fatbin \
+      precompiled/norm_bwd_sm90.fatbin precompiled/fused_sm80.fatbin precompiled/fused_sm90.fatbin \
       precompiled/fused_quant_sm80.fatbin precompiled/fused_quant_sm90.fatbin dist/precompiled/
     for entry in mod gpu; do
       [ -s "dist/$entry.js" ] && [ -s "dist/$entry.d.ts" ] || { echo "build-npm: dist/$entry.js or .d.ts missing" >&2; exit 1; }

@@ -427,7 +427,7 @@ async function main(args: string[]): Promise<number> {
     return 2;
   }
   using _dev = dev;
-  await loadKernels(dev, { quant: fam === "fused" });
+  await loadKernels(dev, { quant: fam === "fused", backward: fam === "bwd" || fam === "fused" });
   console.log(`device: ${dev.name}`);
   if (fam === "diag") return runDiag(dev) === 0 ? 0 : 1;
   if (fam === "fused") return runFused(dev) === 0 ? 0 : 1;

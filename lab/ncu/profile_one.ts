@@ -14,7 +14,7 @@ const d = Number(dArg);
 const rows = rowsArg ? Number(rowsArg) : Math.ceil(2 ** 30 / (2 * d * (dtype === "f32" ? 4 : 2)));
 if (!Number.isInteger(rows) || rows < 1) throw new Error(`rows: a positive integer, not ${rowsArg}`);
 using dev = Device.open({ backend: "cuda" });
-await loadKernels(dev);
+await loadKernels(dev, { backward: pass !== "forward" });
 using x = dev.empty([rows, d], { dtype: dtype as DType });
 using y = dev.empty([rows, d], { dtype: dtype as DType });
 x.buffer.fill32(0x3f803f80); // 1.0039 as bf16 pairs / a finite f16 pair / ~1.0 as f32: not zeros

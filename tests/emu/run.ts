@@ -766,7 +766,7 @@ async function runAddCase(c: AddCase): Promise<string[]> {
   );
   using _dev = f.dev;
   (f.driver as unknown as Record<string, unknown>).occupancy = () => 4; // one-row blocks size their grid from it
-  await loadKernels(f.dev, { quant: true });
+  await loadKernels(f.dev, { quant: true, backward: true });
   backward(made, made.rstd, made.mean, made.dRes);
   const adds = f.launches.filter((l) => l.kernel.startsWith("nk_fused_add_"));
   if (adds.length !== 1 || f.launches[f.launches.length - 1] !== adds[0]) {

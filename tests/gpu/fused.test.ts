@@ -12,7 +12,7 @@ import { checkHeadMajorViews, checkQkViews } from "../fixtures/qk_views.ts";
 
 async function open(): Promise<Device> {
   const dev = Device.open({ backend: "cuda", sanityCheck: false });
-  await loadKernels(dev, { quant: true });
+  await loadKernels(dev, { quant: true, backward: true });
   return dev;
 }
 

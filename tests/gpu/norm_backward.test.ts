@@ -52,14 +52,14 @@ function check(dev: Device, c: BwdCase, seen?: Set<string>): void {
 for (const kind of ["layer", "rms"] as const) {
   gpuTest(`${kind} backward: every dtype combination × D ∈ {1, 3, 127, 1000, 4097, 8192}`, async () => {
     using dev = Device.open({ backend: "cuda" });
-    await loadKernels(dev);
+    await loadKernels(dev, { backward: true });
     for (const [tx, tdy, tw] of COMBOS) {
       for (const d of [1, 3, 127, 1000, 4097, 8192]) check(dev, { kind, rows: d > 4000 ? 40 : 300, d, tx, tdy, tw });
     }
   });
   gpuTest(`${kind} backward: long rows (cluster, wide, split), strided rows, accumulation, no affine`, async () => {
     using dev = Device.open({ backend: "cuda" });
-    await loadKernels(dev);
+    await loadKernels(dev, { backward: true });
     const seen = new Set<string>();
     for (
       const [tx, tdy, tw] of [["f32", "f32", "f32"], ["bf16", "bf16", "bf16"], ["f16", "f32", "f32"]] as [
@@ -106,7 +106,7 @@ for (const kind of ["layer", "rms"] as const) {
   // Small and quick: every mapping on a few rows (a short run, e.g. under compute-sanitizer with a test filter).
   gpuTest(`${kind} backward: every mapping on a few rows`, async () => {
     using dev = Device.open({ backend: "cuda" });
-    await loadKernels(dev);
+    await loadKernels(dev, { backward: true });
     const seen = new Set<string>();
     for (
       const c of [
@@ -140,7 +140,7 @@ for (const kind of ["layer", "rms"] as const) {
     `${kind} backward: 20 runs are bitwise identical (cached and cluster; 16 CTAs at d 200000 and staged f32 rows on sm_90)`,
     async () => {
       using dev = Device.open({ backend: "cuda" });
-      await loadKernels(dev);
+      await loadKernels(dev, { backward: true });
       // (d 200000: 16 rows, about two per resident cluster of 16 CTAs, keeps the 20 runs' host checks short.)
       const cases: BwdCase[] = [256, 4096, 50000, 200000].map((d) => ({
         kind,
@@ -196,7 +196,7 @@ for (const kind of ["layer", "rms"] as const) {
 // CTAs of <= 416 threads, lnF32Staged), here.
 gpuTest("backward: the bulk-staged kernels give the register kernels' dx bit for bit (sm_90)", async () => {
   using dev = Device.open({ backend: "cuda" });
-  await loadKernels(dev);
+  await loadKernels(dev, { backward: true });
   const cases: [("layer" | "rms"), number, DType, DType, number][] = [
     ["layer", 65536, "f32", "f32", 40],
     ["layer", 12288, "bf16", "f32", 900],
@@ -337,7 +337,7 @@ for (const kind of ["rms", "layer"] as const) {
     : "LayerNorm module (int8 per-channel weight, bias)";
   gpuTest(`${what} on CUDA: y, dx and the accumulated gradients match the CPU device`, async () => {
     using gpu = Device.open({ backend: "cuda" });
-    await loadKernels(gpu);
+    await loadKernels(gpu, { backward: true });
     using cpu = Device.open({ backend: "cpu" });
     const d = 2048, rows = 64;
     const xv = randoms(rows * d, 5, -2, 2), dyv = randoms(rows * d, 6, -1, 1), wv = randoms(d, 7, 0.5, 1.5);

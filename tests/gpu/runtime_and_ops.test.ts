@@ -4,7 +4,15 @@
  */
 import assert from "node:assert/strict";
 import { cpuNormForward, Device, GpuError, layerNorm, loadKernels, rmsNorm } from "../../mod.ts";
-import { ArgumentError, imageChoice, kernelImage, launch, LaunchConfig, NORM_KERNELS } from "../../gpu.ts";
+import {
+  ArgumentError,
+  imageChoice,
+  kernelImage,
+  launch,
+  LaunchConfig,
+  NORM_BWD_KERNELS,
+  NORM_KERNELS,
+} from "../../gpu.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 import { scaleComputes } from "../fixtures/scale_check.ts";
@@ -56,16 +64,18 @@ gpuTest("memory: write/read round trip with offsets, fill, fill32, device-to-dev
   assert.throws(() => buf.read(new Uint8Array(16), { offset: 4 * MiB - 8 }), ArgumentError);
 });
 
-gpuTest("modules: this GPU's image (kernelImage) holds every kernel of NORM_KERNELS", async () => {
+gpuTest("modules: this GPU's images (kernelImage) hold every kernel of NORM_KERNELS and NORM_BWD_KERNELS", async () => {
   using dev = Device.open({ backend: "cuda" });
   console.log(
     `# ${dev.info.name}: compute capability ${dev.info.computeCapability.join(".")}, image ${imageChoice(dev).target}`,
   );
-  using mod = dev.loadModule(await kernelImage(dev, { images: ptxPackage }));
-  for (const name of NORM_KERNELS) {
-    const k = mod.kernel(name, []);
-    assert.ok(k.maxThreadsPerBlock >= 256, `${name}: max threads ${k.maxThreadsPerBlock}`);
-    assert.equal(k.attribute("staticSharedBytes") >= 0, true);
+  for (const [kind, names] of [["norm", NORM_KERNELS], ["backward", NORM_BWD_KERNELS]] as const) {
+    using mod = dev.loadModule(await kernelImage(dev, { images: ptxPackage, kind }));
+    for (const name of names) {
+      const k = mod.kernel(name, []);
+      assert.ok(k.maxThreadsPerBlock >= 256, `${name}: max threads ${k.maxThreadsPerBlock}`);
+      assert.equal(k.attribute("staticSharedBytes") >= 0, true);
+    }
   }
 });
 

@@ -6,8 +6,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { sourceSha256 as HSACO_SOURCE_SHA256, TARGETS } from "../../packages/hip/mod.ts";
-import { NORM_KERNELS, NORM_SOURCE_FILES } from "../../precompiled/norm_cuda.ts";
+import { backward, sourceSha256 as HSACO_SOURCE_SHA256, TARGETS } from "../../packages/hip/mod.ts";
+import { NORM_BWD_KERNELS, NORM_KERNELS, NORM_SOURCE_FILES } from "../../precompiled/norm_cuda.ts";
 import { NORM_FWD_ARGS, planLimits } from "../../ops/kernels.ts";
 import { DIAG_FINAL_ARGS, DIAG_PARTIAL_ARGS } from "../../ops/diag.ts";
 import { NORM_BWD_ARGS, NORM_FINALIZE_ARGS } from "../../ops/backward.ts";
@@ -34,16 +34,21 @@ const DIAG_ARGS: Record<string, readonly ArgType[]> = {
 test("packages/hip holds ELF code objects for gfx90a, gfx942, gfx1100, built from the current sources", () => {
   assert.deepEqual([...TARGETS].sort(), ["gfx1100", "gfx90a", "gfx942"]);
   assertAmdgpuElfs("norm", TARGETS);
+  assertAmdgpuElfs("norm_bwd", TARGETS);
   const h = createHash("sha256");
   for (const f of NORM_SOURCE_FILES) h.update(readRepo(f));
   assert.equal(h.digest("hex"), HSACO_SOURCE_SHA256, "kernels/ changed: run bash scripts/build-hsaco.sh");
+  assert.equal(backward.sourceSha256, HSACO_SOURCE_SHA256);
+  assert.deepEqual(Object.keys(backward.images).sort(), [...TARGETS].sort());
 });
 
 for (const arch of ["gfx90a", "gfx942", "gfx1100"]) {
   test(`${arch}: every kernel present; argument offsets/sizes = the launcher's packing; wave ${WAVE[arch]}; launch limits fit`, () => {
-    const byName = kernelsOf("norm", arch);
-    assert.deepEqual([...byName.keys()].sort(), [...NORM_KERNELS].sort(), "the same kernels as the CUDA build");
-    for (const name of NORM_KERNELS) {
+    const fwd = kernelsOf("norm", arch), bwd = kernelsOf("norm_bwd", arch);
+    assert.deepEqual([...fwd.keys()].sort(), [...NORM_KERNELS].sort(), "the same kernels as the CUDA build");
+    assert.deepEqual([...bwd.keys()].sort(), [...NORM_BWD_KERNELS].sort(), "the same backward kernels");
+    const byName = new Map([...fwd, ...bwd]);
+    for (const name of [...NORM_KERNELS, ...NORM_BWD_KERNELS]) {
       const k = byName.get(name)!;
       const args = name === "scale_f32" ? SCALE_ARGS : DIAG_ARGS[name] ?? bwdArgs(name) ?? NORM_FWD_ARGS;
       assertKernelAbi(arch, name, k, args);

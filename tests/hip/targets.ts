@@ -17,11 +17,14 @@ export const LDS_BYTES = 65536;
 export const readRepo = (p: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../../${p}`, import.meta.url)));
 
 /** packages/hip/<image>_<target>.hsaco.gz unpacked (each code object is gzip -9n, scripts/build-hsaco.sh). */
-export const codeObject = (image: "norm" | "fused" | "fused_quant", target: string): Uint8Array =>
+export const codeObject = (image: "norm" | "norm_bwd" | "fused" | "fused_quant", target: string): Uint8Array =>
   new Uint8Array(gunzipSync(readRepo(`packages/hip/${image}_${target}.hsaco.gz`)));
 
 /** Each target's `image` code object is an ELF file for AMDGPU. */
-export function assertAmdgpuElfs(image: "norm" | "fused" | "fused_quant", targets: readonly string[]): void {
+export function assertAmdgpuElfs(
+  image: "norm" | "norm_bwd" | "fused" | "fused_quant",
+  targets: readonly string[],
+): void {
   for (const arch of targets) {
     const elf = codeObject(image, arch);
     assert.deepEqual([...elf.subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46], `${arch}: ELF`);
@@ -30,7 +33,10 @@ export function assertAmdgpuElfs(image: "norm" | "fused" | "fused_quant", target
 }
 
 /** The kernels of `target`'s `image` code object by name, from its metadata, which must name that target. */
-export function kernelsOf(image: "norm" | "fused" | "fused_quant", target: string): Map<string, KernelMeta> {
+export function kernelsOf(
+  image: "norm" | "norm_bwd" | "fused" | "fused_quant",
+  target: string,
+): Map<string, KernelMeta> {
   const md = metadata(codeObject(image, target));
   assert.match(md["amdhsa.target"], new RegExp(`amdgcn-amd-amdhsa--${target}`));
   return new Map(md["amdhsa.kernels"].map((k) => [k[".name"], k]));

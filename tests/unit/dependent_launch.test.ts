@@ -21,7 +21,7 @@ import {
 import type { Stream } from "../../gpu.ts";
 import { FAKE_H200, fakeCudaDevice } from "../fixtures/fake_cuda.ts";
 import { dependentLaunchByDefault, dependentLaunchSupported, NORM_FWD_ARGS, normKernel } from "../../ops/kernels.ts";
-import { NORM_KERNELS } from "../../precompiled/norm_cuda.ts";
+import { NORM_BWD_KERNELS, NORM_KERNELS } from "../../precompiled/norm_cuda.ts";
 import { gpuTest, randoms } from "../fixtures/helpers.ts";
 
 /**
@@ -116,17 +116,18 @@ test("kernel source: the kernels that start with nk_pdl_enter() are exactly thos
   }
   assert.ok(seen.length >= 10, `kernel definitions found: ${seen.join(", ")}`);
   // Every built kernel is classified; the diagnostics and scale kernels are not flagged.
-  const waiting = NORM_KERNELS.filter(hasDependentLaunchEntry);
-  assert.equal(waiting.length, NORM_KERNELS.length - 5, "all but scale_f32 and the 4 diagnostics kernels");
+  const all = [...NORM_KERNELS, ...NORM_BWD_KERNELS];
+  const waiting = all.filter(hasDependentLaunchEntry);
+  assert.equal(waiting.length, all.length - 5, "all but scale_f32 and the 4 diagnostics kernels");
   for (const n of ["scale_f32", "nk_diag_partial_f32", "nk_diag_final"]) {
     assert.equal(hasDependentLaunchEntry(n), false, n);
   }
   // Launched with it by default: the 255 forward kernels (LayerNorm's 30 vector-only, 15 two-pass and 15 tile ones,
   // RMSNorm's 15 tile ones included), every one of which waits.
-  const byDefault = NORM_KERNELS.filter(dependentLaunchByDefault);
+  const byDefault = all.filter(dependentLaunchByDefault);
   assert.equal(byDefault.length, 255);
   assert.ok(byDefault.every(hasDependentLaunchEntry));
-  assert.ok(!NORM_KERNELS.some((n) => dependentLaunchByDefault(n) && /_bwd_/.test(n)));
+  assert.ok(!NORM_BWD_KERNELS.some(dependentLaunchByDefault));
 });
 
 /**

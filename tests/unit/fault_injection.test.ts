@@ -33,15 +33,17 @@ import type { DType, Tensor } from "../../mod.ts";
 import { launch, LaunchConfig } from "../../gpu.ts";
 import { CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_OUT_OF_MEMORY, FaultDriver } from "../fixtures/fault_driver.ts";
 import { randoms } from "../fixtures/helpers.ts";
-import { loadNormModule } from "../../ops/kernels.ts";
+import { loadBackwardImage, loadNormModule } from "../../ops/kernels.ts";
 import { kernelImage, readImage } from "../../ops/images.ts";
 import { fusedModuleLoaded, loadFusedImage } from "../../ops/fused_module.ts";
 import { FUSED_CUDA_IMAGES, FUSED_QUANT_CUDA_IMAGES } from "../../precompiled/fused_cuda.ts";
 import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
 
-// The image loadKernels would read for the fake (an H200: sm_90), read once here: the workflows are synchronous,
-// so they load it with loadNormModule (loadKernels' synchronous last step), a cuModuleLoadData like any other.
+// The images loadKernels would read for the fake (an H200: sm_90), read once here: the workflows are synchronous,
+// so they load them with loadNormModule and loadBackwardImage (loadKernels' synchronous last steps), a cuModuleLoadData
+// like any other.
 const SM90 = await kernelImage({ backend: "cuda", info: FAKE_H200 });
+const SM90_BWD = await kernelImage({ backend: "cuda", info: FAKE_H200 }, { kind: "backward" });
 const FUSED_SM90 = await readImage(FUSED_CUDA_IMAGES.sm_90);
 const FUSED_QUANT_SM90 = await readImage(FUSED_QUANT_CUDA_IMAGES.sm_90);
 
@@ -288,6 +290,7 @@ sweepTest("forward: layerNorm and rmsNorm, dtypes, out, stats", (fake) => {
 sweepTest("backward: layerNormBackward and rmsNormBackward", (fake) => {
   using dev = Device.openWithDriver(fake);
   loadNormModule(dev, SM90);
+  loadBackwardImage(dev, SM90_BWD);
   using x = dev.tensor(X, [4, 64]), w = dev.tensor(W, [64]), b = dev.tensor(B, [64]), dy = dev.tensor(DY, [4, 64]);
   const f = layerNorm(x, { weight: w, bias: b, stats: true });
   using _y = f.y, _m = f.mean, _r = f.rstd;
@@ -318,6 +321,7 @@ sweepTest("backward: layerNormBackward and rmsNormBackward", (fake) => {
 sweepTest("backward: staged cluster kernels (the plan asks whether a cluster fits)", (fake) => {
   using dev = Device.openWithDriver(fake);
   loadNormModule(dev, SM90);
+  loadBackwardImage(dev, SM90_BWD);
   using x = dev.tensor(STAGED, [1, 32768], { dtype: "bf16" }), w = dev.tensor(STAGED_W, [32768], { dtype: "bf16" });
   const f = rmsNorm(x, { weight: w, stats: true });
   using _y = f.y, _m = f.mean, _r = f.rstd;
@@ -329,6 +333,7 @@ sweepTest("backward: staged cluster kernels (the plan asks whether a cluster fit
 sweepTest("fused: residual + fp8, QK over a head view, batchInvariant, dResidual backward, module", (fake) => {
   using dev = Device.openWithDriver(fake);
   loadNormModule(dev, SM90);
+  loadBackwardImage(dev, SM90_BWD);
   loadFusedImage(dev, FUSED_SM90);
   loadFusedImage(dev, FUSED_QUANT_SM90, "fusedQuant");
   using x = dev.tensor(X, [4, 64], { dtype: "bf16" }), res = dev.tensor(DY, [4, 64], { dtype: "bf16" });
@@ -359,6 +364,7 @@ sweepTest("fused: residual + fp8, QK over a head view, batchInvariant, dResidual
 sweepTest("modules: RMSNorm and LayerNorm forward, backward, zeroGrad", (fake) => {
   using dev = Device.openWithDriver(fake);
   loadNormModule(dev, SM90);
+  loadBackwardImage(dev, SM90_BWD);
   using rms = new RMSNorm(dev, 64, { zeroCentered: true });
   using ln = new LayerNorm(dev, 64);
   rms.load({ weight: W.map((v) => v - 1) });
@@ -451,6 +457,7 @@ test("a transient failure of the cluster-fit query (out of memory) is not rememb
   const fake = new FaultDriver();
   using dev = Device.openWithDriver(fake);
   loadNormModule(dev, SM90);
+  loadBackwardImage(dev, SM90_BWD);
   using x = dev.tensor(STAGED, [1, 32768], { dtype: "bf16" }), w = dev.tensor(STAGED_W, [32768], { dtype: "bf16" });
   const f = rmsNorm(x, { weight: w, stats: true });
   using _y = f.y, _m = f.mean, _r = f.rstd;

@@ -274,7 +274,7 @@ for (const kind of ["rms", "layer"] as const) {
 test("backward with dResidual: the backward kernels, then nk_fused_add_* over dx", async () => {
   const { dev, made: m, launches, driver } = await setup();
   using _dev = dev;
-  await loadKernels(dev, { fused: true });
+  await loadKernels(dev, { fused: true, backward: true });
   (driver as unknown as Record<string, unknown>).occupancy = () => 4; // one-row blocks size their grid from it
   // No weight (no parameter sums, hence no workspace: the fake driver allocates nothing) and dx given.
   const g = rmsNormBackward(m.x, m.res, { rstd: m.scales, dx: m.h, dResidual: m.many.view([rows, d]) });
@@ -290,7 +290,7 @@ test("backward with dResidual: the backward kernels, then nk_fused_add_* over dx
 test("backward with dResidual before loadKernels(dev, { fused: true }): refused before any launch, dx untouched", async () => {
   const { dev, made: m, launches, driver } = await setup();
   using _dev = dev;
-  await loadKernels(dev); // the norm kernels only
+  await loadKernels(dev, { backward: true }); // the norm kernels only, forward and backward
   (driver as unknown as Record<string, unknown>).occupancy = () => 4;
   const bytes = m.h.buffer.hostBytes;
   bytes.set(bytes.map((_, i) => (i * 37 + 11) & 0xff));

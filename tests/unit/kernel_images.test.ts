@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { Device, layerNorm, loadKernels } from "../../mod.ts";
+import { Device, layerNorm, loadKernels, rmsNormBackward } from "../../mod.ts";
 import { kernelImage, NORM_SOURCE_SHA256 } from "../../gpu.ts";
 import {
   findImage,
@@ -15,7 +15,7 @@ import {
 } from "../../ops/images.ts";
 import { fusedModuleLoaded } from "../../ops/fused_module.ts";
 import { FUSED_SOURCE_SHA256 } from "../../precompiled/fused_cuda.ts";
-import { deferSanityCheck, NORM_FWD_ARGS, normKernel, normModuleLoaded } from "../../ops/kernels.ts";
+import { deferSanityCheck, isBackwardKernel, NORM_FWD_ARGS, normKernel, normModuleLoaded } from "../../ops/kernels.ts";
 import { ArgumentError, SanityCheckError, UnsupportedError } from "../../runtime/errors.ts";
 import type { DeviceInfo } from "../../runtime/driver.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
@@ -254,6 +254,59 @@ test("loadKernels({ fused }) loads the fused image of the device's target, { qua
     assert.deepEqual(loaded[2], read(quantFile), `${cc.join(".")}: the quantized module from ${quantFile}`);
     dev.close();
   }
+});
+
+test("loadKernels({ backward }) loads the backward image of the device's target (sm_80, sm_90, the PTX package's); without it a backward is refused before any launch", async () => {
+  const cases: [[number, number], string, KernelImageSet[]][] = [
+    [[8, 0], "precompiled/norm_bwd_sm80.fatbin", []],
+    [[9, 0], "precompiled/norm_bwd_sm90.fatbin", []],
+    [[10, 0], "packages/ptx/norm_bwd_compute90.fatbin", [ptxPackage]],
+  ];
+  for (const [cc, file, images] of cases) {
+    const { dev, driver, made, launches } = await fakeCudaDevice((d) => ({
+      x: d.tensor(new Float32Array(64).map((_, i) => Math.sin(i)), [2, 32]),
+      dy: d.tensor(new Float32Array(64).map((_, i) => Math.cos(i)), [2, 32]),
+      dx: d.tensor(new Float32Array(64).fill(7), [2, 32]),
+      rstd: d.tensor(new Float32Array(2).fill(1), [2]),
+    }), { info: cuda(cc, `fake ${cc.join(".")}`).info, load: false, record: true });
+    const loaded: Uint8Array[] = [];
+    const load = driver.moduleLoad.bind(driver);
+    driver.moduleLoad = (image: Uint8Array) => (loaded.push(image), load(image));
+    (driver as unknown as Record<string, unknown>).occupancy = () => 4; // one-row blocks size their grid from it
+    await loadKernels(dev, { images });
+    assert.equal(loaded.length, 1, "the forward image alone");
+    assert.equal(normModuleLoaded(dev), true);
+    assert.throws(() => rmsNormBackward(made.dy, made.x, { rstd: made.rstd, dx: made.dx }), (e: unknown) => {
+      assert.ok(e instanceof UnsupportedError);
+      assert.match(
+        e.message,
+        /the backward kernels of fake .* are not loaded: `await loadKernels\(dev, \{ backward: true \}\)`/,
+      );
+      return true;
+    });
+    assert.equal(launches.length, 0, "nothing launched");
+    const dx = made.dx.buffer.hostBytes;
+    assert.deepEqual(Array.from(new Float32Array(dx.buffer, dx.byteOffset, 64)), new Array(64).fill(7), "dx untouched");
+    if (images.length) {
+      await assert.rejects(
+        loadKernels(dev, { backward: true }),
+        /backward kernels from the compute_90 image.*loadKernels\(dev, \{ backward: true, images: await import\("@normkit\/ptx"\) \}\)/,
+      );
+    }
+    await loadKernels(dev, { backward: true, images });
+    assert.equal(loaded.length, 2, "then the backward image alone");
+    assert.deepEqual(loaded[1], read(file), `${cc.join(".")}: the backward module from ${file}`);
+    assert.deepEqual(await kernelImage(dev, { images, kind: "backward" }), read(file));
+    rmsNormBackward(made.dy, made.x, { rstd: made.rstd, dx: made.dx });
+    assert.ok(launches.length >= 1 && launches.every((l) => isBackwardKernel(l.kernel)), launches[0]?.kernel);
+    await loadKernels(dev, { backward: true, images }); // again: nothing to do
+    assert.equal(loaded.length, 2);
+    dev.close();
+  }
+  await assert.rejects(
+    kernelImage(cuda([9, 0]), { kind: "bwd" as never }),
+    (e: unknown) => e instanceof ArgumentError && e.argument === "kind",
+  );
 });
 
 test("fake H200: the sanity check Device.open() deferred runs in loadKernels, once; a module failing it is not kept", async () => {

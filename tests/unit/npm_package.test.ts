@@ -148,6 +148,8 @@ test("npm pack → bun add in a fresh project: import, run, tsc --noEmit, bun bu
         "dist/gpu.d.ts",
         "dist/precompiled/norm_sm80.fatbin",
         "dist/precompiled/norm_sm90.fatbin",
+        "dist/precompiled/norm_bwd_sm80.fatbin",
+        "dist/precompiled/norm_bwd_sm90.fatbin",
         "dist/precompiled/fused_sm80.fatbin",
         "dist/precompiled/fused_sm90.fatbin",
         "dist/precompiled/fused_quant_sm80.fatbin",

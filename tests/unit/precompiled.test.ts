@@ -9,7 +9,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { zstdDecompressSync } from "node:zlib";
-import { NORM_CUDA_IMAGES, NORM_KERNELS, NORM_SOURCE_FILES, NORM_SOURCE_SHA256 } from "../../precompiled/norm_cuda.ts";
+import {
+  NORM_BWD_CUDA_IMAGES,
+  NORM_BWD_KERNELS,
+  NORM_CUDA_IMAGES,
+  NORM_KERNELS,
+  NORM_SOURCE_FILES,
+  NORM_SOURCE_SHA256,
+} from "../../precompiled/norm_cuda.ts";
 import * as ptxPackage from "../../packages/ptx/mod.ts";
 import { planLimits } from "../../ops/kernels.ts";
 import { planNorm } from "../../ops/plan.ts";
@@ -19,6 +26,11 @@ import { FAKE_H200 } from "../fixtures/fake_cuda.ts";
 const root = new URL("../../", import.meta.url);
 const read = (rel: string): Uint8Array => new Uint8Array(readFileSync(new URL(rel, root)));
 const IMAGES = ["precompiled/norm_sm80.fatbin", "precompiled/norm_sm90.fatbin", "packages/ptx/norm_compute90.fatbin"];
+const BWD_IMAGES = [
+  "precompiled/norm_bwd_sm80.fatbin",
+  "precompiled/norm_bwd_sm90.fatbin",
+  "packages/ptx/norm_bwd_compute90.fatbin",
+];
 
 const FATBIN_MAGIC = 0xba55ed50;
 const KIND_PTX = 1;
@@ -91,15 +103,16 @@ test("scripts/fatbin.sh writes one fatbin of the three images' entries (what the
   }
 });
 
-test("the compute_90 PTX (packages/ptx) targets sm_90 and has an .entry for every kernel", () => {
-  const [e] = parseFatbin(read("packages/ptx/norm_compute90.fatbin"));
-  const ptx = new TextDecoder().decode(
-    zstdDecompressSync(read("packages/ptx/norm_compute90.fatbin").subarray(e.offset, e.offset + e.size)),
-  );
-  assert.match(ptx, /^\.target sm_90$/m);
-  const entries = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)].map((m) => m[1]);
-  assert.deepEqual([...entries].sort(), [...NORM_KERNELS].sort());
+test("the compute_90 PTX (packages/ptx) targets sm_90 and has an .entry for every kernel of its image", () => {
+  for (const [file, kernels] of [[IMAGES[2], NORM_KERNELS], [BWD_IMAGES[2], NORM_BWD_KERNELS]] as const) {
+    const [e] = parseFatbin(read(file));
+    const ptx = new TextDecoder().decode(zstdDecompressSync(read(file).subarray(e.offset, e.offset + e.size)));
+    assert.match(ptx, /^\.target sm_90$/m);
+    const entries = [...ptx.matchAll(/^\.visible \.entry (\w+)\(/gm)].map((m) => m[1]);
+    assert.deepEqual([...entries].sort(), [...kernels].sort(), file);
+  }
   assert.equal(ptxPackage.sourceSha256, NORM_SOURCE_SHA256, "packages/ptx/build.ts: the same sources");
+  assert.equal(ptxPackage.backward.sourceSha256, NORM_SOURCE_SHA256);
 });
 
 // The fast forward kernels: kind x mapping x (input, output, weight/bias) dtype triple.
@@ -146,19 +159,13 @@ const STAGED_KERNELS = ["f32_f32_f32", "f16_f16_f32", "f16_f16_f16", "bf16_bf16_
 const DIAG_KERNELS = ["nk_diag_partial_f32", "nk_diag_partial_f16", "nk_diag_partial_bf16", "nk_diag_final"];
 const FINALIZE_KERNELS = ["nk_bwd_finalize_f32", "nk_bwd_finalize_f16", "nk_bwd_finalize_bf16"];
 
-test("NORM_KERNELS: scale_f32, the diagnostics, the finalize, then 255 forward, 150 backward and 15 staged backward kernels", () => {
+test("NORM_KERNELS: scale_f32, the diagnostics, 255 forward; NORM_BWD_KERNELS: the finalize, 150 backward, 15 staged", () => {
   // 15 dtype triples × (LN: 6 mappings + blockfull, clusterfull, rowstwopass, rowstile; RMS: 6 mappings + rowstile).
   assert.equal(FWD_KERNELS.length, 255);
   assert.equal(BWD_KERNELS.length, 150);
   assert.equal(STAGED_KERNELS.length, 15);
-  assert.deepEqual([...NORM_KERNELS], [
-    "scale_f32",
-    ...DIAG_KERNELS,
-    ...FINALIZE_KERNELS,
-    ...FWD_KERNELS,
-    ...BWD_KERNELS,
-    ...STAGED_KERNELS,
-  ]);
+  assert.deepEqual([...NORM_KERNELS], ["scale_f32", ...DIAG_KERNELS, ...FWD_KERNELS]);
+  assert.deepEqual([...NORM_BWD_KERNELS], [...FINALIZE_KERNELS, ...BWD_KERNELS, ...STAGED_KERNELS]);
 });
 
 test("NORM_SOURCE_SHA256 matches the kernel sources", () => {
@@ -192,19 +199,24 @@ test("NORM_SOURCE_SHA256 matches the kernel sources", () => {
 
 test("images: one compressed fatbin entry each (SASS sm_80, SASS sm_90, PTX compute_90), at the URLs the modules name", () => {
   const want = [[KIND_ELF, 80], [KIND_ELF, 90], [KIND_PTX, 90]];
-  IMAGES.forEach((f, i) => {
+  [...IMAGES, ...BWD_IMAGES].forEach((f, i) => {
     const bytes = read(f);
     assert.deepEqual([...bytes.subarray(0, 4)], [0x50, 0xed, 0x55, 0xba], `${f}: fatbin magic (LE)`);
     const entries = parseFatbin(bytes);
-    assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [want[i]], f);
+    assert.deepEqual(entries.map((e) => [e.kind, e.arch]), [want[i % 3]], f);
     // -Xfatbin -compress-all: the driver inflates them at load.
     assert.notEqual(entries[0].flags & FLAG_COMPRESSED, 0n, `${f} is compressed`);
   });
   assert.deepEqual(Object.keys(NORM_CUDA_IMAGES), ["sm_80", "sm_90"]);
   assert.ok(NORM_CUDA_IMAGES.sm_80.href.endsWith("/precompiled/norm_sm80.fatbin"));
   assert.ok(NORM_CUDA_IMAGES.sm_90.href.endsWith("/precompiled/norm_sm90.fatbin"));
+  assert.deepEqual(Object.keys(NORM_BWD_CUDA_IMAGES), ["sm_80", "sm_90"]);
+  assert.ok(NORM_BWD_CUDA_IMAGES.sm_80.href.endsWith("/precompiled/norm_bwd_sm80.fatbin"));
+  assert.ok(NORM_BWD_CUDA_IMAGES.sm_90.href.endsWith("/precompiled/norm_bwd_sm90.fatbin"));
   assert.deepEqual(Object.keys(ptxPackage.images), ["compute_90"]);
   assert.ok(ptxPackage.images.compute_90.href.endsWith("/packages/ptx/norm_compute90.fatbin"));
+  assert.deepEqual(Object.keys(ptxPackage.backward.images), ["compute_90"]);
+  assert.ok(ptxPackage.backward.images.compute_90.href.endsWith("/packages/ptx/norm_bwd_compute90.fatbin"));
 });
 
 test("the images stay within their budgets: normkit's own (JSR main package) and each package's", () => {
@@ -215,7 +227,7 @@ test("the images stay within their budgets: normkit's own (JSR main package) and
     assert.ok(files.length > 0, `${dir}: no ${pattern}`);
     return files.reduce((n, f) => n + read(`${dir}/${f}`).length, 0);
   };
-  const own = size("precompiled", /^(norm|fused)_(sm\d+\.fatbin|cuda\.ts)$/);
+  const own = size("precompiled", /^(norm|norm_bwd|fused|fused_quant)_(sm\d+\.fatbin|cuda\.ts)$/);
   assert.ok(own < 5_200_000, `precompiled/ is ${own} bytes`);
   const ptx = size("packages/ptx", /\.fatbin$/);
   assert.ok(ptx < 9_000_000, `packages/ptx is ${ptx} bytes`);
@@ -284,13 +296,22 @@ function plannedForwardKernels(cc: [number, number]): Set<string> {
   return names;
 }
 
-for (const [target, file] of [["sm_80", "precompiled/norm_sm80.fatbin"], ["sm_90", "precompiled/norm_sm90.fatbin"]]) {
+/** The defined kernels of a one-entry SASS fatbin (its ELF symbol table). */
+function sassFunctions(file: string): Set<string> {
+  const bytes = read(file);
+  const [e] = parseFatbin(bytes);
+  const elf = new Uint8Array(zstdDecompressSync(bytes.subarray(e.offset, e.offset + e.size)));
+  assert.equal(elf[18] | (elf[19] << 8), 190, "e_machine EM_CUDA");
+  return elfFunctions(elf);
+}
+
+for (const [target, file, bwdFile] of [["sm_80", IMAGES[0], BWD_IMAGES[0]], ["sm_90", IMAGES[1], BWD_IMAGES[1]]]) {
+  test(`the ${target} backward image defines every kernel of NORM_BWD_KERNELS, and no other`, () => {
+    const funcs = sassFunctions(bwdFile);
+    assert.deepEqual([...funcs].sort(), [...NORM_BWD_KERNELS].sort());
+  });
   test(`the ${target} image defines every kernel of NORM_KERNELS and every forward plan's kernel (its ELF symbol table), and no other`, () => {
-    const bytes = read(file);
-    const [e] = parseFatbin(bytes);
-    const elf = new Uint8Array(zstdDecompressSync(bytes.subarray(e.offset, e.offset + e.size)));
-    assert.equal(elf[18] | (elf[19] << 8), 190, "e_machine EM_CUDA");
-    const funcs = elfFunctions(elf);
+    const funcs = sassFunctions(file);
     const missing = NORM_KERNELS.filter((k) => !funcs.has(k));
     assert.deepEqual(missing, [], `${target} lacks ${missing.length} kernels`);
     // Every extern "C" kernel is in NORM_KERNELS (device functions are not global symbols of their own here).

@@ -12,7 +12,7 @@ import { deviceCapturing, type Stream } from "../runtime/stream.ts";
 import { type OptionKeys, optionKeys, refuseUnknownKeys } from "../runtime/options.ts";
 import { emptyTensor, rowOffset, spanElements, Tensor } from "../runtime/tensor.ts";
 import { normBackward } from "./cpu_bwd.ts";
-import { bwdPlanLimits, normKernel } from "./kernels.ts";
+import { backwardModule, bwdPlanLimits, normKernel } from "./kernels.ts";
 import { addInto, addKernel } from "./fused_module.ts";
 import type { NormKind } from "./plan.ts";
 import {
@@ -400,6 +400,9 @@ function runFlatBackward(kind: NormKind, dyIn: Tensor, xIn: Tensor, opts: Backwa
     paramGrads: !!(weight || bias),
   });
   if (plan && "unsupported" in plan) throw new UnsupportedError(`${kind}NormBackward: ${plan.unsupported}`);
+  // The backward kernels are an image of their own (loadKernels(dev, { backward: true })): loaded before anything is
+  // allocated or launched.
+  if (plan) backwardModule(device);
   // dResidual's add is a fused kernel: its module must be loaded before anything is launched.
   if (plan && dResidual) addKernel(device, x.dtype);
   // Allocating while a stream captures breaks the capture (global mode): say so before the driver does.

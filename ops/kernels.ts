@@ -199,6 +199,14 @@ const BACKWARD_MODULE = new ModuleSlot("normkit.normBackward.module", (device) =
   );
 });
 
+/**
+ * The backward module of `device` (loaded, or again from its image after a recovery); UnsupportedError naming
+ * `loadKernels(dev, { backward: true })` where it never was: the backward checks it before it allocates or launches.
+ */
+export function backwardModule(device: Device): Module {
+  return BACKWARD_MODULE.module(device);
+}
+
 /** Whether kernel `name` is in the backward image (nk_{ln|rms}_bwd_*, nk_bwd_finalize_*; kernels/norm.cu). */
 export function isBackwardKernel(name: string): boolean {
   return /^nk_(bwd_finalize_|(ln|rms)_bwd_)/.test(name);
@@ -216,7 +224,7 @@ export function normKernel(device: Device, name: string, args: readonly ArgType[
   const key = KERNEL_KEY + name;
   let k = device.cache.get(key) as Kernel | undefined;
   if (!k || k.module.closed) {
-    k = (isBackwardKernel(name) ? BACKWARD_MODULE.module(device) : normModule(device)).kernel(name, args);
+    k = (isBackwardKernel(name) ? backwardModule(device) : normModule(device)).kernel(name, args);
     k.dependentLaunch = launchesDependent(device, name);
     device.cache.set(key, k);
   }

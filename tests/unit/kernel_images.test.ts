@@ -284,6 +284,8 @@ test("loadKernels({ backward }) loads the backward image of the device's target 
       );
       return true;
     });
+    // Without dx: refused before dx is allocated (the fake driver allocates nothing: memAlloc would throw).
+    assert.throws(() => rmsNormBackward(made.dy, made.x, { rstd: made.rstd }), UnsupportedError);
     assert.equal(launches.length, 0, "nothing launched");
     const dx = made.dx.buffer.hostBytes;
     assert.deepEqual(Array.from(new Float32Array(dx.buffer, dx.byteOffset, 64)), new Array(64).fill(7), "dx untouched");

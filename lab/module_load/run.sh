@@ -7,7 +7,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 B=lab/module_load/.build
 [[ -x "$B/load_time" && -f "$B/norm_all_sm90.fatbin" ]] || { echo "run: build first (lab/module_load/build.sh)" >&2; exit 2; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-git log -1 --format='# commit %h' 2>/dev/null || true
 images=(nk_rms_rows_bf16_bf16_f32 "$B/norm_all_sm90.fatbin"
   nk_rms_rows_bf16_bf16_f32 precompiled/norm_sm90.fatbin
   nk_rms_bwd_cached_bf16_bf16_f32 precompiled/norm_bwd_sm90.fatbin

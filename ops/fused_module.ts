@@ -9,7 +9,7 @@ import { type ArgType, type Kernel, LaunchConfig } from "../runtime/module.ts";
 import type { Stream } from "../runtime/stream.ts";
 import type { Tensor } from "../runtime/tensor.ts";
 import { FUSED_ADD_ARGS, FUSED_ADD_THREADS, FUSED_ARGS } from "./fused_abi.ts";
-import { findImage, imageChoice, type KernelImageSet, readImage } from "./images.ts";
+import type { KernelImageSet } from "./images.ts";
 import { ModuleSlot } from "./module_slot.ts";
 import { KERNEL_KEY, launchesDependent } from "./kernels.ts";
 
@@ -46,10 +46,7 @@ export async function loadFusedModule(
   sets: readonly KernelImageSet[] = [],
   image: FusedImage = "fused",
 ): Promise<void> {
-  if (device.backend === "cpu" || fusedModuleLoaded(device, image)) return;
-  const choice = imageChoice(device);
-  const src = findImage(choice, sets, `${device.info.name} (${choice.target})`, image);
-  loadFusedImage(device, await readImage(src), image); // nothing if a concurrent call loaded it meanwhile
+  await SLOTS[image].loadFrom(device, sets, image);
 }
 
 /** Loads the fused module `image` from `bytes` (loadFusedModule's synchronous last step). */

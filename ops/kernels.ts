@@ -8,7 +8,7 @@ import type { DeviceInfo } from "../runtime/driver.ts";
 import { ArgumentError, DisposedError, UnsupportedError } from "../runtime/errors.ts";
 import { optionKeys, refuseUnknownKeys } from "../runtime/options.ts";
 import type { ArgType, Kernel, Module } from "../runtime/module.ts";
-import { findImage, imageChoice, imageSets, kernelImage, type KernelImageSet, readImage } from "./images.ts";
+import { imageChoice, imageSets, type KernelImageSet } from "./images.ts";
 import { loadFusedModule } from "./fused_module.ts";
 import { ModuleSlot } from "./module_slot.ts";
 import type { PlanLimits } from "./plan.ts";
@@ -97,9 +97,9 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
   // The quantized image first: where it is missing, the error names { quant: true } (the call that needs it).
   if (quant) await loadFusedModule(device, images, "fusedQuant");
   if (fused || quant) await loadFusedModule(device, images, "fused");
-  if (backward) await loadBackwardModule(device, images);
-  if (device.backend === "cpu" || normModuleLoaded(device)) return;
-  loadNormModule(device, await kernelImage(device, { images })); // nothing if a concurrent call loaded it meanwhile
+  if (backward) await BACKWARD_MODULE.loadFrom(device, images, "backward");
+  if (normModuleLoaded(device)) return; // true on the CPU: there is nothing to load
+  await NORM_MODULE.loadFrom(device, images, "norm");
   const pending = device.cache.get(PENDING_SANITY_KEY) as ((d: Device) => void) | undefined;
   if (pending) {
     device.cache.delete(PENDING_SANITY_KEY);
@@ -119,14 +119,6 @@ export async function loadKernels(device: Device, options?: LoadKernelsOptions):
  */
 export function loadNormModule(device: Device, image: Uint8Array): void {
   NORM_MODULE.load(device, image);
-}
-
-/** Reads the backward kernels' image of the device's target and loads it (once per device). */
-async function loadBackwardModule(device: Device, sets: readonly KernelImageSet[]): Promise<void> {
-  if (device.backend === "cpu" || BACKWARD_MODULE.loaded(device)) return;
-  const choice = imageChoice(device);
-  const src = findImage(choice, sets, `${device.info.name} (${choice.target})`, "backward");
-  loadBackwardImage(device, await readImage(src)); // nothing if a concurrent call loaded it meanwhile
 }
 
 /**

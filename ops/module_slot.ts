@@ -1,10 +1,11 @@
 /**
- * One module per device, loaded from an image once: the norm kernels' (ops/kernels.ts) and the fused kernels'
- * (ops/fused_module.ts). The module lives in device.cache; the image is kept outside it (device.recover() clears the
+ * One module per device, loaded from an image once: the norm kernels' forward and backward (ops/kernels.ts) and the
+ * fused kernels' (ops/fused_module.ts). The module lives in device.cache; the image is kept outside it (device.recover() clears the
  * cache), so that the module comes back, synchronously, from the same bytes.
  */
 import type { Device } from "../runtime/device.ts";
 import type { Module } from "../runtime/module.ts";
+import { findImage, imageChoice, type ImageKind, type KernelImageSet, readImage } from "./images.ts";
 
 export class ModuleSlot {
   readonly #images = new WeakMap<Device, Uint8Array>();
@@ -20,6 +21,17 @@ export class ModuleSlot {
     if (this.loaded(device)) return;
     device.cache.set(this.key, device.loadModule(image));
     this.#images.set(device, image);
+  }
+
+  /**
+   * Reads the `kind` image of the device's target (the first of `sets` that has it, else normkit's own: findImage) and
+   * loads it, unless the module is loaded (or the device is the CPU).
+   */
+  async loadFrom(device: Device, sets: readonly KernelImageSet[], kind: ImageKind): Promise<void> {
+    if (this.loaded(device)) return;
+    const choice = imageChoice(device);
+    const src = findImage(choice, sets, `${device.info.name} (${choice.target})`, kind);
+    this.load(device, await readImage(src)); // nothing if a concurrent call loaded it meanwhile
   }
 
   /** Whether the module is loaded on `device` (always true on the CPU: there is none to load). */
